@@ -1,0 +1,10 @@
+"""Options, job graph and command line of dcm2tfrecord (knows Beam, no pixel math)."""
+from __future__ import annotations
+
+
+def tool_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("dcm2tfrecord")
+    except Exception:
+        return "0.1.0"

@@ -1,0 +1,37 @@
+"""``dcm2tfrecord`` / ``python -m pipeline``: subcommands over the pipeline."""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Optional, Sequence
+
+from pipeline.options import UsageError
+
+USAGE = """usage: dcm2tfrecord COMMAND [options]
+
+commands:
+  convert   convert DICOM/image archives into TFRecord shards + dataset.json
+  demo      build the bundled sample archive, convert it, read it back, summarize
+
+run 'dcm2tfrecord COMMAND --help' for a command's options."""
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if command == "convert":
+            from pipeline import convert
+            return convert.main(rest)
+        if command == "demo":
+            from pipeline import demo
+            return demo.main(rest)
+    except UsageError as exc:
+        print(f"dcm2tfrecord {command}: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"dcm2tfrecord: error: unknown command {command!r}\n{USAGE}", file=sys.stderr)
+    return 2

@@ -1,0 +1,63 @@
+"""The end-of-run summary: what was written, what was not and why, how fast."""
+from __future__ import annotations
+
+import statistics
+
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.manifest import ERRORS_NAME
+
+MB = 1 << 20
+
+
+def summarize(manifest: dict, output_dir: str, wall_seconds: float) -> dict:
+    splits = {}
+    total_bytes = 0
+    for name, split in manifest["splits"].items():
+        sizes = [s["num_bytes"] for s in split["shards"]]
+        total_bytes += split["num_bytes"]
+        splits[name] = {
+            "records": split["num_records"], "shards": len(sizes), "bytes": split["num_bytes"],
+            "min_shard_bytes": min(sizes) if sizes else 0,
+            "median_shard_bytes": int(statistics.median(sizes)) if sizes else 0,
+            "max_shard_bytes": max(sizes) if sizes else 0,
+            "shard_files": [(s["file"], s["num_bytes"]) for s in split["shards"]],
+        }
+    counts = manifest["counts"]
+    return {
+        "output": output_dir,
+        "splits": splits,
+        "matched": counts["matched"], "written": counts["written"], "records": counts["records"],
+        "skipped": counts["skipped"], "failed": counts["failed"],
+        "errors_file": FileSystems.join(output_dir, ERRORS_NAME),
+        "wall_seconds": round(wall_seconds, 3),
+        "bytes_written": total_bytes,
+        "mb_per_second": round(total_bytes / MB / wall_seconds, 2) if wall_seconds > 0 else 0.0,
+    }
+
+
+def format_summary(summary: dict, list_shards: bool = True) -> str:
+    lines = [f"Dataset: {summary['output']}"]
+    lines.append(f"{'split':<12}{'records':>10}{'shards':>8}{'MB':>10}"
+                 f"{'min MB':>9}{'median MB':>11}{'max MB':>9}")
+    for name, s in summary["splits"].items():
+        lines.append(f"{name:<12}{s['records']:>10}{s['shards']:>8}{s['bytes'] / MB:>10.2f}"
+                     f"{s['min_shard_bytes'] / MB:>9.2f}{s['median_shard_bytes'] / MB:>11.2f}"
+                     f"{s['max_shard_bytes'] / MB:>9.2f}")
+        if list_shards:
+            for file, size in s["shard_files"]:
+                lines.append(f"    {file}  {size / MB:.2f} MB")
+    lines.append(f"files: {summary['matched']} matched, {summary['written']} written, "
+                 f"{sum(summary['skipped'].values())} skipped, {sum(summary['failed'].values())} failed")
+    for status in ("skipped", "failed"):
+        for reason, n in summary[status].items():
+            lines.append(f"    {status:<8} {reason:<32}{n:>7}")
+    if summary["skipped"] or summary["failed"]:
+        lines.append(f"    which files and why: {summary['errors_file']}")
+    lines.append(f"wall time {summary['wall_seconds']:.1f} s, {summary['bytes_written'] / MB:.1f} MB "
+                 f"written, {summary['mb_per_second']:.1f} MB/s")
+    return "\n".join(lines)
+
+
+def print_summary(summary: dict) -> None:
+    print(format_summary(summary), flush=True)

@@ -1,0 +1,28 @@
+# Sourced by run_local.sh / run_tests.sh: creates .venv and installs the project
+# into it when setup.py changed since the last install (a stamp file records it).
+# Usage: ensure_venv [extras]   e.g. ensure_venv test
+ensure_venv() {
+  local extras="${1:-}"
+  local root
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  local venv="$root/.venv"
+  local python="${PYTHON:-python3}"
+  local stamp="$venv/.dcm2tfrecord-installed${extras:+-$extras}"
+  local want
+  want="$(cat "$root/setup.py" | sha256sum | cut -d' ' -f1)"
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "setting up $venv (first run installs Beam and TensorFlow, a few minutes)..." >&2
+    "$python" -m venv "$venv"
+  fi
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
+    local spec="$root"
+    [ -n "$extras" ] && spec="$root[$extras]"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+    echo "$want" > "$stamp"
+  fi
+  export PATH="$venv/bin:$PATH"
+  # Quiet TensorFlow's start-up banner; never wait on a GPU.
+  export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+  export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:--1}"
+}

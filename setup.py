@@ -1,0 +1,30 @@
+"""dcm2tfrecord: DICOM and image archives -> size-bounded TFRecord shards, and back."""
+from setuptools import setup
+
+VERSION = "0.1.0"
+
+setup(
+    name="dcm2tfrecord",
+    version=VERSION,
+    description=(
+        "Apache Beam pipeline that converts DICOM/PNG/JPEG archives into "
+        "deterministic, size-bounded TFRecord shards, plus a tf.data reader."
+    ),
+    python_requires=">=3.10",
+    packages=["pipeline", "transforms", "reader"],
+    install_requires=[
+        "apache-beam[gcp]>=2.60",
+        "tensorflow>=2.15",
+        "numpy>=1.24",
+        "pydicom>=3.0",
+        "pillow>=10.0",
+        "pylibjpeg>=2.0",
+        "pylibjpeg-libjpeg>=2.1",
+        "pylibjpeg-openjpeg>=2.3",
+        "pylibjpeg-rle>=2.0",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "gcp-storage-emulator>=2024.0"],
+    },
+    entry_points={"console_scripts": ["dcm2tfrecord=pipeline.cli:main"]},
+)

@@ -1,0 +1,138 @@
+"""Direct protobuf encoding of ``tf.train.Example``.
+
+Building a ``tf.train.Example`` copies the pixel buffer into the proto and
+again into the serialized string, and needs TensorFlow imported in every Beam
+worker. The wire format is small and frozen (tensorflow/core/example/
+example.proto, feature.proto), so we emit it directly: one copy of the pixels,
+no TensorFlow on the write path. ``tests/test_example_codec.py`` proves byte
+equality with ``tf.train.Example.SerializeToString(deterministic=True)``.
+
+Wire layout::
+
+    Example  { Features features = 1; }
+    Features { map<string, Feature> feature = 1; }   # entry: key = 1, value = 2
+    Feature  { BytesList bytes_list = 1; FloatList float_list = 2;
+               Int64List int64_list = 3; }            # oneof
+    BytesList{ repeated bytes value = 1; }
+    FloatList{ repeated float value = 1 [packed]; }
+    Int64List{ repeated int64 value = 1 [packed]; }
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence, Union
+
+import numpy as np
+
+FeatureValue = Union[bytes, str, int, float, Sequence[bytes], Sequence[str],
+                     Sequence[int], Sequence[float], np.ndarray, memoryview]
+
+_LEN = 2  # wire type "length-delimited"
+
+
+def _varint(value: int) -> bytes:
+    """Base-128 varint; negative int64 as its 64-bit two's complement."""
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while True:
+        bits = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(bits | 0x80)
+        else:
+            out.append(bits)
+            return bytes(out)
+
+
+def _field(number: int, payload_len: int) -> bytes:
+    return _varint((number << 3) | _LEN) + _varint(payload_len)
+
+
+def _bytes_list(values: Sequence) -> list:
+    parts = []
+    for value in values:
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        size = value.nbytes if isinstance(value, memoryview) else len(value)
+        parts.append(_field(1, size))
+        parts.append(value)
+    return parts
+
+
+def _int64_list(values: Sequence[int]) -> list:
+    if len(values) == 0:
+        return []
+    packed = b"".join(_varint(int(v)) for v in values)
+    return [_field(1, len(packed)), packed]
+
+
+def _float_list(values: Sequence[float]) -> list:
+    if len(values) == 0:
+        return []
+    packed = np.asarray(values, dtype="<f4").tobytes()
+    return [_field(1, len(packed)), packed]
+
+
+def _parts_len(parts: list) -> int:
+    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+
+
+def _feature(kind: str, values: Sequence) -> list:
+    if kind == "bytes":
+        inner, number = _bytes_list(values), 1
+    elif kind == "float":
+        inner, number = _float_list(values), 2
+    elif kind == "int64":
+        inner, number = _int64_list(values), 3
+    else:
+        raise ValueError(f"unknown feature kind {kind!r}")
+    return [_field(number, _parts_len(inner))] + inner
+
+
+def _kind_and_values(value: FeatureValue) -> tuple[str, Sequence]:
+    """Infers the Feature kind the way a person writing tf.train.Example would."""
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        return "bytes", [value]
+    if isinstance(value, (bool, int, np.integer)):
+        return "int64", [int(value)]
+    if isinstance(value, (float, np.floating)):
+        return "float", [float(value)]
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "iub":
+            return "int64", value.ravel().tolist()
+        if value.dtype.kind == "f":
+            return "float", value.ravel()
+        raise TypeError(f"unsupported array dtype {value.dtype}")
+    values = list(value)
+    if not values:
+        return "int64", values
+    first = values[0]
+    if isinstance(first, (bytes, bytearray, memoryview, str)):
+        return "bytes", values
+    if isinstance(first, (bool, int, np.integer)):
+        return "int64", [int(v) for v in values]
+    if isinstance(first, (float, np.floating)):
+        return "float", values
+    raise TypeError(f"unsupported feature value {type(first).__name__}")
+
+
+def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
+    """Serializes ``features`` exactly as ``tf.train.Example`` would, keys sorted.
+
+    Scalars become one-element lists; ``bytes``/``str`` become BytesList,
+    integers Int64List, floats FloatList. Byte values may be memoryviews, so a
+    pixel buffer is copied once, into the returned string.
+    """
+    map_parts: list = []
+    for key in sorted(features):
+        kind, values = _kind_and_values(features[key])
+        key_bytes = key.encode("utf-8")
+        feature = _feature(kind, values)
+        entry = [_field(1, len(key_bytes)), key_bytes,
+                 _field(2, _parts_len(feature))] + feature
+        map_parts.append(_field(1, _parts_len(entry)))
+        map_parts.extend(entry)
+    body = [_field(1, _parts_len(map_parts))] + map_parts if map_parts else []
+    return b"".join(body)
+
+

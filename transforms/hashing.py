@@ -1,0 +1,29 @@
+"""Keyed hashes: stable record ids and the global record order.
+
+Keys are fixed per purpose so that the same input gives the same ids and the
+same order on every run, runner and worker count. A record id is derived
+from the file's path relative to its input root, never from patient data.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+_ID_KEY = b"dcm2tfrecord/record-id/v1"
+_ORDER_KEY = b"dcm2tfrecord/record-order/v1"
+
+
+def record_id(rel_path: str) -> str:
+    """32 hex chars identifying a source file by its relative path."""
+    digest = hmac.new(_ID_KEY, rel_path.encode("utf-8"), hashlib.sha256)
+    return digest.hexdigest()[:32]
+
+
+def order_key(record_id_: str, seed: int = 0) -> int:
+    """A 64-bit position in the global shuffle order, uniform over records."""
+    msg = f"{seed}:{record_id_}".encode("utf-8")
+    digest = hmac.new(_ORDER_KEY, msg, hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+ORDER_KEY_SPACE = 1 << 64

@@ -1,0 +1,99 @@
+"""dataset.json: the contract between the writer and the reader.
+
+Written last, through a temp file and a rename: a directory without
+dataset.json is never a finished dataset. Nothing time-dependent goes in,
+so the same input gives a byte-identical manifest.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Iterable, Mapping
+
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import reasons
+from transforms.record_format import CORE_FEATURES, DICOM_FEATURES, FORMAT_VERSION
+from transforms.records import Outcome, ShardResult
+from transforms.shard_writer import incomplete_file
+
+MANIFEST_NAME = "dataset.json"
+ERRORS_NAME = "errors.jsonl"
+MAX_SHAPES_LISTED = 16
+
+
+def _split_entry(shards: list[ShardResult]) -> dict:
+    shapes: list = []
+    for shard in shards:
+        for shape in shard.shapes:
+            if list(shape) not in shapes:
+                shapes.append(list(shape))
+    labels: Counter = Counter()
+    for shard in shards:
+        labels.update(dict(shard.label_counts))
+    return {
+        "num_records": sum(s.num_records for s in shards),
+        "num_bytes": sum(s.num_bytes for s in shards),
+        "num_shards": len(shards),
+        "dtypes": sorted({d for s in shards for d in s.dtypes}),
+        "shapes": sorted(shapes)[:MAX_SHAPES_LISTED],
+        "fixed_shape": len(shapes) == 1,
+        "label_counts": {str(k): v for k, v in sorted(labels.items())},
+        "shards": [{"file": s.file, "num_records": s.num_records,
+                    "num_bytes": s.num_bytes, "sha256": s.sha256}
+                   for s in sorted(shards, key=lambda s: s.index)],
+    }
+
+
+def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], matched: int,
+                   options: Mapping, tool_version: str, has_dicom: bool = True) -> dict:
+    results, outcomes = list(results), list(outcomes)
+    by_split: dict = {}
+    for result in results:
+        by_split.setdefault(result.split, []).append(result)
+    skipped = Counter(o.reason for o in outcomes if o.status == reasons.SKIPPED)
+    failed = Counter(o.reason for o in outcomes if o.status == reasons.FAILED)
+    written = sum(r.sources_written for r in results)
+    features = dict(CORE_FEATURES)
+    if has_dicom:
+        features.update(DICOM_FEATURES)
+    return {
+        "format_version": FORMAT_VERSION,
+        "tool": {"name": "dcm2tfrecord", "version": tool_version},
+        "features": features,
+        "splits": {name: _split_entry(shards) for name, shards in sorted(by_split.items())},
+        "counts": {
+            "matched": matched,
+            "written": written,
+            "records": sum(r.num_records for r in results),
+            "skipped": dict(sorted(skipped.items())),
+            "failed": dict(sorted(failed.items())),
+            "unaccounted": matched - written - sum(skipped.values()) - sum(failed.values()),
+        },
+        "errors_file": ERRORS_NAME,
+        "options": dict(options),
+    }
+
+
+def _write_text(output_dir: str, name: str, text: str) -> str:
+    path = FileSystems.join(output_dir, name)
+    with incomplete_file(path, output_dir) as tmp:
+        with FileSystems.create(tmp, mime_type="application/json") as handle:
+            handle.write(text.encode("utf-8"))
+    return path
+
+
+def errors_jsonl(outcomes: Iterable[Outcome]) -> str:
+    ordered = sorted(outcomes, key=lambda o: (o.uri, o.stage, o.reason))
+    return "".join(json.dumps(o.as_json(), sort_keys=True) + "\n" for o in ordered)
+
+
+def commit(output_dir: str, manifest: dict, outcomes: Iterable[Outcome]) -> str:
+    """Writes errors.jsonl, then dataset.json last; returns the manifest path."""
+    _write_text(output_dir, ERRORS_NAME, errors_jsonl(outcomes))
+    return _write_text(output_dir, MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def read_manifest(output_dir: str) -> dict:
+    with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME)) as handle:
+        return json.loads(handle.read().decode("utf-8"))

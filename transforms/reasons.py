@@ -1,0 +1,44 @@
+"""Stable reason codes for inputs that were not written.
+
+These strings appear in errors.jsonl, dataset.json and Beam counter names;
+users grep for them and scripts match on them, so they never change meaning.
+"""
+SKIPPED = "skipped"
+FAILED = "failed"
+
+# Skipped: the file is fine, it just is not an image we convert.
+NO_PIXEL_DATA = "no_pixel_data"                  # DICOM without (7FE0,0010): SR, RTPLAN, DICOMDIR...
+UNSUPPORTED_FORMAT = "unsupported_format"        # neither DICOM nor a raster image
+
+# Failed: the file should have converted and could not.
+EMPTY_FILE = "empty_file"
+UNREADABLE = "unreadable"                        # I/O or permission error
+INVALID_DICOM = "invalid_dicom"                  # .dcm that does not parse as DICOM
+INVALID_IMAGE = "invalid_image"                  # raster whose header does not parse
+MISSING_ATTRIBUTE = "missing_attribute"          # Rows, Columns, Bits Allocated... absent
+INVALID_VALUE = "invalid_value"                  # an element whose value cannot be parsed
+UNSUPPORTED_TRANSFER_SYNTAX = "unsupported_transfer_syntax"
+PIXEL_DATA_LENGTH = "pixel_data_length_mismatch"  # truncated or over-long pixel data
+DECODE_ERROR = "decode_error"                    # codec failed on the pixel data
+TOO_MANY_PIXELS = "too_many_pixels"              # header claims more than --max_pixels
+RECORD_TOO_LARGE = "record_too_large"            # one record exceeds --max_shard_mb
+WRITE_ERROR = "write_error"
+UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
+
+DOCUMENTED = {
+    NO_PIXEL_DATA: "DICOM object without pixel data (structured report, RT plan, DICOMDIR, ...)",
+    UNSUPPORTED_FORMAT: "not DICOM and not a raster image Pillow reads",
+    EMPTY_FILE: "zero-byte file",
+    UNREADABLE: "the file could not be read (permissions, I/O error, vanished)",
+    INVALID_DICOM: "named or sniffed as DICOM but the header does not parse",
+    INVALID_IMAGE: "a raster image whose header or data Pillow cannot read",
+    MISSING_ATTRIBUTE: "a required Image Pixel module attribute is absent",
+    INVALID_VALUE: "an element value cannot be parsed (e.g. invalid VR content)",
+    UNSUPPORTED_TRANSFER_SYNTAX: "no installed decoder handles the transfer syntax",
+    PIXEL_DATA_LENGTH: "pixel data shorter or longer than Rows x Columns x Frames x Bits",
+    DECODE_ERROR: "the codec raised while decoding the pixel data",
+    TOO_MANY_PIXELS: "the header claims more pixels than --max_pixels",
+    RECORD_TOO_LARGE: "a single record is larger than --max_shard_mb",
+    WRITE_ERROR: "building or writing the record failed",
+    UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",
+}

@@ -1,0 +1,105 @@
+"""Small frozen values that cross pipeline stages.
+
+Only metadata travels between stages (a few hundred bytes per record); pixel
+payload never crosses a shuffle. See ../shared/DESIGN.md, "plan, then write".
+"""
+from __future__ import annotations
+
+import dataclasses
+
+@dataclasses.dataclass(frozen=True)
+class SourceFile:
+    """One matched input file."""
+    uri: str
+    rel_path: str        # relative to the --input root it was matched under
+    size: int
+    mtime: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSpec:
+    """What a decoded record will look like, known from headers alone."""
+    depth: int
+    height: int
+    width: int
+    channels: int
+    dtype: str           # numpy dtype name of the stored pixels, e.g. "int16"
+
+    @property
+    def num_pixel_bytes(self) -> int:
+        import numpy as np
+        itemsize = np.dtype(self.dtype).itemsize
+        return self.depth * self.height * self.width * self.channels * itemsize
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.depth, self.height, self.width, self.channels)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbedRecord:
+    """A source file that will become one record, planned from its header."""
+    source: SourceFile
+    record_id: str       # keyed hash of rel_path: stable, carries no identity
+    kind: str            # "dicom" or "image"
+    spec: ImageSpec
+    split: str = "train"
+    label: int = -1
+
+    @property
+    def planned_bytes(self) -> int:
+        """Bytes this record adds to its shard, estimated from the header."""
+        return self.spec.num_pixel_bytes + RECORD_OVERHEAD_BYTES
+
+
+# Features, proto framing and TFRecord framing around the pixels; measured on
+# the default record format (about 300-400 bytes for DICOM, less for images).
+RECORD_OVERHEAD_BYTES = 400
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """A source file that was not written: skipped or failed, and why."""
+    uri: str
+    status: str          # "skipped" or "failed"
+    stage: str           # match / probe / decode / normalize / write
+    reason: str          # stable code, see transforms.reasons
+    message: str
+
+    def as_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    """The records one shard will hold, in write order."""
+    split: str
+    index: int
+    num_shards: int
+    records: tuple[ProbedRecord, ...]
+
+    @property
+    def file_name(self) -> str:
+        return shard_file_name(self.split, self.index, self.num_shards)
+
+
+def shard_file_name(split: str, index: int, num_shards: int) -> str:
+    return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardResult:
+    """A shard as written: what the manifest says about it."""
+    split: str
+    index: int
+    num_shards: int
+    file: str
+    num_records: int
+    num_bytes: int
+    sha256: str
+    planned_bytes: int
+    dtypes: tuple[str, ...]
+    shapes: tuple[tuple[int, int, int, int], ...]   # distinct, capped
+    sources_written: int
+    label_counts: tuple[tuple[int, int], ...] = ()
+    kinds: tuple[str, ...] = ()
