@@ -28,7 +28,7 @@ def _common_dtype(dtypes: list[str]) -> str:
 
 
 def _is_volume(entry: dict) -> bool:
-    return any(shape[0] != 1 for shape in entry["shapes"])
+    return entry.get("max_depth", 1) > 1
 
 
 _BITCAST = {"uint32": "int32", "uint64": "int64"}

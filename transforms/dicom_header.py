@@ -89,7 +89,7 @@ def stored_range(ds: Dataset) -> tuple[int, int]:
 def modality_dtype(ds: Dataset) -> str:
     """dtype of the modality-LUT output, PS3.3 C.11.1.
 
-    Rescale with integer slope and intercept keeps integers (CT in HU fits
+    Rescale with integer slope and intercept keeps integers (CT in HU is
     int16); a fractional rescale needs float32; a Modality LUT Sequence maps
     into the LUT's bit depth. Colour images have no modality LUT.
     """
@@ -108,6 +108,11 @@ def modality_dtype(ds: Dataset) -> str:
             if not (slope.is_integer() and intercept.is_integer()):
                 return "float32"
             lo, hi = sorted((lo * slope + intercept, hi * slope + intercept))
+            if str(ds.get("Modality", "")).upper() == "CT":
+                # Hounsfield units lie physically within int16 even when a
+                # 16-bit signed stored range minus 1024 would not; a slice whose
+                # values really exceed it is widened at decode, still exact.
+                lo, hi = max(lo, -32768), min(hi, 32767)
     return smallest_integer_dtype(lo, hi)
 
 

@@ -38,6 +38,7 @@ def _split_entry(shards: list[ShardResult]) -> dict:
         "dtypes": sorted({d for s in shards for d in s.dtypes}),
         "shapes": sorted(shapes)[:MAX_SHAPES_LISTED],
         "fixed_shape": len(shapes) == 1,
+        "max_depth": max((s.max_depth for s in shards), default=1),
         "label_counts": {str(k): v for k, v in sorted(labels.items())},
         "shards": [{"file": s.file, "num_records": s.num_records,
                     "num_bytes": s.num_bytes, "sha256": s.sha256}

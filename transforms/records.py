@@ -103,3 +103,4 @@ class ShardResult:
     sources_written: int
     label_counts: tuple[tuple[int, int], ...] = ()
     kinds: tuple[str, ...] = ()
+    max_depth: int = 1

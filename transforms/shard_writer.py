@@ -62,6 +62,7 @@ def write_shard(plan: ShardPlan, output_dir: str,
     shapes: list = []
     labels: dict = {}
     written = 0
+    max_depth = 1
     final_path = FileSystems.join(output_dir, plan.file_name)
     with incomplete_file(final_path, output_dir) as tmp:
         with FileSystems.create(tmp, mime_type="application/octet-stream",
@@ -81,6 +82,7 @@ def write_shard(plan: ShardPlan, output_dir: str,
                 _TFRecordUtil.write_record(sink, payload)
                 written += 1
                 dtypes.add(dtype)
+                max_depth = max(max_depth, shape[0])
                 if shape not in shapes and len(shapes) < MAX_SHAPES_REPORTED:
                     shapes.append(shape)
                 labels[record.label] = labels.get(record.label, 0) + 1
@@ -90,5 +92,5 @@ def write_shard(plan: ShardPlan, output_dir: str,
         planned_bytes=sum(r.planned_bytes for r in plan.records),
         dtypes=tuple(sorted(dtypes)), shapes=tuple(sorted(shapes)), sources_written=written,
         label_counts=tuple(sorted(labels.items())),
-        kinds=tuple(sorted({r.kind for r in plan.records})))
+        kinds=tuple(sorted({r.kind for r in plan.records})), max_depth=max_depth)
     return result, outcomes

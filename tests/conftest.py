@@ -1,0 +1,52 @@
+"""Shared fixtures: real archives (pydicom's test files, generated images), real runs."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from pipeline import convert  # noqa: E402
+from pipeline.options import ConvertOptions  # noqa: E402
+from pipeline.sample_archive import build_sample_archive, synthetic_image  # noqa: E402
+
+IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+
+
+def run_convert(inputs, output, beam_args=IN_MEMORY, **options) -> dict:
+    """Runs a real conversion on Beam's local runner; returns the summary."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    opts = ConvertOptions(inputs=tuple(str(i) for i in inputs), output=str(output), **options)
+    return convert.run(opts, list(beam_args), quiet=True)
+
+
+def write_png_archive(root, count: int, height: int, width: int, channels: int = 1,
+                      seed: int = 0, ext: str = "png") -> list[str]:
+    """``count`` generated images of one size; returns their paths."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(root, exist_ok=True)
+    paths = []
+    for i in range(count):
+        arr = synthetic_image(rng, height, width, channels)
+        arr = arr + rng.integers(0, 8, size=arr.shape, dtype=np.uint8)  # defeat PNG compression a bit
+        path = os.path.join(str(root), f"img_{i:04d}.{ext}")
+        Image.fromarray(arr).save(path)
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="session")
+def sample_archive(tmp_path_factory) -> str:
+    return build_sample_archive(str(tmp_path_factory.mktemp("sample") / "archive"))
+
+
+@pytest.fixture(scope="session")
+def sample_dataset(sample_archive, tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("sample_out") / "dataset"
+    run_convert(sample_archive, out, target_shard_mb=4, min_shard_mb=1, max_shard_mb=16)
+    return str(out)

@@ -1,0 +1,74 @@
+"""Shard planning: counts within bounds, sizes within bounds, no gaps, no global state."""
+import numpy as np
+import pytest
+
+from transforms.records import ImageSpec, ProbedRecord, SourceFile
+from transforms.shard_plan import (BUCKETS_PER_SHARD, MB, ShardBounds, assign_shards, bucket_of,
+                                   bucket_starts, choose_num_shards, layout)
+
+
+def _records(sizes):
+    out = []
+    for i, size in enumerate(sizes):
+        spec = ImageSpec(1, 1, int(size), 1, "uint8")
+        out.append(ProbedRecord(SourceFile(f"/a/{i}", f"{i}", 1, 0.0), f"{i:032x}", "image", spec))
+    return out
+
+
+def _plan(records, bounds):
+    """The pipeline's planning, run in plain Python bucket by bucket."""
+    total = sum(r.planned_bytes for r in records)
+    lay = layout(total, len(records), max(r.planned_bytes for r in records), bounds)
+    buckets = {}
+    for r in records:
+        buckets.setdefault(("train", bucket_of(r, lay.num_buckets)), []).append(r)
+    starts = bucket_starts([(k, sum(r.planned_bytes for r in v)) for k, v in buckets.items()])
+    shards = {}
+    for key, recs in buckets.items():
+        for index, r in assign_shards(recs, starts[key], lay):
+            shards.setdefault(index, []).append(r)
+    return lay, shards
+
+
+def test_small_split_is_one_shard():
+    bounds = ShardBounds.from_mb(256, 100, 500)
+    assert choose_num_shards(50 * MB, MB, bounds) == 1
+
+
+def test_default_bounds_at_archive_scale():
+    bounds = ShardBounds.from_mb(256, 100, 500)
+    total = 8 * 1024 * 1024 * MB   # 8 TB of 512 KB slices
+    n = choose_num_shards(total, 512 * 1024, bounds)
+    assert 100 * MB <= total / n <= 500 * MB
+    assert abs(total / n - 256 * MB) < MB
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_planned_shards_respect_bounds_and_have_no_gaps(seed):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(20_000, 400_000, size=400)
+    bounds = ShardBounds.from_mb(2, 1, 3)
+    lay, shards = _plan(_records(sizes), bounds)
+    assert sorted(shards) == list(range(lay.num_shards))
+    for recs in shards.values():
+        size = sum(r.planned_bytes for r in recs)
+        assert bounds.min_bytes <= size <= bounds.max_bytes
+
+
+def test_every_record_planned_exactly_once_and_buckets_smaller_than_shards():
+    records = _records(np.full(1000, 10_000))
+    lay, shards = _plan(records, ShardBounds.from_mb(1, 0.5, 2))
+    planned = [r.record_id for recs in shards.values() for r in recs]
+    assert sorted(planned) == sorted(r.record_id for r in records)
+    assert lay.num_buckets == lay.num_shards * BUCKETS_PER_SHARD
+
+
+def test_huge_record_never_leaves_an_empty_shard():
+    sizes = [10_000] * 50 + [5 * MB]
+    lay, shards = _plan(_records(sizes), ShardBounds.from_mb(1, 0.5, 8))
+    assert sorted(shards) == list(range(lay.num_shards))
+
+
+def test_bucket_starts_are_prefix_sums_per_split():
+    starts = bucket_starts([(("train", 2), 5), (("train", 0), 3), (("test", 1), 7), (("train", 1), 4)])
+    assert starts == {("train", 0): 0, ("train", 1): 3, ("train", 2): 7, ("test", 1): 0}
