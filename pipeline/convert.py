@@ -11,7 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline import tool_version
-from pipeline.options import ConvertOptions, UsageError, parse_convert
+from pipeline.options import ConvertOptions, UsageError, parse_convert, validate
 from pipeline.summary import print_summary, summarize
 from transforms import manifest as manifest_lib
 from transforms.beam_transforms import ConvertArchive
@@ -68,7 +68,8 @@ def prepare_output(opts: ConvertOptions) -> None:
 
 def remove_stale_files(output_dir: str, manifest: dict) -> None:
     """Deletes shards of an earlier run that the new manifest does not list."""
-    keep = {s["file"] for split in manifest["splits"].values() for s in split["shards"]}
+    keep = {name for split in manifest["splits"].values() for s in split["shards"]
+            for name in (s["file"], s["index_file"])}
     pattern = FileSystems.join(output_dir, "*.tfrecord*")
     stale = [m.path for m in FileSystems.match([pattern])[0].metadata_list
              if m.path.rsplit("/", 1)[-1] not in keep]
@@ -81,14 +82,13 @@ def remove_stale_files(output_dir: str, manifest: dict) -> None:
 
 def build(pipeline: beam.Pipeline, opts: ConvertOptions) -> None:
     _ = pipeline | "ConvertArchive" >> ConvertArchive(
-        patterns=[_absolute(p) for p in opts.inputs], output_dir=_absolute(opts.output),
-        bounds=opts.bounds, options=opts.recorded(), version=tool_version(),
-        max_pixels=opts.max_pixels, seed=opts.seed)
+        opts.settings(), options=opts.recorded(), version=tool_version())
 
 
 def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
     """Converts; returns the run summary (see pipeline.summary)."""
     opts = ConvertOptions(**{**opts.__dict__, "output": _absolute(opts.output)})
+    validate(opts)
     prepare_output(opts)
     options = make_pipeline_options(beam_args)
     started = time.time()

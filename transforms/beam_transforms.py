@@ -6,6 +6,8 @@ written inside WriteShards, one shard per DoFn call.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Iterable, Mapping, Optional
 
 import apache_beam as beam
@@ -18,6 +20,9 @@ from transforms.errors import ConversionError
 from transforms.probe import DEFAULT_MAX_PIXELS, probe_file
 from transforms.records import Outcome, ProbedRecord, ShardPlan, ShardResult, SourceFile
 from transforms.shard_plan import ShardBounds, assign_shards, bucket_of, bucket_starts, layout
+from transforms.settings import ConversionSettings
+from transforms import labels as labels_lib
+from transforms import splits as splits_lib
 from transforms.shard_writer import write_shard
 from transforms.sources import expand_pattern
 
@@ -131,20 +136,24 @@ def _to_plan(keyed, layouts: Mapping, seed: int) -> ShardPlan:
 
 
 class PlanShards(beam.PTransform):
-    """ProbedRecord -> ShardPlan, from header metadata only (see transforms.shard_plan)."""
+    """ProbedRecord -> (ShardPlan, (split, SplitLayout)), from header metadata only.
 
-    def __init__(self, bounds: ShardBounds, seed: int = 0):
+    See transforms.shard_plan for why this keeps shards within bounds without
+    any step holding a whole split.
+    """
+
+    def __init__(self, bounds: ShardBounds, seed: int = 0, min_shards: int = 1):
         super().__init__()
-        self.bounds, self.seed = bounds, seed
+        self.bounds, self.seed, self.min_shards = bounds, seed, min_shards
 
     def expand(self, records):
-        bounds, seed = self.bounds, self.seed
+        bounds, seed, min_shards = self.bounds, self.seed, self.min_shards
         layouts = (records
                    | "KeyPlannedBytesBySplit" >> beam.Map(lambda r: (r.split, r.planned_bytes))
                    | "SumSplitBytes" >> beam.CombinePerKey(SplitTotalsFn())
                    # (split, (bytes, records, largest record))
                    | "ChooseShardCounts" >> beam.MapTuple(
-                       lambda split, t: (split, layout(t[0], t[1], t[2], bounds))))
+                       lambda split, t: (split, layout(t[0], t[1], t[2], bounds, min_shards))))
                    # (split, SplitLayout)
         layouts_by_split = AsDict(layouts)
         bucketed = (records
@@ -156,15 +165,202 @@ class PlanShards(beam.PTransform):
                   | "CollectBucketSizes" >> beam.combiners.ToList()
                   | "PrefixSumBuckets" >> beam.Map(bucket_starts))
                   # {(split, bucket): start offset}
-        return (bucketed
-                | "GroupHashBuckets" >> beam.GroupByKey()
-                # ((split, bucket), [ProbedRecord]): smaller than a shard
-                | "AssignShards" >> beam.FlatMap(_shards_of_bucket, AsSingleton(starts),
-                                                 layouts_by_split, seed)
-                # ((split, shard index), ProbedRecord)
-                | "GroupShards" >> beam.GroupByKey()
-                | "OrderShardRecords" >> beam.Map(_to_plan, layouts_by_split, seed))
-                # ShardPlan
+        plans = (bucketed
+                 | "GroupHashBuckets" >> beam.GroupByKey()
+                 # ((split, bucket), [ProbedRecord]): smaller than a shard
+                 | "AssignShards" >> beam.FlatMap(_shards_of_bucket, AsSingleton(starts),
+                                                  layouts_by_split, seed)
+                 # ((split, shard index), ProbedRecord)
+                 | "GroupShards" >> beam.GroupByKey()
+                 | "OrderShardRecords" >> beam.Map(_to_plan, layouts_by_split, seed))
+                 # ShardPlan
+        return plans, layouts
+
+
+# ---------------------------------------------------------------- labels
+
+
+def _join_key(record: ProbedRecord, label_key: str) -> str:
+    if label_key == "path":
+        return record.source.rel_path
+    ids = record.ids
+    if ids is None:
+        return ""
+    return {"sop_instance_uid": ids.sop_uid, "series_instance_uid": ids.series_uid,
+            "study_instance_uid": ids.study_uid, "patient_id": ids.patient_id}[label_key]
+
+
+def _read_label_rows(uri: str, settings: ConversionSettings):
+    import io
+    from apache_beam.io.filesystems import FileSystems
+    with FileSystems.open(uri) as raw:
+        lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        for item in labels_lib.parse_label_csv(lines, uri, settings.label_key, settings.label_column,
+                                               settings.split_column):
+            if isinstance(item, Outcome):
+                _count_outcome(item)
+                yield TaggedOutput(OUTCOMES, item)
+            else:
+                yield item
+
+
+class LabelSpaceFn(beam.CombineFn):
+    """Label values -> LabelSpace (kind and sorted class names)."""
+
+    def __init__(self, multi: bool):
+        super().__init__()
+        self.multi = multi
+
+    def create_accumulator(self):
+        return labels_lib.LabelSpaceAccumulator(self.multi)
+
+    def add_input(self, acc, value):
+        return acc.add(value)
+
+    def merge_accumulators(self, accs):
+        accs = list(accs)
+        first = accs[0]
+        for other in accs[1:]:
+            first.merge(other)
+        return first
+
+    def extract_output(self, acc):
+        return acc.result()
+
+
+def _missing(record: ProbedRecord, settings: ConversionSettings, space, why: str):
+    if settings.missing_label == "unlabeled":
+        return dataclasses.replace(record, label=space.unlabeled())
+    status = reasons.SKIPPED if settings.missing_label == "skip" else reasons.FAILED
+    return Outcome(record.source.uri, status, "labels", reasons.MISSING_LABEL, why)
+
+
+def _labelled(record: ProbedRecord, raw: str, split: Optional[str], space, settings):
+    try:
+        label = space.encode(raw)
+    except (ValueError, IndexError) as exc:
+        return Outcome(record.source.uri, reasons.FAILED, "labels", reasons.INVALID_LABEL,
+                       f"label {raw!r} is not a valid {space.kind} label: {exc}")
+    if settings.split_column:
+        if not split:
+            return Outcome(record.source.uri, reasons.FAILED, "labels", reasons.INVALID_LABEL,
+                           f"empty {settings.split_column} for this record")
+        return dataclasses.replace(record, label=label, split=split)
+    return dataclasses.replace(record, label=label)
+
+
+def _join_labels(keyed, space, settings: ConversionSettings):
+    key, grouped = keyed
+    rows = sorted(grouped["rows"], key=lambda r: r.line)
+    records = list(grouped["records"])
+    if rows and records:
+        for extra in rows[1:]:
+            outcome = Outcome(f"{settings.labels_csv}:{extra.line}", reasons.FAILED, "labels",
+                              reasons.MALFORMED_LABEL_ROW,
+                              f"line {extra.line}: key already labelled at line {rows[0].line}")
+            _count_outcome(outcome)
+            yield TaggedOutput(OUTCOMES, outcome)
+    for record in records:
+        if not key:
+            result = _missing(record, settings, space, f"record has no {settings.label_key}")
+        elif not rows or not rows[0].value:
+            result = _missing(record, settings, space,
+                              f"no label for {settings.label_key} in {settings.labels_csv}")
+        else:
+            result = _labelled(record, rows[0].value, rows[0].split, space, settings)
+        if isinstance(result, Outcome):
+            _count_outcome(result)
+            yield TaggedOutput(OUTCOMES, result)
+        else:
+            yield result
+
+
+def _dir_labelled(record: ProbedRecord, space, settings: ConversionSettings):
+    name = labels_lib.dir_label(record.source.rel_path)
+    result = (_labelled(record, name, None, space, settings) if name
+              else _missing(record, settings, space, "file is not inside a class folder"))
+    if isinstance(result, Outcome):
+        _count_outcome(result)
+        yield TaggedOutput(OUTCOMES, result)
+    else:
+        yield result
+
+
+class AttachLabels(beam.PTransform):
+    """ProbedRecord -> labelled ProbedRecord; an Outcome per record without a usable label.
+
+    The CSV join is a CoGroupByKey on raw identifiers (metadata only).
+    Returns (records, outcomes, label space singleton).
+    """
+
+    def __init__(self, settings: ConversionSettings):
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, records):
+        settings = self.settings
+        if settings.labels_from_dirs:
+            space = (records
+                     | "FolderNames" >> beam.Map(lambda r: labels_lib.dir_label(r.source.rel_path))
+                     | "DecideLabelKind" >> beam.CombineGlobally(LabelSpaceFn(settings.multi_label)))
+            out = (records | "LabelFromFolder" >> beam.FlatMap(
+                _dir_labelled, AsSingleton(space), settings).with_outputs(OUTCOMES, main="records"))
+            return out.records, out[OUTCOMES], space
+        rows = (records.pipeline
+                | "ListLabelFiles" >> beam.Create([settings.labels_csv])
+                | "ReadLabelRows" >> beam.FlatMap(_read_label_rows, settings).with_outputs(
+                    OUTCOMES, main="rows"))
+        # rows: LabelRow (raw key, raw value, split, line); outcomes: malformed lines
+        space = (rows.rows
+                 | "LabelValues" >> beam.Map(lambda r: r.value)
+                 | "DecideLabelKind" >> beam.CombineGlobally(LabelSpaceFn(settings.multi_label)))
+        joined = ({"records": records | "KeyByLabelKey" >> beam.Map(
+                       lambda r: (_join_key(r, settings.label_key), r)),
+                   "rows": rows.rows | "KeyRowsByKey" >> beam.Map(lambda r: (r.key, r))}
+                  | "JoinLabels" >> beam.CoGroupByKey()
+                  # (raw key, {"records": [ProbedRecord], "rows": [LabelRow]})
+                  | "EncodeLabels" >> beam.FlatMap(_join_labels, AsSingleton(space), settings)
+                  .with_outputs(OUTCOMES, main="records"))
+        outcomes = ((rows[OUTCOMES], joined[OUTCOMES]) | "LabelOutcomes" >> beam.Flatten())
+        return joined.records, outcomes, space
+
+
+# ---------------------------------------------------------------- splits
+
+
+def _group_key(record: ProbedRecord, settings: ConversionSettings) -> str:
+    return splits_lib.group_key(settings.split_by_for(record.kind), record.ids, record.record_id)
+
+
+def _with_split(record: ProbedRecord, settings: ConversionSettings) -> ProbedRecord:
+    split = splits_lib.assign_split(_group_key(record, settings), settings.splits)
+    return dataclasses.replace(record, split=split)
+
+
+def _splits_of_group(groups):
+    return len(set(groups))
+
+
+class CountGroups(beam.PTransform):
+    """ProbedRecord -> ({split: distinct groups}, groups found in more than one split)."""
+
+    def __init__(self, settings: ConversionSettings):
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, records):
+        settings = self.settings
+        pairs = (records
+                 | "SplitAndGroup" >> beam.Map(lambda r: (r.split, _group_key(r, settings)))
+                 | "DistinctSplitGroups" >> beam.Distinct())
+        # (split, group key): raw identifiers, counted, never written
+        per_split = pairs | "CountGroupsPerSplit" >> beam.combiners.Count.PerKey()
+        leaking = (pairs
+                   | "GroupFirst" >> beam.KvSwap()
+                   | "SplitsPerGroup" >> beam.CombinePerKey(_splits_of_group)
+                   | "GroupsInSeveralSplits" >> beam.Filter(lambda kv: kv[1] > 1)
+                   | "CountLeakingGroups" >> beam.combiners.Count.Globally())
+        return per_split, leaking
 
 
 # ---------------------------------------------------------------- write
@@ -173,12 +369,12 @@ class PlanShards(beam.PTransform):
 class WriteShardFn(beam.DoFn):
     """ShardPlan -> ShardResult, plus an Outcome per record that did not convert."""
 
-    def __init__(self, output_dir: str):
+    def __init__(self, output_dir: str, compression: str = "none"):
         super().__init__()
-        self.output_dir = output_dir
+        self.output_dir, self.compression = output_dir, compression
 
     def process(self, plan: ShardPlan):
-        result, outcomes = write_shard(plan, self.output_dir)
+        result, outcomes = write_shard(plan, self.output_dir, self.compression)
         count("records_written", result.num_records)
         count("bytes_written", result.num_bytes)
         count("shards_written")
@@ -191,42 +387,78 @@ class WriteShardFn(beam.DoFn):
 # ---------------------------------------------------------------- commit
 
 
-def _commit(_, results: list[ShardResult], outcomes: list[Outcome], matched: int,
-            output_dir: str, options: dict, version: str) -> str:
+def _commit(_, results: list, outcomes: list, matched: int, space, group_counts: dict,
+            leaking: int, layouts: dict, settings: ConversionSettings, options: dict,
+            version: str) -> str:
     has_dicom = any("dicom" in r.kinds for r in results)
-    manifest = manifest_lib.build_manifest(results, outcomes, matched, options, version, has_dicom)
-    return manifest_lib.commit(output_dir, manifest, outcomes)
+    extra = {
+        "labels": _labels_entry(space, settings),
+        "groups": {"split_by": settings.split_by or "patient for DICOM, record otherwise",
+                   "num_groups": dict(sorted(group_counts.items())),
+                   "groups_in_several_splits": leaking},
+        "min_shards": {split: {"requested": lay.min_shards_requested,
+                               "honoured": lay.min_shards_honoured}
+                       for split, lay in sorted(layouts.items())},
+    }
+    manifest = manifest_lib.build_manifest(results, outcomes, matched, options, version, has_dicom,
+                                           extra=extra)
+    return manifest_lib.commit(settings.output_dir, manifest, outcomes)
+
+
+def _labels_entry(space, settings: ConversionSettings) -> dict:
+    if space is None:
+        return {"source": None, "kind": "none", "class_names": [],
+                "feature": {"dtype": "int64", "shape": [], "description": "-1: unlabeled"}}
+    return {"source": "folders" if settings.labels_from_dirs else settings.labels_csv,
+            "key": None if settings.labels_from_dirs else settings.label_key,
+            "column": None if settings.labels_from_dirs else settings.label_column,
+            "kind": space.kind, "class_names": list(space.class_names),
+            "missing_label": settings.missing_label, "feature": space.feature()}
 
 
 class ConvertArchive(beam.PTransform):
-    """The whole job: match -> probe -> plan -> reshuffle -> write -> commit."""
+    """The whole job: match -> probe -> labels -> splits -> plan -> reshuffle -> write -> commit."""
 
-    def __init__(self, patterns: list[str], output_dir: str, bounds: ShardBounds,
-                 options: dict, version: str, max_pixels: int = DEFAULT_MAX_PIXELS, seed: int = 0):
+    def __init__(self, settings: ConversionSettings, options: dict, version: str):
         super().__init__()
-        self.patterns, self.output_dir, self.bounds = patterns, output_dir, bounds
-        self.options, self.version, self.max_pixels, self.seed = options, version, max_pixels, seed
+        self.settings, self.options, self.version = settings, options, version
 
     def expand(self, pbegin):
-        sources = pbegin | "MatchInputs" >> MatchSources(self.patterns)
+        settings = self.settings
+        sources = pbegin | "MatchInputs" >> MatchSources(list(settings.patterns))
         # SourceFile
         probed = (sources
-                  | "ProbeHeaders" >> beam.ParDo(ProbeFn(self.max_pixels, self.bounds.max_bytes)).with_outputs(
-                      OUTCOMES, main="records"))
+                  | "ProbeHeaders" >> beam.ParDo(ProbeFn(settings.max_pixels,
+                                                         settings.bounds.max_bytes))
+                  .with_outputs(OUTCOMES, main="records"))
         # records: ProbedRecord; outcomes: Outcome
-        written = (probed.records
-                   | "PlanShards" >> PlanShards(self.bounds, self.seed)
-                   # ShardPlan (metadata only)
+        outcome_parts = [probed[OUTCOMES]]
+        records = probed.records
+        space = None
+        if settings.labels_csv or settings.labels_from_dirs:
+            records, label_outcomes, space = records | "AttachLabels" >> AttachLabels(settings)
+            outcome_parts.append(label_outcomes)
+        if not settings.split_column:
+            records = records | "AssignSplits" >> beam.Map(_with_split, settings)
+        # ProbedRecord with label and split
+        group_counts, leaking = records | "CountGroups" >> CountGroups(settings)
+        plans, layouts = records | "PlanShards" >> PlanShards(settings.bounds, settings.seed,
+                                                              settings.min_shards)
+        written = (plans
                    | "DistributeShards" >> beam.Reshuffle()
-                   | "WriteShards" >> beam.ParDo(WriteShardFn(self.output_dir)).with_outputs(
-                       OUTCOMES, main="shards"))
+                   | "WriteShards" >> beam.ParDo(WriteShardFn(settings.output_dir,
+                                                              settings.compression))
+                   .with_outputs(OUTCOMES, main="shards"))
         # shards: ShardResult; outcomes: Outcome
-        outcomes = ((probed[OUTCOMES], written[OUTCOMES])
-                    | "CollectOutcomes" >> beam.Flatten())
+        outcome_parts.append(written[OUTCOMES])
+        outcomes = tuple(outcome_parts) | "CollectOutcomes" >> beam.Flatten()
         matched = sources | "CountMatched" >> beam.combiners.Count.Globally()
+        space_side = (AsSingleton(space) if space is not None
+                      else AsSingleton(pbegin | "NoLabels" >> beam.Create([None])))
         return (pbegin
                 | "CommitOnce" >> beam.Create([None])
                 | "CommitDataset" >> beam.Map(
                     _commit, AsList(written.shards), AsList(outcomes), AsSingleton(matched),
-                    self.output_dir, self.options, self.version))
+                    space_side, AsDict(group_counts), AsSingleton(leaking), AsDict(layouts),
+                    settings, self.options, self.version))
                 # path of dataset.json

@@ -40,14 +40,16 @@ def _split_entry(shards: list[ShardResult]) -> dict:
         "fixed_shape": len(shapes) == 1,
         "max_depth": max((s.max_depth for s in shards), default=1),
         "label_counts": {str(k): v for k, v in sorted(labels.items())},
-        "shards": [{"file": s.file, "num_records": s.num_records,
+        "shards": [{"file": s.file, "index_file": s.file + ".idx", "num_records": s.num_records,
                     "num_bytes": s.num_bytes, "sha256": s.sha256}
                    for s in sorted(shards, key=lambda s: s.index)],
     }
 
 
 def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], matched: int,
-                   options: Mapping, tool_version: str, has_dicom: bool = True) -> dict:
+                   options: Mapping, tool_version: str, has_dicom: bool = True,
+                   extra: Mapping | None = None) -> dict:
+    """dataset.json content; ``extra`` adds labels, groups and shard-policy notes."""
     results, outcomes = list(results), list(outcomes)
     by_split: dict = {}
     for result in results:
@@ -58,11 +60,18 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     features = dict(CORE_FEATURES)
     if has_dicom:
         features.update(DICOM_FEATURES)
-    return {
+    extra = dict(extra or {})
+    if "labels" in extra:
+        features["label"] = extra["labels"].pop("feature")
+    group_counts = extra.get("groups", {}).get("num_groups", {})
+    splits = {name: _split_entry(shards) for name, shards in sorted(by_split.items())}
+    for name, entry in splits.items():
+        entry["num_groups"] = group_counts.get(name, 0)
+    manifest = {
         "format_version": FORMAT_VERSION,
         "tool": {"name": "dcm2tfrecord", "version": tool_version},
         "features": features,
-        "splits": {name: _split_entry(shards) for name, shards in sorted(by_split.items())},
+        "splits": splits,
         "counts": {
             "matched": matched,
             "written": written,
@@ -74,6 +83,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         "errors_file": ERRORS_NAME,
         "options": dict(options),
     }
+    manifest.update(extra)
+    return manifest
 
 
 def _write_text(output_dir: str, name: str, text: str) -> str:

@@ -8,7 +8,7 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from transforms import dicom_header, raster, reasons, sniff
 from transforms.errors import ConversionError
 from transforms.hashing import record_id
-from transforms.records import ImageSpec, ProbedRecord, SourceFile
+from transforms.records import Identifiers, ImageSpec, ProbedRecord, SourceFile
 
 DEFAULT_MAX_PIXELS = 1 << 28
 
@@ -22,14 +22,24 @@ def open_source(uri: str) -> BinaryIO:
         raise ConversionError(reasons.UNREADABLE, f"cannot open: {exc}") from exc
 
 
-def _probe_dicom(fileobj: BinaryIO, sniffed: str) -> ImageSpec:
+def _identifiers(ds) -> Identifiers:
+    def text(keyword: str) -> str:
+        try:
+            return str(ds.get(keyword, "") or "").strip()
+        except Exception:
+            return ""
+    return Identifiers(patient_id=text("PatientID"), study_uid=text("StudyInstanceUID"),
+                       series_uid=text("SeriesInstanceUID"), sop_uid=text("SOPInstanceUID"))
+
+
+def _probe_dicom(fileobj: BinaryIO, sniffed: str) -> tuple[ImageSpec, Identifiers]:
     ds = dicom_header.read_header(fileobj)
     if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
     if not dicom_header.has_pixel_data(ds):
         sop = str(ds.get("SOPClassUID", "") or "unknown SOP class")
         raise ConversionError(reasons.NO_PIXEL_DATA, f"no pixel data ({sop})", skipped=True)
-    return dicom_header.image_spec(ds)
+    return dicom_header.image_spec(ds), _identifiers(ds)
 
 
 def _probe_image(fileobj: BinaryIO) -> ImageSpec:
@@ -58,10 +68,10 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
                                   f"not DICOM or a raster image ({sniff.extension(source.uri) or 'no extension'})",
                                   skipped=True)
         if kind == sniff.IMAGE:
-            spec, record_kind = _probe_image(fileobj), "image"
+            spec, record_kind, ids = _probe_image(fileobj), "image", None
         else:
             try:
-                spec, record_kind = _probe_dicom(fileobj, kind), "dicom"
+                (spec, ids), record_kind = _probe_dicom(fileobj, kind), "dicom"
             except ConversionError as exc:
                 named_dicom = sniff.extension(source.uri) in sniff.DICOM_EXTENSIONS
                 if kind == sniff.MAYBE_DICOM and exc.reason == reasons.INVALID_DICOM and not named_dicom:
@@ -77,7 +87,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     if pixels == 0:
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     record = ProbedRecord(source=source, record_id=record_id(source.rel_path),
-                          kind=record_kind, spec=spec)
+                          kind=record_kind, spec=spec, ids=ids)
     if max_record_bytes is not None and record.planned_bytes > max_record_bytes:
         raise ConversionError(reasons.RECORD_TOO_LARGE,
                               f"record of {record.planned_bytes / (1 << 20):.2f} MB {spec.shape} {spec.dtype} "

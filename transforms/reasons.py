@@ -21,6 +21,9 @@ UNSUPPORTED_TRANSFER_SYNTAX = "unsupported_transfer_syntax"
 PIXEL_DATA_LENGTH = "pixel_data_length_mismatch"  # truncated or over-long pixel data
 DECODE_ERROR = "decode_error"                    # codec failed on the pixel data
 TOO_MANY_PIXELS = "too_many_pixels"              # header claims more than --max_pixels
+MISSING_LABEL = "missing_label"                  # no row in --labels for this record
+MALFORMED_LABEL_ROW = "malformed_label_row"      # a labels CSV line that cannot be used
+INVALID_LABEL = "invalid_label"                  # a label value that does not parse
 RECORD_TOO_LARGE = "record_too_large"            # one record exceeds --max_shard_mb
 WRITE_ERROR = "write_error"
 UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
@@ -38,6 +41,9 @@ DOCUMENTED = {
     PIXEL_DATA_LENGTH: "pixel data shorter or longer than Rows x Columns x Frames x Bits",
     DECODE_ERROR: "the codec raised while decoding the pixel data",
     TOO_MANY_PIXELS: "the header claims more pixels than --max_pixels",
+    MISSING_LABEL: "no label for this record in --labels (counted as skipped with --missing_label skip)",
+    MALFORMED_LABEL_ROW: "a labels CSV line with the wrong number of fields or an empty key (uri is csv:line)",
+    INVALID_LABEL: "a label value that does not parse as the column's kind",
     RECORD_TOO_LARGE: "a single record is larger than --max_shard_mb",
     WRITE_ERROR: "building or writing the record failed",
     UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",

@@ -39,13 +39,22 @@ DICOM_FEATURES = {
 }
 
 
-def serialize_record(pixels: np.ndarray, record_id: str, kind: str, label: int = -1,
+def _label_feature(label):
+    """int -> Int64List, float -> FloatList, multi-hot tuple -> Int64List of the vector."""
+    if isinstance(label, tuple):
+        return np.asarray(label, dtype=np.int64)
+    if isinstance(label, float):
+        return float(label)
+    return int(label)
+
+
+def serialize_record(pixels: np.ndarray, record_id: str, kind: str, label=-1,
                      metadata: Mapping[str, object] | None = None) -> bytes:
     """One serialized tf.train.Example for a (D, H, W, C) pixel array."""
     depth, height, width, channels = pixels.shape
     features: dict = {
         "image_raw": memoryview(pixels).cast("B"),
-        "label": int(label),
+        "label": _label_feature(label),
         "height": height,
         "width": width,
         "channels": channels,

@@ -6,6 +6,7 @@ payload never crosses a shuffle. See ../shared/DESIGN.md, "plan, then write".
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 @dataclasses.dataclass(frozen=True)
 class SourceFile:
@@ -37,6 +38,15 @@ class ImageSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Identifiers:
+    """Raw DICOM identifiers: used for label joins and split grouping, never written."""
+    patient_id: str = ""
+    study_uid: str = ""
+    series_uid: str = ""
+    sop_uid: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class ProbedRecord:
     """A source file that will become one record, planned from its header."""
     source: SourceFile
@@ -44,7 +54,8 @@ class ProbedRecord:
     kind: str            # "dicom" or "image"
     spec: ImageSpec
     split: str = "train"
-    label: int = -1
+    label: object = -1   # int, float, or a multi-hot tuple; see transforms.labels
+    ids: Optional[Identifiers] = None
 
     @property
     def planned_bytes(self) -> int:
@@ -101,6 +112,6 @@ class ShardResult:
     dtypes: tuple[str, ...]
     shapes: tuple[tuple[int, int, int, int], ...]   # distinct, capped
     sources_written: int
-    label_counts: tuple[tuple[int, int], ...] = ()
+    label_counts: tuple[tuple[str, int], ...] = ()
     kinds: tuple[str, ...] = ()
     max_depth: int = 1

@@ -40,6 +40,11 @@ class SplitLayout:
     num_records: int
     max_record_bytes: int
     num_shards: int
+    min_shards_requested: int = 1
+
+    @property
+    def min_shards_honoured(self) -> bool:
+        return self.num_shards >= self.min_shards_requested
 
     @property
     def num_buckets(self) -> int:
@@ -75,9 +80,14 @@ def _bounded_num_shards(total_bytes: int, max_record_bytes: int, bounds: ShardBo
 
 
 def layout(total_bytes: int, num_records: int, max_record_bytes: int,
-           bounds: ShardBounds) -> SplitLayout:
-    return SplitLayout(total_bytes, num_records, max_record_bytes,
-                       choose_num_shards(total_bytes, max_record_bytes, bounds))
+           bounds: ShardBounds, min_shards: int = 1) -> SplitLayout:
+    """The split's shard count; ``min_shards`` raises it while shards stay >= the minimum size."""
+    n = choose_num_shards(total_bytes, max_record_bytes, bounds)
+    if min_shards > n:
+        room = bounds.min_bytes + max_record_bytes
+        most = min(total_bytes // max(room, 1), total_bytes // max(max_record_bytes, 1))
+        n = max(n, min(min_shards, int(most)))
+    return SplitLayout(total_bytes, num_records, max_record_bytes, max(n, 1), min_shards)
 
 
 def sort_key(record: ProbedRecord, seed: int = 0) -> tuple[int, str]:

@@ -9,6 +9,7 @@ final shard name is always whole.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import uuid
 from typing import BinaryIO, Callable, Iterator
@@ -23,6 +24,15 @@ from transforms.probe import open_source
 from transforms.records import Outcome, ShardPlan, ShardResult
 
 INCOMPLETE_DIR = ".incomplete"
+
+
+def label_keys(label) -> list[str]:
+    """What a record adds to class balance: its class, or each class of a multi-hot."""
+    if isinstance(label, tuple):
+        return [str(i) for i, v in enumerate(label) if v == 1] or ["unlabeled" if -1 in label else "none"]
+    if isinstance(label, float):
+        return []
+    return [str(label) if label != -1 else "unlabeled"]
 MAX_SHAPES_REPORTED = 8
 
 
@@ -54,20 +64,38 @@ def incomplete_file(final_path: str, output_dir: str) -> Iterator[str]:
         raise
 
 
-def write_shard(plan: ShardPlan, output_dir: str,
+def _index_lines(offsets: list[tuple[int, int]]) -> bytes:
+    """NVIDIA DALI's tfrecord2idx format: "offset size" per record, in the record stream."""
+    return "".join(f"{offset} {size}\n" for offset, size in offsets).encode("ascii")
+
+
+def index_file_name(shard_file: str) -> str:
+    return shard_file + ".idx"
+
+
+def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                 opener: Callable[[str], BinaryIO] = open_source) -> tuple[ShardResult, list[Outcome]]:
-    """Writes ``plan`` to ``output_dir``; records that fail are reported, not fatal."""
+    """Writes ``plan`` (and its .idx) to ``output_dir``; records that fail are reported, not fatal.
+
+    With ``compression="gzip"`` the shard is one gzip member with a zero
+    timestamp and no file name, so its bytes are deterministic too; index
+    offsets then refer to the uncompressed record stream.
+    """
     outcomes: list[Outcome] = []
     dtypes: set = set()
     shapes: list = []
     labels: dict = {}
-    written = 0
+    offsets: list[tuple[int, int]] = []
+    stream_offset = 0
     max_depth = 1
-    final_path = FileSystems.join(output_dir, plan.file_name)
+    file_name = plan.file_name + (".gz" if compression == "gzip" else "")
+    final_path = FileSystems.join(output_dir, file_name)
     with incomplete_file(final_path, output_dir) as tmp:
         with FileSystems.create(tmp, mime_type="application/octet-stream",
                                 compression_type=CompressionTypes.UNCOMPRESSED) as raw:
             sink = _HashingWriter(raw)
+            target = gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0) \
+                if compression == "gzip" else sink
             for record in plan.records:
                 try:
                     payload, dtype, shape = build_record(record, opener)
@@ -79,18 +107,27 @@ def write_shard(plan: ShardPlan, output_dir: str,
                     outcomes.append(Outcome(record.source.uri, reasons.FAILED, "decode",
                                             reasons.DECODE_ERROR, f"{type(exc).__name__}: {exc}"))
                     continue
-                _TFRecordUtil.write_record(sink, payload)
-                written += 1
+                _TFRecordUtil.write_record(target, payload)
+                offsets.append((stream_offset, len(payload) + 16))
+                stream_offset += len(payload) + 16
                 dtypes.add(dtype)
                 max_depth = max(max_depth, shape[0])
                 if shape not in shapes and len(shapes) < MAX_SHAPES_REPORTED:
                     shapes.append(shape)
-                labels[record.label] = labels.get(record.label, 0) + 1
+                for key in label_keys(record.label):
+                    labels[key] = labels.get(key, 0) + 1
+            if target is not sink:
+                target.close()
+        index_path = FileSystems.join(output_dir, index_file_name(file_name))
+        with incomplete_file(index_path, output_dir) as index_tmp:
+            with FileSystems.create(index_tmp, mime_type="text/plain",
+                                    compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                handle.write(_index_lines(offsets))
     result = ShardResult(
-        split=plan.split, index=plan.index, num_shards=plan.num_shards, file=plan.file_name,
-        num_records=written, num_bytes=sink.num_bytes, sha256=sink.sha256.hexdigest(),
+        split=plan.split, index=plan.index, num_shards=plan.num_shards, file=file_name,
+        num_records=len(offsets), num_bytes=sink.num_bytes, sha256=sink.sha256.hexdigest(),
         planned_bytes=sum(r.planned_bytes for r in plan.records),
-        dtypes=tuple(sorted(dtypes)), shapes=tuple(sorted(shapes)), sources_written=written,
+        dtypes=tuple(sorted(dtypes)), shapes=tuple(sorted(shapes)), sources_written=len(offsets),
         label_counts=tuple(sorted(labels.items())),
         kinds=tuple(sorted({r.kind for r in plan.records})), max_depth=max_depth)
     return result, outcomes

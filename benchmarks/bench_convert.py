@@ -1,0 +1,209 @@
+"""Conversion throughput: classic single loop vs decode-only vs `dcm2tfrecord convert`.
+
+For each archive kind (CT DICOM, JPEG 1024x1024, PNG 224x224 RGB; see
+benchmarks/archives.py), in one run, three subprocesses are measured (wall
+time and peak RSS of the largest process of their tree, /proc VmHWM):
+
+  a. baseline  - the classic converter: one Python loop,
+                 ``pydicom.dcmread(path).pixel_array`` (PIL for images) ->
+                 ``tf.train.Example`` (image_raw, label, height, width,
+                 channels) -> one ``tf.io.TFRecordWriter``.
+  b. decode    - decode-only on all cores: a multiprocessing Pool over the
+                 files, decode to numpy (same decoder calls as a), drop;
+                 nothing is written. The ceiling for any converter.
+  c. pipeline  - ``python -m pipeline convert`` (Beam FnApiRunner,
+                 one worker process per core).
+
+Throughput is MiB of decoded pixels per second of wall time (the same
+amount of work for a, b and c: every method decodes every file once), so
+c/a and c/b are ratios of wall times. MB/s of actual TFRecord output is
+printed too for a and c. Wall time includes interpreter start-up and imports
+(TensorFlow for a, Beam for c): that is what a user waits for.
+
+    .venv/bin/python -m benchmarks.bench_convert                # 2 GiB decoded per kind
+    .venv/bin/python -m benchmarks.bench_convert --scale 0.1    # ~205 MiB per kind
+    .venv/bin/python -m benchmarks.bench_convert --kinds ct --methods baseline,pipeline
+
+Arguments after ``--`` go to the convert command (shard bounds, Beam options).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.archives import BUILDERS, CACHE_DIR, MIB, Archive        # noqa: E402
+from benchmarks.proc_monitor import (bench_env, machine_description, run_monitored,  # noqa: E402
+                                     tfrecord_bytes)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FULL_MB = 2048.0
+METHODS = ("baseline", "decode", "pipeline")
+
+
+# ---------------------------------------------------------------- the measured programs
+
+def _decode(path: str):
+    """The classic decoder call: pixel_array for DICOM, Pillow for images."""
+    if path.endswith(".dcm"):
+        import pydicom
+        return pydicom.dcmread(path).pixel_array
+    import numpy as np
+    from PIL import Image
+    with Image.open(path) as image:
+        return np.asarray(image)
+
+
+def _files(input_dir: str) -> list[str]:
+    return Archive("", input_dir, 0, 0, 0, {}).file_paths()
+
+
+def run_baseline(input_dir: str, output_file: str) -> None:
+    """(a) The classic single-loop converter, as found in countless notebooks."""
+    import tensorflow as tf
+
+    def _bytes(v):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+
+    def _int64(v):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+
+    files = _files(input_dir)
+    labels = {d: i for i, d in enumerate(sorted({os.path.dirname(p) for p in files}))}
+    with tf.io.TFRecordWriter(output_file) as writer:
+        for path in files:
+            arr = _decode(path)
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "image_raw": _bytes(arr.tobytes()),
+                "label": _int64(labels[os.path.dirname(path)]),
+                "height": _int64(arr.shape[0]),
+                "width": _int64(arr.shape[1]),
+                "channels": _int64(arr.shape[2] if arr.ndim == 3 else 1),
+            }))
+            writer.write(example.SerializeToString())
+    print(f"baseline: {len(files)} records -> {output_file}")
+
+
+def _decode_nbytes(path: str) -> int:
+    return _decode(path).nbytes
+
+
+def run_decode_only(input_dir: str, workers: int) -> None:
+    """(b) Decode every file on all cores, drop the pixels."""
+    import multiprocessing
+    files = _files(input_dir)
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        total = sum(pool.imap_unordered(_decode_nbytes, files, chunksize=8))
+    print(f"decode-only: {len(files)} files, {total / MIB:.1f} MiB of pixels, {workers} processes")
+
+
+# ---------------------------------------------------------------- the harness
+
+def archive_for(kind: str, scale: float) -> Archive:
+    return BUILDERS[kind](round(FULL_MB * scale, 1))
+
+
+def command(method: str, archive: Archive, out: str, workers: int, extra: list[str]) -> list[str]:
+    me = [sys.executable, "-m", "benchmarks.bench_convert"]
+    if method == "baseline":
+        return me + ["_baseline", archive.path, out]
+    if method == "decode":
+        return me + ["_decode", archive.path, str(workers)]
+    return [sys.executable, "-m", "pipeline", "convert", "--input", archive.path,
+            "--output", out, "--overwrite", *extra]
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "_baseline":
+        run_baseline(argv[1], argv[2])
+        return 0
+    if argv and argv[0] == "_decode":
+        run_decode_only(argv[1], int(argv[2]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help=f"fraction of {FULL_MB:g} MiB of decoded pixels per archive (default 1)")
+    parser.add_argument("--kinds", default="ct,jpeg,png", help="archives: ct, jpeg, png")
+    parser.add_argument("--methods", default=",".join(METHODS), help="baseline, decode, pipeline")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes for decode-only (default: all cores)")
+    parser.add_argument("--interval", type=float, default=0.2, help="/proc polling interval, s")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args, extra = parser.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    kinds = [k for k in args.kinds.split(",") if k]
+    methods = [m for m in args.methods.split(",") if m]
+
+    print(f"machine: {machine_description()}", flush=True)
+    rows = []
+    for kind in kinds:
+        archive = archive_for(kind, args.scale)
+        print(f"\n== {kind}: {archive.files} files, {archive.source_mb:.1f} MiB on disk, "
+              f"{archive.pixel_mb:.1f} MiB decoded ({archive.path})", flush=True)
+        results = {}
+        for method in methods:
+            out = os.path.join(CACHE_DIR, "out", f"conv_{kind}_{method}")
+            if method == "baseline":
+                out += ".tfrecord"
+            _remove(out)
+            cmd = command(method, archive, out, args.workers, extra)
+            print(f"$ {' '.join(cmd)}", flush=True)
+            r = run_monitored(cmd, env=bench_env(), cwd=REPO, interval=args.interval,
+                              log_prefix=os.path.join(CACHE_DIR, "logs", f"conv_{kind}_{method}"))
+            if r.returncode != 0:
+                print(f"  {method} FAILED (exit {r.returncode}):\n{r.tail()}", flush=True)
+                continue
+            out_bytes = tfrecord_bytes(out) if method != "decode" else 0
+            results[method] = row = {
+                "kind": kind, "method": method, "files": archive.files,
+                "source_mib": round(archive.source_mb, 1), "pixel_mib": round(archive.pixel_mb, 1),
+                "output_mib": round(out_bytes / MIB, 1), "wall_s": round(r.wall_s, 2),
+                "pixel_mb_per_s": round(archive.pixel_mb / r.wall_s, 1),
+                "output_mb_per_s": round(out_bytes / MIB / r.wall_s, 1) if out_bytes else None,
+                "peak_largest_mib": round(r.peak_largest_mib, 1), "peak_sum_mib": round(r.peak_sum_mib, 1),
+                "processes": len(r.processes),
+            }
+            rows.append(row)
+            print(f"  {method}: {row['wall_s']} s, {row['pixel_mb_per_s']} MiB/s decoded, "
+                  f"peak {row['peak_largest_mib']} MiB (largest), {row['peak_sum_mib']} MiB (tree)",
+                  flush=True)
+            _remove(out)
+        if "pipeline" in results:
+            c = results["pipeline"]["pixel_mb_per_s"]
+            for other, key in (("baseline", "c_over_a"), ("decode", "c_over_b")):
+                if other in results:
+                    results["pipeline"][key] = round(c / results[other]["pixel_mb_per_s"], 2)
+
+    print("\n| archive | method | files | decoded MiB | output MiB | wall s | MiB/s (decoded) "
+          "| MiB/s (output) | peak RSS largest MiB | peak RSS tree MiB | c/a | c/b |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    labels = {"baseline": "a. single loop", "decode": "b. decode-only", "pipeline": "c. convert"}
+    for r in rows:
+        ca, cb = r.get("c_over_a"), r.get("c_over_b")
+        print(f"| {r['kind']} | {labels[r['method']]} | {r['files']} | {r['pixel_mib']:.0f} "
+              f"| {r['output_mib']:.0f} | {r['wall_s']:.1f} | {r['pixel_mb_per_s']:.1f} "
+              f"| {r['output_mb_per_s'] if r['output_mb_per_s'] is not None else '-'} "
+              f"| {r['peak_largest_mib']:.0f} | {r['peak_sum_mib']:.0f} "
+              f"| {ca if ca is not None else ''} | {cb if cb is not None else ''} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine_description(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                       "scale": args.scale, "extra_args": extra, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
