@@ -9,13 +9,23 @@ import tensorflow as tf
 from reader.manifest import info, shard_paths, split_entry
 
 AUTOTUNE = tf.data.AUTOTUNE
-_SCALARS = ("label", "height", "width", "channels", "depth")
 
 
-def _spec() -> dict:
+_SCALARS = ("height", "width", "channels", "depth")
+
+
+def _label_spec(manifest: dict) -> tf.io.FixedLenFeature:
+    """int64 class index, float, or a multi-hot vector, as dataset.json declares."""
+    label = manifest.get("features", {}).get("label", {"dtype": "int64", "shape": []})
+    dtype = tf.float32 if label["dtype"] == "float" else tf.int64
+    return tf.io.FixedLenFeature(label["shape"], dtype)
+
+
+def _spec(manifest: dict) -> dict:
     spec = {"image_raw": tf.io.FixedLenFeature([], tf.string),
             "dtype": tf.io.FixedLenFeature([], tf.string),
-            "id": tf.io.FixedLenFeature([], tf.string)}
+            "id": tf.io.FixedLenFeature([], tf.string),
+            "label": _label_spec(manifest)}
     spec.update({k: tf.io.FixedLenFeature([], tf.int64) for k in _SCALARS})
     return spec
 
@@ -57,16 +67,16 @@ def parse_fn(dataset_dir: str, split: str = "train", output: str = "tuple") -> C
     For datasets where every record has one shape and dtype, the whole batch
     is parsed with one ``parse_example`` and decoded with one ``decode_raw``.
     """
-    entry = split_entry(info(dataset_dir), split)
-    return _make_parse(entry, output)
+    manifest = info(dataset_dir)
+    return _make_parse(manifest, split_entry(manifest, split), output)
 
 
-def _make_parse(entry: dict, output: str) -> Callable:
+def _make_parse(manifest: dict, entry: dict, output: str) -> Callable:
     stored = list(entry["dtypes"])
     out_dtype = _common_dtype(stored)
     volume = _is_volume(entry)
     fixed = entry["fixed_shape"] and len(stored) == 1
-    spec = _spec()
+    spec = _spec(manifest)
 
     def finish(features, images):
         if output == "dict":
@@ -126,12 +136,13 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, shuffle: 
         ds = ds.shuffle(max(len(files), 1), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
-    ds = ds.interleave(tf.data.TFRecordDataset,
+    compression = "GZIP" if manifest.get("options", {}).get("compression") == "gzip" else ""
+    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
                        cycle_length=cycle_length or min(max(len(files), 1), 16),
                        num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     if shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    parse = _make_parse(entry, output)
+    parse = _make_parse(manifest, entry, output)
     options = tf.data.Options()
     options.deterministic = deterministic
     if fixed:
