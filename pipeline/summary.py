@@ -24,7 +24,14 @@ def summarize(manifest: dict, output_dir: str, wall_seconds: float) -> dict:
             "shard_files": [(s["file"], s["num_bytes"]) for s in split["shards"]],
         }
     counts = manifest["counts"]
+    notes = [f"--min_shards {v['requested']} not honoured for split {k!r}: it would push shards "
+             f"under --min_shard_mb; the minimum size won ({splits.get(k, {}).get('shards', 0)} shards)"
+             for k, v in manifest.get("min_shards", {}).items() if not v["honoured"]]
+    leaking = manifest.get("groups", {}).get("groups_in_several_splits", 0)
+    if leaking:
+        notes.append(f"WARNING: {leaking} group(s) appear in more than one split (check --split_column)")
     return {
+        "notes": notes,
         "output": output_dir,
         "splits": splits,
         "matched": counts["matched"], "written": counts["written"], "records": counts["records"],
@@ -54,6 +61,8 @@ def format_summary(summary: dict, list_shards: bool = True) -> str:
             lines.append(f"    {status:<8} {reason:<32}{n:>7}")
     if summary["skipped"] or summary["failed"]:
         lines.append(f"    which files and why: {summary['errors_file']}")
+    for note in summary.get("notes", []):
+        lines.append(f"note: {note}")
     lines.append(f"wall time {summary['wall_seconds']:.1f} s, {summary['bytes_written'] / MB:.1f} MB "
                  f"written, {summary['mb_per_second']:.1f} MB/s")
     return "\n".join(lines)

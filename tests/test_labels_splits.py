@@ -218,3 +218,86 @@ def test_record_too_large_fails_instead_of_an_oversized_shard(tmp_path):
     manifest = reader.info(str(tmp_path / "out"))
     assert manifest["counts"]["failed"] == {"record_too_large": 1}
     assert manifest["counts"]["written"] == 3
+
+
+@pytest.mark.parametrize("label_key,column", [("sop_instance_uid", "SOPInstanceUID"),
+                                              ("series_instance_uid", "SeriesInstanceUID"),
+                                              ("study_instance_uid", "StudyInstanceUID")])
+def test_labels_by_each_dicom_key(patients, tmp_path, label_key, column):
+    from transforms.hashing import record_id
+    rows, expected = [], {}
+    for name in sorted(os.listdir(patients)):
+        ds = pydicom.dcmread(os.path.join(patients, name), stop_before_pixels=True)
+        value = str(getattr(ds, column))
+        label = str(int(ds.PatientID[3:]) % 4)
+        rows.append((value, label))
+        expected[record_id(name)] = int(label)
+    csv = _write_csv(tmp_path / "keys.csv", [label_key, "label"], sorted(set(rows)))
+    run_convert(patients, tmp_path / "out", labels=csv, label_key=label_key, **SMALL)
+    got = {k: int(v) for k, v in _labels_by_id(str(tmp_path / "out")).items()}
+    assert got == expected
+
+
+def _write_tiny_patients(root, patient_ids, slices_of):
+    template = pydicom.dcmread(os.path.join(pydicom_test_files(), "dicomdirtests", "77654033",
+                                            "CT2", "17106"))
+    os.makedirs(root, exist_ok=True)
+    paths = {}
+    for p in patient_ids:
+        for s in range(slices_of(p)):
+            ds = template.copy()
+            ds.PatientID = f"P{p:05d}"
+            ds.StudyInstanceUID = f"1.2.826.0.1.3680043.9.7.{p}"
+            ds.SeriesInstanceUID = f"1.2.826.0.1.3680043.9.7.{p}.1"
+            ds.SOPInstanceUID = f"1.2.826.0.1.3680043.9.7.{p}.1.{s}"
+            rel = f"p{p:05d}_{s}.dcm"
+            ds.save_as(os.path.join(root, rel))
+            paths[rel] = p
+    return paths
+
+
+def _split_of_records(dataset_dir):
+    from collections import defaultdict
+    found = defaultdict(set)
+    for name, entry in reader.info(dataset_dir)["splits"].items():
+        files = [os.path.join(dataset_dir, s["file"]) for s in entry["shards"]]
+        spec = {"id": tf.io.FixedLenFeature([], tf.string)}
+        for batch in tf.data.TFRecordDataset(files).batch(512).map(lambda x: tf.io.parse_example(x, spec)):
+            found[name].update(v.decode() for v in batch["id"].numpy())
+    return {rid: name for name, ids in found.items() for rid in ids}
+
+
+def test_two_thousand_patients_ratios_no_leak_and_stable_after_growth(tmp_path):
+    from transforms.hashing import record_id
+    slices = lambda p: 3 if p % 10 == 0 else 1                                 # noqa: E731
+    paths = _write_tiny_patients(tmp_path / "a", range(2000), slices)
+    asked = {"train": 0.7, "validation": 0.15, "test": 0.15}
+    spec = ",".join(f"{k}={v}" for k, v in asked.items())
+    run_convert(tmp_path / "a", tmp_path / "out1", splits=spec, **SMALL)
+    first = _split_of_records(str(tmp_path / "out1"))
+    patient_split = {}
+    for rel, p in paths.items():
+        split = first[record_id(rel)]
+        assert patient_split.setdefault(p, split) == split, f"patient {p} in two splits"
+    for name, fraction in asked.items():
+        achieved = sum(1 for s in patient_split.values() if s == name) / 2000
+        assert abs(achieved - fraction) <= 0.02, (name, achieved)
+    manifest = reader.info(str(tmp_path / "out1"))
+    assert manifest["groups"]["groups_in_several_splits"] == 0
+    assert manifest["groups"]["num_groups"] == {
+        n: sum(1 for s in patient_split.values() if s == n) for n in asked}
+    new = _write_tiny_patients(tmp_path / "b", range(2000, 2400), slices)
+    run_convert([tmp_path / "a", tmp_path / "b"], tmp_path / "out2", splits=spec, **SMALL)
+    second = _split_of_records(str(tmp_path / "out2"))
+    assert len(second) == len(paths) + len(new)
+    for rel, p in paths.items():
+        assert second[record_id(rel)] == patient_split[p]
+
+
+def test_summary_says_when_min_shards_is_overridden(tmp_path):
+    from pipeline.summary import format_summary
+    write_png_archive(tmp_path / "in", count=20, height=64, width=64, channels=3)
+    summary = run_convert(tmp_path / "in", tmp_path / "out", target_shard_mb=1, min_shard_mb=0.1,
+                          max_shard_mb=2, min_shards=40)
+    assert any("--min_shards 40 not honoured" in n for n in summary["notes"])
+    assert "minimum size won" in format_summary(summary)

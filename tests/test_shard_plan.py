@@ -72,3 +72,15 @@ def test_huge_record_never_leaves_an_empty_shard():
 def test_bucket_starts_are_prefix_sums_per_split():
     starts = bucket_starts([(("train", 2), 5), (("train", 0), 3), (("test", 1), 7), (("train", 1), 4)])
     assert starts == {("train", 0): 0, ("train", 1): 3, ("train", 2): 7, ("test", 1): 0}
+
+
+def test_skewed_50kb_and_8mb_records_stay_within_default_bounds():
+    rng = np.random.default_rng(7)
+    sizes = np.where(rng.random(6000) < 0.8, 50 * 1024, 8 * MB)   # ~9.6 GB planned
+    bounds = ShardBounds.from_mb(256, 100, 500)
+    lay, shards = _plan(_records(sizes), bounds)
+    assert lay.num_shards > 30
+    assert sorted(shards) == list(range(lay.num_shards))
+    for recs in shards.values():
+        size = sum(r.planned_bytes for r in recs)
+        assert bounds.min_bytes <= size <= bounds.max_bytes

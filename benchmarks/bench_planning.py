@@ -1,0 +1,349 @@
+"""Shard planning at archive scale: metadata only, no pixel files.
+
+Builds N synthetic ``ProbedRecord``s inside the pipeline (``beam.Create`` over
+chunk starts, ``FlatMap`` each chunk into records), runs the real
+``PlanShards`` transform (transforms.beam_transforms) on Beam's FnApiRunner
+in-process, and reports:
+
+* wall time and peak RSS of this process (``ru_maxrss``; the in-memory
+  FnApiRunner runs the SDK harness in this same process, and it buffers every
+  GroupByKey in memory, so RSS here is the *local runner's* footprint, not a
+  Dataflow worker's),
+* number of shards and min / median / max planned shard size,
+* the largest group any step materialized, against N:
+    - GroupHashBuckets: max records per (split, bucket) group, measured twice:
+      (a) a parallel branch that keys the same records with the same
+      ``_bucket_key`` and the same layouts and counts per key, and
+      (b) a Beam Distribution metric recorded inside the real step (the
+      benchmark wraps ``beam_transforms._shards_of_bucket`` before building
+      the graph; no source file is changed);
+    - GroupShards: max records per (split, shard) group = max records per plan;
+    - side inputs: layouts (one entry per split), bucket-size list and
+      prefix-sum dict (one number per non-empty bucket), with encoded sizes,
+* bytes per record through each shuffle, encoded with the coder Beam uses for
+  these untyped PCollections (``registry.get_coder(object)`` =
+  ``FastPrimitivesCoder``, whose fallback for dataclasses is pickle), and the
+  exact per-record size of the ShardPlans that go through the Reshuffle.
+
+Record mix (decided per record by a hash of its id, so reproducible):
+  88 %  CT slice      1 x 512 x 512  int16   (512 KiB)
+   6 %  MR slice      1 x 256 x 256  int16   (128 KiB)
+   5 %  multi-frame   4..16 x 512 x 512 int16 (2-8 MiB)
+   1 %  radiograph    1 x 2500 x 2048 uint16 (~9.8 MiB)
+Splits: 80 % train, 10 % validation, 10 % test.
+
+    CUDA_VISIBLE_DEVICES=-1 TF_CPP_MIN_LOG_LEVEL=2 \\
+        .venv/bin/python -m benchmarks.bench_planning --records 1000000
+    .venv/bin/python -m benchmarks.bench_planning --records 100000 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import apache_beam as beam                                                # noqa: E402
+from apache_beam.coders import registry                                   # noqa: E402
+from apache_beam.metrics import Metrics                                   # noqa: E402
+from apache_beam.metrics.metric import MetricsFilter                      # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions          # noqa: E402
+from apache_beam.pvalue import AsDict                                     # noqa: E402
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner     # noqa: E402
+
+from transforms import beam_transforms as bt                              # noqa: E402
+from transforms.hashing import record_id                                  # noqa: E402
+from transforms.records import (ImageSpec, ProbedRecord, ShardPlan,       # noqa: E402
+                                ShardResult, SourceFile)
+from transforms.shard_plan import MB, ShardBounds, bucket_starts          # noqa: E402
+
+NS = "bench_planning"
+CODER = registry.get_coder(object)          # FastPrimitivesCoder (pickle fallback)
+ROOT = "gs://example-bucket/ct-archive/"
+MTIME = 1_700_000_000.0
+
+
+# ---------------------------------------------------------------- synthetic records
+
+
+def _rel_path(i: int) -> str:
+    # ~200 images per series, 4 series per study, 1 study per patient
+    return (f"patient{i // 800:07d}/study1/series{(i // 200) % 4}/"
+            f"IM{i:09d}.dcm")
+
+
+def make_record(i: int) -> ProbedRecord:
+    rel = _rel_path(i)
+    rid = record_id(rel)
+    h = int(rid[:8], 16) % 100          # record kind
+    s = int(rid[8:16], 16) % 10         # split
+    if h < 88:
+        spec = ImageSpec(1, 512, 512, 1, "int16")
+    elif h < 94:
+        spec = ImageSpec(1, 256, 256, 1, "int16")
+    elif h < 99:
+        spec = ImageSpec(4 + int(rid[16:20], 16) % 13, 512, 512, 1, "int16")
+    else:
+        spec = ImageSpec(1, 2500, 2048, 1, "uint16")
+    split = "train" if s < 8 else ("validation" if s == 8 else "test")
+    source = SourceFile(ROOT + rel, rel, spec.num_pixel_bytes + 2048 + i % 512,
+                        MTIME + (i % 86_400))
+    return ProbedRecord(source, record_id=rid, kind="dicom", spec=spec, split=split)
+
+
+def make_chunk(start: int, chunk: int, total: int):
+    for i in range(start, min(start + chunk, total)):
+        yield make_record(i)
+
+
+# ---------------------------------------------------------------- instrumentation
+
+
+_ORIGINAL_SHARDS_OF_BUCKET = bt._shards_of_bucket
+
+
+def _measured_shards_of_bucket(keyed, starts, layouts, seed):
+    """The real AssignShards step, recording the size of the group GroupHashBuckets gave it."""
+    key, records = keyed
+    records = list(records)
+    Metrics.distribution(NS, "group_hash_buckets_records").update(len(records))
+    yield from _ORIGINAL_SHARDS_OF_BUCKET((key, records), starts, layouts, seed)
+
+
+def _plan_stats(plan: ShardPlan):
+    return (plan.split, plan.index, plan.num_shards, len(plan.records),
+            sum(r.planned_bytes for r in plan.records), len(CODER.encode(plan)))
+
+
+class _BucketCountFn(beam.CombineFn):
+    """(records, planned bytes) per bucket key, lifted like SumBucketBytes."""
+
+    def create_accumulator(self):
+        return 0, 0
+
+    def add_input(self, acc, planned_bytes):
+        return acc[0] + 1, acc[1] + planned_bytes
+
+    def merge_accumulators(self, accs):
+        accs = list(accs)
+        return sum(a[0] for a in accs), sum(a[1] for a in accs)
+
+    def extract_output(self, acc):
+        return acc
+
+
+def _bucket_summary(pairs):
+    """pairs: [((split, bucket), (records, bytes))] -> what the side inputs and groups hold."""
+    sizes = [(key, b) for key, (_, b) in pairs]
+    starts = bucket_starts(sizes)
+    counts = [n for _, (n, _) in pairs]
+    return {
+        "num_buckets": len(pairs),
+        "max_bucket_records": max(counts),
+        "min_bucket_records": min(counts),
+        "median_bucket_records": statistics.median(counts),
+        "max_bucket_mb": max(b for _, b in sizes) / MB,
+        "bucket_sizes_side_input_bytes": len(CODER.encode(sizes)),
+        "prefix_sums_side_input_bytes": len(CODER.encode(starts)),
+    }
+
+
+def _write_json(value, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(value, f)
+
+
+# ---------------------------------------------------------------- per-record bytes
+
+
+def per_record_bytes(sample: int = 2000) -> dict:
+    """Encoded bytes per record of each PCollection that crosses a shuffle."""
+    records = [make_record(i * 997) for i in range(sample)]
+
+    def mean(values):
+        return sum(values) / len(values)
+
+    result = ShardResult("train", 7, 1954, "train-00007-of-01954.tfrecord", 480,
+                         268_000_000, "0" * 64, 268_000_000, ("int16",),
+                         ((1, 512, 512, 1),), 480, (("-1", 480),), ("dicom",), 1)
+    return {
+        "source_file": mean([len(CODER.encode((r.source.uri, r.source))) for r in records]),
+        "probed_record": mean([len(CODER.encode(r)) for r in records]),
+        "probed_record_pickle": mean([len(pickle.dumps(r, pickle.HIGHEST_PROTOCOL))
+                                      for r in records]),
+        "group_hash_buckets_kv": mean([len(CODER.encode(((r.split, 12345), r)))
+                                       for r in records]),
+        "group_shards_kv": mean([len(CODER.encode(((r.split, 1234), r))) for r in records]),
+        "split_bytes_kv": mean([len(CODER.encode((r.split, r.planned_bytes)))
+                                for r in records]),
+        "shard_result_per_shard": len(CODER.encode(result)),
+    }
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: str) -> dict:
+    bt._shards_of_bucket = _measured_shards_of_bucket   # measure the real GroupHashBuckets
+    plans_path = os.path.join(workdir, "plans.json")
+    buckets_path = os.path.join(workdir, "buckets.json")
+    layouts_path = os.path.join(workdir, "layouts.json")
+    options = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    pipeline = beam.Pipeline(runner=FnApiRunner(), options=options)
+    records = (pipeline
+               | "ChunkStarts" >> beam.Create(list(range(0, num_records, chunk)))
+               | "MakeRecords" >> beam.FlatMap(make_chunk, chunk, num_records))
+    plans, layouts = records | "PlanShards" >> bt.PlanShards(bounds, seed)
+
+    _ = (plans
+         | "PlanStats" >> beam.Map(_plan_stats)
+         | "CollectPlanStats" >> beam.combiners.ToList()
+         | "WritePlanStats" >> beam.Map(_write_json, plans_path))
+    _ = (layouts
+         | "LayoutRows" >> beam.MapTuple(lambda split, lay: (split, lay.num_shards, lay.num_buckets,
+                                                             lay.num_records, lay.total_bytes))
+         | "CollectLayouts" >> beam.combiners.ToList()
+         | "WriteLayouts" >> beam.Map(_write_json, layouts_path))
+    # Parallel branch: the same bucket key on the same records, counted per key.
+    _ = (records
+         | "BenchBucketKey" >> beam.Map(bt._bucket_key, AsDict(layouts), seed)
+         | "BenchPlannedBytes" >> beam.MapTuple(lambda key, r: (key, r.planned_bytes))
+         | "BenchCountPerBucket" >> beam.CombinePerKey(_BucketCountFn())
+         | "BenchCollectBuckets" >> beam.combiners.ToList()
+         | "BenchSummarize" >> beam.Map(_bucket_summary)
+         | "BenchWriteBuckets" >> beam.Map(_write_json, buckets_path))
+
+    start = time.perf_counter()
+    result = pipeline.run()
+    result.wait_until_finish()
+    wall = time.perf_counter() - start
+    bt._shards_of_bucket = _ORIGINAL_SHARDS_OF_BUCKET
+
+    with open(plans_path) as f:
+        plan_rows = json.load(f)
+    with open(buckets_path) as f:
+        buckets = json.load(f)
+    with open(layouts_path) as f:
+        layout_rows = json.load(f)
+    dist = None
+    for d in result.metrics().query(MetricsFilter().with_namespace(NS))["distributions"]:
+        dist = d.committed or d.attempted
+    shard_mb = sorted(row[4] / MB for row in plan_rows)
+    shard_records = [row[3] for row in plan_rows]
+    planned_records = sum(shard_records)
+    plan_bytes = sum(row[5] for row in plan_rows)
+    return {
+        "records": num_records,
+        "planned_records": planned_records,
+        "wall_s": wall,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "num_shards": len(plan_rows),
+        "layouts": layout_rows,
+        "shard_mb_min": shard_mb[0],
+        "shard_mb_median": statistics.median(shard_mb),
+        "shard_mb_max": shard_mb[-1],
+        "shards_outside_bounds": sum(1 for row in plan_rows
+                                     if not bounds.min_bytes <= row[4] <= bounds.max_bytes),
+        "max_shard_group_records": max(shard_records),
+        "median_shard_group_records": statistics.median(shard_records),
+        "bucket_branch": buckets,
+        "group_hash_buckets_metric": (None if dist is None else
+                                      {"groups": dist.count, "records": dist.sum,
+                                       "min": dist.min, "max": dist.max}),
+        "reshuffle_bytes_per_record": plan_bytes / max(planned_records, 1),
+        "reshuffle_total_mb": plan_bytes / MB,
+        "max_plan_encoded_mb": max(row[5] for row in plan_rows) / MB,
+    }
+
+
+def print_report(rows: list[dict], per_record: dict) -> None:
+    print()
+    print("Planning (PlanShards, FnApiRunner in-process, 1 worker, metadata only)")
+    header = (f"{'records':>10} {'wall s':>8} {'rec/s':>8} {'peak RSS MB':>11} {'shards':>7} "
+              f"{'min MB':>7} {'median MB':>9} {'max MB':>7} {'out of bounds':>13}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['records']:>10,} {r['wall_s']:>8.1f} {r['records'] / r['wall_s']:>8,.0f} "
+              f"{r['peak_rss_mb']:>11,.0f} {r['num_shards']:>7,} {r['shard_mb_min']:>7.1f} "
+              f"{r['shard_mb_median']:>9.1f} {r['shard_mb_max']:>7.1f} "
+              f"{r['shards_outside_bounds']:>13}")
+    print()
+    print("Largest group any step materialized (records), against N")
+    header = (f"{'records N':>10} {'GroupHashBuckets max':>20} {'(in-step metric)':>16} "
+              f"{'GroupShards max':>15} {'max / N':>9} {'buckets':>8} "
+              f"{'side inputs KB':>14} {'all planned?':>12}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        b = r["bucket_branch"]
+        metric = r["group_hash_buckets_metric"] or {}
+        largest = max(b["max_bucket_records"], r["max_shard_group_records"])
+        side_kb = (b["bucket_sizes_side_input_bytes"] + b["prefix_sums_side_input_bytes"]) / 1024
+        print(f"{r['records']:>10,} {b['max_bucket_records']:>20,} {metric.get('max', 0):>16,} "
+              f"{r['max_shard_group_records']:>15,} {largest / r['records']:>9.2e} "
+              f"{b['num_buckets']:>8,} {side_kb:>14,.1f} "
+              f"{str(r['planned_records'] == r['records']):>12}")
+    print("  (side inputs = bucket-size list + prefix-sum dict, one number per bucket;"
+          " layouts = one entry per split)")
+    print()
+    print("Bytes per record through each shuffle (FastPrimitivesCoder -> pickle fallback)")
+    rows_b = [
+        ("match: (uri, SourceFile) into DropRepeatedMatches", per_record["source_file"]),
+        ("ProbedRecord alone", per_record["probed_record"]),
+        ("  (plain pickle, protocol 5)", per_record["probed_record_pickle"]),
+        ("plan: (split, bytes) into SumSplitBytes (lifted combine)", per_record["split_bytes_kv"]),
+        ("plan: ((split, bucket), ProbedRecord) GroupHashBuckets", per_record["group_hash_buckets_kv"]),
+        ("plan: ((split, shard), ProbedRecord) GroupShards", per_record["group_shards_kv"]),
+    ]
+    for r in rows:
+        rows_b.append((f"Reshuffle of ShardPlans, measured, N={r['records']:,}",
+                       r["reshuffle_bytes_per_record"]))
+    for label, value in rows_b:
+        print(f"  {label:<60} {value:>8.1f} B")
+    print(f"  {'results: ShardResult, per shard (not per record)':<60} "
+          f"{per_record['shard_result_per_shard']:>8.1f} B")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[1_000_000],
+                        help="record count(s), comma separated (default 1000000)")
+    parser.add_argument("--chunk", type=int, default=10_000, help="records per Create element")
+    parser.add_argument("--target-mb", type=float, default=256)
+    parser.add_argument("--min-mb", type=float, default=100)
+    parser.add_argument("--max-mb", type=float, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    bounds = ShardBounds.from_mb(args.target_mb, args.min_mb, args.max_mb)
+    per_record = per_record_bytes()
+    rows = []
+    for n in args.records:
+        with tempfile.TemporaryDirectory(prefix="bench_planning_") as workdir:
+            print(f"planning {n:,} records ...", flush=True)
+            rows.append(run(n, args.chunk, bounds, args.seed, workdir))
+            r = rows[-1]
+            print(f"  done in {r['wall_s']:.1f} s, {r['num_shards']} shards, "
+                  f"peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+    print_report(rows, per_record)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"per_record_bytes": per_record, "runs": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
