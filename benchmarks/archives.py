@@ -16,8 +16,8 @@ Three kinds, each written under ``benchmarks/.cache/<name>/`` (git-ignored):
 
 Every file depends only on (kind, parameters, index), so generation is
 resumable: files are written to a temp name and renamed, existing ones are
-kept, and a ``.complete`` marker (JSON: parameters, counts, bytes) is written
-last. An archive whose marker matches its parameters is reused as is.
+kept, and a marker ``<name>.complete`` next to the archive directory (JSON:
+parameters, counts, bytes) is written last. An archive whose marker matches its parameters is reused as is.
 
 CLI: ``python -m benchmarks.archives ct 500`` (kinds: ct, jpeg, png).
 """
@@ -327,9 +327,17 @@ def _tasks(kind: str, root: str, params: dict, n: int) -> list[tuple]:
             for i in range(n)]
 
 
+def _marker_path(root: str) -> str:
+    """The marker sits next to the archive, not inside it: converters see data files only."""
+    return root + MARKER
+
+
 def _read_marker(root: str, params: dict) -> Optional[dict]:
+    legacy = os.path.join(root, MARKER)          # first version kept it inside
+    if os.path.exists(legacy) and not os.path.exists(_marker_path(root)):
+        os.replace(legacy, _marker_path(root))
     try:
-        with open(os.path.join(root, MARKER)) as f:
+        with open(_marker_path(root)) as f:
             marker = json.load(f)
     except (OSError, ValueError):
         return None
@@ -355,7 +363,7 @@ def _build(kind: str, name: str, params: dict, n: int, pixel_bytes_each: int,
         marker = {"params": params, "files": n, "source_bytes": int(sum(sizes)),
                   "pixel_bytes": n * pixel_bytes_each, "generator_version": GENERATOR_VERSION,
                   "seconds": round(time.time() - started, 1)}
-        _atomic_write(os.path.join(root, MARKER), json.dumps(marker, indent=1).encode())
+        _atomic_write(_marker_path(root), json.dumps(marker, indent=1).encode())
         log(f"[archives] {name}: {marker['source_bytes'] / MIB:.1f} MiB in {marker['seconds']} s")
     return Archive(kind=kind, path=root, files=marker["files"], source_bytes=marker["source_bytes"],
                    pixel_bytes=marker["pixel_bytes"], params=params)

@@ -18,7 +18,11 @@ Throughput is MiB of decoded pixels per second of wall time (the same
 amount of work for a, b and c: every method decodes every file once), so
 c/a and c/b are ratios of wall times. MB/s of actual TFRecord output is
 printed too for a and c. Wall time includes interpreter start-up and imports
-(TensorFlow for a, Beam for c): that is what a user waits for.
+(TensorFlow for a, Beam and its worker processes for c): that is what a user
+waits for. Because that fixed cost weighs heavily on small archives, each
+method is also run on a two-file archive first (column "fixed s"), and a
+steady-state rate is derived: decoded MiB / (wall - fixed), with its own
+ratios (c/a steady, c/b steady). Skip it with --no-startup.
 
     .venv/bin/python -m benchmarks.bench_convert                # 2 GiB decoded per kind
     .venv/bin/python -m benchmarks.bench_convert --scale 0.1    # ~205 MiB per kind
@@ -43,7 +47,8 @@ from benchmarks.proc_monitor import (bench_env, machine_description, run_monitor
                                      tfrecord_bytes)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FULL_MB = 2048.0
+FULL_MB = 2000.0          # MiB of decoded pixels per archive at --scale 1 (2.1 GB)
+STARTUP_FILES = 2         # the tiny archive that measures fixed (start-up) cost
 METHODS = ("baseline", "decode", "pipeline")
 
 
@@ -109,6 +114,12 @@ def archive_for(kind: str, scale: float) -> Archive:
     return BUILDERS[kind](round(FULL_MB * scale, 1))
 
 
+def tiny_archive(kind: str) -> Archive:
+    """Two files: its wall time is the method's fixed cost (start-up, imports, workers)."""
+    each = {"ct": 0.5, "jpeg": 1.0, "png": 0.144}[kind]
+    return BUILDERS[kind](each * STARTUP_FILES)
+
+
 def command(method: str, archive: Archive, out: str, workers: int, extra: list[str]) -> list[str]:
     me = [sys.executable, "-m", "benchmarks.bench_convert"]
     if method == "baseline":
@@ -117,6 +128,23 @@ def command(method: str, archive: Archive, out: str, workers: int, extra: list[s
         return me + ["_decode", archive.path, str(workers)]
     return [sys.executable, "-m", "pipeline", "convert", "--input", archive.path,
             "--output", out, "--overwrite", *extra]
+
+
+def measure(kind: str, method: str, archive: Archive, args, extra: list[str], tag: str = ""):
+    """(RunResult or None on failure, TFRecord bytes written) for one method on one archive."""
+    name = f"conv_{kind}_{method}{'_' + tag if tag else ''}"
+    out = os.path.join(CACHE_DIR, "out", name) + (".tfrecord" if method == "baseline" else "")
+    _remove(out)
+    cmd = command(method, archive, out, args.workers, extra)
+    print(f"$ {' '.join(cmd)}", flush=True)
+    r = run_monitored(cmd, env=bench_env(), cwd=REPO, interval=args.interval,
+                      log_prefix=os.path.join(CACHE_DIR, "logs", name))
+    out_bytes = tfrecord_bytes(out) if method != "decode" and os.path.exists(out) else 0
+    _remove(out)
+    if r.returncode != 0:
+        print(f"  {method} FAILED (exit {r.returncode}):\n{r.tail()}", flush=True)
+        return None, 0
+    return r, out_bytes
 
 
 def _remove(path: str) -> None:
@@ -141,6 +169,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes for decode-only (default: all cores)")
     parser.add_argument("--interval", type=float, default=0.2, help="/proc polling interval, s")
+    parser.add_argument("--no-startup", action="store_true",
+                        help="do not measure the fixed cost on a two-file archive")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
@@ -153,26 +183,28 @@ def main(argv: list[str]) -> int:
         archive = archive_for(kind, args.scale)
         print(f"\n== {kind}: {archive.files} files, {archive.source_mb:.1f} MiB on disk, "
               f"{archive.pixel_mb:.1f} MiB decoded ({archive.path})", flush=True)
+        fixed = {}
+        if not args.no_startup:
+            tiny = tiny_archive(kind)
+            for method in methods:
+                r, _ = measure(kind, method, tiny, args, extra, tag="startup")
+                if r is not None:
+                    fixed[method] = round(r.wall_s, 2)
+            print(f"  fixed cost (2 files): {fixed}", flush=True)
         results = {}
         for method in methods:
-            out = os.path.join(CACHE_DIR, "out", f"conv_{kind}_{method}")
-            if method == "baseline":
-                out += ".tfrecord"
-            _remove(out)
-            cmd = command(method, archive, out, args.workers, extra)
-            print(f"$ {' '.join(cmd)}", flush=True)
-            r = run_monitored(cmd, env=bench_env(), cwd=REPO, interval=args.interval,
-                              log_prefix=os.path.join(CACHE_DIR, "logs", f"conv_{kind}_{method}"))
-            if r.returncode != 0:
-                print(f"  {method} FAILED (exit {r.returncode}):\n{r.tail()}", flush=True)
+            r, out_bytes = measure(kind, method, archive, args, extra)
+            if r is None:
                 continue
-            out_bytes = tfrecord_bytes(out) if method != "decode" else 0
             results[method] = row = {
                 "kind": kind, "method": method, "files": archive.files,
                 "source_mib": round(archive.source_mb, 1), "pixel_mib": round(archive.pixel_mb, 1),
                 "output_mib": round(out_bytes / MIB, 1), "wall_s": round(r.wall_s, 2),
                 "pixel_mb_per_s": round(archive.pixel_mb / r.wall_s, 1),
                 "output_mb_per_s": round(out_bytes / MIB / r.wall_s, 1) if out_bytes else None,
+                "fixed_s": fixed.get(method),
+                "steady_mb_per_s": (round(archive.pixel_mb / (r.wall_s - fixed[method]), 1)
+                                    if method in fixed and r.wall_s > fixed[method] else None),
                 "peak_largest_mib": round(r.peak_largest_mib, 1), "peak_sum_mib": round(r.peak_sum_mib, 1),
                 "processes": len(r.processes),
             }
@@ -180,24 +212,29 @@ def main(argv: list[str]) -> int:
             print(f"  {method}: {row['wall_s']} s, {row['pixel_mb_per_s']} MiB/s decoded, "
                   f"peak {row['peak_largest_mib']} MiB (largest), {row['peak_sum_mib']} MiB (tree)",
                   flush=True)
-            _remove(out)
         if "pipeline" in results:
             c = results["pipeline"]["pixel_mb_per_s"]
+            cs = results["pipeline"]["steady_mb_per_s"]
             for other, key in (("baseline", "c_over_a"), ("decode", "c_over_b")):
                 if other in results:
                     results["pipeline"][key] = round(c / results[other]["pixel_mb_per_s"], 2)
+                    if cs and results[other]["steady_mb_per_s"]:
+                        results["pipeline"][key + "_steady"] = round(cs / results[other]["steady_mb_per_s"], 2)
 
-    print("\n| archive | method | files | decoded MiB | output MiB | wall s | MiB/s (decoded) "
-          "| MiB/s (output) | peak RSS largest MiB | peak RSS tree MiB | c/a | c/b |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| archive | method | files | decoded MiB | output MiB | wall s | MiB/s | fixed s "
+          "| steady MiB/s | peak RSS largest MiB | peak RSS tree MiB | c/a | c/b | c/a steady | c/b steady |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     labels = {"baseline": "a. single loop", "decode": "b. decode-only", "pipeline": "c. convert"}
+
+    def cell(v):
+        return "" if v is None else v
+
     for r in rows:
-        ca, cb = r.get("c_over_a"), r.get("c_over_b")
         print(f"| {r['kind']} | {labels[r['method']]} | {r['files']} | {r['pixel_mib']:.0f} "
-              f"| {r['output_mib']:.0f} | {r['wall_s']:.1f} | {r['pixel_mb_per_s']:.1f} "
-              f"| {r['output_mb_per_s'] if r['output_mb_per_s'] is not None else '-'} "
-              f"| {r['peak_largest_mib']:.0f} | {r['peak_sum_mib']:.0f} "
-              f"| {ca if ca is not None else ''} | {cb if cb is not None else ''} |")
+              f"| {r['output_mib'] if r['output_mib'] else '-'} | {r['wall_s']:.1f} | {r['pixel_mb_per_s']:.1f} "
+              f"| {cell(r['fixed_s'])} | {cell(r['steady_mb_per_s'])} "
+              f"| {r['peak_largest_mib']:.0f} | {r['peak_sum_mib']:.0f} | {cell(r.get('c_over_a'))} "
+              f"| {cell(r.get('c_over_b'))} | {cell(r.get('c_over_a_steady'))} | {cell(r.get('c_over_b_steady'))} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine_description(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),

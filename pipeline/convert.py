@@ -1,7 +1,6 @@
 """Runs ``convert``: prepares the output, builds the job graph, runs it, reports."""
 from __future__ import annotations
 
-import logging
 import os
 import time
 from typing import Sequence

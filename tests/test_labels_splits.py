@@ -2,7 +2,6 @@
 import json
 import os
 
-import numpy as np
 import pydicom
 import pytest
 import tensorflow as tf
@@ -172,8 +171,8 @@ def test_patient_labels_and_split_column(patients, tmp_path):
 
 def test_min_shards_gzip_and_dali_index(tmp_path):
     write_png_archive(tmp_path / "in", count=60, height=64, width=64, channels=3)   # ~0.7 MB
-    summary = run_convert(tmp_path / "in", tmp_path / "out", target_shard_mb=1, min_shard_mb=0.05,
-                          max_shard_mb=2, min_shards=6, compression="gzip")
+    run_convert(tmp_path / "in", tmp_path / "out", target_shard_mb=1, min_shard_mb=0.05,
+                max_shard_mb=2, min_shards=6, compression="gzip")
     manifest = reader.info(str(tmp_path / "out"))
     shards = manifest["splits"]["train"]["shards"]
     assert len(shards) == 6 and manifest["min_shards"]["train"]["honoured"]

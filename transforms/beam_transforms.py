@@ -18,11 +18,12 @@ from transforms import manifest as manifest_lib
 from transforms import reasons
 from transforms.errors import ConversionError
 from transforms.probe import DEFAULT_MAX_PIXELS, probe_file
-from transforms.records import Outcome, ProbedRecord, ShardPlan, ShardResult, SourceFile
-from transforms.shard_plan import ShardBounds, assign_shards, bucket_of, bucket_starts, layout
-from transforms.settings import ConversionSettings
+from transforms.records import Outcome, ProbedRecord, ShardPlan, SourceFile
 from transforms import labels as labels_lib
 from transforms import splits as splits_lib
+from transforms.settings import ConversionSettings
+from transforms.shard_plan import (ShardBounds, assign_shards, bucket_of, bucket_starts, layout,
+                                   sort_key)
 from transforms.shard_writer import write_shard
 from transforms.sources import expand_pattern
 
@@ -129,7 +130,6 @@ def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping, seed: int):
 
 
 def _to_plan(keyed, layouts: Mapping, seed: int) -> ShardPlan:
-    from transforms.shard_plan import sort_key
     (split, index), records = keyed
     ordered = tuple(sorted(records, key=lambda r: sort_key(r, seed)))
     return ShardPlan(split=split, index=index, num_shards=layouts[split].num_shards, records=ordered)

@@ -17,7 +17,6 @@ from transforms.records import SourceFile
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
-
 def pattern_root(pattern: str) -> str:
     """Directory part of ``pattern`` before its first wildcard."""
     match = _GLOB_CHARS.search(pattern)

@@ -1,0 +1,113 @@
+"""Where the time goes: profiles one `dcm2tfrecord convert` with py-spy, then summarises.
+
+py-spy is not a project dependency; install it into the venv for a measurement
+only (``.venv/bin/pip install py-spy``). The run samples the launcher and every
+Beam SDK worker subprocess (``--subprocesses``), writes py-spy's raw collapsed
+stacks, and prints, per process role, the functions with the most samples:
+self (the frame on top of the stack) and inclusive (anywhere in the stack).
+
+    .venv/bin/python -m benchmarks.profile_summary --ct-mb 500
+    .venv/bin/python -m benchmarks.profile_summary --raw FILE     # summarise an existing profile
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.archives import CACHE_DIR, ct_archive    # noqa: E402
+from benchmarks.proc_monitor import bench_env            # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]*?)(?::(?P<line>\d+))?\)$")
+
+
+def _role(process_frames: list[str]) -> str:
+    last = process_frames[-1] if process_frames else ""
+    if "sdk_worker_main" in last:
+        return "beam worker"
+    if "pipeline" in last:
+        return "launcher"
+    return last[:40] or "?"
+
+
+def _short(frame: str) -> str:
+    m = _FRAME.match(frame)
+    if not m:
+        return frame
+    path = m.group("file")
+    for marker in ("site-packages/", "/work/main/", "<frozen "):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+    return f"{m.group('func')} ({path})"
+
+
+def summarise(raw_path: str, top: int = 15) -> str:
+    self_t: dict = collections.defaultdict(collections.Counter)
+    incl_t: dict = collections.defaultdict(collections.Counter)
+    totals: collections.Counter = collections.Counter()
+    with open(raw_path, errors="replace") as f:
+        for line in f:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            if not count.isdigit():
+                continue
+            n = int(count)
+            frames = stack.split(";")
+            procs = [fr for fr in frames if fr.startswith("process ")]
+            code = [_short(fr) for fr in frames if not fr.startswith("process ") and not fr.startswith("thread ")]
+            role = _role(procs)
+            totals[role] += n
+            if code:
+                self_t[role][code[-1]] += n
+                for fr in set(code):
+                    incl_t[role][fr] += n
+    out = []
+    for role, total in totals.most_common():
+        out.append(f"\n## {role}: {total} samples")
+        out.append(f"{'self %':>7}  function")
+        for fr, n in self_t[role].most_common(top):
+            out.append(f"{100 * n / total:6.1f}%  {fr}")
+        out.append(f"{'incl %':>7}  function")
+        for fr, n in incl_t[role].most_common(top + 10):
+            out.append(f"{100 * n / total:6.1f}%  {fr}")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ct-mb", type=float, default=500.0, help="CT archive size, MiB")
+    parser.add_argument("--rate", type=int, default=50, help="py-spy samples per second")
+    parser.add_argument("--raw", help="summarise this raw py-spy file instead of running")
+    parser.add_argument("--top", type=int, default=15)
+    args, extra = parser.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    raw = args.raw
+    if raw is None:
+        pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        if not os.path.exists(pyspy):
+            print("py-spy not found: .venv/bin/pip install py-spy", file=sys.stderr)
+            return 2
+        archive = ct_archive(args.ct_mb)
+        out = os.path.join(CACHE_DIR, "out", "profile_ct")
+        shutil.rmtree(out, ignore_errors=True)
+        raw = os.path.join(CACHE_DIR, "results", f"profile_ct_{args.ct_mb:g}MB.txt")
+        os.makedirs(os.path.dirname(raw), exist_ok=True)
+        cmd = [pyspy, "record", "--subprocesses", "--rate", str(args.rate), "--format", "raw",
+               "-o", raw, "--", sys.executable, "-m", "pipeline", "convert", "--input", archive.path,
+               "--output", out, "--overwrite", *extra]
+        print("$ " + " ".join(cmd), flush=True)
+        subprocess.run(cmd, env=bench_env(), cwd=REPO, check=True)
+        shutil.rmtree(out, ignore_errors=True)
+    print(summarise(raw, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
