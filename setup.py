@@ -22,9 +22,10 @@ setup(
         "pylibjpeg-libjpeg>=2.1",
         "pylibjpeg-openjpeg>=2.3",
         "pylibjpeg-rle>=2.0",
+        "tqdm>=4.60",
     ],
     extras_require={
-        "test": ["pytest>=7", "gcp-storage-emulator>=2024.0"],
+        "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0"],
     },
     entry_points={"console_scripts": ["dcm2tfrecord=pipeline.cli:main"]},
 )
