@@ -23,6 +23,7 @@ setup(
         "pylibjpeg-openjpeg>=2.3",
         "pylibjpeg-rle>=2.0",
         "tqdm>=4.60",
+        "imagecodecs>=2024.1",
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0"],

@@ -30,7 +30,8 @@ def main(argv: Sequence[str]) -> int:
     archive = build_sample_archive(os.path.abspath(known.archive))
     print(f"sample archive: {archive} (pydicom's test DICOM files + generated PNG/JPEG)")
     opts = ConvertOptions(inputs=(archive,), output=known.output, overwrite=True,
-                          target_shard_mb=4, min_shard_mb=1, max_shard_mb=16)
+                          target_shard_mb=4, min_shard_mb=1, max_shard_mb=16,
+                          id_salt=os.environ.get("DCM2TFRECORD_ID_SALT", "sample-archive-demo-salt"))
     summary = convert.run(opts, beam_args)
     back = read_back(os.path.abspath(known.output))
     print(f"read back through reader.load: {back['records']} records, "

@@ -6,11 +6,20 @@ import dataclasses
 import os
 from typing import Optional, Sequence
 
+import secrets
+
+from transforms.geometry import RESIZE_MODES, parse_resize
 from transforms.labels import LABEL_KEYS
+from transforms.settings import DecodeSettings
+from transforms.voi import PRESETS, parse_window
 from transforms.probe import DEFAULT_MAX_PIXELS
 from transforms.settings import ConversionSettings
 from transforms.shard_plan import ShardBounds
 from transforms.splits import SPLIT_BY, SplitSpecError, parse_splits
+
+
+SALT_ENV = "DCM2TFRECORD_ID_SALT"
+_RANDOM_SALT = secrets.token_hex(16)
 
 
 class UsageError(Exception):
@@ -38,6 +47,33 @@ class ConvertOptions:
     splits: str = "train=1.0"
     split_by: Optional[str] = None
     split_column: Optional[str] = None
+    dicom_values: str = "modality"
+    window: Optional[str] = None
+    window_bits: int = 8
+    resize: Optional[str] = None
+    resize_mode: str = "stretch"
+    channels: str = "keep"
+    frames: str = "stack"
+    id_salt: Optional[str] = None
+    allow_random_salt: bool = False
+    keep_tags: tuple[str, ...] = ()
+    keep_source_path: bool = False
+    allow_burned_in: bool = False
+
+    def salt(self) -> str:
+        """--id_salt, else $DCM2TFRECORD_ID_SALT, else (with --allow_random_salt) a fresh one."""
+        salt = self.id_salt or os.environ.get(SALT_ENV, "")
+        if not salt and self.allow_random_salt:
+            salt = _RANDOM_SALT
+        return salt
+
+    def decode_settings(self) -> DecodeSettings:
+        return DecodeSettings(
+            dicom_values=self.dicom_values, window=parse_window(self.window) if self.window else None,
+            window_bits=self.window_bits, resize=parse_resize(self.resize) if self.resize else None,
+            resize_mode=self.resize_mode, channels=self.channels, frames=self.frames,
+            id_salt=self.salt(), keep_tags=tuple(self.keep_tags), keep_source_path=self.keep_source_path,
+            allow_burned_in=self.allow_burned_in)
 
     @property
     def bounds(self) -> ShardBounds:
@@ -51,7 +87,8 @@ class ConvertOptions:
             labels_csv=_absolute(self.labels) if self.labels else None, label_key=self.label_key,
             label_column=self.label_column, multi_label=self.multi_label,
             labels_from_dirs=self.labels_from_dirs, missing_label=self.missing_label,
-            splits=parse_splits(self.splits), split_by=self.split_by, split_column=self.split_column)
+            splits=parse_splits(self.splits), split_by=self.split_by, split_column=self.split_column,
+            decode=self.decode_settings())
 
     def recorded(self) -> dict:
         """The options that shape the output, as stored in dataset.json."""
@@ -60,7 +97,11 @@ class ConvertOptions:
             "target_shard_mb": self.target_shard_mb, "min_shard_mb": self.min_shard_mb,
             "max_shard_mb": self.max_shard_mb, "min_shards": self.min_shards,
             "compression": self.compression, "max_pixels": self.max_pixels, "seed": self.seed,
-            "dicom_values": "modality",
+            "dicom_values": self.dicom_values, "window": self.window, "window_bits": self.window_bits,
+            "resize": self.resize, "resize_mode": self.resize_mode, "channels": self.channels,
+            "frames": self.frames, "keep_tags": list(self.keep_tags),
+            "keep_source_path": self.keep_source_path, "allow_burned_in": self.allow_burned_in,
+            "id_salt": "random (hashes differ every run)" if self.salt() == _RANDOM_SALT else "set (not recorded)",
             "labels": self.labels, "label_key": self.label_key, "label_column": self.label_column,
             "multi_label": self.multi_label, "labels_from_dirs": self.labels_from_dirs,
             "missing_label": self.missing_label,
@@ -95,6 +136,31 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     decode = parser.add_argument_group("decoding")
     decode.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS,
                         help="reject images whose header claims more pixels (default 2^28)")
+    decode.add_argument("--dicom_values", choices=("modality", "stored", "window"), default="modality",
+                        help="modality: modality LUT (HU for CT), exact dtype (default); stored: raw "
+                             "stored values; window: VOI window to uint8/uint16")
+    decode.add_argument("--window", default=None,
+                        help=f"CENTER,WIDTH or a preset ({', '.join(PRESETS)}); default: the file's own")
+    decode.add_argument("--window_bits", type=int, choices=(8, 16), default=8,
+                        help="output bits of --dicom_values window (default 8)")
+    decode.add_argument("--resize", default=None, metavar="HxW", help="e.g. 512x512")
+    decode.add_argument("--resize_mode", choices=RESIZE_MODES, default="stretch",
+                        help="stretch (default), pad (keep aspect, pad) or crop (keep aspect, centre crop)")
+    decode.add_argument("--channels", choices=("keep", "1", "3"), default="keep",
+                        help="keep (default), 1 (RGB -> luma) or 3 (gray repeated)")
+    decode.add_argument("--frames", choices=("stack", "split"), default="stack",
+                        help="multi-frame DICOM: one record with depth=frames (default) or one per frame")
+    safety = parser.add_argument_group("patient safety")
+    safety.add_argument("--id_salt", default=None,
+                        help=f"secret key for hashing identifiers (or ${SALT_ENV}); never written")
+    safety.add_argument("--allow_random_salt", action="store_true",
+                        help="run without a salt: a random one, so hashes differ on every run")
+    safety.add_argument("--keep_tags", nargs="+", default=(), metavar="KEYWORD",
+                        help="extra DICOM attributes to write under dicom/ (your responsibility)")
+    safety.add_argument("--keep_source_path", action="store_true",
+                        help="write each record's source uri as the feature source_path")
+    safety.add_argument("--allow_burned_in", action="store_true",
+                        help="convert images whose Burned In Annotation is YES")
     labels = parser.add_argument_group("labels and splits")
     labels.add_argument("--labels", metavar="CSV", help="labels CSV, local or gs://")
     labels.add_argument("--label_key", choices=LABEL_KEYS, default="path",
@@ -152,6 +218,21 @@ def validate(opts: ConvertOptions) -> None:
         raise UsageError("--multi_label needs --labels")
     if opts.labels:
         _check_label_csv(opts)
+    if opts.window:
+        try:
+            parse_window(opts.window)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if opts.resize:
+        try:
+            parse_resize(opts.resize)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if opts.window and opts.dicom_values != "window":
+        raise UsageError("--window needs --dicom_values window")
+    if not opts.salt():
+        raise UsageError(f"no identifier salt: set --id_salt or ${SALT_ENV} to a secret kept the same "
+                         "across runs (stable hashes, stable splits), or pass --allow_random_salt")
 
 
 def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
@@ -162,6 +243,7 @@ def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
     fields = {f.name for f in dataclasses.fields(ConvertOptions)}
     values = {k: v for k, v in vars(known).items() if k in fields}
     values["inputs"] = tuple(known.input)
+    values["keep_tags"] = tuple(known.keep_tags or ())
     values["output"] = known.output.rstrip("/") or "/"
     opts = ConvertOptions(**values)
     validate(opts)

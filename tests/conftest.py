@@ -15,12 +15,14 @@ from pipeline.options import ConvertOptions  # noqa: E402
 from pipeline.sample_archive import build_sample_archive, synthetic_image  # noqa: E402
 
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+TEST_SALT = "dcm2tfrecord-tests"
 
 
 def run_convert(inputs, output, beam_args=IN_MEMORY, **options) -> dict:
     """Runs a real conversion on Beam's local runner; returns the summary."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
+    options.setdefault("id_salt", TEST_SALT)
     opts = ConvertOptions(inputs=tuple(str(i) for i in inputs), output=str(output), **options)
     return convert.run(opts, list(beam_args), quiet=True)
 
@@ -50,3 +52,9 @@ def sample_dataset(sample_archive, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("sample_out") / "dataset"
     run_convert(sample_archive, out, target_shard_mb=4, min_shard_mb=1, max_shard_mb=16)
     return str(out)
+
+
+def rid(rel_path: str) -> str:
+    """The record id the tests' conversions give the file at ``rel_path``."""
+    from transforms.hashing import record_id
+    return record_id(rel_path, TEST_SALT)

@@ -60,7 +60,8 @@ def test_hostile_files_are_counted_and_the_rest_converted(tmp_path):
 
 def test_cli_convert_and_python_m_pipeline(tmp_path):
     write_png_archive(tmp_path / "in", count=4, height=16, width=16, channels=3)
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2",
+               DCM2TFRECORD_ID_SALT="cli-test-salt")
     args = ["convert", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
             "--target_shard_mb", "1", "--min_shard_mb", "0.5", "--max_shard_mb", "2",
             "--direct_num_workers=1", "--direct_running_mode=in_memory"]
@@ -76,3 +77,8 @@ def test_cli_convert_and_python_m_pipeline(tmp_path):
                          capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 2 and "--min_shard_mb" in bad.stderr
     assert not (tmp_path / "o2").exists()
+    no_salt = {k: v for k, v in env.items() if k != "DCM2TFRECORD_ID_SALT"}
+    refused = subprocess.run([sys.executable, "-m", "pipeline"] + args[:4] + ["--output", str(tmp_path / "o3")],
+                             capture_output=True, text=True, env=no_salt, timeout=300)
+    assert refused.returncode == 2 and "--id_salt" in refused.stderr and "--allow_random_salt" in refused.stderr
+    assert not (tmp_path / "o3").exists()

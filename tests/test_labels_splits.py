@@ -56,7 +56,7 @@ def _write_csv(path, header, rows):
 
 
 def test_string_labels_map_to_sorted_indices_and_missing_are_skipped(images, tmp_path):
-    from transforms.hashing import record_id
+    from tests.conftest import rid
     rows = [(f"cats/img_{i:04d}.png", "cat") for i in range(4)] + \
            [(f"dogs/img_{i:04d}.png", "dog") for i in range(3)] + [("birds/img_0000.png", "bird")]
     csv = _write_csv(tmp_path / "labels.csv", ["path", "label"], rows)
@@ -66,8 +66,8 @@ def test_string_labels_map_to_sorted_indices_and_missing_are_skipped(images, tmp
     assert manifest["counts"]["skipped"] == {"missing_label": 1}
     assert manifest["splits"]["train"]["label_counts"] == {"0": 1, "1": 4, "2": 3}
     labels = _labels_by_id(str(tmp_path / "out"))
-    assert labels[record_id("dogs/img_0002.png")] == 2
-    assert labels[record_id("cats/img_0001.png")] == 1
+    assert labels[rid("dogs/img_0002.png")] == 2
+    assert labels[rid("cats/img_0001.png")] == 1
     raw = b"".join(open(tmp_path / "out" / s["file"], "rb").read()
                    for s in manifest["splits"]["train"]["shards"])
     assert b"cats/img_0001.png" not in raw
@@ -223,14 +223,14 @@ def test_record_too_large_fails_instead_of_an_oversized_shard(tmp_path):
                                               ("series_instance_uid", "SeriesInstanceUID"),
                                               ("study_instance_uid", "StudyInstanceUID")])
 def test_labels_by_each_dicom_key(patients, tmp_path, label_key, column):
-    from transforms.hashing import record_id
+    from tests.conftest import rid
     rows, expected = [], {}
     for name in sorted(os.listdir(patients)):
         ds = pydicom.dcmread(os.path.join(patients, name), stop_before_pixels=True)
         value = str(getattr(ds, column))
         label = str(int(ds.PatientID[3:]) % 4)
         rows.append((value, label))
-        expected[record_id(name)] = int(label)
+        expected[rid(name)] = int(label)
     csv = _write_csv(tmp_path / "keys.csv", [label_key, "label"], sorted(set(rows)))
     run_convert(patients, tmp_path / "out", labels=csv, label_key=label_key, **SMALL)
     got = {k: int(v) for k, v in _labels_by_id(str(tmp_path / "out")).items()}
@@ -267,7 +267,7 @@ def _split_of_records(dataset_dir):
 
 
 def test_two_thousand_patients_ratios_no_leak_and_stable_after_growth(tmp_path):
-    from transforms.hashing import record_id
+    from tests.conftest import rid
     slices = lambda p: 3 if p % 10 == 0 else 1                                 # noqa: E731
     paths = _write_tiny_patients(tmp_path / "a", range(2000), slices)
     asked = {"train": 0.7, "validation": 0.15, "test": 0.15}
@@ -276,7 +276,7 @@ def test_two_thousand_patients_ratios_no_leak_and_stable_after_growth(tmp_path):
     first = _split_of_records(str(tmp_path / "out1"))
     patient_split = {}
     for rel, p in paths.items():
-        split = first[record_id(rel)]
+        split = first[rid(rel)]
         assert patient_split.setdefault(p, split) == split, f"patient {p} in two splits"
     for name, fraction in asked.items():
         achieved = sum(1 for s in patient_split.values() if s == name) / 2000
@@ -290,7 +290,7 @@ def test_two_thousand_patients_ratios_no_leak_and_stable_after_growth(tmp_path):
     second = _split_of_records(str(tmp_path / "out2"))
     assert len(second) == len(paths) + len(new)
     for rel, p in paths.items():
-        assert second[record_id(rel)] == patient_split[p]
+        assert second[rid(rel)] == patient_split[p]
 
 
 def test_summary_says_when_min_shards_is_overridden(tmp_path):

@@ -14,10 +14,12 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsDict, AsList, AsSingleton, TaggedOutput
 
+from transforms import dicom_header
 from transforms import manifest as manifest_lib
 from transforms import reasons
 from transforms.errors import ConversionError
-from transforms.probe import DEFAULT_MAX_PIXELS, probe_file
+from transforms.probe import expand_frames, probe_file
+from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 from transforms.records import Outcome, ProbedRecord, ShardPlan, SourceFile
 from transforms import labels as labels_lib
 from transforms import splits as splits_lib
@@ -75,15 +77,18 @@ class MatchSources(beam.PTransform):
 
 
 class ProbeFn(beam.DoFn):
-    """SourceFile -> ProbedRecord, or an Outcome on the ``outcomes`` tag."""
+    """SourceFile -> ProbedRecord (one per frame with --frames split), or an Outcome."""
 
-    def __init__(self, max_pixels: int = DEFAULT_MAX_PIXELS, max_record_bytes: Optional[int] = None):
+    def __init__(self, max_pixels: int = DEFAULT_MAX_PIXELS, max_record_bytes: Optional[int] = None,
+                 settings: DecodeSettings = DecodeSettings()):
         super().__init__()
-        self.max_pixels, self.max_record_bytes = max_pixels, max_record_bytes
+        self.max_pixels, self.max_record_bytes, self.settings = max_pixels, max_record_bytes, settings
 
     def process(self, source: SourceFile):
+        count("files_probed")
         try:
-            record = probe_file(source, self.max_pixels, self.max_record_bytes)
+            record = probe_file(source, self.max_pixels, self.max_record_bytes,
+                                settings=self.settings)
         except ConversionError as exc:
             status = reasons.SKIPPED if exc.skipped else reasons.FAILED
             outcome = Outcome(source.uri, status, "probe", exc.reason, str(exc))
@@ -91,10 +96,8 @@ class ProbeFn(beam.DoFn):
             outcome = Outcome(source.uri, reasons.FAILED, "probe", reasons.UNEXPECTED,
                               f"{type(exc).__name__}: {exc}")
         else:
-            count("files_probed")
-            yield record
+            yield from expand_frames(record, self.settings)
             return
-        count("files_probed")
         _count_outcome(outcome)
         yield TaggedOutput(OUTCOMES, outcome)
 
@@ -369,12 +372,14 @@ class CountGroups(beam.PTransform):
 class WriteShardFn(beam.DoFn):
     """ShardPlan -> ShardResult, plus an Outcome per record that did not convert."""
 
-    def __init__(self, output_dir: str, compression: str = "none"):
+    def __init__(self, output_dir: str, compression: str = "none",
+                 settings: DecodeSettings = DecodeSettings()):
         super().__init__()
-        self.output_dir, self.compression = output_dir, compression
+        self.output_dir, self.compression, self.settings = output_dir, compression, settings
 
     def process(self, plan: ShardPlan):
-        result, outcomes = write_shard(plan, self.output_dir, self.compression)
+        result, outcomes = write_shard(plan, self.output_dir, self.compression,
+                                       settings=self.settings)
         count("records_written", result.num_records)
         count("bytes_written", result.num_bytes)
         count("shards_written")
@@ -400,7 +405,10 @@ def _commit(_, results: list, outcomes: list, matched: int, space, group_counts:
                                "honoured": lay.min_shards_honoured}
                        for split, lay in sorted(layouts.items())},
     }
-    manifest = manifest_lib.build_manifest(results, outcomes, matched, options, version, has_dicom,
+    features = dicom_header.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
+    if settings.decode.keep_source_path:
+        features["source_path"] = {"dtype": "bytes", "shape": [], "description": "--keep_source_path"}
+    manifest = manifest_lib.build_manifest(results, outcomes, matched, options, version, features,
                                            extra=extra)
     return manifest_lib.commit(settings.output_dir, manifest, outcomes)
 
@@ -429,7 +437,7 @@ class ConvertArchive(beam.PTransform):
         # SourceFile
         probed = (sources
                   | "ProbeHeaders" >> beam.ParDo(ProbeFn(settings.max_pixels,
-                                                         settings.bounds.max_bytes))
+                                                         settings.bounds.max_bytes, settings.decode))
                   .with_outputs(OUTCOMES, main="records"))
         # records: ProbedRecord; outcomes: Outcome
         outcome_parts = [probed[OUTCOMES]]
@@ -447,7 +455,7 @@ class ConvertArchive(beam.PTransform):
         written = (plans
                    | "DistributeShards" >> beam.Reshuffle()
                    | "WriteShards" >> beam.ParDo(WriteShardFn(settings.output_dir,
-                                                              settings.compression))
+                                                              settings.compression, settings.decode))
                    .with_outputs(OUTCOMES, main="shards"))
         # shards: ShardResult; outcomes: Outcome
         outcome_parts.append(written[OUTCOMES])

@@ -3,25 +3,35 @@ from __future__ import annotations
 
 from typing import BinaryIO, Callable
 
-from transforms import dicom_header, raster
+from transforms import dicom_header, geometry, raster
 from transforms.dicom_pixels import decode_dicom
 from transforms.probe import open_source
 from transforms.record_format import serialize_record
 from transforms.records import ProbedRecord
+from transforms.settings import DecodeSettings
 
 
-def decode_record(record: ProbedRecord, fileobj: BinaryIO):
-    """(pixels (D, H, W, C), metadata features) for one probed record."""
+def decode_record(record: ProbedRecord, fileobj: BinaryIO,
+                  settings: DecodeSettings = DecodeSettings()):
+    """(pixels (D, H, W, C) after values and geometry, metadata features) for one record."""
     if record.kind == "dicom":
-        pixels, ds = decode_dicom(fileobj)
-        return pixels, dicom_header.metadata(ds)
-    return raster.decode_image(fileobj), {}
+        pixels, ds, window = decode_dicom(fileobj, settings, record.frame)
+        metadata = dicom_header.metadata(ds, settings, window)
+    else:
+        pixels, metadata = raster.decode_image(fileobj), {}
+    if settings.channels != "keep":
+        pixels = geometry.convert_channels(pixels, settings.channels)
+    if settings.resize is not None:
+        pixels = geometry.resize(pixels, settings.resize, settings.resize_mode)
+    if settings.keep_source_path:
+        metadata["source_path"] = record.source.uri
+    return pixels, metadata
 
 
-def build_record(record: ProbedRecord,
-                 opener: Callable[[str], BinaryIO] = open_source) -> tuple[bytes, str, tuple]:
+def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
+                 settings: DecodeSettings = DecodeSettings()) -> tuple[bytes, str, tuple]:
     """(serialized Example, stored dtype, shape) for one probed record."""
     with opener(record.source.uri) as fileobj:
-        pixels, metadata = decode_record(record, fileobj)
+        pixels, metadata = decode_record(record, fileobj, settings)
     payload = serialize_record(pixels, record.record_id, record.kind, record.label, metadata)
     return payload, pixels.dtype.newbyteorder("=").name, tuple(int(d) for d in pixels.shape)

@@ -8,9 +8,11 @@ values, so probing costs a header read even for a 1 GB multi-frame file.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from typing import BinaryIO
 
+import numpy as np
 import pydicom
 from pydicom.dataset import Dataset
 
@@ -18,6 +20,7 @@ from transforms import reasons
 from transforms.dtypes import smallest_integer_dtype
 from transforms.errors import ConversionError
 from transforms.records import ImageSpec
+from transforms.settings import DecodeSettings
 
 PIXEL_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
 _DEFER_BYTES = 2048
@@ -78,6 +81,27 @@ def _float(ds: Dataset, keyword: str, default: float) -> float:
         raise ConversionError(reasons.INVALID_VALUE, f"{keyword}: {exc}") from exc
 
 
+def validate_pixel_module(ds: Dataset) -> None:
+    """Rejects Image Pixel module values no real file has (PS3.3 C.7.6.3.1), before any use."""
+    allocated = _int(ds, "BitsAllocated")
+    stored = _int(ds, "BitsStored", allocated)
+    checks = [
+        (allocated in (1, 8, 16, 32, 64), f"Bits Allocated {allocated} is not 1, 8, 16, 32 or 64"),
+        (1 <= stored <= allocated, f"Bits Stored {stored} outside 1..Bits Allocated ({allocated})"),
+        (0 < _int(ds, "Rows") <= 65535, f"Rows {_int(ds, 'Rows')} outside 1..65535"),
+        (0 < _int(ds, "Columns") <= 65535, f"Columns {_int(ds, 'Columns')} outside 1..65535"),
+        (_int(ds, "SamplesPerPixel", 1) in (1, 3, 4),
+         f"Samples per Pixel {_int(ds, 'SamplesPerPixel', 1)} is not 1, 3 or 4"),
+        (_int(ds, "PixelRepresentation", 0) in (0, 1),
+         f"Pixel Representation {_int(ds, 'PixelRepresentation', 0)} is not 0 or 1"),
+        (0 < (_int(ds, "NumberOfFrames", 1) or 1) <= 1_000_000,
+         f"Number of Frames {_int(ds, 'NumberOfFrames', 1)} is implausible"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConversionError(reasons.INVALID_VALUE, message)
+
+
 def stored_range(ds: Dataset) -> tuple[int, int]:
     """Range of stored values from Bits Stored and Pixel Representation."""
     bits = _int(ds, "BitsStored", _int(ds, "BitsAllocated"))
@@ -105,7 +129,10 @@ def modality_dtype(ds: Dataset) -> str:
         if "RescaleSlope" in ds and "RescaleIntercept" in ds:
             slope = _float(ds, "RescaleSlope", 1.0)
             intercept = _float(ds, "RescaleIntercept", 0.0)
-            if not (slope.is_integer() and intercept.is_integer()):
+            if not (math.isfinite(slope) and math.isfinite(intercept)):
+                raise ConversionError(reasons.INVALID_VALUE, f"rescale {slope}, {intercept} is not finite")
+            if not (slope.is_integer() and intercept.is_integer()) or abs(slope) > 2 ** 31 \
+                    or abs(intercept) > 2 ** 62:
                 return "float32"
             lo, hi = sorted((lo * slope + intercept, hi * slope + intercept))
             if str(ds.get("Modality", "")).upper() == "CT":
@@ -116,14 +143,62 @@ def modality_dtype(ds: Dataset) -> str:
     return smallest_integer_dtype(lo, hi)
 
 
-def image_spec(ds: Dataset) -> ImageSpec:
-    """Planned shape and dtype of the record this dataset becomes."""
+def _stored_dtype(ds: Dataset) -> str:
+    if "FloatPixelData" in ds:
+        return "float32"
+    if "DoubleFloatPixelData" in ds:
+        return "float64"
+    return smallest_integer_dtype(*stored_range(ds))
+
+
+def _palette_dtype(ds: Dataset) -> str:
+    descriptor = ds.get("RedPaletteColorLookupTableDescriptor")
+    bits = int(descriptor[2]) if descriptor is not None else 8
+    return "uint8" if bits <= 8 else "uint16"
+
+
+def value_dtype_and_channels(ds: Dataset, settings: DecodeSettings) -> tuple[str, int]:
+    """(dtype, channels) of the mapped values, by --dicom_values, before geometry."""
+    samples = _int(ds, "SamplesPerPixel", 1)
+    photometric = str(ds.get("PhotometricInterpretation", "") or "").upper()
+    if settings.dicom_values == "stored":
+        return _stored_dtype(ds), samples
+    if photometric == "PALETTE COLOR":
+        return _palette_dtype(ds), 3
+    if samples > 1:
+        return _stored_dtype(ds), samples
+    if settings.dicom_values == "window":
+        return ("uint8" if settings.window_bits == 8 else "uint16"), 1
+    return modality_dtype(ds), 1
+
+
+def image_spec(ds: Dataset, settings: DecodeSettings = DecodeSettings()) -> ImageSpec:
+    """Shape and dtype of the mapped values (all frames), before geometry."""
     for keyword in _REQUIRED:
         _int(ds, keyword)
-    samples = _int(ds, "SamplesPerPixel", 1)
+    validate_pixel_module(ds)
     frames = _int(ds, "NumberOfFrames", 1) or 1
+    dtype, channels = value_dtype_and_channels(ds, settings)
     return ImageSpec(depth=frames, height=_int(ds, "Rows"), width=_int(ds, "Columns"),
-                     channels=samples, dtype=modality_dtype(ds))
+                     channels=channels, dtype=dtype)
+
+
+def infer_transfer_syntax(ds: Dataset) -> None:
+    """Files without (0002,0010): native pixel data is read the way the dataset was encoded."""
+    meta = getattr(ds, "file_meta", None)
+    if meta is not None and meta.get("TransferSyntaxUID"):
+        return
+    if "PixelData" not in ds or ds["PixelData"].is_undefined_length:
+        return
+    implicit, little = getattr(ds, "original_encoding", (None, None))
+    if implicit is None:
+        return
+    from pydicom.dataset import FileMetaDataset
+    from pydicom.uid import ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian
+    if meta is None:
+        ds.file_meta = meta = FileMetaDataset()
+    meta.TransferSyntaxUID = (ImplicitVRLittleEndian if implicit
+                              else ExplicitVRLittleEndian if little else ExplicitVRBigEndian)
 
 
 def transfer_syntax(ds: Dataset) -> str:
@@ -132,22 +207,84 @@ def transfer_syntax(ds: Dataset) -> str:
     return str(uid) if uid else ""
 
 
-def metadata(ds: Dataset) -> dict:
-    """Non-identifying acquisition metadata written under ``dicom/``.
+def burned_in_annotation(ds: Dataset) -> bool:
+    return str(ds.get("BurnedInAnnotation", "") or "").strip().upper() == "YES"
 
-    Nothing here names or dates a patient, study or institution.
-    """
-    out = {
-        "dicom/modality": str(ds.get("Modality", "") or ""),
-        "dicom/photometric_interpretation": str(ds.get("PhotometricInterpretation", "") or ""),
-        "dicom/transfer_syntax": transfer_syntax(ds),
-        "dicom/bits_stored": _int(ds, "BitsStored", _int(ds, "BitsAllocated", 0)),
-        "dicom/rescale_slope": _float(ds, "RescaleSlope", 1.0),
-        "dicom/rescale_intercept": _float(ds, "RescaleIntercept", 0.0),
-    }
+
+# Non-identifying attributes written by default (PS3.15 Annex E keeps these).
+ALLOWED_TEXT = ("Modality", "BodyPartExamined", "Manufacturer", "ManufacturerModelName",
+                "PhotometricInterpretation", "ViewPosition", "Laterality", "ImageLaterality")
+ALLOWED_NUMBERS = ("PixelSpacing", "ImagerPixelSpacing", "SliceThickness", "SpacingBetweenSlices",
+                   "KVP", "BitsStored", "RescaleSlope", "RescaleIntercept")
+IDENTIFIERS = {"patient_id": "PatientID", "study_uid": "StudyInstanceUID",
+               "series_uid": "SeriesInstanceUID", "sop_uid": "SOPInstanceUID",
+               "accession": "AccessionNumber"}
+
+
+def _snake(keyword: str) -> str:
+    out = []
+    for i, ch in enumerate(keyword):
+        if ch.isupper() and i and (not keyword[i - 1].isupper() or
+                                   (i + 1 < len(keyword) and keyword[i + 1].islower())):
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def _floats(values) -> np.ndarray:
+    """A float32 array: encodes as FloatList even when empty, keeping one schema."""
+    return np.asarray(values, dtype=np.float32).reshape(-1)
+
+
+def _numbers(ds: Dataset, keyword: str) -> np.ndarray:
     try:
-        spacing = ds.get("PixelSpacing", None)
-        out["dicom/pixel_spacing"] = [float(v) for v in spacing] if spacing else [0.0, 0.0]
+        value = ds.get(keyword)
+        if value is None or value == "":
+            return _floats([])
+        if isinstance(value, (list, tuple)) or hasattr(value, "__iter__") and not isinstance(value, str):
+            return _floats([float(v) for v in value])
+        return _floats([float(value)])
     except Exception:
-        out["dicom/pixel_spacing"] = [0.0, 0.0]
+        return _floats([])
+
+
+def metadata_feature_names(keep_tags: tuple[str, ...] = ()) -> dict:
+    """The dicom/* feature schema, as dataset.json lists it."""
+    out = {f"dicom/{_snake(k)}": {"dtype": "bytes", "shape": []} for k in ALLOWED_TEXT}
+    out.update({f"dicom/{_snake(k)}": {"dtype": "float", "shape": [-1]} for k in ALLOWED_NUMBERS})
+    out["dicom/transfer_syntax"] = {"dtype": "bytes", "shape": []}
+    out["dicom/window"] = {"dtype": "float", "shape": [-1],
+                           "description": "[center, width] applied with --dicom_values window"}
+    for name in IDENTIFIERS:
+        out[f"dicom/{name}_hash"] = {"dtype": "bytes", "shape": [],
+                                     "description": "HMAC-SHA256 with --id_salt, hex; empty if absent"}
+    for keyword in keep_tags:
+        out[f"dicom/{keyword}"] = {"dtype": "bytes", "shape": [], "description": "--keep_tags"}
+    return out
+
+
+def metadata(ds: Dataset, settings: DecodeSettings, window: dict) -> dict:
+    """Allowlisted, non-identifying attributes under ``dicom/``; identifiers only hashed."""
+    from transforms.hashing import identifier_hash
+    out: dict = {}
+    for keyword in ALLOWED_TEXT:
+        try:
+            out[f"dicom/{_snake(keyword)}"] = str(ds.get(keyword, "") or "")
+        except Exception:
+            out[f"dicom/{_snake(keyword)}"] = ""
+    for keyword in ALLOWED_NUMBERS:
+        out[f"dicom/{_snake(keyword)}"] = _numbers(ds, keyword)
+    out["dicom/transfer_syntax"] = transfer_syntax(ds)
+    out["dicom/window"] = _floats([window["center"], window["width"]] if window else [])
+    for name, keyword in IDENTIFIERS.items():
+        try:
+            value = str(ds.get(keyword, "") or "").strip()
+        except Exception:
+            value = ""
+        out[f"dicom/{name}_hash"] = identifier_hash(value, settings.id_salt) if value else ""
+    for keyword in settings.keep_tags:
+        try:
+            out[f"dicom/{keyword}"] = str(ds.get(keyword, "") or "")
+        except Exception:
+            out[f"dicom/{keyword}"] = ""
     return out

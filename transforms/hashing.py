@@ -13,10 +13,19 @@ _ID_KEY = b"dcm2tfrecord/record-id/v1"
 _ORDER_KEY = b"dcm2tfrecord/record-order/v1"
 
 
-def record_id(rel_path: str) -> str:
-    """32 hex chars identifying a source file by its relative path."""
-    digest = hmac.new(_ID_KEY, rel_path.encode("utf-8"), hashlib.sha256)
+def record_id(rel_path: str, salt: str = "") -> str:
+    """32 hex chars identifying a source file by its relative path.
+
+    Keyed with the run's --id_salt: paths often hold patient names, and an
+    unsalted hash of a guessable path could be confirmed by anyone.
+    """
+    digest = hmac.new(_ID_KEY + salt.encode("utf-8"), rel_path.encode("utf-8"), hashlib.sha256)
     return digest.hexdigest()[:32]
+
+
+def identifier_hash(value: str, salt: str) -> str:
+    """HMAC-SHA256(salt, identifier) in hex: linkable within a dataset, not reversible."""
+    return hmac.new(salt.encode("utf-8"), value.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def order_key(record_id_: str, seed: int = 0) -> int:

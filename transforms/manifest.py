@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import reasons
-from transforms.record_format import CORE_FEATURES, DICOM_FEATURES, FORMAT_VERSION
+from transforms.record_format import CORE_FEATURES, FORMAT_VERSION
 from transforms.records import Outcome, ShardResult
 from transforms.shard_writer import incomplete_file
 
@@ -47,7 +47,7 @@ def _split_entry(shards: list[ShardResult]) -> dict:
 
 
 def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], matched: int,
-                   options: Mapping, tool_version: str, has_dicom: bool = True,
+                   options: Mapping, tool_version: str, extra_features: Mapping | None = None,
                    extra: Mapping | None = None) -> dict:
     """dataset.json content; ``extra`` adds labels, groups and shard-policy notes."""
     results, outcomes = list(results), list(outcomes)
@@ -58,8 +58,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     failed = Counter(o.reason for o in outcomes if o.status == reasons.FAILED)
     written = sum(r.sources_written for r in results)
     features = dict(CORE_FEATURES)
-    if has_dicom:
-        features.update(DICOM_FEATURES)
+    features.update(extra_features or {})
     extra = dict(extra or {})
     if "labels" in extra:
         features["label"] = extra["labels"].pop("feature")

@@ -1,6 +1,8 @@
 """Probing: header-only inspection that plans a record without decoding pixels."""
 from __future__ import annotations
 
+import dataclasses
+
 from typing import BinaryIO, Callable, Optional
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
@@ -8,9 +10,10 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from transforms import dicom_header, raster, reasons, sniff
 from transforms.errors import ConversionError
 from transforms.hashing import record_id
+from transforms.geometry import plan_spec
 from transforms.records import Identifiers, ImageSpec, ProbedRecord, SourceFile
+from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 
-DEFAULT_MAX_PIXELS = 1 << 28
 
 
 def open_source(uri: str) -> BinaryIO:
@@ -32,30 +35,26 @@ def _identifiers(ds) -> Identifiers:
                        series_uid=text("SeriesInstanceUID"), sop_uid=text("SOPInstanceUID"))
 
 
-def _probe_dicom(fileobj: BinaryIO, sniffed: str) -> tuple[ImageSpec, Identifiers]:
+def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings) -> tuple[ImageSpec, Identifiers]:
     ds = dicom_header.read_header(fileobj)
     if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
     if not dicom_header.has_pixel_data(ds):
         sop = str(ds.get("SOPClassUID", "") or "unknown SOP class")
         raise ConversionError(reasons.NO_PIXEL_DATA, f"no pixel data ({sop})", skipped=True)
-    return dicom_header.image_spec(ds), _identifiers(ds)
+    if dicom_header.burned_in_annotation(ds) and not settings.allow_burned_in:
+        raise ConversionError(reasons.BURNED_IN_ANNOTATION,
+                              "Burned In Annotation is YES: text (possibly patient identity) is part "
+                              "of the pixels; pass --allow_burned_in to convert it anyway", skipped=True)
+    return dicom_header.image_spec(ds, settings), _identifiers(ds)
 
 
 def _probe_image(fileobj: BinaryIO) -> ImageSpec:
     return raster.image_spec(raster.open_image(fileobj))
 
 
-def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
-               max_record_bytes: Optional[int] = None,
-               opener: Callable[[str], BinaryIO] = open_source) -> ProbedRecord:
-    """Plans one record from a file's header, or raises ConversionError.
-
-    Non-DICOM, non-image files are skipped unless their name says DICOM, in
-    which case they failed: a ``.dcm`` that does not parse is a broken file.
-    """
-    if source.size == 0:
-        raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
+def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
+                     opener: Callable[[str], BinaryIO]) -> tuple[ImageSpec, str, Optional[Identifiers]]:
     with opener(source.uri) as fileobj:
         try:
             head = fileobj.read(sniff.HEAD_BYTES)
@@ -68,17 +67,32 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
                                   f"not DICOM or a raster image ({sniff.extension(source.uri) or 'no extension'})",
                                   skipped=True)
         if kind == sniff.IMAGE:
-            spec, record_kind, ids = _probe_image(fileobj), "image", None
-        else:
-            try:
-                (spec, ids), record_kind = _probe_dicom(fileobj, kind), "dicom"
-            except ConversionError as exc:
-                named_dicom = sniff.extension(source.uri) in sniff.DICOM_EXTENSIONS
-                if kind == sniff.MAYBE_DICOM and exc.reason == reasons.INVALID_DICOM and not named_dicom:
-                    raise ConversionError(reasons.UNSUPPORTED_FORMAT,
-                                          "not DICOM (no preamble, no DICOM elements) and not an image",
-                                          skipped=True) from exc
-                raise
+            return _probe_image(fileobj), "image", None
+        try:
+            spec, ids = _probe_dicom(fileobj, kind, settings)
+            return spec, "dicom", ids
+        except ConversionError as exc:
+            named_dicom = sniff.extension(source.uri) in sniff.DICOM_EXTENSIONS
+            if kind == sniff.MAYBE_DICOM and exc.reason == reasons.INVALID_DICOM and not named_dicom:
+                raise ConversionError(reasons.UNSUPPORTED_FORMAT,
+                                      "not DICOM (no preamble, no DICOM elements) and not an image",
+                                      skipped=True) from exc
+            raise
+
+
+def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
+               max_record_bytes: Optional[int] = None,
+               opener: Callable[[str], BinaryIO] = open_source,
+               settings: DecodeSettings = DecodeSettings()) -> ProbedRecord:
+    """Plans the record of one file from its header, or raises ConversionError.
+
+    ``expand_frames`` turns it into one record per frame with ``--frames split``. Non-DICOM,
+    non-image files are skipped unless their name says DICOM, in which case
+    they failed: a ``.dcm`` that does not parse is a broken file.
+    """
+    if source.size == 0:
+        raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
+    spec, kind, ids = _sniff_and_probe(source, settings, opener)
     pixels = spec.depth * spec.height * spec.width
     if pixels > max_pixels:
         raise ConversionError(reasons.TOO_MANY_PIXELS,
@@ -86,10 +100,23 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
                               f"> --max_pixels {max_pixels}")
     if pixels == 0:
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
-    record = ProbedRecord(source=source, record_id=record_id(source.rel_path),
-                          kind=record_kind, spec=spec, ids=ids)
-    if max_record_bytes is not None and record.planned_bytes > max_record_bytes:
+    spec = plan_spec(spec, settings.resize, settings.channels)
+    record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
+                          kind=kind, spec=spec, ids=ids)
+    largest = expand_frames(record, settings)[0]
+    if max_record_bytes is not None and largest.planned_bytes > max_record_bytes:
         raise ConversionError(reasons.RECORD_TOO_LARGE,
-                              f"record of {record.planned_bytes / (1 << 20):.2f} MB {spec.shape} {spec.dtype} "
-                              f"exceeds --max_shard_mb {max_record_bytes / (1 << 20):g}")
+                              f"record of {largest.planned_bytes / (1 << 20):.2f} MB {largest.spec.shape} "
+                              f"{spec.dtype} exceeds --max_shard_mb {max_record_bytes / (1 << 20):g}")
     return record
+
+
+def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[ProbedRecord]:
+    """With ``--frames split``, one record per frame of a multi-frame DICOM; else the record."""
+    if settings.frames != "split" or record.kind != "dicom" or record.spec.depth == 1:
+        return [record]
+    spec = dataclasses.replace(record.spec, depth=1)
+    rel = record.source.rel_path
+    return [dataclasses.replace(record, spec=spec, frame=i,
+                                record_id=record_id(f"{rel}#frame={i}", settings.id_salt))
+            for i in range(record.spec.depth)]

@@ -9,6 +9,7 @@ FAILED = "failed"
 # Skipped: the file is fine, it just is not an image we convert.
 NO_PIXEL_DATA = "no_pixel_data"                  # DICOM without (7FE0,0010): SR, RTPLAN, DICOMDIR...
 UNSUPPORTED_FORMAT = "unsupported_format"        # neither DICOM nor a raster image
+BURNED_IN_ANNOTATION = "burned_in_annotation"    # Burned In Annotation = YES, without --allow_burned_in
 
 # Failed: the file should have converted and could not.
 EMPTY_FILE = "empty_file"
@@ -31,6 +32,7 @@ UNEXPECTED = "unexpected_error"                  # a bug of ours: please report 
 DOCUMENTED = {
     NO_PIXEL_DATA: "DICOM object without pixel data (structured report, RT plan, DICOMDIR, ...)",
     UNSUPPORTED_FORMAT: "not DICOM and not a raster image Pillow reads",
+    BURNED_IN_ANNOTATION: "Burned In Annotation is YES (text in the pixels); --allow_burned_in converts it",
     EMPTY_FILE: "zero-byte file",
     UNREADABLE: "the file could not be read (permissions, I/O error, vanished)",
     INVALID_DICOM: "named or sniffed as DICOM but the header does not parse",

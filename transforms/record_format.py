@@ -28,17 +28,6 @@ CORE_FEATURES = {
     "id": {"dtype": "bytes", "shape": [], "description": "keyed hash of the source path"},
     "format": {"dtype": "bytes", "shape": [], "description": "dicom or image"},
 }
-DICOM_FEATURES = {
-    "dicom/modality": {"dtype": "bytes", "shape": []},
-    "dicom/photometric_interpretation": {"dtype": "bytes", "shape": []},
-    "dicom/transfer_syntax": {"dtype": "bytes", "shape": []},
-    "dicom/bits_stored": {"dtype": "int64", "shape": []},
-    "dicom/rescale_slope": {"dtype": "float", "shape": []},
-    "dicom/rescale_intercept": {"dtype": "float", "shape": []},
-    "dicom/pixel_spacing": {"dtype": "float", "shape": [2]},
-}
-
-
 def _label_feature(label):
     """int -> Int64List, float -> FloatList, multi-hot tuple -> Int64List of the vector."""
     if isinstance(label, tuple):

@@ -56,6 +56,7 @@ class ProbedRecord:
     split: str = "train"
     label: object = -1   # int, float, or a multi-hot tuple; see transforms.labels
     ids: Optional[Identifiers] = None
+    frame: Optional[int] = None   # with --frames split: which frame of the source
 
     @property
     def planned_bytes(self) -> int:

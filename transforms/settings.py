@@ -4,8 +4,26 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from transforms.probe import DEFAULT_MAX_PIXELS
 from transforms.shard_plan import ShardBounds
+
+
+DEFAULT_MAX_PIXELS = 1 << 28
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSettings:
+    """What a record's pixels and features look like (see transforms.decode)."""
+    dicom_values: str = "modality"      # modality | stored | window
+    window: object = None               # None, (center, width) or a preset name
+    window_bits: int = 8
+    resize: Optional[tuple[int, int]] = None
+    resize_mode: str = "stretch"
+    channels: str = "keep"              # keep | 1 | 3
+    frames: str = "stack"               # stack | split
+    id_salt: str = ""                   # HMAC key for identifiers; never written
+    keep_tags: tuple[str, ...] = ()
+    keep_source_path: bool = False
+    allow_burned_in: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +44,7 @@ class ConversionSettings:
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
     split_by: Optional[str] = None     # None: patient for DICOM, record otherwise
     split_column: Optional[str] = None
+    decode: DecodeSettings = DecodeSettings()
 
     def split_by_for(self, kind: str) -> str:
         if self.split_by:

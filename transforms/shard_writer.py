@@ -22,6 +22,7 @@ from transforms.decode import build_record
 from transforms.errors import ConversionError
 from transforms.probe import open_source
 from transforms.records import Outcome, ShardPlan, ShardResult
+from transforms.settings import DecodeSettings
 
 INCOMPLETE_DIR = ".incomplete"
 
@@ -74,7 +75,8 @@ def index_file_name(shard_file: str) -> str:
 
 
 def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
-                opener: Callable[[str], BinaryIO] = open_source) -> tuple[ShardResult, list[Outcome]]:
+                opener: Callable[[str], BinaryIO] = open_source,
+                settings: DecodeSettings = DecodeSettings()) -> tuple[ShardResult, list[Outcome]]:
     """Writes ``plan`` (and its .idx) to ``output_dir``; records that fail are reported, not fatal.
 
     With ``compression="gzip"`` the shard is one gzip member with a zero
@@ -98,7 +100,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                 if compression == "gzip" else sink
             for record in plan.records:
                 try:
-                    payload, dtype, shape = build_record(record, opener)
+                    payload, dtype, shape = build_record(record, opener, settings)
                 except ConversionError as exc:
                     status = reasons.SKIPPED if exc.skipped else reasons.FAILED
                     outcomes.append(Outcome(record.source.uri, status, "decode", exc.reason, str(exc)))
