@@ -59,6 +59,7 @@ class ConvertOptions:
     keep_tags: tuple[str, ...] = ()
     keep_source_path: bool = False
     allow_burned_in: bool = False
+    unit: str = "file"
 
     def salt(self) -> str:
         """--id_salt, else $DCM2TFRECORD_ID_SALT, else (with --allow_random_salt) a fresh one."""
@@ -88,7 +89,7 @@ class ConvertOptions:
             label_column=self.label_column, multi_label=self.multi_label,
             labels_from_dirs=self.labels_from_dirs, missing_label=self.missing_label,
             splits=parse_splits(self.splits), split_by=self.split_by, split_column=self.split_column,
-            decode=self.decode_settings())
+            decode=self.decode_settings(), unit=self.unit)
 
     def recorded(self) -> dict:
         """The options that shape the output, as stored in dataset.json."""
@@ -99,7 +100,7 @@ class ConvertOptions:
             "compression": self.compression, "max_pixels": self.max_pixels, "seed": self.seed,
             "dicom_values": self.dicom_values, "window": self.window, "window_bits": self.window_bits,
             "resize": self.resize, "resize_mode": self.resize_mode, "channels": self.channels,
-            "frames": self.frames, "keep_tags": list(self.keep_tags),
+            "frames": self.frames, "unit": self.unit, "keep_tags": list(self.keep_tags),
             "keep_source_path": self.keep_source_path, "allow_burned_in": self.allow_burned_in,
             "id_salt": "random (hashes differ every run)" if self.salt() == _RANDOM_SALT else "set (not recorded)",
             "labels": self.labels, "label_key": self.label_key, "label_column": self.label_column,
@@ -150,6 +151,9 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep (default), 1 (RGB -> luma) or 3 (gray repeated)")
     decode.add_argument("--frames", choices=("stack", "split"), default="stack",
                         help="multi-frame DICOM: one record with depth=frames (default) or one per frame")
+    decode.add_argument("--unit", choices=("file", "series"), default="file",
+                        help="file: one record per file (default); series: one volume per "
+                             "SeriesInstanceUID, slices in anatomical order")
     safety = parser.add_argument_group("patient safety")
     safety.add_argument("--id_salt", default=None,
                         help=f"secret key for hashing identifiers (or ${SALT_ENV}); never written")
@@ -228,6 +232,8 @@ def validate(opts: ConvertOptions) -> None:
             parse_resize(opts.resize)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    if opts.unit == "series" and opts.frames == "split":
+        raise UsageError("--unit series and --frames split exclude each other")
     if opts.window and opts.dicom_values != "window":
         raise UsageError("--window needs --dicom_values window")
     if not opts.salt():

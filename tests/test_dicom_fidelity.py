@@ -191,3 +191,42 @@ def test_keep_source_path_and_allow_burned_in_are_explicit(tmp_path):
     assert "source_path" in manifest["features"] and "dicom/PatientSex" in manifest["features"]
     data = (tmp_path / "out" / manifest["splits"]["train"]["shards"][0]["file"]).read_bytes()
     assert b"burned.dcm" in data
+
+
+def _write_series(root, series, n, z_of=lambda k: 2.5 * k, rows=16, seed=0, shape_of=None):
+    """A CT series written in shuffled order; pixel values encode the slice's anatomical index."""
+    template = _ds("CT_small.dcm")
+    order = np.random.default_rng(seed).permutation(n)
+    os.makedirs(root, exist_ok=True)
+    for file_index, k in enumerate(order):
+        ds = template.copy()
+        r = shape_of(k) if shape_of else rows
+        ds.Rows = ds.Columns = r
+        ds.PixelData = np.full((r, r), 100 + int(k), dtype=np.int16).tobytes()
+        ds.SeriesInstanceUID = f"1.2.826.0.1.3680043.9.8.{series}"
+        ds.SOPInstanceUID = f"1.2.826.0.1.3680043.9.8.{series}.{k}"
+        ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+        ds.ImagePositionPatient = [0, 0, z_of(k)]
+        ds.InstanceNumber = int(n - k)     # deliberately disagrees with position
+        ds.save_as(os.path.join(root, f"s{series}_{file_index:03d}.dcm"))
+
+
+def test_series_becomes_one_volume_in_anatomical_order(tmp_path):
+    _write_series(tmp_path / "a", series=1, n=12)
+    _write_series(tmp_path / "a", series=2, n=5, z_of=lambda k: 6.0 if k == 3 else 3.0 * k)   # k=2 and k=3 coincide
+    _write_series(tmp_path / "a", series=3, n=4, shape_of=lambda k: 16 if k else 8, seed=1)     # mixed
+    run_convert(tmp_path / "a", tmp_path / "out", unit="series", **SMALL)
+    manifest = reader.info(str(tmp_path / "out"))
+    counts = manifest["counts"]
+    assert counts["written"] == 12 and counts["records"] == 1
+    assert counts["failed"] == {"series_duplicate_position": 5, "series_mixed_shapes": 4}
+    batch = next(iter(reader.load(str(tmp_path / "out"), batch_size=1, output="dict")))
+    volume = batch["image"][0].numpy()
+    assert volume.shape == (12, 16, 16, 1)
+    ct_offset = -1024
+    assert [int(volume[k, 0, 0, 0]) for k in range(12)] == [100 + k + ct_offset for k in range(12)]
+    import tensorflow as tf
+    shard = tmp_path / "out" / manifest["splits"]["train"]["shards"][0]["file"]
+    example = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(str(shard)))).numpy())
+    assert list(example.features.feature["dicom/slice_spacing"].float_list.value) == [2.5]
+    assert example.features.feature["depth"].int64_list.value[0] == 12

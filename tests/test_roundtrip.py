@@ -173,3 +173,23 @@ def test_no_patient_identity_in_records(sample_dataset, sample_archive):
         with open(os.path.join(sample_dataset, shard["file"]), "rb") as handle:
             data = handle.read()
         assert name not in data and pid not in data
+
+
+EXPECTED_FAILURES = {
+    "JPEG2000-embedded-sequence-delimiter.dcm": "decode_error",   # J2K stream cut by a delimiter
+    "MR_truncated.dcm": "pixel_data_length_mismatch",
+    "badVR.dcm": "invalid_value",                                  # Number of Frames '1A'
+    "meta_missing_tsyntax.dcm": "missing_attribute",               # no Rows/Columns at all
+    "nested_priv_SQ.dcm": "missing_attribute",                     # pixel data without Bits Allocated
+    "no_meta.dcm": "invalid_dicom",                                # parses to no DICOM elements
+}
+
+
+def test_files_that_do_not_convert_fail_with_their_precise_reason(sample_dataset, sample_archive):
+    with open(os.path.join(sample_dataset, "errors.jsonl")) as handle:
+        errors = {os.path.relpath(e["uri"], sample_archive): e for e in map(json.loads, handle)}
+    failed = {os.path.basename(rel): e["reason"] for rel, e in errors.items() if e["status"] == "failed"}
+    assert failed == EXPECTED_FAILURES
+    for rel, e in errors.items():
+        if e["status"] == "skipped":
+            assert e["reason"] == "no_pixel_data", rel

@@ -17,6 +17,7 @@ from apache_beam.pvalue import AsDict, AsList, AsSingleton, TaggedOutput
 from transforms import dicom_header
 from transforms import manifest as manifest_lib
 from transforms import reasons
+from transforms import series as series_lib
 from transforms.errors import ConversionError
 from transforms.probe import expand_frames, probe_file
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
@@ -178,6 +179,46 @@ class PlanShards(beam.PTransform):
                  | "OrderShardRecords" >> beam.Map(_to_plan, layouts_by_split, seed))
                  # ShardPlan
         return plans, layouts
+
+
+# ---------------------------------------------------------------- series
+
+
+def _series_key(record: ProbedRecord):
+    return record.ids.series_uid if record.kind == "dicom" and record.ids and record.frame is None else ""
+
+
+def _volume_of_series(keyed, salt: str):
+    series_uid, slices = keyed
+    slices = list(slices)
+    try:
+        yield series_lib.build_volume_record(series_uid, slices, salt)
+    except ConversionError as exc:
+        for member in sorted(s.source.uri for s in slices):
+            outcome = Outcome(member, reasons.FAILED, "group", exc.reason,
+                              f"series of {len(slices)} slices: {exc}")
+            _count_outcome(outcome)
+            yield TaggedOutput(OUTCOMES, outcome)
+
+
+class GroupSeries(beam.PTransform):
+    """--unit series: slice records -> one volume record per SeriesInstanceUID (metadata only)."""
+
+    def __init__(self, salt: str):
+        super().__init__()
+        self.salt = salt
+
+    def expand(self, records):
+        files, slices = records | "HasSeries" >> beam.Partition(
+            lambda r, _: 1 if _series_key(r) else 0, 2)
+        volumes = (slices
+                   | "KeyBySeries" >> beam.Map(lambda r: (_series_key(r), r))
+                   | "GroupSeries" >> beam.GroupByKey()
+                   # (raw series UID, [ProbedRecord]): one series' slice list
+                   | "OrderSlices" >> beam.FlatMap(_volume_of_series, self.salt).with_outputs(
+                       OUTCOMES, main="volumes"))
+        merged = (files, volumes.volumes) | "FilesAndVolumes" >> beam.Flatten()
+        return merged, volumes[OUTCOMES]
 
 
 # ---------------------------------------------------------------- labels
@@ -442,6 +483,9 @@ class ConvertArchive(beam.PTransform):
         # records: ProbedRecord; outcomes: Outcome
         outcome_parts = [probed[OUTCOMES]]
         records = probed.records
+        if settings.unit == "series":
+            records, series_outcomes = records | "BuildVolumes" >> GroupSeries(settings.decode.id_salt)
+            outcome_parts.append(series_outcomes)
         space = None
         if settings.labels_csv or settings.labels_from_dirs:
             records, label_outcomes, space = records | "AttachLabels" >> AttachLabels(settings)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import BinaryIO, Callable
 
+import numpy as np
+
 from transforms import dicom_header, geometry, raster
 from transforms.dicom_pixels import decode_dicom
 from transforms.probe import open_source
@@ -19,6 +21,10 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
         metadata = dicom_header.metadata(ds, settings, window)
     else:
         pixels, metadata = raster.decode_image(fileobj), {}
+    return _geometry_and_path(pixels, metadata, record, settings)
+
+
+def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: DecodeSettings):
     if settings.channels != "keep":
         pixels = geometry.convert_channels(pixels, settings.channels)
     if settings.resize is not None:
@@ -28,10 +34,27 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
     return pixels, metadata
 
 
+def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
+                  settings: DecodeSettings = DecodeSettings()):
+    """A series record: its slices decoded in their planned (anatomical) order and stacked."""
+    slices, metadata = [], None
+    for member in record.members:
+        with opener(member.uri) as fileobj:
+            pixels, ds, window = decode_dicom(fileobj, settings)
+        slices.append(pixels)
+        if metadata is None:
+            metadata = dicom_header.metadata(ds, settings, window)
+    metadata["dicom/slice_spacing"] = np.asarray([record.slice_spacing], dtype=np.float32)
+    return _geometry_and_path(np.ascontiguousarray(np.concatenate(slices)), metadata, record, settings)
+
+
 def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
                  settings: DecodeSettings = DecodeSettings()) -> tuple[bytes, str, tuple]:
     """(serialized Example, stored dtype, shape) for one probed record."""
-    with opener(record.source.uri) as fileobj:
-        pixels, metadata = decode_record(record, fileobj, settings)
+    if record.members:
+        pixels, metadata = decode_volume(record, opener, settings)
+    else:
+        with opener(record.source.uri) as fileobj:
+            pixels, metadata = decode_record(record, fileobj, settings)
     payload = serialize_record(pixels, record.record_id, record.kind, record.label, metadata)
     return payload, pixels.dtype.newbyteorder("=").name, tuple(int(d) for d in pixels.shape)

@@ -255,6 +255,8 @@ def metadata_feature_names(keep_tags: tuple[str, ...] = ()) -> dict:
     out["dicom/transfer_syntax"] = {"dtype": "bytes", "shape": []}
     out["dicom/window"] = {"dtype": "float", "shape": [-1],
                            "description": "[center, width] applied with --dicom_values window"}
+    out["dicom/slice_spacing"] = {"dtype": "float", "shape": [-1],
+                                  "description": "--unit series: spacing between slices in mm"}
     for name in IDENTIFIERS:
         out[f"dicom/{name}_hash"] = {"dtype": "bytes", "shape": [],
                                      "description": "HMAC-SHA256 with --id_salt, hex; empty if absent"}
@@ -276,6 +278,7 @@ def metadata(ds: Dataset, settings: DecodeSettings, window: dict) -> dict:
         out[f"dicom/{_snake(keyword)}"] = _numbers(ds, keyword)
     out["dicom/transfer_syntax"] = transfer_syntax(ds)
     out["dicom/window"] = _floats([window["center"], window["width"]] if window else [])
+    out["dicom/slice_spacing"] = _floats([])
     for name, keyword in IDENTIFIERS.items():
         try:
             value = str(ds.get(keyword, "") or "").strip()

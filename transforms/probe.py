@@ -11,7 +11,7 @@ from transforms import dicom_header, raster, reasons, sniff
 from transforms.errors import ConversionError
 from transforms.hashing import record_id
 from transforms.geometry import plan_spec
-from transforms.records import Identifiers, ImageSpec, ProbedRecord, SourceFile
+from transforms.records import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 
 
@@ -35,7 +35,25 @@ def _identifiers(ds) -> Identifiers:
                        series_uid=text("SeriesInstanceUID"), sop_uid=text("SOPInstanceUID"))
 
 
-def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings) -> tuple[ImageSpec, Identifiers]:
+def _floats(ds, keyword: str) -> tuple[float, ...]:
+    try:
+        value = ds.get(keyword)
+        return tuple(float(v) for v in value) if value else ()
+    except Exception:
+        return ()
+
+
+def _slice_info(ds) -> SliceInfo:
+    try:
+        instance = int(ds.get("InstanceNumber")) if ds.get("InstanceNumber") not in (None, "") else None
+    except Exception:
+        instance = None
+    return SliceInfo(orientation=_floats(ds, "ImageOrientationPatient"),
+                     position=_floats(ds, "ImagePositionPatient"), instance=instance,
+                     pixel_spacing=_floats(ds, "PixelSpacing"))
+
+
+def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings) -> tuple[ImageSpec, Identifiers, SliceInfo]:
     ds = dicom_header.read_header(fileobj)
     if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
@@ -46,7 +64,7 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings) -> t
         raise ConversionError(reasons.BURNED_IN_ANNOTATION,
                               "Burned In Annotation is YES: text (possibly patient identity) is part "
                               "of the pixels; pass --allow_burned_in to convert it anyway", skipped=True)
-    return dicom_header.image_spec(ds, settings), _identifiers(ds)
+    return dicom_header.image_spec(ds, settings), _identifiers(ds), _slice_info(ds)
 
 
 def _probe_image(fileobj: BinaryIO) -> ImageSpec:
@@ -54,7 +72,8 @@ def _probe_image(fileobj: BinaryIO) -> ImageSpec:
 
 
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
-                     opener: Callable[[str], BinaryIO]) -> tuple[ImageSpec, str, Optional[Identifiers]]:
+                     opener: Callable[[str], BinaryIO]) -> tuple[ImageSpec, str, Optional[Identifiers],
+                                                                 Optional[SliceInfo]]:
     with opener(source.uri) as fileobj:
         try:
             head = fileobj.read(sniff.HEAD_BYTES)
@@ -67,10 +86,10 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                                   f"not DICOM or a raster image ({sniff.extension(source.uri) or 'no extension'})",
                                   skipped=True)
         if kind == sniff.IMAGE:
-            return _probe_image(fileobj), "image", None
+            return _probe_image(fileobj), "image", None, None
         try:
-            spec, ids = _probe_dicom(fileobj, kind, settings)
-            return spec, "dicom", ids
+            spec, ids, info = _probe_dicom(fileobj, kind, settings)
+            return spec, "dicom", ids, info
         except ConversionError as exc:
             named_dicom = sniff.extension(source.uri) in sniff.DICOM_EXTENSIONS
             if kind == sniff.MAYBE_DICOM and exc.reason == reasons.INVALID_DICOM and not named_dicom:
@@ -92,7 +111,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     """
     if source.size == 0:
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
-    spec, kind, ids = _sniff_and_probe(source, settings, opener)
+    spec, kind, ids, info = _sniff_and_probe(source, settings, opener)
     pixels = spec.depth * spec.height * spec.width
     if pixels > max_pixels:
         raise ConversionError(reasons.TOO_MANY_PIXELS,
@@ -102,7 +121,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     spec = plan_spec(spec, settings.resize, settings.channels)
     record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
-                          kind=kind, spec=spec, ids=ids)
+                          kind=kind, spec=spec, ids=ids, slice_info=info)
     largest = expand_frames(record, settings)[0]
     if max_record_bytes is not None and largest.planned_bytes > max_record_bytes:
         raise ConversionError(reasons.RECORD_TOO_LARGE,

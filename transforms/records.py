@@ -47,6 +47,15 @@ class Identifiers:
 
 
 @dataclasses.dataclass(frozen=True)
+class SliceInfo:
+    """Where a slice sits in the patient (PS3.3 C.7.6.2): for ordering series volumes."""
+    orientation: tuple[float, ...] = ()   # Image Orientation (Patient), 6 direction cosines
+    position: tuple[float, ...] = ()      # Image Position (Patient), 3 mm
+    instance: Optional[int] = None        # Instance Number, the fallback order
+    pixel_spacing: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class ProbedRecord:
     """A source file that will become one record, planned from its header."""
     source: SourceFile
@@ -57,6 +66,19 @@ class ProbedRecord:
     label: object = -1   # int, float, or a multi-hot tuple; see transforms.labels
     ids: Optional[Identifiers] = None
     frame: Optional[int] = None   # with --frames split: which frame of the source
+    slice_info: Optional[SliceInfo] = None
+    members: tuple[SourceFile, ...] = ()  # with --unit series: the slices, in anatomical order
+    slice_spacing: float = 0.0
+
+    @property
+    def sources(self) -> tuple[SourceFile, ...]:
+        """The files this record is made of."""
+        return self.members or (self.source,)
+
+    @property
+    def counts_sources(self) -> bool:
+        """Whether writing this record accounts for its sources (frame 0 of a split file)."""
+        return self.frame in (None, 0)
 
     @property
     def planned_bytes(self) -> int:

@@ -45,6 +45,7 @@ class ConversionSettings:
     split_by: Optional[str] = None     # None: patient for DICOM, record otherwise
     split_column: Optional[str] = None
     decode: DecodeSettings = DecodeSettings()
+    unit: str = "file"                 # file | series
 
     def split_by_for(self, kind: str) -> str:
         if self.split_by:

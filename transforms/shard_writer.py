@@ -88,6 +88,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
     shapes: list = []
     labels: dict = {}
     offsets: list[tuple[int, int]] = []
+    sources_written = 0
     stream_offset = 0
     max_depth = 1
     file_name = plan.file_name + (".gz" if compression == "gzip" else "")
@@ -111,6 +112,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                     continue
                 _TFRecordUtil.write_record(target, payload)
                 offsets.append((stream_offset, len(payload) + 16))
+                sources_written += len(record.sources) if record.counts_sources else 0
                 stream_offset += len(payload) + 16
                 dtypes.add(dtype)
                 max_depth = max(max_depth, shape[0])
@@ -129,7 +131,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
         split=plan.split, index=plan.index, num_shards=plan.num_shards, file=file_name,
         num_records=len(offsets), num_bytes=sink.num_bytes, sha256=sink.sha256.hexdigest(),
         planned_bytes=sum(r.planned_bytes for r in plan.records),
-        dtypes=tuple(sorted(dtypes)), shapes=tuple(sorted(shapes)), sources_written=len(offsets),
+        dtypes=tuple(sorted(dtypes)), shapes=tuple(sorted(shapes)), sources_written=sources_written,
         label_counts=tuple(sorted(labels.items())),
         kinds=tuple(sorted({r.kind for r in plan.records})), max_depth=max_depth)
     return result, outcomes
