@@ -1,157 +1,148 @@
-"""The fast path: shard shuffle, parallel interleave, batch, vectorized parse, prefetch."""
+"""``load``: the tf.data input pipeline, fast by default.
+
+shards from dataset.json -> (this pipeline's shards) -> shuffle shards per epoch
+-> parallel interleave of TFRecordDatasets -> (cache) -> shuffle records
+-> (repeat) -> batch -> one parse_example + decode_raw per batch
+-> (cast / scale) -> prefetch
+"""
 from __future__ import annotations
 
-from typing import Callable, Optional
+import os
+from typing import Callable, Optional, Union
 
-import numpy as np
 import tensorflow as tf
 
-from reader.manifest import info, shard_paths, split_entry
+from reader.decode import batch_parser, conversion
+from reader.manifest import DatasetInfo, info
+from reader.sharding import ALL, BY_RECORD, logger
 
 AUTOTUNE = tf.data.AUTOTUNE
+MAX_CYCLE_LENGTH = 16
+READ_BUFFER_BYTES = 1 << 20
+SHUFFLE_BUFFER_BYTES = 64 << 20
+SHUFFLE_BUFFER_RECORDS = (2, 10_000)
 
 
-_SCALARS = ("height", "width", "channels", "depth")
+def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", dtype=None,
+             scale: Optional[float] = None, pad: bool = False) -> Callable:
+    """The batched parse function ``load`` maps over ``batch``-ed serialized records.
 
+    ``serialized [batch] -> (images, labels)`` (or a dict with ``output="dict"``),
+    for people who compose their own pipeline::
 
-def _label_spec(manifest: dict) -> tf.io.FixedLenFeature:
-    """int64 class index, float, or a multi-hot vector, as dataset.json declares."""
-    label = manifest.get("features", {}).get("label", {"dtype": "int64", "shape": []})
-    dtype = tf.float32 if label["dtype"] == "float" else tf.int64
-    return tf.io.FixedLenFeature(label["shape"], dtype)
+        ds = tf.data.TFRecordDataset(files).batch(64).map(reader.parse_fn(d))
 
-
-def _spec(manifest: dict) -> dict:
-    spec = {"image_raw": tf.io.FixedLenFeature([], tf.string),
-            "dtype": tf.io.FixedLenFeature([], tf.string),
-            "id": tf.io.FixedLenFeature([], tf.string),
-            "label": _label_spec(manifest)}
-    spec.update({k: tf.io.FixedLenFeature([], tf.int64) for k in _SCALARS})
-    return spec
-
-
-def _common_dtype(dtypes: list[str]) -> str:
-    """The stored dtype, or for mixed datasets the smallest one that holds all exactly."""
-    if not dtypes:
-        return "uint8"
-    return np.result_type(*[np.dtype(d) for d in dtypes]).name
-
-
-def _is_volume(entry: dict) -> bool:
-    return entry.get("max_depth", 1) > 1
-
-
-_BITCAST = {"uint32": "int32", "uint64": "int64"}
-
-
-def _decode_raw(raw, dtype: str):
-    """decode_raw, plus the unsigned 32/64-bit dtypes it lacks (bitcast from signed)."""
-    if dtype in _BITCAST:
-        return tf.bitcast(tf.io.decode_raw(raw, _BITCAST[dtype]), dtype)
-    return tf.io.decode_raw(raw, dtype)
-
-
-def _decode_one(raw, dtype_name, shape, stored: list[str], out_dtype: str):
-    """Decodes one record whose dtype is only known at run time."""
-    out = tf.dtypes.as_dtype(out_dtype)
-    if len(stored) == 1:
-        return tf.reshape(tf.cast(_decode_raw(raw, stored[0]), out), shape)
-    branches = [lambda d=d: tf.cast(_decode_raw(raw, d), out) for d in stored]
-    index = tf.argmax(tf.cast(tf.equal(tf.constant(stored), dtype_name), tf.int32))
-    return tf.reshape(tf.switch_case(tf.cast(index, tf.int32), branches), shape)
-
-
-def parse_fn(dataset_dir: str, split: str = "train", output: str = "tuple") -> Callable:
-    """The batched parse function ``load`` uses: serialized [B] -> (images, labels).
-
-    For datasets where every record has one shape and dtype, the whole batch
-    is parsed with one ``parse_example`` and decoded with one ``decode_raw``.
+    Splits holding several image sizes need ``pad=True`` (see ``load``).
     """
     manifest = info(dataset_dir)
-    return _make_parse(manifest, split_entry(manifest, split), output)
+    layout = manifest.layout(split)
+    if not layout.batchable and not pad:
+        raise layout.variable_size_error(manifest.split(split).get("shapes", []))
+    return batch_parser(manifest, layout, output, dtype, scale)
 
 
-def _make_parse(manifest: dict, entry: dict, output: str) -> Callable:
-    stored = list(entry["dtypes"])
-    out_dtype = _common_dtype(stored)
-    volume = _is_volume(entry)
-    fixed = entry["fixed_shape"] and len(stored) == 1
-    spec = _spec(manifest)
-
-    def finish(features, images):
-        if output == "dict":
-            features = dict(features)
-            features.pop("image_raw")
-            features["image"] = images
-            return features
-        return images, features["label"]
-
-    if fixed:
-        shape = entry["shapes"][0] if volume else entry["shapes"][0][1:]
-
-        def parse_batch(serialized):
-            features = tf.io.parse_example(serialized, spec)
-            pixels = _decode_raw(features["image_raw"], stored[0])
-            return finish(features, tf.reshape(pixels, [-1] + list(shape)))
-        return parse_batch
-
-    def parse_single(serialized):
-        features = tf.io.parse_single_example(serialized, spec)
-        shape = tf.stack([features["depth"], features["height"], features["width"],
-                          features["channels"]])
-        image = _decode_one(features["image_raw"], features["dtype"], shape, stored, out_dtype)
-        if not volume:
-            image = image[0]
-        return finish(features, image)
-    return parse_single
+def _shuffle_buffer(entry: dict) -> int:
+    """As many records as fit in SHUFFLE_BUFFER_BYTES, within SHUFFLE_BUFFER_RECORDS."""
+    records = max(int(entry.get("num_records", 1)), 1)
+    per_record = max(int(entry.get("num_bytes", 0)) // records, 1)
+    low, high = SHUFFLE_BUFFER_RECORDS
+    return min(records, high, max(low, SHUFFLE_BUFFER_BYTES // per_record))
 
 
-def load(dataset_dir: str, split: str = "train", batch_size: int = 32, shuffle: bool = True,
-         seed: Optional[int] = None, *, repeat: bool = False, drop_remainder: bool = False,
-         output: str = "tuple", pad: bool = False, shuffle_buffer: int = 1024,
-         cycle_length: Optional[int] = None, deterministic: Optional[bool] = None) -> tf.data.Dataset:
-    """A tf.data.Dataset of ``(image, label)`` batches (or dicts with ``output="dict"``).
+def _cache(records: tf.data.Dataset, cache: str, pipeline: int, pipelines: int) -> tf.data.Dataset:
+    if cache == "memory":
+        return records.cache()
+    path = os.fspath(cache)
+    if pipelines > 1:
+        path = f"{path}.pipeline-{pipeline}-of-{pipelines}"
+    return records.cache(path)
+
+
+def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffle: bool = True,
+         seed: Optional[int] = None, repeat: Union[bool, int] = False, drop_remainder: bool = False,
+         output: str = "tuple", dtype=None, scale: Optional[float] = None,
+         cache: Optional[str] = None, input_context=None, pad: bool = False,
+         shuffle_buffer: Optional[int] = None, cycle_length: Optional[int] = None,
+         deterministic: Optional[bool] = None) -> tf.data.Dataset:
+    """A ``tf.data.Dataset`` of ``(images, labels)`` batches (a dict with ``output="dict"``).
 
     Images are ``[batch, height, width, channels]``, or ``[batch, depth, height,
-    width, channels]`` for datasets holding volumes, in their stored dtype
-    (mixed-dtype datasets: the smallest dtype holding all values). Unlabeled
-    records have label -1. Order is not deterministic unless ``seed`` or
-    ``deterministic=True`` is given.
+    width, channels]`` for splits holding volumes, in their stored dtype
+    (mixed-dtype splits: the smallest dtype holding all values exactly), unless
+    ``dtype`` and/or ``scale`` ask for ``cast(images, dtype or float32) * scale``,
+    done after batching. Shapes are static when all records share one. Labels are
+    as dataset.json declares them (int64 class index, float, or multi-hot); -1
+    (NaN for float labels) when unlabeled.
+
+    - ``shuffle``: shard order reshuffled every epoch, records through a buffer of
+      ``shuffle_buffer`` (default: as many as fit in 64 MiB, 2..10,000; the
+      shards are already shuffled as a whole when written).
+    - ``seed``: reproducible order (every epoch differs, every run repeats it).
+      ``deterministic`` defaults to True with a seed or ``shuffle=False``, else
+      False: parallel reads may then also reorder records, which is faster.
+    - ``repeat``: True for endless epochs, or a number of epochs.
+    - ``cache``: ``"memory"`` or a file path prefix; the first epoch reads the
+      shards and fills the cache, later epochs read the cache only.
+    - ``input_context``: a ``tf.distribute.InputContext``; this pipeline reads its
+      part of the split only (by file, or by record when there are fewer shards
+      than pipelines; see ``reader.sharding``). ``batch_size`` is this pipeline's
+      batch size (``input_context.get_per_replica_batch_size(global_batch)``).
+    - ``pad``: splits with several image sizes come back zero-padded to the largest
+      image of each batch; without it they raise an error naming ``--resize``.
+    - ``output="dict"``: every feature dataset.json declares, ``image`` in place of
+      ``image_raw``; a feature a record lacks reads as ``b""``, -1 or NaN, and
+      variable-length ones come back as ``tf.RaggedTensor``.
+    - ``cycle_length``: shards read in parallel (default ``min(shards, 16)``).
+
+    The dataset's cardinality is the manifest's record count (or this pipeline's
+    share of it), so Keras shows steps per epoch; a shard holding a different
+    number of records than the manifest says fails the epoch.
     """
     if output not in ("tuple", "dict"):
-        raise ValueError("output must be 'tuple' or 'dict'")
-    manifest = info(dataset_dir)
-    entry = split_entry(manifest, split)
-    files = shard_paths(dataset_dir, manifest, split)
+        raise ValueError(f"output must be 'tuple' or 'dict', not {output!r}")
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    manifest: DatasetInfo = info(dataset_dir)
+    entry = manifest.split(split)
+    layout = manifest.layout(split)
+    if not layout.batchable and batch_size > 1 and not pad:
+        raise layout.variable_size_error(entry.get("shapes", []))
+    conversion(layout.dtype, dtype, scale)        # argument errors now, not at iteration
     if deterministic is None:
         deterministic = seed is not None or not shuffle
-    fixed = entry["fixed_shape"] and len(entry["dtypes"]) == 1
-    if not fixed and len(entry["shapes"]) > 1 and batch_size > 1 and not pad:
-        raise ValueError(
-            f"split {split!r} holds images of {len(entry['shapes'])}+ different shapes "
-            f"(e.g. {entry['shapes'][:3]}) and cannot be batched: convert with "
-            "--resize HxW, or load with pad=True or batch_size=1")
-    ds = tf.data.Dataset.from_tensor_slices(tf.constant(files, dtype=tf.string))
+    plan = manifest.read_plan(split, input_context)
+    if plan.mode != ALL:
+        logger.info(plan.describe(split, len(entry["shards"])))
+
+    files = tf.data.Dataset.from_tensor_slices(tf.constant(plan.files, dtype=tf.string))
     if shuffle:
-        ds = ds.shuffle(max(len(files), 1), seed=seed, reshuffle_each_iteration=True)
+        files = files.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
+    compression = manifest.compression
+
+    def read(path):
+        records = tf.data.TFRecordDataset(path, compression_type=compression,
+                                          buffer_size=READ_BUFFER_BYTES)
+        return records.shard(plan.pipelines, plan.pipeline) if plan.mode == BY_RECORD else records
+
+    cycle = max(1, min(cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
+    records = files.interleave(read, cycle_length=cycle, block_length=1,
+                               num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    records = records.apply(tf.data.experimental.assert_cardinality(plan.num_records))
+    if cache:
+        records = _cache(records, cache, plan.pipeline, plan.pipelines)
+    if shuffle:
+        buffer = shuffle_buffer or _shuffle_buffer(entry)
+        records = records.shuffle(buffer, seed=None if seed is None else seed + 1,
+                                  reshuffle_each_iteration=True)
     if repeat:
-        ds = ds.repeat()
-    compression = "GZIP" if manifest.get("options", {}).get("compression") == "gzip" else ""
-    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
-                       cycle_length=cycle_length or min(max(len(files), 1), 16),
-                       num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    if shuffle:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    parse = _make_parse(manifest, entry, output)
+        records = records.repeat(None if repeat is True else int(repeat))
+    batches = records.batch(batch_size, drop_remainder=drop_remainder)
+    batches = batches.map(batch_parser(manifest, layout, output, dtype, scale),
+                          num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+
     options = tf.data.Options()
     options.deterministic = deterministic
-    if fixed:
-        ds = ds.batch(batch_size, drop_remainder=drop_remainder).map(
-            parse, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    else:
-        ds = ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-        if pad:
-            ds = ds.padded_batch(batch_size, drop_remainder=drop_remainder)
-        else:
-            ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    return ds.with_options(options).prefetch(AUTOTUNE)
+    if input_context is not None:
+        # Sharded here already: tf.distribute must not shard it a second time.
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return batches.with_options(options).prefetch(AUTOTUNE)

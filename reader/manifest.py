@@ -1,32 +1,106 @@
-"""Reading dataset.json (local or gs://) through TensorFlow's file system layer."""
+"""dataset.json, read through TensorFlow's file system layer (local, gs://, ram://).
+
+``info(dataset_dir)`` returns the parsed manifest as a dict, with the
+questions a training script asks of it as methods: how many records and
+steps a split holds, the class names, the element spec ``load`` produces.
+"""
 from __future__ import annotations
 
 import json
+import math
+from typing import Optional
 
 import tensorflow as tf
+
+from reader.layout import Layout, label_spec, split_layout
+from reader.sharding import ReadPlan, plan_reads
 
 MANIFEST_NAME = "dataset.json"
 
 
-def info(dataset_dir: str) -> dict:
-    """The parsed dataset.json of ``dataset_dir``."""
+class DatasetInfo(dict):
+    """The parsed dataset.json (a plain dict underneath) of one dataset directory."""
+
+    def __init__(self, manifest: dict, dataset_dir: str):
+        super().__init__(manifest)
+        self.dataset_dir = dataset_dir
+
+    def __reduce__(self):
+        return (DatasetInfo, (dict(self), self.dataset_dir))
+
+    @property
+    def split_names(self) -> list[str]:
+        return sorted(self["splits"])
+
+    def split(self, split: str) -> dict:
+        """The manifest entry of ``split``; a clear error naming the splits there are."""
+        try:
+            return self["splits"][split]
+        except KeyError:
+            known = ", ".join(self.split_names) or "none"
+            raise ValueError(f"split {split!r} not in {self.dataset_dir} (splits: {known})") from None
+
+    def shard_paths(self, split: str = "train") -> list[str]:
+        """Shard files from the manifest, never from a glob: stale files are not read."""
+        return [tf.io.gfile.join(self.dataset_dir, s["file"]) for s in self.split(split)["shards"]]
+
+    def shard_records(self, split: str = "train") -> list[int]:
+        return [int(s["num_records"]) for s in self.split(split)["shards"]]
+
+    @property
+    def compression(self) -> str:
+        """``"GZIP"`` or ``""``, as ``tf.data.TFRecordDataset`` takes it."""
+        if self.get("options", {}).get("compression") == "gzip":
+            return "GZIP"
+        files = [s["file"] for entry in self["splits"].values() for s in entry["shards"]]
+        return "GZIP" if files and all(f.endswith(".gz") for f in files) else ""
+
+    def read_plan(self, split: str = "train", input_context=None) -> ReadPlan:
+        """Which shards (and which records of them) one input pipeline reads."""
+        return plan_reads(self.shard_paths(split), self.shard_records(split), input_context)
+
+    def num_records(self, split: str = "train", input_context=None) -> int:
+        """Records in ``split``, or in the part of it one input pipeline reads."""
+        if input_context is None:
+            return int(self.split(split)["num_records"])
+        return self.read_plan(split, input_context).num_records
+
+    def steps_per_epoch(self, split: str = "train", batch_size: int = 32,
+                        drop_remainder: bool = False, input_context=None) -> int:
+        """Batches in one epoch of ``load(..., split, batch_size, drop_remainder=...)``."""
+        records = self.num_records(split, input_context)
+        return records // batch_size if drop_remainder else math.ceil(records / batch_size)
+
+    @property
+    def class_names(self) -> list[str]:
+        """Label index -> class name (empty when labels are numbers or absent)."""
+        return list(self.get("labels", {}).get("class_names") or [])
+
+    def layout(self, split: str = "train") -> Layout:
+        return split_layout(self, split, self.split(split))
+
+    @property
+    def element_spec(self) -> dict:
+        """Per split, the ``(images, labels)`` spec ``load`` yields with default options."""
+        return {name: self.element_spec_of(name) for name in self.split_names}
+
+    def element_spec_of(self, split: str = "train", dtype: Optional[str] = None,
+                        scale: Optional[float] = None) -> tuple:
+        layout = self.layout(split)
+        out = tf.float32 if dtype is None and scale is not None else tf.as_dtype(dtype or layout.dtype)
+        label = label_spec(self)
+        return (tf.TensorSpec([None] + layout.image_shape(), out),
+                tf.TensorSpec([None] + list(label.shape), label.dtype))
+
+
+def info(dataset_dir: str) -> DatasetInfo:
+    """The parsed dataset.json of ``dataset_dir`` (local or gs://)."""
+    dataset_dir = str(dataset_dir)
     path = tf.io.gfile.join(dataset_dir, MANIFEST_NAME)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(
             f"{path} not found: {dataset_dir} is not a finished dcm2tfrecord dataset "
             "(dataset.json is written last, when a conversion commits)")
     with tf.io.gfile.GFile(path, "r") as handle:
-        return json.load(handle)
+        return DatasetInfo(json.load(handle), dataset_dir)
 
-
-def split_entry(manifest: dict, split: str) -> dict:
-    try:
-        return manifest["splits"][split]
-    except KeyError:
-        known = ", ".join(sorted(manifest["splits"])) or "none"
-        raise ValueError(f"split {split!r} not in dataset (splits: {known})") from None
-
-
-def shard_paths(dataset_dir: str, manifest: dict, split: str) -> list[str]:
-    """Shard files from the manifest, never from a glob: stale files are not read."""
-    return [tf.io.gfile.join(dataset_dir, s["file"]) for s in split_entry(manifest, split)["shards"]]

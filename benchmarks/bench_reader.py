@@ -1,0 +1,316 @@
+"""Reader throughput: how close ``reader.load`` comes to reading the raw bytes.
+
+Builds once (cached under benchmarks/.cache/reader/) a dataset of 5,002
+224x224x3 uint8 images (benchmarks/archives.py ``png_archive(718)``, converted
+by ``python -m pipeline convert``) and, in one process, measures images/s of:
+
+  a. raw      - ``tf.data.TFRecordDataset(shards, num_parallel_reads=...)``,
+                batched, nothing parsed: the I/O + framing (CRC) limit.
+  b. classic  - the textbook per-record reader: ``TFRecordDataset(shards)
+                .map(parse_single_example -> decode_raw -> reshape -> cast/255,
+                num_parallel_calls=AUTOTUNE).batch().prefetch(AUTOTUNE)``.
+  c. png      - the same images as a directory of PNG files:
+                ``map(read_file -> tf.io.decode_png, AUTOTUNE).batch().prefetch()``.
+  d. reader   - ``reader.load(dataset, batch_size)`` with its defaults (shuffled,
+                uint8 as stored); ``d_float`` adds ``dtype="float32", scale=1/255``,
+                the same output as b.
+
+Ratios: d/a, d_float/b (same float output), d/c (same uint8 output); targets
+d >= 0.9 a, d >= 1.5 b, d >= 5 c. Then the same a vs d for 1,000 512x512 int16
+CT slices (``ct_archive(500)``).
+
+Every method hands batches of ``--batch`` images to Python, which counts
+them; each pass reads the whole dataset (c: the first ``--png-images`` files)
+from the page cache (every file is read once before timing). Methods run
+round-robin ``--repeats`` times, each pass after waiting (up to
+``--quiet-wait`` s) for other processes to leave the cores alone. Reported per
+method: the best pass (other processes only ever slow a pass down, so the
+best is the least disturbed), the median pass, and the CPU time this process
+spent per 1000 images (independent of what else runs on the machine), with
+the ratios of all three.
+
+    .venv/bin/python -m benchmarks.bench_reader
+    .venv/bin/python -m benchmarks.bench_reader --repeats 3 --png-images 2000 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.archives import CACHE_DIR, Archive, ct_archive, png_archive   # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PNG_MB = 718.0        # 5,002 images of 224x224x3 (147 KiB each)
+CT_MB = 500.0         # 1,000 slices of 512x512 int16 (512 KiB each)
+SHARD_ARGS = ["--target_shard_mb", "64", "--min_shard_mb", "32", "--max_shard_mb", "128"]
+
+
+# ---------------------------------------------------------------- datasets (built once)
+
+
+def _seed_from_smaller(name: str, archive_params: dict) -> None:
+    """Hard-links the files of a cached smaller PNG archive of the same generator.
+
+    archives.py derives every file from (kind, seed, size, index) only and keeps
+    files already present, so a smaller archive's files are this one's first files.
+    """
+    target = os.path.join(CACHE_DIR, name)
+    if os.path.exists(target + ".complete"):
+        return
+    prefix = f"png{archive_params['size']}_"
+    suffix = f"_s{archive_params['seed']}_v{archive_params['v']}"
+    for other in sorted(os.listdir(CACHE_DIR) if os.path.isdir(CACHE_DIR) else []):
+        if not (other.startswith(prefix) and other.endswith(suffix + ".complete")):
+            continue
+        source = os.path.join(CACHE_DIR, other[: -len(".complete")])
+        for folder, _, files in os.walk(source):
+            for f in files:
+                src = os.path.join(folder, f)
+                dst = os.path.join(target, os.path.relpath(src, source))
+                if not os.path.exists(dst):
+                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                    os.link(src, dst)
+
+
+def png_source() -> Archive:
+    params = {"size": 224, "seed": 0, "v": 1}
+    _seed_from_smaller(f"png224_{PNG_MB:g}MB_s0_v1", params)
+    return png_archive(PNG_MB)
+
+
+def converted(archive: Archive, log=print) -> str:
+    """The archive converted with default options (shards of 32-128 MiB); cached."""
+    out = os.path.join(CACHE_DIR, "reader", os.path.basename(archive.path))
+    if os.path.exists(os.path.join(out, "dataset.json")):
+        return out
+    log(f"[bench_reader] converting {archive.path} -> {out} ...")
+    started = time.time()
+    cmd = [sys.executable, "-m", "pipeline", "convert", "--input", archive.path, "--output", out,
+           "--overwrite", *SHARD_ARGS]
+    usage = subprocess.run(cmd[:4] + ["--help"], cwd=REPO, capture_output=True, text=True).stdout
+    if "--id_salt" in usage:          # record ids play no part in reading speed
+        cmd += ["--id_salt", "bench_reader"]
+    subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    log(f"[bench_reader] converted in {time.time() - started:.0f} s")
+    return out
+
+
+def _warm_page_cache(paths) -> None:
+    for path in paths:
+        with open(path, "rb") as handle:
+            while handle.read(1 << 24):
+                pass
+
+
+# ---------------------------------------------------------------- the measured pipelines
+
+
+def raw_bytes(tf, files, batch):
+    """(a) TFRecord framing only: as fast as the shards can be read."""
+    ds = tf.data.TFRecordDataset(files, buffer_size=1 << 20,
+                                 num_parallel_reads=min(len(files), 16))
+    return ds.batch(batch).prefetch(tf.data.AUTOTUNE)
+
+
+def classic(tf, files, batch):
+    """(b) The per-record reader of countless tutorials."""
+    spec = {"image_raw": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64),
+            "height": tf.io.FixedLenFeature([], tf.int64),
+            "width": tf.io.FixedLenFeature([], tf.int64),
+            "channels": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(serialized):
+        ex = tf.io.parse_single_example(serialized, spec)
+        image = tf.reshape(tf.io.decode_raw(ex["image_raw"], tf.uint8),
+                           [ex["height"], ex["width"], ex["channels"]])
+        return tf.cast(image, tf.float32) / 255.0, ex["label"]
+
+    ds = tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(batch).prefetch(tf.data.AUTOTUNE)
+
+
+def png_files(tf, paths, batch):
+    """(c) A directory of PNG files, decoded by TensorFlow."""
+    def decode(path):
+        return tf.io.decode_png(tf.io.read_file(path), channels=3)
+
+    ds = tf.data.Dataset.from_tensor_slices(paths).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(batch).prefetch(tf.data.AUTOTUNE)
+
+
+# ---------------------------------------------------------------- timing
+
+
+def _busy_jiffies() -> int:
+    with open("/proc/stat") as handle:
+        fields = [int(x) for x in handle.readline().split()[1:]]
+    return sum(fields) - fields[3] - fields[4]          # all but idle and iowait
+
+
+def _own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def one_pass(make) -> dict:
+    """Iterates a fresh dataset once: images, seconds, CPU of this process and of others."""
+    hz = os.sysconf("SC_CLK_TCK")
+    ds = make()
+    jiffies, cpu, started = _busy_jiffies(), _own_cpu(), time.perf_counter()
+    images = 0
+    for element in ds:
+        first = element[0] if isinstance(element, tuple) else element
+        images += int(first.shape[0])
+    wall = time.perf_counter() - started
+    own = _own_cpu() - cpu
+    foreign = max(0.0, (_busy_jiffies() - jiffies) / hz - own)
+    return {"images": images, "wall_s": wall, "cpu_s": own, "foreign_cpu_s": foreign,
+            "images_per_s": images / wall}
+
+
+def wait_until_quiet(max_wait_s: float, busy_cores: float = 0.5, window_s: float = 1.0) -> float:
+    """Waits (at most max_wait_s) until other processes use < busy_cores; returns their use."""
+    hz = os.sysconf("SC_CLK_TCK")
+    deadline = time.time() + max_wait_s
+    while True:
+        jiffies, cpu = _busy_jiffies(), _own_cpu()
+        time.sleep(window_s)
+        busy = max(0.0, (_busy_jiffies() - jiffies) / hz - (_own_cpu() - cpu)) / window_s
+        if busy < busy_cores or time.time() >= deadline:
+            return busy
+
+
+def measure(methods: dict, repeats: int, quiet_wait_s: float = 0.0, log=print) -> dict:
+    """Round-robin passes; per method the best and the median pass by images/s."""
+    passes = {name: [] for name in methods}
+    for round_ in range(repeats):
+        for name, make in methods.items():
+            if quiet_wait_s:
+                wait_until_quiet(quiet_wait_s)
+            result = one_pass(make)
+            passes[name].append(result)
+            log(f"  round {round_ + 1} {name:8s} {result['images']:6d} images "
+                f"{result['wall_s']:6.2f} s {result['images_per_s']:9.0f} img/s "
+                f"(cpu {result['cpu_s']:.1f} s, others {result['foreign_cpu_s']:.1f} s)")
+    summary = {}
+    for name, runs in passes.items():
+        ranked = sorted(runs, key=lambda r: r["images_per_s"])
+        summary[name] = {
+            "best_images_per_s": ranked[-1]["images_per_s"],
+            "median_images_per_s": ranked[len(ranked) // 2]["images_per_s"],
+            "cpu_ms_per_1000": 1e6 * statistics.median(r["cpu_s"] / r["images"] for r in runs),
+            "foreign_cpu_s_best_pass": ranked[-1]["foreign_cpu_s"],
+            "passes": [round(r["images_per_s"]) for r in runs]}
+    return summary
+
+
+def machine() -> str:
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    import tensorflow as tf
+    return (f"{os.cpu_count()} cores, {mem:.1f} GiB RAM, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, TensorFlow {tf.__version__}")
+
+
+def _method_rows(title: str, summary: dict) -> list[str]:
+    rows = [f"| {title} | images/s best | median | CPU ms per 1000 images | others' CPU s, best pass |",
+            "|---|---|---|---|---|"]
+    rows += [f"| {k} | {v['best_images_per_s']:.0f} | {v['median_images_per_s']:.0f} | "
+             f"{v['cpu_ms_per_1000']:.0f} | {v['foreign_cpu_s_best_pass']:.1f} |" for k, v in summary.items()]
+    return rows
+
+
+def _ratio_rows(summary: dict, pairs) -> list[str]:
+    rows = ["| ratio | best | median | CPU (inverse) | target | best vs target |",
+            "|---|---|---|---|---|---|"]
+    for label, top, bottom, target in pairs:
+        t, b = summary[top], summary[bottom]
+        best = t["best_images_per_s"] / b["best_images_per_s"]
+        median = t["median_images_per_s"] / b["median_images_per_s"]
+        cpu = b["cpu_ms_per_1000"] / t["cpu_ms_per_1000"]
+        verdict = "met" if best >= target else "NOT met"
+        rows.append(f"| {label} | {best:.2f} | {median:.2f} | {cpu:.2f} | >= {target} | {verdict} |")
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=5, help="passes per method")
+    parser.add_argument("--quiet-wait", type=float, default=10.0,
+                        help="before each pass, wait up to this many seconds for other processes "
+                             "to use < 0.5 core (0: do not wait)")
+    parser.add_argument("--png-images", type=int, default=2000,
+                        help="PNG files decoded per pass of (c) (it is by far the slowest)")
+    parser.add_argument("--no-ct", action="store_true", help="skip the 512x512 int16 part")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+
+    source = png_source()
+    dataset = converted(source)
+    ct_dataset = None if args.no_ct else converted(ct_archive(CT_MB))
+
+    import tensorflow as tf
+    import reader
+
+    meta = reader.info(dataset)
+    files = meta.shard_paths("train")
+    pngs = source.file_paths()[: args.png_images]
+    _warm_page_cache(files + pngs)
+    b = args.batch
+    load_avg = os.getloadavg()
+    print(f"machine: {machine()}; load average before: {load_avg[0]:.2f}")
+    print(f"224x224x3 uint8: {meta.num_records('train')} records in {len(files)} shards "
+          f"({meta.split('train')['num_bytes'] / (1 << 20):.0f} MiB); batch {b}")
+    methods = {
+        "a_raw": lambda: raw_bytes(tf, files, b),
+        "b_classic": lambda: classic(tf, files, b),
+        "c_png": lambda: png_files(tf, pngs, b),
+        "d_reader": lambda: reader.load(dataset, batch_size=b),
+        "d_float": lambda: reader.load(dataset, batch_size=b, dtype="float32", scale=1 / 255),
+    }
+    results = {"machine": machine(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+               "argv": argv, "load_average_before": load_avg[0],
+               "rgb": {"records": meta.num_records("train"), "shards": len(files),
+                       "png_images": len(pngs),
+                       "methods": measure(methods, args.repeats, args.quiet_wait)}}
+    rgb = results["rgb"]["methods"]
+    lines = _method_rows("224x224x3 uint8", rgb) + [""]
+    lines += _ratio_rows(rgb, [("d / a", "d_reader", "a_raw", 0.9),
+                               ("d_float / b", "d_float", "b_classic", 1.5),
+                               ("d / b", "d_reader", "b_classic", 1.5),
+                               ("d / c", "d_reader", "c_png", 5.0)])
+    if ct_dataset:
+        ct = reader.info(ct_dataset)
+        ct_files = ct.shard_paths("train")
+        _warm_page_cache(ct_files)
+        print(f"512x512 int16: {ct.num_records('train')} records in {len(ct_files)} shards")
+        ct_methods = {"a_raw": lambda: raw_bytes(tf, ct_files, b),
+                      "d_reader": lambda: reader.load(ct_dataset, batch_size=b)}
+        results["ct"] = {"records": ct.num_records("train"), "shards": len(ct_files),
+                         "methods": measure(ct_methods, args.repeats, args.quiet_wait)}
+        cts = results["ct"]["methods"]
+        lines += [""] + _method_rows("512x512 int16", cts) + [""]
+        lines += _ratio_rows(cts, [("d / a (CT)", "d_reader", "a_raw", 0.9)])
+    results["load_average_after"] = os.getloadavg()[0]
+    print("\n".join(lines))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
