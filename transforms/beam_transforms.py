@@ -7,10 +7,13 @@ written inside WriteShards, one shard per DoFn call.
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 
 from typing import Iterable, Mapping, Optional
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsDict, AsList, AsSingleton, TaggedOutput
 
@@ -28,7 +31,7 @@ from transforms.settings import ConversionSettings
 from transforms.shard_plan import (ShardBounds, assign_shards, bucket_of, bucket_starts, layout,
                                    sort_key)
 from transforms.shard_writer import write_shard
-from transforms.sources import expand_pattern
+from transforms.sources import broken_links, expand_pattern
 
 NAMESPACE = "dcm2tfrecord"
 OUTCOMES = "outcomes"
@@ -52,26 +55,40 @@ def _expand_counted(pattern: str) -> Iterable[SourceFile]:
         yield source
 
 
+def _broken_links(pattern: str) -> Iterable[Outcome]:
+    for path in broken_links(pattern):
+        outcome = Outcome(path, reasons.FAILED, "match", reasons.BROKEN_SYMLINK,
+                          "symbolic link to a missing target")
+        count("files_matched")
+        _count_outcome(outcome)
+        yield outcome
+
+
 def _first_by_rel_path(sources: Iterable[SourceFile]) -> SourceFile:
     return min(sources, key=lambda s: s.rel_path)
 
 
 class MatchSources(beam.PTransform):
-    """--input patterns -> every matched file, once, spread over workers."""
+    """--input patterns -> (every matched file once, broken links as Outcomes)."""
 
     def __init__(self, patterns: list[str]):
         super().__init__()
         self.patterns = sorted(set(patterns))
 
     def expand(self, pbegin):
-        return (pbegin
-                | "ListInputPatterns" >> beam.Create(self.patterns)
+        patterns = pbegin | "ListInputPatterns" >> beam.Create(self.patterns)
+        broken = (patterns
+                  | "FindBrokenLinks" >> beam.FlatMap(_broken_links)
+                  | "KeyLinkByUri" >> beam.Map(lambda o: (o.uri, o))
+                  | "DropRepeatedLinks" >> beam.CombinePerKey(lambda outcomes: min(outcomes, key=lambda o: o.uri))
+                  | "DropLinkKey" >> beam.Values())
+        return (patterns
                 | "ExpandPatterns" >> beam.FlatMap(_expand_counted)
                 # SourceFile
                 | "KeyByUri" >> beam.Map(lambda s: (s.uri, s))
                 | "DropRepeatedMatches" >> beam.CombinePerKey(_first_by_rel_path)
-                | "DropUriKey" >> beam.Values())
-                # SourceFile, each uri once
+                | "DropUriKey" >> beam.Values()), broken
+                # SourceFile, each uri once; Outcome per broken link
 
 
 # ---------------------------------------------------------------- probe
@@ -93,7 +110,9 @@ class ProbeFn(beam.DoFn):
         except ConversionError as exc:
             status = reasons.SKIPPED if exc.skipped else reasons.FAILED
             outcome = Outcome(source.uri, status, "probe", exc.reason, str(exc))
-        except Exception as exc:  # never let one file take the run down
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # never let one file take the run down (Rust panics included)
             outcome = Outcome(source.uri, reasons.FAILED, "probe", reasons.UNEXPECTED,
                               f"{type(exc).__name__}: {exc}")
         else:
@@ -179,6 +198,40 @@ class PlanShards(beam.PTransform):
                  | "OrderShardRecords" >> beam.Map(_to_plan, layouts_by_split, seed))
                  # ShardPlan
         return plans, layouts
+
+
+# ---------------------------------------------------------------- duplicates
+
+
+def _sop_key(record: ProbedRecord) -> str:
+    if record.kind != "dicom" or not record.ids or not record.ids.sop_uid:
+        return ""
+    return f"{record.ids.sop_uid}#{record.frame}"
+
+
+def _keep_first_sop(keyed):
+    _, records = keyed
+    ordered = sorted(records, key=lambda r: r.source.uri)
+    yield ordered[0]
+    for dup in ordered[1:]:
+        if dup.counts_sources:
+            outcome = Outcome(dup.source.uri, reasons.SKIPPED, "probe", reasons.DUPLICATE,
+                              f"same SOPInstanceUID as {ordered[0].source.uri}, which is kept")
+            _count_outcome(outcome)
+            yield TaggedOutput(OUTCOMES, outcome)
+
+
+class DropDuplicateInstances(beam.PTransform):
+    """Two files with one SOPInstanceUID: the first by sorted uri is kept."""
+
+    def expand(self, records):
+        plain, dicom = records | "HasSopUid" >> beam.Partition(lambda r, _: 1 if _sop_key(r) else 0, 2)
+        kept = (dicom
+                | "KeyBySopUid" >> beam.Map(lambda r: (_sop_key(r), r))
+                | "GroupBySopUid" >> beam.GroupByKey()
+                # (raw SOP Instance UID#frame, [ProbedRecord]): almost always one
+                | "KeepFirstByUri" >> beam.FlatMap(_keep_first_sop).with_outputs(OUTCOMES, main="kept"))
+        return (plain, kept.kept) | "AllInstances" >> beam.Flatten(), kept[OUTCOMES]
 
 
 # ---------------------------------------------------------------- series
@@ -407,6 +460,31 @@ class CountGroups(beam.PTransform):
         return per_split, leaking
 
 
+# ---------------------------------------------------------------- progress
+
+PROGRESS_DIR = ".progress"   # removed when a run commits; see pipeline.progress
+PLAN_NAME = "plan.json"
+DONE_SUFFIX = ".done"
+
+
+def _write_progress(output_dir: str, name: str, content: dict) -> None:
+    """Best effort: progress files are for watching a run, never a reason to fail it."""
+    try:
+        path = FileSystems.join(output_dir, PROGRESS_DIR, name)
+        with FileSystems.create(path, mime_type="application/json") as handle:
+            handle.write(json.dumps(content, sort_keys=True).encode("utf-8"))
+    except Exception as exc:  # noqa: BLE001
+        logging.getLogger(__name__).warning("progress file %s not written: %s", name, exc)
+
+
+def _record_plan(_, layouts: Mapping, output_dir: str) -> str:
+    """{output}/.progress/plan.json: planned records, bytes and shards per split."""
+    _write_progress(output_dir, PLAN_NAME, {"splits": {
+        split: {"records": lay.num_records, "bytes": lay.total_bytes, "shards": lay.num_shards}
+        for split, lay in sorted(layouts.items())}})
+    return PLAN_NAME
+
+
 # ---------------------------------------------------------------- write
 
 
@@ -418,9 +496,13 @@ class WriteShardFn(beam.DoFn):
         super().__init__()
         self.output_dir, self.compression, self.settings = output_dir, compression, settings
 
-    def process(self, plan: ShardPlan):
+    def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None):
+        # plan_recorded: a side input that only orders this step after _record_plan
         result, outcomes = write_shard(plan, self.output_dir, self.compression,
                                        settings=self.settings)
+        _write_progress(self.output_dir, result.file + DONE_SUFFIX, {
+            "split": result.split, "records": result.num_records, "bytes": result.num_bytes,
+            "planned_records": len(plan.records), "planned_bytes": result.planned_bytes})
         count("records_written", result.num_records)
         count("bytes_written", result.num_bytes)
         count("shards_written")
@@ -451,6 +533,14 @@ def _commit(_, results: list, outcomes: list, matched: int, space, group_counts:
         features["source_path"] = {"dtype": "bytes", "shape": [], "description": "--keep_source_path"}
     manifest = manifest_lib.build_manifest(results, outcomes, matched, options, version, features,
                                            extra=extra)
+    failed = sum(manifest["counts"]["failed"].values())
+    too_many = failed > settings.max_failure_ratio * max(matched, 1) or (
+        settings.max_failures is not None and failed > settings.max_failures)
+    if too_many:
+        return manifest_lib.refuse_commit(settings.output_dir, manifest, outcomes, (
+            f"{failed} of {matched} inputs failed ({100.0 * failed / max(matched, 1):.1f}%), more than "
+            f"--max_failure_ratio {settings.max_failure_ratio:g}"
+            + (f" / --max_failures {settings.max_failures}" if settings.max_failures is not None else "")))
     return manifest_lib.commit(settings.output_dir, manifest, outcomes)
 
 
@@ -474,15 +564,18 @@ class ConvertArchive(beam.PTransform):
 
     def expand(self, pbegin):
         settings = self.settings
-        sources = pbegin | "MatchInputs" >> MatchSources(list(settings.patterns))
-        # SourceFile
+        sources, broken = pbegin | "MatchInputs" >> MatchSources(list(settings.patterns))
+        # SourceFile; Outcome per broken link
         probed = (sources
                   | "ProbeHeaders" >> beam.ParDo(ProbeFn(settings.max_pixels,
                                                          settings.bounds.max_bytes, settings.decode))
                   .with_outputs(OUTCOMES, main="records"))
         # records: ProbedRecord; outcomes: Outcome
-        outcome_parts = [probed[OUTCOMES]]
         records = probed.records
+        outcome_parts = [broken, probed[OUTCOMES]]
+        if settings.duplicates == "skip":
+            records, duplicates = records | "DropDuplicates" >> DropDuplicateInstances()
+            outcome_parts.append(duplicates)
         if settings.unit == "series":
             records, series_outcomes = records | "BuildVolumes" >> GroupSeries(settings.decode.id_salt)
             outcome_parts.append(series_outcomes)
@@ -496,15 +589,24 @@ class ConvertArchive(beam.PTransform):
         group_counts, leaking = records | "CountGroups" >> CountGroups(settings)
         plans, layouts = records | "PlanShards" >> PlanShards(settings.bounds, settings.seed,
                                                               settings.min_shards)
+        plan_recorded = (pbegin
+                         | "ProgressOnce" >> beam.Create([None])
+                         | "RecordPlanForProgress" >> beam.Map(_record_plan, AsDict(layouts),
+                                                               settings.output_dir))
+                         # "plan.json", written under {output}/.progress/
         written = (plans
                    | "DistributeShards" >> beam.Reshuffle()
                    | "WriteShards" >> beam.ParDo(WriteShardFn(settings.output_dir,
-                                                              settings.compression, settings.decode))
+                                                              settings.compression, settings.decode),
+                                                 AsSingleton(plan_recorded))
                    .with_outputs(OUTCOMES, main="shards"))
         # shards: ShardResult; outcomes: Outcome
         outcome_parts.append(written[OUTCOMES])
         outcomes = tuple(outcome_parts) | "CollectOutcomes" >> beam.Flatten()
-        matched = sources | "CountMatched" >> beam.combiners.Count.Globally()
+        matched = ((sources | "CountFiles" >> beam.combiners.Count.Globally(),
+                    broken | "CountBrokenLinks" >> beam.combiners.Count.Globally())
+                   | "FilesAndLinks" >> beam.Flatten()
+                   | "CountMatched" >> beam.CombineGlobally(sum))
         space_side = (AsSingleton(space) if space is not None
                       else AsSingleton(pbegin | "NoLabels" >> beam.Create([None])))
         return (pbegin

@@ -11,6 +11,7 @@ from transforms.probe import open_source
 from transforms.record_format import serialize_record
 from transforms.records import ProbedRecord
 from transforms.settings import DecodeSettings
+from transforms.source_io import read_unchanged, with_timeout
 
 
 def decode_record(record: ProbedRecord, fileobj: BinaryIO,
@@ -39,8 +40,7 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
     """A series record: its slices decoded in their planned (anatomical) order and stacked."""
     slices, metadata = [], None
     for member in record.members:
-        with opener(member.uri) as fileobj:
-            pixels, ds, window = decode_dicom(fileobj, settings)
+        pixels, ds, window = decode_dicom(read_unchanged(member, opener), settings)
         slices.append(pixels)
         if metadata is None:
             metadata = dicom_header.metadata(ds, settings, window)
@@ -51,10 +51,10 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
 def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
                  settings: DecodeSettings = DecodeSettings()) -> tuple[bytes, str, tuple]:
     """(serialized Example, stored dtype, shape) for one probed record."""
-    if record.members:
-        pixels, metadata = decode_volume(record, opener, settings)
-    else:
-        with opener(record.source.uri) as fileobj:
-            pixels, metadata = decode_record(record, fileobj, settings)
+    def decode():
+        if record.members:
+            return decode_volume(record, opener, settings)
+        return decode_record(record, read_unchanged(record.source, opener), settings)
+    pixels, metadata = with_timeout(decode, settings.decode_timeout_s, record.source.uri)
     payload = serialize_record(pixels, record.record_id, record.kind, record.label, metadata)
     return payload, pixels.dtype.newbyteorder("=").name, tuple(int(d) for d in pixels.shape)

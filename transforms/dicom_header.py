@@ -37,9 +37,57 @@ def read_header(fileobj: BinaryIO) -> Dataset:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return pydicom.dcmread(fileobj, force=True, defer_size=_DEFER_BYTES)
+            ds = pydicom.dcmread(fileobj, force=True, defer_size=_DEFER_BYTES)
     except Exception as exc:  # pydicom raises many types for a broken header
         raise ConversionError(reasons.INVALID_DICOM, f"header does not parse: {exc}") from exc
+    convert_all_elements(ds)
+    return ds
+
+
+def convert_all_elements(ds: Dataset) -> None:
+    """Converts every top-level element now, so a mangled VR or value fails here, classified.
+
+    pydicom parses element values lazily, on first access; without this, an
+    unknown VR would surface as NotImplementedError wherever the value is used.
+    Deferred values (pixel data) stay unread.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in ds:
+                pass
+    except Exception as exc:
+        raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: "
+                                                     f"{type(exc).__name__}: {exc}") from exc
+
+
+def check_native_length(ds: Dataset) -> None:
+    """Native pixel data must hold Rows x Columns x Frames x Samples x Bits Allocated.
+
+    Shorter fails; pydicom tolerates (and strips) small excess padding, as do
+    we, but more than a whole frame of excess means the header is wrong.
+    """
+    if "PixelData" not in ds or ds["PixelData"].is_undefined_length:
+        return
+    syntax = transfer_syntax(ds)
+    if syntax and syntax not in NATIVE_SYNTAXES:
+        return
+    frame_bits = _int(ds, "Rows") * _int(ds, "Columns") * _int(ds, "SamplesPerPixel", 1) * \
+        _int(ds, "BitsAllocated")
+    frames = _int(ds, "NumberOfFrames", 1) or 1
+    expected = (frame_bits * frames + 7) // 8
+    actual = len(ds.PixelData or b"")
+    frame_bytes = (frame_bits + 7) // 8
+    if actual == 0:
+        raise ConversionError(reasons.PIXEL_DATA_LENGTH, f"pixel data is empty, {expected} bytes expected")
+    if actual > expected + max(frame_bytes, 2):
+        raise ConversionError(reasons.PIXEL_DATA_LENGTH,
+                              f"pixel data is {actual} bytes, {actual - expected} more than Rows x Columns "
+                              f"x Frames x Samples x Bits Allocated = {expected}: the header is wrong")
+
+
+NATIVE_SYNTAXES = {"1.2.840.10008.1.2", "1.2.840.10008.1.2.1", "1.2.840.10008.1.2.2",
+                   "1.2.840.10008.1.2.1.99"}
 
 
 def looks_like_dicom(ds: Dataset) -> bool:

@@ -22,7 +22,8 @@ from pydicom.pixels import apply_color_lut, apply_modality_lut
 from pydicom.pixels import pixel_array as decode_pixels
 
 from transforms import reasons, voi
-from transforms.dicom_header import image_spec, infer_transfer_syntax
+from transforms.dicom_header import (check_native_length, convert_all_elements, image_spec,
+                                     infer_transfer_syntax)
 from transforms.dtypes import fit_integer_dtype
 from transforms.errors import ConversionError
 from transforms.settings import DecodeSettings
@@ -50,8 +51,51 @@ def read_dataset(fileobj: BinaryIO) -> Dataset:
         ds = pydicom.dcmread(fileobj, force=True)
     except Exception as exc:
         raise ConversionError(reasons.INVALID_DICOM, f"file does not parse: {exc}") from exc
+    convert_all_elements(ds)
     infer_transfer_syntax(ds)
     return ds
+
+
+_J2K_SYNTAXES = {"1.2.840.10008.1.2.4.90", "1.2.840.10008.1.2.4.91", "1.2.840.10008.1.2.4.201",
+                 "1.2.840.10008.1.2.4.202", "1.2.840.10008.1.2.4.203"}
+_JP2_SIGNATURE = b"\x00\x00\x00\x0c\x6a\x50\x20\x20"
+
+
+def check_jp2_boxes(frame: bytes) -> None:
+    """Rejects a JP2 box chain that never reaches its codestream (ISO/IEC 15444-1 I.4).
+
+    pydicom's get_j2k_parameters walks these boxes by their lengths and never
+    returns on a box of length 0; we walk them first, with a bound.
+    """
+    if not frame.startswith(_JP2_SIGNATURE):
+        return
+    offset = 12
+    for _ in range(4096):
+        if offset >= len(frame):
+            return
+        length = int.from_bytes(frame[offset:offset + 4], "big")
+        if frame[offset + 4:offset + 8] == b"jp2c":
+            return
+        if length < 8:
+            raise ConversionError(reasons.DECODE_ERROR,
+                                  f"JPEG 2000 box of length {length} at byte {offset}: corrupt JP2 header")
+        offset += length
+    raise ConversionError(reasons.DECODE_ERROR, "JPEG 2000 header with too many boxes")
+
+
+def _check_encapsulated(ds: Dataset) -> None:
+    syntax = str(ds.file_meta.get("TransferSyntaxUID", "")) if hasattr(ds, "file_meta") else ""
+    if syntax not in _J2K_SYNTAXES or "PixelData" not in ds:
+        return
+    from pydicom.encaps import generate_frames
+    frames = int(ds.get("NumberOfFrames", 1) or 1)
+    try:
+        for frame in generate_frames(ds.PixelData, number_of_frames=frames):
+            check_jp2_boxes(frame)
+    except ConversionError:
+        raise
+    except Exception as exc:
+        raise ConversionError(reasons.DECODE_ERROR, f"encapsulated pixel data: {exc}") from exc
 
 
 def _imagecodecs_jpeg(ds: Dataset, frame: Optional[int]) -> Optional[np.ndarray]:
@@ -71,9 +115,12 @@ def _imagecodecs_jpeg(ds: Dataset, frame: Optional[int]) -> Optional[np.ndarray]
 
 
 def _decode(ds: Dataset, frame: Optional[int]) -> np.ndarray:
+    _check_encapsulated(ds)
     try:
         return decode_pixels(ds, index=frame) if frame is not None else ds.pixel_array
-    except Exception as exc:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # Rust decoders panic with a BaseException (pyo3 PanicException)
         syntax = str(ds.file_meta.get("TransferSyntaxUID", "")) if hasattr(ds, "file_meta") else ""
         if syntax in _JPEG_FAMILY:
             try:
@@ -132,6 +179,10 @@ def to_record_array(arr: np.ndarray, planned_dtype: str, depth: int, channels: i
             dtype = fit_integer_dtype(arr, planned_dtype)
     out = np.ascontiguousarray(arr, dtype=np.dtype(dtype).newbyteorder("<"))
     rows, cols = out.shape[-2:] if channels == 1 else out.shape[-3:-1]
+    if out.size != depth * rows * cols * channels:
+        raise ConversionError(reasons.PIXEL_DATA_LENGTH,
+                              f"decoded {out.size} values {out.shape}, the header describes "
+                              f"{depth} frame(s) of {rows}x{cols}x{channels}")
     return out.reshape(depth, rows, cols, channels)
 
 
@@ -145,6 +196,7 @@ def decode_dicom(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
         warnings.simplefilter("ignore")
         ds = read_dataset(fileobj)
         spec = image_spec(ds, settings)
+        check_native_length(ds)
         decoded = _decode(ds, frame)
         try:
             values, window = map_values(decoded, ds, settings)

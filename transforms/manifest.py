@@ -105,6 +105,24 @@ def commit(output_dir: str, manifest: dict, outcomes: Iterable[Outcome]) -> str:
     return _write_text(output_dir, MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
+FAILED_RUN_NAME = "run_failed.json"
+
+
+def refuse_commit(output_dir: str, manifest: dict, outcomes: Iterable[Outcome], reason: str) -> str:
+    """Too many failures: errors.jsonl and run_failed.json, and no dataset.json."""
+    _write_text(output_dir, ERRORS_NAME, errors_jsonl(outcomes))
+    report = {"reason": reason, "counts": manifest["counts"], "errors_file": ERRORS_NAME}
+    return _write_text(output_dir, FAILED_RUN_NAME, json.dumps(report, indent=2, sort_keys=True) + "\n")
+
+
+def read_failed_run(output_dir: str) -> dict | None:
+    path = FileSystems.join(output_dir, FAILED_RUN_NAME)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
 def read_manifest(output_dir: str) -> dict:
     with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME)) as handle:
         return json.loads(handle.read().decode("utf-8"))

@@ -18,9 +18,16 @@ from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 
 def open_source(uri: str) -> BinaryIO:
     """Opens a source as raw bytes: a ``.gz`` DICOM is not ours to decompress."""
+    return FileSystems.open(uri, mime_type="application/octet-stream",
+                            compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def open_checked(uri: str, opener: Callable[[str], BinaryIO]) -> BinaryIO:
+    """``opener(uri)``, with any failure (permissions, vanished file) as reason unreadable."""
     try:
-        return FileSystems.open(uri, mime_type="application/octet-stream",
-                                compression_type=CompressionTypes.UNCOMPRESSED)
+        return opener(uri)
+    except ConversionError:
+        raise
     except Exception as exc:
         raise ConversionError(reasons.UNREADABLE, f"cannot open: {exc}") from exc
 
@@ -55,6 +62,8 @@ def _slice_info(ds) -> SliceInfo:
 
 def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings) -> tuple[ImageSpec, Identifiers, SliceInfo]:
     ds = dicom_header.read_header(fileobj)
+    if sniffed == sniff.DICOM and len(ds) == 0:
+        raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
     if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
     if not dicom_header.has_pixel_data(ds):
@@ -74,7 +83,7 @@ def _probe_image(fileobj: BinaryIO) -> ImageSpec:
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                      opener: Callable[[str], BinaryIO]) -> tuple[ImageSpec, str, Optional[Identifiers],
                                                                  Optional[SliceInfo]]:
-    with opener(source.uri) as fileobj:
+    with open_checked(source.uri, opener) as fileobj:
         try:
             head = fileobj.read(sniff.HEAD_BYTES)
             fileobj.seek(0)

@@ -13,6 +13,11 @@ BURNED_IN_ANNOTATION = "burned_in_annotation"    # Burned In Annotation = YES, w
 
 # Failed: the file should have converted and could not.
 EMPTY_FILE = "empty_file"
+TRUNCATED_FILE = "truncated_file"                # DICOM that ends inside its header
+BROKEN_SYMLINK = "broken_symlink"                # a link whose target does not exist
+DUPLICATE = "duplicate"                          # same SOPInstanceUID as an earlier file (by sorted uri)
+CHANGED_DURING_RUN = "changed_during_run"        # size or mtime differs between probe and write
+DECODE_TIMEOUT = "decode_timeout"                # decoding ran past --decode_timeout_s
 UNREADABLE = "unreadable"                        # I/O or permission error
 INVALID_DICOM = "invalid_dicom"                  # .dcm that does not parse as DICOM
 INVALID_IMAGE = "invalid_image"                  # raster whose header does not parse
@@ -30,7 +35,6 @@ SERIES_MIXED_SHAPES = "series_mixed_shapes"      # --unit series: slices differ 
 SERIES_MIXED_ORIENTATION = "series_mixed_orientation"
 SERIES_DUPLICATE_POSITION = "series_duplicate_position"
 SERIES_UNORDERED = "series_unordered"            # no positions and no instance numbers
-WRITE_ERROR = "write_error"
 UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
 
 DOCUMENTED = {
@@ -38,6 +42,11 @@ DOCUMENTED = {
     UNSUPPORTED_FORMAT: "not DICOM and not a raster image Pillow reads",
     BURNED_IN_ANNOTATION: "Burned In Annotation is YES (text in the pixels); --allow_burned_in converts it",
     EMPTY_FILE: "zero-byte file",
+    TRUNCATED_FILE: "a DICOM file that ends inside its header (no elements after the preamble)",
+    BROKEN_SYMLINK: "a symbolic link whose target does not exist (local inputs)",
+    DUPLICATE: "same SOPInstanceUID as another file; the first by sorted uri is kept (skipped)",
+    CHANGED_DURING_RUN: "the file's size or modification time changed between probe and write",
+    DECODE_TIMEOUT: "decoding took longer than --decode_timeout_s",
     UNREADABLE: "the file could not be read (permissions, I/O error, vanished)",
     INVALID_DICOM: "named or sniffed as DICOM but the header does not parse",
     INVALID_IMAGE: "a raster image whose header or data Pillow cannot read",
@@ -55,6 +64,5 @@ DOCUMENTED = {
     SERIES_MIXED_ORIENTATION: "--unit series: the slices have different Image Orientation (Patient)",
     SERIES_DUPLICATE_POSITION: "--unit series: two slices at the same position (or same Instance Number)",
     SERIES_UNORDERED: "--unit series: no Image Position/Orientation and no Instance Number to order by",
-    WRITE_ERROR: "building or writing the record failed",
     UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",
 }

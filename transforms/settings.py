@@ -24,6 +24,7 @@ class DecodeSettings:
     keep_tags: tuple[str, ...] = ()
     keep_source_path: bool = False
     allow_burned_in: bool = False
+    decode_timeout_s: float = 300.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +47,9 @@ class ConversionSettings:
     split_column: Optional[str] = None
     decode: DecodeSettings = DecodeSettings()
     unit: str = "file"                 # file | series
+    max_failure_ratio: float = 0.05
+    max_failures: Optional[int] = None
+    duplicates: str = "skip"           # skip | keep: files sharing a SOPInstanceUID
 
     def split_by_for(self, kind: str) -> str:
         if self.split_by:

@@ -106,7 +106,9 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                     status = reasons.SKIPPED if exc.skipped else reasons.FAILED
                     outcomes.append(Outcome(record.source.uri, status, "decode", exc.reason, str(exc)))
                     continue
-                except Exception as exc:  # a codec bug must not take the shard down
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # a codec bug (even a Rust panic) must not take the shard down
                     outcomes.append(Outcome(record.source.uri, reasons.FAILED, "decode",
                                             reasons.DECODE_ERROR, f"{type(exc).__name__}: {exc}"))
                     continue

@@ -54,3 +54,27 @@ def expand_pattern(pattern: str) -> Iterator[SourceFile]:
         yield SourceFile(uri=meta.path, rel_path=_relative(meta.path, root),
                          size=int(meta.size_in_bytes),
                          mtime=float(meta.last_updated_in_seconds or 0.0))
+
+
+def broken_links(pattern: str) -> Iterator[str]:
+    """Local symlinks under ``pattern`` whose target is missing.
+
+    Beam's local match silently drops them; a user expects to hear about a
+    file that is named in the archive but cannot be read, so we look for
+    them here (local paths only: object stores have no symlinks).
+    """
+    import glob
+    import os
+    if "://" in pattern:
+        return
+    pattern = pattern.rstrip("/") or "/"
+    if _GLOB_CHARS.search(pattern):
+        candidates = glob.glob(pattern, recursive=True)
+    elif os.path.isdir(pattern):
+        candidates = (os.path.join(folder, name) for folder, dirs, files in os.walk(pattern)
+                      for name in files + dirs)
+    else:
+        candidates = [pattern]
+    for path in sorted(candidates):
+        if os.path.islink(path) and not os.path.exists(path):
+            yield path

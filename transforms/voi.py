@@ -31,7 +31,11 @@ def parse_window(text: str) -> tuple[float, float] | str:
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 2:
         raise ValueError(f"--window {text!r}: expected CENTER,WIDTH or one of {', '.join(PRESETS)}")
-    center, width = float(parts[0]), float(parts[1])
+    try:
+        center, width = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise ValueError(f"--window {text!r}: CENTER and WIDTH must be numbers, or use a preset "
+                         f"({', '.join(PRESETS)})") from None
     if width < 1:
         raise ValueError(f"--window {text!r}: width must be >= 1")
     return center, width
