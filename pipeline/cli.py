@@ -12,6 +12,9 @@ USAGE = """usage: dcm2tfrecord COMMAND [options]
 commands:
   convert   convert DICOM/image archives into TFRecord shards + dataset.json
   demo      build the bundled sample archive, convert it, read it back, summarize
+  verify    re-read a dataset's shards and check them against dataset.json
+  inspect   show a dataset's schema, options, splits, shards, class balance; --record N
+  preview   write a contact sheet PNG of random records of a split
 
 run 'dcm2tfrecord COMMAND --help' for a command's options."""
 
@@ -30,6 +33,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if command == "demo":
             from pipeline import demo
             return demo.main(rest)
+        if command == "verify":
+            from pipeline import verify_cmd
+            return verify_cmd.main(rest)
+        if command == "inspect":
+            from pipeline import inspect_cmd
+            return inspect_cmd.main(rest)
+        if command == "preview":
+            from pipeline import preview_cmd
+            return preview_cmd.main(rest)
     except UsageError as exc:
         print(f"dcm2tfrecord {command}: error: {exc}", file=sys.stderr)
         return 2

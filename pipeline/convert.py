@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Sequence
 
@@ -11,7 +12,8 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline import tool_version
 from pipeline.options import ConvertOptions, UsageError, parse_convert, validate
-from pipeline.summary import print_summary, summarize
+from pipeline.progress import ProgressMonitor, remove_progress
+from pipeline.summary import print_summary, summarize, write_summary_json
 from transforms import manifest as manifest_lib
 from transforms.beam_transforms import ConvertArchive
 
@@ -20,6 +22,10 @@ LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 
 def _given(beam_args: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in beam_args)
+
+
+class ConversionFailed(Exception):
+    """The run finished but refused to commit (too many failures): exit code 1."""
 
 
 def make_pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
@@ -54,7 +60,13 @@ def _absolute(path: str) -> str:
 
 
 def prepare_output(opts: ConvertOptions) -> None:
-    """Refuses to replace a committed dataset unless --overwrite; then uncommits it."""
+    """Refuses to replace a committed dataset unless --overwrite; then uncommits it.
+
+    A report of an earlier refused run (run_failed.json) is removed first.
+    """
+    failed_report = FileSystems.join(opts.output, manifest_lib.FAILED_RUN_NAME)
+    if FileSystems.exists(failed_report):
+        FileSystems.delete([failed_report])
     manifest = FileSystems.join(opts.output, manifest_lib.MANIFEST_NAME)
     if FileSystems.exists(manifest):
         if not opts.overwrite:
@@ -73,10 +85,52 @@ def remove_stale_files(output_dir: str, manifest: dict) -> None:
     stale = [m.path for m in FileSystems.match([pattern])[0].metadata_list
              if m.path.rsplit("/", 1)[-1] not in keep]
     incomplete = FileSystems.join(output_dir, ".incomplete")
-    if FileSystems.exists(incomplete):
+    if FileSystems.exists(incomplete):          # a local directory
         stale.append(incomplete)
+    elif "://" in output_dir:                    # gs://: a prefix, its objects go one by one
+        stale += [m.path for m in FileSystems.match([FileSystems.join(incomplete, "*")])[0].metadata_list]
     if stale:
         FileSystems.delete(stale)
+    remove_progress(output_dir)
+
+
+def job_not_run_here(options: PipelineOptions) -> str:
+    """"dry_run": Beam's --dry_run (DataflowRunner builds the job, submits nothing);
+    "template": --template_location (the job is written there to run later; a Flex
+    Template launcher submits this way); "": the job runs now and we wait for it."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
+    how = ("dry_run" if options.view_as(TestOptions).dry_run
+           else "template" if options.view_as(GoogleCloudOptions).template_location else "")
+    runner = str(options.view_as(StandardOptions).runner or "")
+    if how and "dataflow" not in runner.lower():   # local runners ignore both and would run
+        raise UsageError(f"--{'dry_run' if how == 'dry_run' else 'template_location'} needs "
+                         "--runner=DataflowRunner (see run_dataflow.sh)")
+    return how
+
+
+def report_job_not_run(result, options: PipelineOptions, how: str, quiet: bool) -> dict:
+    """No dataset.json to read yet. A dry run writes the job it built to --dataflow_job_file
+    (Beam itself writes that file only on submission): the portable pipeline Runner v2
+    executes, with its worker environment, and the pipeline options."""
+    import json
+    from apache_beam.options.pipeline_options import DebugOptions, GoogleCloudOptions
+    from google.protobuf import json_format
+    job = getattr(result, "job", None)     # the dry run's apiclient.Job
+    summary = {"submitted": False, "mode": how,
+               "job_name": job.proto.name if job else options.view_as(GoogleCloudOptions).job_name}
+    job_file = options.view_as(DebugOptions).dataflow_job_file
+    if how == "dry_run" and job is not None and job_file:
+        description = {"name": job.proto.name, "type": job.proto.type_.name,
+                       "pipeline": json_format.MessageToDict(job.proto_pipeline),
+                       "options": options.get_all_options(drop_default=True)}
+        with FileSystems.create(job_file, mime_type="application/json") as handle:
+            handle.write(json.dumps(description, indent=1, sort_keys=True, default=str).encode())
+        summary["job_file"] = job_file
+    if not quiet:
+        where = f"; job written to {job_file}" if summary.get("job_file") else ""
+        print(f"dcm2tfrecord convert: {how}: Dataflow job {summary['job_name']} built, "
+              f"not run here{where}", file=sys.stderr)
+    return summary
 
 
 def build(pipeline: beam.Pipeline, opts: ConvertOptions) -> None:
@@ -88,16 +142,31 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     """Converts; returns the run summary (see pipeline.summary)."""
     opts = ConvertOptions(**{**opts.__dict__, "output": _absolute(opts.output)})
     validate(opts)
-    prepare_output(opts)
     options = make_pipeline_options(beam_args)
+    launch_only = job_not_run_here(options)
+    if launch_only != "dry_run":   # a dry run leaves --output untouched
+        prepare_output(opts)
+        remove_progress(opts.output)   # left by an interrupted run
     started = time.time()
     pipeline = beam.Pipeline(runner=make_runner(options), options=options)
     build(pipeline, opts)
-    pipeline.run().wait_until_finish()
+    if launch_only:
+        return report_job_not_run(pipeline.run(), options, launch_only, quiet)
+    # quiet (library callers, tests): no progress unless --progress asks for it
+    with ProgressMonitor(opts.output, "none" if quiet and opts.progress == "auto" else opts.progress):
+        pipeline.run().wait_until_finish()
     wall = time.time() - started
+    failed_run = manifest_lib.read_failed_run(opts.output)
+    if failed_run is not None:
+        counts = failed_run["counts"]
+        raise ConversionFailed(
+            f"{failed_run['reason']}; dataset.json NOT committed. Failures by reason: "
+            f"{counts['failed']}; the list is in {FileSystems.join(opts.output, manifest_lib.ERRORS_NAME)}")
     manifest = manifest_lib.read_manifest(opts.output)
     remove_stale_files(opts.output, manifest)
     summary = summarize(manifest, opts.output, wall)
+    if opts.summary_json:
+        write_summary_json(summary, opts.summary_json)
     if not quiet:
         print_summary(summary)
     return summary
@@ -105,5 +174,9 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
 
 def main(argv: Sequence[str]) -> int:
     opts, beam_args = parse_convert(argv)
-    run(opts, beam_args)
+    try:
+        run(opts, beam_args)
+    except ConversionFailed as exc:
+        print(f"dcm2tfrecord convert: {exc}", file=sys.stderr)
+        return 1
     return 0

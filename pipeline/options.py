@@ -60,6 +60,12 @@ class ConvertOptions:
     keep_source_path: bool = False
     allow_burned_in: bool = False
     unit: str = "file"
+    max_failure_ratio: float = 0.05
+    max_failures: Optional[int] = None
+    decode_timeout_s: float = 300.0
+    duplicates: str = "skip"
+    summary_json: Optional[str] = None   # reporting only: not in recorded(), not in dataset.json
+    progress: str = "auto"
 
     def salt(self) -> str:
         """--id_salt, else $DCM2TFRECORD_ID_SALT, else (with --allow_random_salt) a fresh one."""
@@ -74,7 +80,7 @@ class ConvertOptions:
             window_bits=self.window_bits, resize=parse_resize(self.resize) if self.resize else None,
             resize_mode=self.resize_mode, channels=self.channels, frames=self.frames,
             id_salt=self.salt(), keep_tags=tuple(self.keep_tags), keep_source_path=self.keep_source_path,
-            allow_burned_in=self.allow_burned_in)
+            allow_burned_in=self.allow_burned_in, decode_timeout_s=self.decode_timeout_s)
 
     @property
     def bounds(self) -> ShardBounds:
@@ -89,7 +95,8 @@ class ConvertOptions:
             label_column=self.label_column, multi_label=self.multi_label,
             labels_from_dirs=self.labels_from_dirs, missing_label=self.missing_label,
             splits=parse_splits(self.splits), split_by=self.split_by, split_column=self.split_column,
-            decode=self.decode_settings(), unit=self.unit)
+            decode=self.decode_settings(), unit=self.unit, max_failure_ratio=self.max_failure_ratio,
+            max_failures=self.max_failures, duplicates=self.duplicates)
 
     def recorded(self) -> dict:
         """The options that shape the output, as stored in dataset.json."""
@@ -100,7 +107,7 @@ class ConvertOptions:
             "compression": self.compression, "max_pixels": self.max_pixels, "seed": self.seed,
             "dicom_values": self.dicom_values, "window": self.window, "window_bits": self.window_bits,
             "resize": self.resize, "resize_mode": self.resize_mode, "channels": self.channels,
-            "frames": self.frames, "unit": self.unit, "keep_tags": list(self.keep_tags),
+            "frames": self.frames, "unit": self.unit, "duplicates": self.duplicates, "keep_tags": list(self.keep_tags),
             "keep_source_path": self.keep_source_path, "allow_burned_in": self.allow_burned_in,
             "id_salt": "random (hashes differ every run)" if self.salt() == _RANDOM_SALT else "set (not recorded)",
             "labels": self.labels, "label_key": self.label_key, "label_column": self.label_column,
@@ -154,6 +161,16 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     decode.add_argument("--unit", choices=("file", "series"), default="file",
                         help="file: one record per file (default); series: one volume per "
                              "SeriesInstanceUID, slices in anatomical order")
+    decode.add_argument("--decode_timeout_s", type=float, default=300.0,
+                        help="fail a file whose decoding takes longer (default 300; 0: no limit)")
+    io_group.add_argument("--duplicates", choices=("skip", "keep"), default="skip",
+                          help="files sharing a SOPInstanceUID: keep the first by sorted uri and skip "
+                               "the rest (default), or keep all")
+    failures = parser.add_argument_group("failures")
+    failures.add_argument("--max_failure_ratio", type=float, default=0.05,
+                          help="refuse to commit when more than this share of inputs failed (default 0.05)")
+    failures.add_argument("--max_failures", type=int, default=None,
+                          help="refuse to commit when more than this many inputs failed")
     safety = parser.add_argument_group("patient safety")
     safety.add_argument("--id_salt", default=None,
                         help=f"secret key for hashing identifiers (or ${SALT_ENV}); never written")
@@ -181,6 +198,11 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
                         help="group kept in one split (default: patient for DICOM, record otherwise)")
     labels.add_argument("--split_column", default=None,
                         help="take each record's split from this labels CSV column instead")
+    reporting = parser.add_argument_group("reporting")
+    reporting.add_argument("--summary_json", default=None, metavar="PATH",
+                           help="also write the end-of-run summary as JSON here (local or gs://)")
+    reporting.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto",
+                           help="auto (default): a bar on a terminal, a line every 10 s otherwise")
 
 
 def _check_label_csv(opts: ConvertOptions) -> None:
@@ -208,6 +230,8 @@ def validate(opts: ConvertOptions) -> None:
                          f"--min_shard_mb and --max_shard_mb")
     if opts.max_pixels <= 0:
         raise UsageError("--max_pixels must be positive")
+    if not 0 <= opts.max_failure_ratio <= 1:
+        raise UsageError(f"--max_failure_ratio {opts.max_failure_ratio} must lie in [0, 1]")
     if opts.min_shards < 1:
         raise UsageError("--min_shards must be >= 1")
     try:
@@ -241,6 +265,43 @@ def validate(opts: ConvertOptions) -> None:
                          "across runs (stable hashes, stable splits), or pass --allow_random_salt")
 
 
+def unknown_beam_args(beam_args: Sequence[str]) -> list[str]:
+    """Arguments that neither convert nor any Beam PipelineOptions class knows.
+
+    Beam only warns about these and drops them; a typo like --max_shard_mbb
+    would then silently run with the default, so we refuse instead.
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    seen = {}
+    for cls in PipelineOptions.__subclasses__():
+        seen.setdefault(str(cls), cls)
+    for cls in seen.values():
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    _, unknown = parser.parse_known_args(list(beam_args))
+    return [a for a in unknown if a.startswith("-")] or unknown
+
+
+def check_inputs_exist(patterns: Sequence[str]) -> None:
+    """Each --input must match at least one file (one listing call, first match only)."""
+    from apache_beam.io.filesystems import FileSystems
+    for pattern in patterns:
+        path = _absolute(pattern)
+        candidates = [path] if any(c in path for c in "*?[") else \
+            [FileSystems.join(path.rstrip("/"), "**"), path]
+        found = False
+        for candidate in candidates:
+            try:
+                if FileSystems.match([candidate], limits=[1])[0].metadata_list:
+                    found = True
+                    break
+            except Exception:
+                continue
+        if not found:
+            raise UsageError(f"--input {pattern} matches no file; check the path or glob "
+                             "(directories are walked recursively)")
+
+
 def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
     """(our options, the remaining Beam pipeline options)."""
     parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False)
@@ -252,5 +313,10 @@ def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
     values["keep_tags"] = tuple(known.keep_tags or ())
     values["output"] = known.output.rstrip("/") or "/"
     opts = ConvertOptions(**values)
+    unknown = unknown_beam_args(beam_args)
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]}: neither a convert option nor a Beam pipeline "
+                         "option; see 'dcm2tfrecord convert --help'")
     validate(opts)
+    check_inputs_exist(opts.inputs)
     return opts, beam_args

@@ -1,6 +1,12 @@
-"""The end-of-run summary: what was written, what was not and why, how fast."""
+"""The end-of-run summary: what was written, what was not and why, how fast.
+
+Printed as a table at the end of every run; ``--summary_json PATH`` writes the
+same dict as JSON for schedulers.
+"""
 from __future__ import annotations
 
+import json
+import os
 import statistics
 
 from apache_beam.io.filesystems import FileSystems
@@ -8,6 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 from transforms.manifest import ERRORS_NAME
 
 MB = 1 << 20
+SHARDS_LISTED = 10   # per split in the table; dataset.json and the JSON summary list all
 
 
 def summarize(manifest: dict, output_dir: str, wall_seconds: float) -> dict:
@@ -21,7 +28,7 @@ def summarize(manifest: dict, output_dir: str, wall_seconds: float) -> dict:
             "min_shard_bytes": min(sizes) if sizes else 0,
             "median_shard_bytes": int(statistics.median(sizes)) if sizes else 0,
             "max_shard_bytes": max(sizes) if sizes else 0,
-            "shard_files": [(s["file"], s["num_bytes"]) for s in split["shards"]],
+            "shard_files": [{"file": s["file"], "bytes": s["num_bytes"]} for s in split["shards"]],
         }
     counts = manifest["counts"]
     notes = [f"--min_shards {v['requested']} not honoured for split {k!r}: it would push shards "
@@ -36,10 +43,12 @@ def summarize(manifest: dict, output_dir: str, wall_seconds: float) -> dict:
         "splits": splits,
         "matched": counts["matched"], "written": counts["written"], "records": counts["records"],
         "skipped": counts["skipped"], "failed": counts["failed"],
+        "unaccounted": counts.get("unaccounted", 0),
         "errors_file": FileSystems.join(output_dir, ERRORS_NAME),
         "wall_seconds": round(wall_seconds, 3),
         "bytes_written": total_bytes,
         "mb_per_second": round(total_bytes / MB / wall_seconds, 2) if wall_seconds > 0 else 0.0,
+        "records_per_second": round(counts["records"] / wall_seconds, 2) if wall_seconds > 0 else 0.0,
     }
 
 
@@ -52,8 +61,11 @@ def format_summary(summary: dict, list_shards: bool = True) -> str:
                      f"{s['min_shard_bytes'] / MB:>9.2f}{s['median_shard_bytes'] / MB:>11.2f}"
                      f"{s['max_shard_bytes'] / MB:>9.2f}")
         if list_shards:
-            for file, size in s["shard_files"]:
-                lines.append(f"    {file}  {size / MB:.2f} MB")
+            for shard in s["shard_files"][:SHARDS_LISTED]:
+                lines.append(f"    {shard['file']}  {shard['bytes'] / MB:.2f} MB")
+            if len(s["shard_files"]) > SHARDS_LISTED:
+                more = len(s["shard_files"]) - SHARDS_LISTED
+                lines.append(f"    ... {more} more (dataset.json lists all)")
     lines.append(f"files: {summary['matched']} matched, {summary['written']} written, "
                  f"{sum(summary['skipped'].values())} skipped, {sum(summary['failed'].values())} failed")
     for status in ("skipped", "failed"):
@@ -64,9 +76,19 @@ def format_summary(summary: dict, list_shards: bool = True) -> str:
     for note in summary.get("notes", []):
         lines.append(f"note: {note}")
     lines.append(f"wall time {summary['wall_seconds']:.1f} s, {summary['bytes_written'] / MB:.1f} MB "
-                 f"written, {summary['mb_per_second']:.1f} MB/s")
+                 f"written, {summary['mb_per_second']:.1f} MB/s, "
+                 f"{summary['records_per_second']:.1f} records/s")
     return "\n".join(lines)
 
 
 def print_summary(summary: dict) -> None:
     print(format_summary(summary), flush=True)
+
+
+def write_summary_json(summary: dict, path: str) -> None:
+    """``--summary_json``: the summary as JSON, local or gs://, replaced whole."""
+    if "://" not in path:
+        path = os.path.abspath(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with FileSystems.create(path, mime_type="application/json") as handle:
+        handle.write((json.dumps(summary, indent=2, sort_keys=True) + "\n").encode("utf-8"))

@@ -23,6 +23,8 @@ def run_convert(inputs, output, beam_args=IN_MEMORY, **options) -> dict:
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     options.setdefault("id_salt", TEST_SALT)
+    # Test archives hold hostile files on purpose; the threshold has its own tests.
+    options.setdefault("max_failure_ratio", 1.0)
     opts = ConvertOptions(inputs=tuple(str(i) for i in inputs), output=str(output), **options)
     return convert.run(opts, list(beam_args), quiet=True)
 
@@ -50,11 +52,22 @@ def sample_archive(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def sample_dataset(sample_archive, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("sample_out") / "dataset"
-    run_convert(sample_archive, out, target_shard_mb=4, min_shard_mb=1, max_shard_mb=16)
+    run_convert(sample_archive, out, **SAMPLE_OPTIONS)
     return str(out)
+
+
+# pydicom ships the same instance in several encodings (MR_small, MR_small_bigendian, ...
+# share one SOPInstanceUID); the round-trip tests want every one of them converted.
+SAMPLE_OPTIONS = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=16, duplicates="keep")
 
 
 def rid(rel_path: str) -> str:
     """The record id the tests' conversions give the file at ``rel_path``."""
     from transforms.hashing import record_id
     return record_id(rel_path, TEST_SALT)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: installs into a fresh virtual environment (minutes); "
+                   "./run_tests.sh skips these, ./run_tests.sh -m slow runs them")

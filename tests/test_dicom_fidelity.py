@@ -142,6 +142,7 @@ def _write_identified(root):
         ds = _ds("CT_small.dcm")
         ds.PatientName, ds.PatientID = f"Smith^Jane{i}", f"MRN-77{i}"
         ds.AccessionNumber = f"ACC9{i}"
+        ds.SOPInstanceUID = f"1.2.826.0.1.3680043.9.10.{i}"
         folder = root / f"Smith_Jane{i}"
         os.makedirs(folder, exist_ok=True)
         ds.save_as(folder / f"slice_{i}.dcm")

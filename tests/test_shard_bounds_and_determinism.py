@@ -5,7 +5,7 @@ import os
 import pytest
 
 import reader
-from tests.conftest import run_convert, write_png_archive
+from tests.conftest import SAMPLE_OPTIONS, run_convert, write_png_archive
 
 MB = 1 << 20
 
@@ -43,7 +43,7 @@ def test_in_memory_and_multi_process_runs_are_byte_identical(sample_archive, sam
     out = tmp_path / "multi"
     run_convert(sample_archive, out, beam_args=["--direct_running_mode=multi_processing",
                                                 "--direct_num_workers=2"],
-                target_shard_mb=4, min_shard_mb=1, max_shard_mb=16)
+                **SAMPLE_OPTIONS)
     assert _tree(out) == _tree(sample_dataset)
     match, mismatch, errors = filecmp.cmpfiles(sample_dataset, out, _tree(out), shallow=False)
     assert mismatch == [] and errors == []

@@ -1,0 +1,270 @@
+"""``dcm2tfrecord inspect DIR``: what a dataset holds, from dataset.json and the reader.
+
+Without ``--record``: schema, options used, splits, shards, class balance per
+split and counts per reason, all from dataset.json (no shard is opened).
+With ``--record N``: the features of record N of ``--split``, read through
+``reader.load`` (N counts in the reader's unshuffled order), the image
+summarized as shape, dtype, min/max/mean.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Mapping, Optional, Sequence
+
+from pipeline.options import UsageError
+
+MB = 1 << 20
+SHARDS_LISTED = 20
+SHAPES_LISTED = 4
+VALUES_LISTED = 8
+
+
+def parse_inspect(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="dcm2tfrecord inspect",
+        description="Show a dataset's schema, options, splits, shards, class balance and "
+                    "skip/failure counts; with --record N, one record's features.")
+    parser.add_argument("dataset", metavar="DIR", help="the dataset directory, local or gs://")
+    parser.add_argument("--record", type=int, default=None, metavar="N",
+                        help="print record N (0-based, the reader's unshuffled order) of --split")
+    parser.add_argument("--split", default=None,
+                        help="split of --record (default: train, else the first split)")
+    parser.add_argument("--all_shards", action="store_true",
+                        help=f"list every shard (default: the first {SHARDS_LISTED} per split)")
+    return parser.parse_args(list(argv))
+
+
+def load_info(dataset_dir: str):
+    """reader.info, with a missing dataset.json as a usage error (exit code 2)."""
+    import reader
+    try:
+        return reader.info(dataset_dir)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def default_split(manifest: Mapping, split: Optional[str]) -> str:
+    names = sorted(manifest["splits"])
+    if split is None:
+        if not names:
+            raise UsageError("the dataset holds no records (no splits in dataset.json)")
+        return "train" if "train" in names else names[0]
+    if split not in names:
+        raise UsageError(f"--split {split!r} is not in the dataset; its splits: {', '.join(names)}")
+    return split
+
+
+def class_name(manifest: Mapping, key: str) -> str:
+    """A label_counts key ("0", "unlabeled", ...) as a readable class."""
+    names = (manifest.get("labels") or {}).get("class_names") or []
+    if key in ("-1", "unlabeled"):
+        return "unlabeled"
+    if key.isdigit() and int(key) < len(names):
+        return f"{names[int(key)]} ({key})"
+    return key
+
+
+# ---------------------------------------------------------------- dataset
+
+
+def _section(title: str) -> list[str]:
+    return ["", title]
+
+
+def format_overview(manifest: Mapping, dataset_dir: str) -> list[str]:
+    counts = manifest.get("counts", {})
+    splits = manifest.get("splits", {})
+    tool = manifest.get("tool", {})
+    records = sum(s["num_records"] for s in splits.values())
+    shards = sum(len(s["shards"]) for s in splits.values())
+    size = sum(s["num_bytes"] for s in splits.values())
+    return [f"Dataset: {dataset_dir}",
+            f"  format_version {manifest.get('format_version')}, written by "
+            f"{tool.get('name', '?')} {tool.get('version', '?')}",
+            f"  {records} records in {shards} shards, {size / MB:.2f} MB; files: "
+            f"{counts.get('matched', 0)} matched, {counts.get('written', 0)} written, "
+            f"{sum(counts.get('skipped', {}).values())} skipped, "
+            f"{sum(counts.get('failed', {}).values())} failed"]
+
+
+def format_schema(manifest: Mapping) -> list[str]:
+    lines = _section("Schema (features of each record)")
+    lines.append(f"  {'feature':<34}{'dtype':<8}{'shape':<10}notes")
+    for name, spec in sorted(manifest.get("features", {}).items()):
+        notes = "; ".join(str(x) for x in (
+            f"encoding {spec['encoding']}" if "encoding" in spec else None,
+            spec.get("description")) if x)
+        lines.append(f"  {name:<34}{spec.get('dtype', '?'):<8}{str(spec.get('shape', [])):<10}{notes}")
+    return lines
+
+
+def format_options(manifest: Mapping) -> list[str]:
+    lines = _section("Options used")
+    for key, value in sorted(manifest.get("options", {}).items()):
+        lines.append(f"  {key} = {value}")
+    labels = manifest.get("labels") or {}
+    if labels.get("source"):
+        names = labels.get("class_names") or []
+        shown = ", ".join(names[:20]) + (f", ... ({len(names)} in all)" if len(names) > 20 else "")
+        lines.append(f"  labels: {labels.get('kind')} from {labels['source']}"
+                     + (f"; classes: {shown}" if names else ""))
+    return lines
+
+
+def _shapes(entry: Mapping) -> str:
+    shapes = entry.get("shapes", [])
+    listed = " ".join("x".join(str(d) for d in s) for s in shapes[:SHAPES_LISTED])
+    more = f" +{len(shapes) - SHAPES_LISTED} more" if len(shapes) > SHAPES_LISTED else ""
+    return f"{listed}{more}"
+
+
+def format_splits(manifest: Mapping) -> list[str]:
+    lines = _section("Splits")
+    lines.append(f"  {'split':<12}{'records':>9}{'shards':>8}{'MB':>10}{'groups':>8}  dtypes")
+    for name, entry in sorted(manifest.get("splits", {}).items()):
+        lines.append(f"  {name:<12}{entry['num_records']:>9}{len(entry['shards']):>8}"
+                     f"{entry['num_bytes'] / MB:>10.2f}{entry.get('num_groups', 0):>8}  "
+                     f"{', '.join(entry.get('dtypes', []))}")
+        lines.append(f"  {'':<12}shapes [depth x height x width x channels]: {_shapes(entry)}"
+                     + (f"; volumes up to {entry['max_depth']} slices" if entry.get("max_depth", 1) > 1
+                        else ""))
+    return lines
+
+
+def format_shards(manifest: Mapping, all_shards: bool = False) -> list[str]:
+    lines = _section("Shards")
+    for name, entry in sorted(manifest.get("splits", {}).items()):
+        shards = entry["shards"]
+        shown = shards if all_shards else shards[:SHARDS_LISTED]
+        for shard in shown:
+            lines.append(f"  {shard['file']:<40}{shard['num_records']:>8} records"
+                         f"{shard['num_bytes'] / MB:>10.2f} MB  sha256 {shard['sha256'][:16]}")
+        if len(shards) > len(shown):
+            lines.append(f"  ... {len(shards) - len(shown)} more {name} shards "
+                         "(--all_shards lists them)")
+    return lines
+
+
+def format_class_balance(manifest: Mapping) -> list[str]:
+    lines = _section("Class balance")
+    for name, entry in sorted(manifest.get("splits", {}).items()):
+        counts = entry.get("label_counts", {})
+        if not counts:
+            lines.append(f"  {name}: no class labels (numeric or absent)")
+            continue
+        records = max(entry["num_records"], 1)
+        lines.append(f"  {name}:")
+        for key, n in sorted(counts.items(), key=_class_order):
+            lines.append(f"    {class_name(manifest, key):<32}{n:>9}{100.0 * n / records:>8.1f}%")
+    return lines
+
+
+def _class_order(item: tuple[str, int]) -> tuple:
+    key = item[0]
+    return (0, int(key), "") if key.isdigit() else (1, 0, key)
+
+
+def format_reasons(manifest: Mapping, dataset_dir: str) -> list[str]:
+    counts = manifest.get("counts", {})
+    lines = _section("Inputs not written, per reason")
+    rows = [(status, reason, n) for status in ("skipped", "failed")
+            for reason, n in sorted(counts.get(status, {}).items())]
+    if not rows:
+        lines.append("  none: every matched input was written")
+    for status, reason, n in rows:
+        lines.append(f"  {status:<9}{reason:<36}{n:>8}")
+    if counts.get("unaccounted"):
+        lines.append(f"  UNACCOUNTED {counts['unaccounted']} (matched - written - skipped - failed)")
+    if rows:
+        errors = manifest.get("errors_file", "errors.jsonl")
+        lines.append(f"  which files and why: {dataset_dir.rstrip('/')}/{errors}")
+    return lines
+
+
+def format_dataset(manifest: Mapping, dataset_dir: str, all_shards: bool = False) -> str:
+    return "\n".join(format_overview(manifest, dataset_dir) + format_schema(manifest)
+                     + format_options(manifest) + format_splits(manifest)
+                     + format_shards(manifest, all_shards) + format_class_balance(manifest)
+                     + format_reasons(manifest, dataset_dir))
+
+
+# ---------------------------------------------------------------- one record
+
+
+def read_record(dataset_dir: str, split: str, index: int) -> dict:
+    """Record ``index`` of ``split`` as {feature: numpy value}, the image under ``image``."""
+    import reader
+    ds = reader.load(dataset_dir, split=split, batch_size=1, shuffle=False, output="dict", pad=True)
+    for batch in ds.skip(index).take(1):
+        return {name: _first(value) for name, value in batch.items()}
+    raise UsageError(f"--record {index}: split {split!r} has fewer records")
+
+
+def _first(value):
+    """The single record of a batch of one, as numpy (ragged features as a list)."""
+    if hasattr(value, "to_list"):
+        return value.to_list()[0]
+    return value.numpy()[0]
+
+
+def image_summary(image) -> str:
+    import numpy as np
+    values = np.asarray(image)
+    if values.size == 0:
+        return f"shape {list(values.shape)}, dtype {values.dtype}, empty"
+    as_float = values.astype(np.float64)
+    return (f"shape {list(values.shape)}, dtype {values.dtype}, min {as_float.min():.6g}, "
+            f"max {as_float.max():.6g}, mean {as_float.mean():.6g}")
+
+
+def _value_text(value) -> str:
+    import numpy as np
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace") or "(empty)"
+    if isinstance(value, (np.ndarray, list)):
+        items = np.asarray(value).ravel().tolist()
+        shown = ", ".join(_value_text(v) for v in items[:VALUES_LISTED])
+        more = f", ... ({len(items)} values)" if len(items) > VALUES_LISTED else ""
+        return f"[{shown}{more}]"
+    if isinstance(value, (np.floating, float)):
+        return f"{float(value):.6g}"
+    if isinstance(value, np.generic):
+        return str(value.item())
+    return str(value)
+
+
+def format_record(manifest: Mapping, split: str, index: int, features: Mapping) -> str:
+    lines = [f"Record {index} of split {split!r} (reader order, unshuffled)"]
+    for name in sorted(features):
+        if name == "image":
+            stored = _value_text(features.get("dtype", b""))
+            read_as = str(getattr(features["image"], "dtype", stored))
+            note = f" (stored as {stored}; the split's common dtype)" if stored != read_as else ""
+            lines.append(f"  {'image':<34}{image_summary(features['image'])}{note}")
+            continue
+        text = _value_text(features[name])
+        if name == "label":
+            names = (manifest.get("labels") or {}).get("class_names") or []
+            value = features[name]
+            if getattr(value, "ndim", 0) == 0 and 0 <= int(value) < len(names):
+                text = f"{text} ({names[int(value)]})"
+        lines.append(f"  {name:<34}{text}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_inspect(argv)
+    dataset_dir = args.dataset.rstrip("/") or "/"
+    manifest = load_info(dataset_dir)
+    if args.record is None:
+        if args.split is not None:
+            default_split(manifest, args.split)
+        print(format_dataset(manifest, dataset_dir, args.all_shards))
+        return 0
+    split = default_split(manifest, args.split)
+    records = int(manifest["splits"][split]["num_records"])
+    if not 0 <= args.record < records:
+        raise UsageError(f"--record {args.record}: split {split!r} holds records 0..{records - 1}")
+    features = read_record(dataset_dir, split, args.record)
+    print(format_record(manifest, split, args.record, features))
+    return 0

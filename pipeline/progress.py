@@ -1,0 +1,307 @@
+"""Live progress of a conversion, read back from the output directory.
+
+Beam's local runner reports no live counters to the launcher, and on Dataflow
+the launcher is not where the work happens, so the job leaves its progress
+where every runner can write and every launcher can read (local or gs://,
+through Beam's FileSystems):
+
+- ``{output}/.progress/plan.json``: planned records, bytes and shards per split,
+  written once planning is done (transforms.beam_transforms._record_plan);
+- ``{output}/.progress/{shard}.done``: records and bytes of each shard, written
+  after the shard's atomic rename;
+- ``{output}/.incomplete/*``: shards being written; their sizes are the bytes
+  in flight.
+
+A launcher thread polls these and shows records done / planned, MB written,
+MB/s and ETA: a tqdm bar on a terminal, plain lines every ``log_s`` otherwise.
+``.progress/`` is removed when a run commits and before the next one starts;
+it never touches dataset.json or the shards.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from typing import Optional, TextIO
+
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.beam_transforms import DONE_SUFFIX, PLAN_NAME, PROGRESS_DIR
+from transforms.shard_writer import INCOMPLETE_DIR
+
+MODES = ("auto", "bar", "log", "none")
+POLL_ENV = "DCM2TFRECORD_PROGRESS_POLL_S"
+LOG_ENV = "DCM2TFRECORD_PROGRESS_LOG_S"
+DEFAULT_POLL_S = 1.0
+DEFAULT_REMOTE_POLL_S = 5.0      # gs:// listings cost a request each
+DEFAULT_LOG_S = 10.0
+RATE_WINDOW_S = 30.0
+MB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What the output directory says about a run at one moment."""
+    planned_records: Optional[int] = None    # None until plan.json is there
+    planned_bytes: Optional[int] = None
+    planned_shards: Optional[int] = None
+    shards_done: int = 0
+    records_done: int = 0                    # planned records of finished shards
+    records_written: int = 0                 # of those, records that converted
+    bytes_done: int = 0                      # bytes of finished shards
+    planned_bytes_done: int = 0
+    bytes_in_flight: int = 0                 # temp files of shards being written
+
+    @property
+    def bytes_written(self) -> int:
+        return self.bytes_done + self.bytes_in_flight
+
+    @property
+    def fraction(self) -> Optional[float]:
+        """Share of the planned bytes written (finished shards count as planned)."""
+        if not self.planned_bytes:
+            return None
+        return min(1.0, (self.planned_bytes_done + self.bytes_in_flight) / self.planned_bytes)
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with FileSystems.open(path) as handle:
+            return json.loads(handle.read().decode("utf-8"))
+    except Exception:  # noqa: BLE001 - absent, or caught half-written: next poll
+        return None
+
+
+def _matched(pattern: str) -> list:
+    try:
+        return FileSystems.match([pattern])[0].metadata_list
+    except Exception:  # noqa: BLE001 - a file renamed between list and stat
+        return []
+
+
+class ProgressReader:
+    """Reads Snapshots of one output directory; each .done file is read once."""
+
+    def __init__(self, output_dir: str):
+        self.output_dir = output_dir
+        self.progress_dir = FileSystems.join(output_dir, PROGRESS_DIR)
+        self._plan: Optional[dict] = None
+        self._done: dict = {}
+
+    def read(self) -> Snapshot:
+        if self._plan is None:
+            self._plan = _read_json(FileSystems.join(self.progress_dir, PLAN_NAME))
+        for meta in _matched(FileSystems.join(self.progress_dir, "*" + DONE_SUFFIX)):
+            if meta.path not in self._done:
+                content = _read_json(meta.path)
+                if content is not None:
+                    self._done[meta.path] = content
+        in_flight = sum(m.size_in_bytes for m in
+                        _matched(FileSystems.join(self.output_dir, INCOMPLETE_DIR, "*")))
+        done = list(self._done.values())
+        planned = (self._plan or {}).get("splits", {}).values()
+        return Snapshot(
+            planned_records=sum(s["records"] for s in planned) if self._plan else None,
+            planned_bytes=sum(s["bytes"] for s in planned) if self._plan else None,
+            planned_shards=sum(s["shards"] for s in planned) if self._plan else None,
+            shards_done=len(done),
+            records_done=sum(d["planned_records"] for d in done),
+            records_written=sum(d["records"] for d in done),
+            bytes_done=sum(d["bytes"] for d in done),
+            planned_bytes_done=sum(d["planned_bytes"] for d in done),
+            bytes_in_flight=in_flight)
+
+
+def remove_progress(output_dir: str) -> None:
+    """Deletes ``{output}/.progress`` (files first: gs:// has no directories)."""
+    progress_dir = FileSystems.join(output_dir, PROGRESS_DIR)
+    files = [m.path for m in _matched(FileSystems.join(progress_dir, "*"))]
+    if files:
+        FileSystems.delete(files)
+    if "://" not in output_dir and os.path.isdir(progress_dir):
+        FileSystems.delete([progress_dir])
+
+
+class RateMeter:
+    """MB/s over the last RATE_WINDOW_S seconds, and the ETA it implies."""
+
+    def __init__(self, window_s: float = RATE_WINDOW_S):
+        self.window_s = window_s
+        self.samples: collections.deque = collections.deque()
+
+    def add(self, now: float, written: int) -> None:
+        self.samples.append((now, written))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window_s:
+            self.samples.popleft()
+
+    def bytes_per_second(self) -> float:
+        if len(self.samples) < 2:
+            return 0.0
+        (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
+        return max(0.0, (b1 - b0) / (t1 - t0)) if t1 > t0 else 0.0
+
+    def eta_seconds(self, snapshot: Snapshot) -> Optional[float]:
+        rate = self.bytes_per_second()
+        fraction = snapshot.fraction
+        if fraction is None or rate <= 0:
+            return None
+        return (1.0 - fraction) * snapshot.planned_bytes / rate
+
+
+def _clock(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "--:--"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def describe(snapshot: Snapshot, rate: float, eta: Optional[float]) -> str:
+    """One line: records done / planned, MB written, MB/s, ETA."""
+    if snapshot.planned_records is None:
+        return "planning: matching files and reading headers"
+    percent = 100.0 * (snapshot.fraction or 0.0)
+    return (f"{snapshot.records_done}/{snapshot.planned_records} records, "
+            f"{snapshot.shards_done}/{snapshot.planned_shards} shards, "
+            f"{snapshot.bytes_written / MB:.1f}/{snapshot.planned_bytes / MB:.1f} MB written "
+            f"({percent:.0f}%), {rate / MB:.1f} MB/s, ETA {_clock(eta)}")
+
+
+class LineRenderer:
+    """Plain lines every ``log_s`` seconds: for logs, CI and schedulers (no terminal)."""
+
+    def __init__(self, stream: TextIO, log_s: float):
+        self.stream, self.log_s = stream, log_s
+        self.last: Optional[float] = None
+
+    def _write(self, elapsed: float, text: str) -> None:
+        self.stream.write(f"progress [{_clock(elapsed)}] {text}\n")
+        self.stream.flush()
+
+    def update(self, snapshot: Snapshot, rate: float, eta: Optional[float], elapsed: float) -> None:
+        if self.last is None or elapsed - self.last >= self.log_s:
+            self.last = elapsed
+            self._write(elapsed, describe(snapshot, rate, eta))
+
+    def close(self, snapshot: Snapshot, elapsed: float, finished: bool) -> None:
+        if finished:
+            average = snapshot.bytes_done / MB / elapsed if elapsed > 0 else 0.0
+            self._write(elapsed, f"done: {snapshot.records_written} records written of "
+                                 f"{snapshot.records_done} planned, {snapshot.shards_done} shards, "
+                                 f"{snapshot.bytes_done / MB:.1f} MB, {average:.1f} MB/s on average")
+
+
+class BarRenderer:
+    """A tqdm bar on a terminal: records done / planned, MB written, MB/s, ETA."""
+
+    PLANNING = "{desc}"
+    WRITING = "{desc}: {percentage:3.0f}%|{bar:24}| {n_fmt}/{total_fmt} records{postfix}"
+
+    def __init__(self, stream: TextIO):
+        from tqdm import tqdm
+        # nrows: one bar only; a terminal reporting 0 rows (some ptys) would hide it
+        self.bar = tqdm(total=None, file=stream, desc="planning", bar_format=self.PLANNING,
+                        nrows=2, leave=True)
+
+    def update(self, snapshot: Snapshot, rate: float, eta: Optional[float], elapsed: float) -> None:
+        if snapshot.planned_records is None:
+            self.bar.set_description_str(f"planning: matching files and reading headers "
+                                         f"({_clock(elapsed)})", refresh=True)
+            return
+        if self.bar.total != snapshot.planned_records:
+            self.bar.reset(total=max(snapshot.planned_records, 1))
+            self.bar.bar_format = self.WRITING
+            self.bar.set_description_str("writing", refresh=False)
+        self.bar.n = snapshot.records_done
+        self.bar.set_postfix_str(f"{snapshot.bytes_written / MB:.1f}/{snapshot.planned_bytes / MB:.1f} "
+                                 f"MB, {rate / MB:.1f} MB/s, ETA {_clock(eta)}", refresh=False)
+        self.bar.refresh()
+
+    def close(self, snapshot: Snapshot, elapsed: float, finished: bool) -> None:
+        self.bar.close()
+
+
+def _env_seconds(name: str, default: float) -> float:
+    try:
+        return max(0.01, float(os.environ[name]))
+    except (KeyError, ValueError):
+        return default
+
+
+class ProgressMonitor:
+    """``with ProgressMonitor(output_dir, mode):`` around a running job.
+
+    ``mode``: ``bar`` (tqdm), ``log`` (plain lines), ``none``, or ``auto``: a
+    bar when ``stream`` is a terminal, lines otherwise. Poll and line intervals
+    default to 1 s (5 s on gs://) and 10 s; $DCM2TFRECORD_PROGRESS_POLL_S and
+    $DCM2TFRECORD_PROGRESS_LOG_S change them. Nothing here can fail the run.
+    """
+
+    def __init__(self, output_dir: str, mode: str = "auto", stream: Optional[TextIO] = None,
+                 poll_s: Optional[float] = None, log_s: Optional[float] = None):
+        if mode not in MODES:
+            raise ValueError(f"progress mode must be one of {MODES}, not {mode!r}")
+        self.stream = stream or sys.stderr
+        if mode == "auto":
+            mode = "bar" if _isatty(self.stream) else "log"
+        self.mode = mode
+        remote = "://" in output_dir
+        default_poll = DEFAULT_REMOTE_POLL_S if remote else DEFAULT_POLL_S
+        self.poll_s = poll_s or _env_seconds(POLL_ENV, default_poll)
+        self.log_s = log_s or _env_seconds(LOG_ENV, DEFAULT_LOG_S)
+        self.reader = ProgressReader(output_dir)
+        self.rate = RateMeter()
+        self.renderer = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._started = 0.0
+
+    def __enter__(self) -> "ProgressMonitor":
+        if self.mode == "none":
+            return self
+        self._started = time.monotonic()
+        try:
+            self.renderer = (BarRenderer(self.stream) if self.mode == "bar"
+                             else LineRenderer(self.stream, self.log_s))
+        except Exception:  # noqa: BLE001 - no bar is better than no run
+            self.renderer = LineRenderer(self.stream, self.log_s)
+        self._thread = threading.Thread(target=self._loop, name="dcm2tfrecord-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def _tick(self) -> Snapshot:
+        snapshot = self.reader.read()
+        now = time.monotonic()
+        self.rate.add(now, snapshot.bytes_written)
+        self.renderer.update(snapshot, self.rate.bytes_per_second(), self.rate.eta_seconds(snapshot),
+                             now - self._started)
+        return snapshot
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._tick()
+            except Exception:  # noqa: BLE001 - progress must never fail the run
+                pass
+            self._stop.wait(self.poll_s)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        try:
+            snapshot = self._tick() if exc_type is None else self.reader.read()
+            self.renderer.close(snapshot, time.monotonic() - self._started, finished=exc_type is None)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except Exception:  # noqa: BLE001
+        return False
