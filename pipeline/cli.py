@@ -26,6 +26,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Local worker processes relay every SDK warning through the job service (e.g. "No
+    # semi_persistent_directory found" once per worker); errors still come through.
+    logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
     try:
         if command == "convert":
             from pipeline import convert

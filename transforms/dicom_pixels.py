@@ -150,6 +150,30 @@ def _grayscale(ds: Dataset) -> bool:
         str(ds.get("PhotometricInterpretation", "")).upper() != "PALETTE COLOR"
 
 
+def modality_lut(arr: np.ndarray, ds: Dataset) -> np.ndarray:
+    """PS3.3 C.11.1. Integer slope and intercept stay in integer arithmetic.
+
+    pydicom computes every rescale in float64; for the common CT case (slope 1,
+    intercept -1024) an integer add gives the same exact values at a fraction
+    of the cost and without the float round trip.
+    """
+    if arr.dtype.kind in "iu" and "ModalityLUTSequence" not in ds \
+            and "RescaleSlope" in ds and "RescaleIntercept" in ds:
+        try:
+            slope, intercept = float(ds.RescaleSlope), float(ds.RescaleIntercept)
+        except (TypeError, ValueError):
+            slope = intercept = float("nan")
+        if slope.is_integer() and intercept.is_integer():
+            narrow = arr.dtype.itemsize <= 2 and abs(slope) <= 2 ** 14 and abs(intercept) <= 2 ** 29
+            out = arr.astype(np.int32 if narrow else np.int64)
+            if slope != 1:
+                out *= int(slope)
+            if intercept:
+                out += int(intercept)
+            return out
+    return apply_modality_lut(arr, ds)
+
+
 def map_values(arr: np.ndarray, ds: Dataset, settings: DecodeSettings) -> tuple[np.ndarray, dict]:
     """Decoded pixels -> values by --dicom_values; returns the values and the VOI used."""
     photometric = str(ds.get("PhotometricInterpretation", "")).upper()
@@ -159,7 +183,7 @@ def map_values(arr: np.ndarray, ds: Dataset, settings: DecodeSettings) -> tuple[
         return apply_color_lut(arr, ds), {}
     if not _grayscale(ds):
         return arr, {}
-    values = apply_modality_lut(arr, ds)
+    values = modality_lut(arr, ds)
     if settings.dicom_values == "window":
         return voi.apply_window(values, ds, settings.window, settings.window_bits)
     return values, {}
