@@ -32,7 +32,8 @@ if __package__ in (None, ""):
 
 from benchmarks.archives import CACHE_DIR, MIB, ct_archive          # noqa: E402
 from benchmarks.proc_monitor import (bench_env, machine_description, run_monitored,  # noqa: E402
-                                     tfrecord_bytes)
+                                     tfrecord_bytes, wait_until_quiet)
+from benchmarks import snapshot                                           # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,12 +57,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sizes", default="500,2000", help="CT archive sizes in MiB, comma-separated")
     parser.add_argument("--interval", type=float, default=0.2, help="/proc polling interval, s")
     parser.add_argument("--keep-output", action="store_true", help="keep the converted datasets")
+    parser.add_argument("--quiet-wait", type=float, default=600.0,
+                        help="longest wait for a quiet machine before each run, s (default 600)")
+    parser.add_argument("--code", default="worktree",
+                        help="pipeline code to run: worktree (default) or a commit, e.g. HEAD")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
     sizes = [float(s) for s in args.sizes.split(",") if s]
+    code_dir, code_label = snapshot.resolve(args.code)
+    if code_label == "worktree":
+        code_label = f"worktree ({snapshot.worktree_state()})"
 
-    print(f"machine: {machine_description()}", flush=True)
+    print(f"machine: {machine_description()}\npipeline code: {code_label}", flush=True)
     rows = []
     for size in sizes:
         archive = ct_archive(size)
@@ -69,7 +77,9 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(output, ignore_errors=True)
         cmd = convert_command(archive.path, output, extra)
         print(f"\n$ {' '.join(cmd)}", flush=True)
-        result = run_monitored(cmd, env=bench_env(), cwd=REPO, interval=args.interval,
+        wait_until_quiet(args.quiet_wait)
+        result = run_monitored(cmd, env=snapshot.pipeline_env(bench_env(), code_dir), cwd=code_dir,
+                               interval=args.interval,
                                log_prefix=os.path.join(CACHE_DIR, "logs", f"mem_ct_{size:g}MB"))
         if result.returncode != 0:
             print(f"convert FAILED (exit {result.returncode}):\n{result.tail()}", flush=True)
@@ -82,13 +92,16 @@ def main(argv: list[str]) -> int:
             "peak_largest_mib": round(result.peak_largest_mib, 1),
             "peak_largest_proc": result.peak_largest_name,
             "peak_sum_mib": round(result.peak_sum_mib, 1), "ru_maxrss_mib": round(result.ru_maxrss_mib, 1),
+            "cpu_s": round(result.cpu_s, 1), "foreign_cpu_s": round(result.foreign_cpu_s, 1),
             "processes": [(p.name, round(p.hwm_kib / 1024, 1)) for p in result.processes],
         }
         rows.append(row)
         for name, mib in row["processes"]:
             print(f"    peak {mib:8.1f} MiB  {name}")
         print(f"    wall {row['wall_s']} s, {row['output_mib']} MiB in {row['shards']} shards, "
-              f"wait4 ru_maxrss {row['ru_maxrss_mib']} MiB", flush=True)
+              f"wait4 ru_maxrss {row['ru_maxrss_mib']} MiB, CPU {row['cpu_s']} s, other processes "
+              f"{row['foreign_cpu_s']} s CPU" + ("  <-- NOISY" if row["foreign_cpu_s"] > 0.1 * row["wall_s"] else ""),
+              flush=True)
         if not args.keep_output:
             shutil.rmtree(output, ignore_errors=True)
 
@@ -105,7 +118,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine_description(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-                       "extra_args": extra, "rows": rows}, f, indent=1)
+                       "code": code_label, "extra_args": extra, "rows": rows}, f, indent=1)
     return 0
 
 

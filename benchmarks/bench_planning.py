@@ -5,7 +5,7 @@ chunk starts, ``FlatMap`` each chunk into records), runs the real
 ``PlanShards`` transform (transforms.beam_transforms) on Beam's FnApiRunner
 in-process, and reports:
 
-* wall time and peak RSS of this process (``ru_maxrss``; the in-memory
+* wall time, CPU time of this process (robust when the machine is shared) and peak RSS of this process (``ru_maxrss``; the in-memory
   FnApiRunner runs the SDK harness in this same process, and it buffers every
   GroupByKey in memory, so RSS here is the *local runner's* footprint, not a
   Dataflow worker's),
@@ -35,10 +35,14 @@ Splits: 80 % train, 10 % validation, 10 % test.
     CUDA_VISIBLE_DEVICES=-1 TF_CPP_MIN_LOG_LEVEL=2 \\
         .venv/bin/python -m benchmarks.bench_planning --records 1000000
     .venv/bin/python -m benchmarks.bench_planning --records 100000 --json out.json
+    .venv/bin/python -m benchmarks.bench_planning --records 100000 --plain   # no instrumentation
+
+Run one record count per process: ``ru_maxrss`` is the lifetime peak of the process.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pickle
@@ -64,8 +68,8 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner     # noqa
 
 from transforms import beam_transforms as bt                              # noqa: E402
 from transforms.hashing import record_id                                  # noqa: E402
-from transforms.records import (ImageSpec, ProbedRecord, ShardPlan,       # noqa: E402
-                                ShardResult, SourceFile)
+from transforms.records import (Identifiers, ImageSpec, ProbedRecord,   # noqa: E402
+                                ShardPlan, ShardResult, SourceFile)
 from transforms.shard_plan import MB, ShardBounds, bucket_starts          # noqa: E402
 
 NS = "bench_planning"
@@ -121,9 +125,10 @@ def _measured_shards_of_bucket(keyed, starts, layouts, seed):
     yield from _ORIGINAL_SHARDS_OF_BUCKET((key, records), starts, layouts, seed)
 
 
-def _plan_stats(plan: ShardPlan):
+def _plan_stats(plan: ShardPlan, encode: bool = True):
     return (plan.split, plan.index, plan.num_shards, len(plan.records),
-            sum(r.planned_bytes for r in plan.records), len(CODER.encode(plan)))
+            sum(r.planned_bytes for r in plan.records),
+            len(CODER.encode(plan)) if encode else 0)
 
 
 class _BucketCountFn(beam.CombineFn):
@@ -167,9 +172,32 @@ def _write_json(value, path: str) -> None:
 # ---------------------------------------------------------------- per-record bytes
 
 
+def with_ids(record: ProbedRecord, i: int) -> ProbedRecord:
+    """The record as a real DICOM probe carries it: raw identifiers (UIDs of ~60 chars)
+    and, where this version of ProbedRecord has it, the slice geometry."""
+    root = "1.2.826.0.1.3680043.8.498."
+    extra = {}
+    if "slice_info" in {f.name for f in dataclasses.fields(ProbedRecord)}:
+        from transforms.records import SliceInfo
+        extra["slice_info"] = SliceInfo(orientation=(1.0, 0.0, 0.0, 0.0, 1.0, 0.0),
+                                        position=(-249.51171875, -249.51171875, -0.625 * (i % 200)),
+                                        instance=i % 200 + 1, pixel_spacing=(0.9765625, 0.9765625))
+    return dataclasses.replace(record, ids=Identifiers(
+        patient_id=f"PAT{i // 800:07d}",
+        study_uid=f"{root}{10**30 + i // 800}",
+        series_uid=f"{root}{10**31 + i // 200}.1",
+        sop_uid=f"{root}{10**32 + i}.1.1"), **extra)
+
+
 def per_record_bytes(sample: int = 2000) -> dict:
-    """Encoded bytes per record of each PCollection that crosses a shuffle."""
+    """Encoded bytes per record of each PCollection that crosses a shuffle.
+
+    The pipeline runs on records without ``ids`` (as the brief's synthetic
+    archive); the ``*_with_ids`` figures are the same records carrying raw
+    DICOM identifiers, as ``probe_file`` produces them for DICOM input.
+    """
     records = [make_record(i * 997) for i in range(sample)]
+    full = [with_ids(r, i * 997) for i, r in enumerate(records)]
 
     def mean(values):
         return sum(values) / len(values)
@@ -188,14 +216,23 @@ def per_record_bytes(sample: int = 2000) -> dict:
         "split_bytes_kv": mean([len(CODER.encode((r.split, r.planned_bytes)))
                                 for r in records]),
         "shard_result_per_shard": len(CODER.encode(result)),
+        "probed_record_with_ids": mean([len(CODER.encode(r)) for r in full]),
+        "group_kv_with_ids": mean([len(CODER.encode(((r.split, 12345), r))) for r in full]),
+        "shard_plan_per_record_with_ids": len(CODER.encode(
+            ShardPlan("train", 0, 1, tuple(full[:400])))) / 400,
     }
 
 
 # ---------------------------------------------------------------- pipeline
 
 
-def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: str) -> dict:
-    bt._shards_of_bucket = _measured_shards_of_bucket   # measure the real GroupHashBuckets
+def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: str,
+        measure: bool = True) -> dict:
+    """measure=False: PlanShards plus per-plan counts only (no bucket branch, no
+    in-step metric, no re-encoding of plans), to time planning without the
+    benchmark's own instrumentation."""
+    if measure:
+        bt._shards_of_bucket = _measured_shards_of_bucket   # measure the real GroupHashBuckets
     plans_path = os.path.join(workdir, "plans.json")
     buckets_path = os.path.join(workdir, "buckets.json")
     layouts_path = os.path.join(workdir, "layouts.json")
@@ -207,7 +244,7 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
     plans, layouts = records | "PlanShards" >> bt.PlanShards(bounds, seed)
 
     _ = (plans
-         | "PlanStats" >> beam.Map(_plan_stats)
+         | "PlanStats" >> beam.Map(_plan_stats, measure)
          | "CollectPlanStats" >> beam.combiners.ToList()
          | "WritePlanStats" >> beam.Map(_write_json, plans_path))
     _ = (layouts
@@ -216,24 +253,27 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
          | "CollectLayouts" >> beam.combiners.ToList()
          | "WriteLayouts" >> beam.Map(_write_json, layouts_path))
     # Parallel branch: the same bucket key on the same records, counted per key.
-    _ = (records
-         | "BenchBucketKey" >> beam.Map(bt._bucket_key, AsDict(layouts), seed)
-         | "BenchPlannedBytes" >> beam.MapTuple(lambda key, r: (key, r.planned_bytes))
-         | "BenchCountPerBucket" >> beam.CombinePerKey(_BucketCountFn())
-         | "BenchCollectBuckets" >> beam.combiners.ToList()
-         | "BenchSummarize" >> beam.Map(_bucket_summary)
-         | "BenchWriteBuckets" >> beam.Map(_write_json, buckets_path))
+    if measure:
+        _ = (records
+             | "BenchBucketKey" >> beam.Map(bt._bucket_key, AsDict(layouts), seed)
+             | "BenchPlannedBytes" >> beam.MapTuple(lambda key, r: (key, r.planned_bytes))
+             | "BenchCountPerBucket" >> beam.CombinePerKey(_BucketCountFn())
+             | "BenchCollectBuckets" >> beam.combiners.ToList()
+             | "BenchSummarize" >> beam.Map(_bucket_summary)
+             | "BenchWriteBuckets" >> beam.Map(_write_json, buckets_path))
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     result = pipeline.run()
     result.wait_until_finish()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     bt._shards_of_bucket = _ORIGINAL_SHARDS_OF_BUCKET
 
     with open(plans_path) as f:
         plan_rows = json.load(f)
-    with open(buckets_path) as f:
-        buckets = json.load(f)
+    buckets = None
+    if measure:
+        with open(buckets_path) as f:
+            buckets = json.load(f)
     with open(layouts_path) as f:
         layout_rows = json.load(f)
     dist = None
@@ -247,6 +287,7 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
         "records": num_records,
         "planned_records": planned_records,
         "wall_s": wall,
+        "cpu_s": cpu,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "num_shards": len(plan_rows),
         "layouts": layout_rows,
@@ -261,6 +302,7 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
         "group_hash_buckets_metric": (None if dist is None else
                                       {"groups": dist.count, "records": dist.sum,
                                        "min": dist.min, "max": dist.max}),
+        "measured": measure,
         "reshuffle_bytes_per_record": plan_bytes / max(planned_records, 1),
         "reshuffle_total_mb": plan_bytes / MB,
         "max_plan_encoded_mb": max(row[5] for row in plan_rows) / MB,
@@ -270,12 +312,13 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
 def print_report(rows: list[dict], per_record: dict) -> None:
     print()
     print("Planning (PlanShards, FnApiRunner in-process, 1 worker, metadata only)")
-    header = (f"{'records':>10} {'wall s':>8} {'rec/s':>8} {'peak RSS MB':>11} {'shards':>7} "
+    header = (f"{'records':>10} {'wall s':>8} {'cpu s':>7} {'rec/s':>8} {'peak RSS MB':>11} {'shards':>7} "
               f"{'min MB':>7} {'median MB':>9} {'max MB':>7} {'out of bounds':>13}")
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['records']:>10,} {r['wall_s']:>8.1f} {r['records'] / r['wall_s']:>8,.0f} "
+        print(f"{r['records']:>10,} {r['wall_s']:>8.1f} {r['cpu_s']:>7.1f} "
+              f"{r['records'] / r['wall_s']:>8,.0f} "
               f"{r['peak_rss_mb']:>11,.0f} {r['num_shards']:>7,} {r['shard_mb_min']:>7.1f} "
               f"{r['shard_mb_median']:>9.1f} {r['shard_mb_max']:>7.1f} "
               f"{r['shards_outside_bounds']:>13}")
@@ -288,6 +331,10 @@ def print_report(rows: list[dict], per_record: dict) -> None:
     print("-" * len(header))
     for r in rows:
         b = r["bucket_branch"]
+        if b is None:
+            print(f"{r['records']:>10,}  (--plain: not measured) GroupShards max "
+                  f"{r['max_shard_group_records']:,}")
+            continue
         metric = r["group_hash_buckets_metric"] or {}
         largest = max(b["max_bucket_records"], r["max_shard_group_records"])
         side_kb = (b["bucket_sizes_side_input_bytes"] + b["prefix_sums_side_input_bytes"]) / 1024
@@ -308,24 +355,37 @@ def print_report(rows: list[dict], per_record: dict) -> None:
         ("plan: ((split, shard), ProbedRecord) GroupShards", per_record["group_shards_kv"]),
     ]
     for r in rows:
+        if not r["measured"]:
+            continue
         rows_b.append((f"Reshuffle of ShardPlans, measured, N={r['records']:,}",
                        r["reshuffle_bytes_per_record"]))
     for label, value in rows_b:
         print(f"  {label:<60} {value:>8.1f} B")
     print(f"  {'results: ShardResult, per shard (not per record)':<60} "
           f"{per_record['shard_result_per_shard']:>8.1f} B")
+    print("  same records as a DICOM probe fills them (patient id + 3 UIDs, slice geometry):")
+    for label, key in (("ProbedRecord with ids", "probed_record_with_ids"),
+                       ("GroupHashBuckets / GroupShards KV with ids", "group_kv_with_ids"),
+                       ("ShardPlan per record with ids (plan of 400)",
+                        "shard_plan_per_record_with_ids")):
+        print(f"  {label:<60} {per_record[key]:>8.1f} B")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=lambda s: [int(x) for x in s.split(",")],
                         default=[1_000_000],
-                        help="record count(s), comma separated (default 1000000)")
+                        help="record count(s), comma separated (default 1000000); peak RSS "
+                             "is the process's lifetime peak, so run one count per process "
+                             "for a clean RSS figure")
     parser.add_argument("--chunk", type=int, default=10_000, help="records per Create element")
     parser.add_argument("--target-mb", type=float, default=256)
     parser.add_argument("--min-mb", type=float, default=100)
     parser.add_argument("--max-mb", type=float, default=500)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plain", action="store_true",
+                        help="time PlanShards alone: skip the bucket-count branch, the "
+                             "in-step metric and the re-encoding of every plan")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     bounds = ShardBounds.from_mb(args.target_mb, args.min_mb, args.max_mb)
@@ -334,7 +394,7 @@ def main(argv=None) -> int:
     for n in args.records:
         with tempfile.TemporaryDirectory(prefix="bench_planning_") as workdir:
             print(f"planning {n:,} records ...", flush=True)
-            rows.append(run(n, args.chunk, bounds, args.seed, workdir))
+            rows.append(run(n, args.chunk, bounds, args.seed, workdir, not args.plain))
             r = rows[-1]
             print(f"  done in {r['wall_s']:.1f} s, {r['num_shards']} shards, "
                   f"peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)

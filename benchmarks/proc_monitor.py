@@ -47,6 +47,8 @@ class RunResult:
     ru_maxrss_mib: float             # wait4 cross-check (largest reaped process)
     processes: list                  # [ProcPeak] every process seen
     samples: list                    # [(t, sum_rss_mib, n_procs)]
+    cpu_s: float                     # user+system CPU of the tree (wait4)
+    foreign_cpu_s: float             # CPU used by other processes meanwhile (noise)
     stdout_path: str
     stderr_path: str
 
@@ -59,6 +61,36 @@ class RunResult:
             except OSError:
                 pass
         return "\n".join(out)
+
+
+def _busy_seconds() -> float:
+    """System-wide non-idle CPU time so far (all cores), from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until_quiet(max_wait_s: float = 600.0, busy_cores: float = 0.15, window_s: float = 2.0,
+                     log=print) -> bool:
+    """Waits until the rest of the machine uses < busy_cores cores over window_s; False on timeout.
+
+    On a shared machine a benchmark next to someone else's job measures the job.
+    """
+    deadline = time.time() + max_wait_s
+    said = False
+    while True:
+        b0 = _busy_seconds()
+        time.sleep(window_s)
+        busy = (_busy_seconds() - b0) / window_s
+        if busy < busy_cores:
+            return True
+        if time.time() > deadline:
+            log(f"  machine still busy ({busy:.2f} cores) after {max_wait_s:.0f} s; measuring anyway")
+            return False
+        if not said:
+            log(f"  machine busy ({busy:.2f} cores used by other processes); waiting ...")
+            said = True
 
 
 def _ppid(pid: int) -> Optional[int]:
@@ -128,6 +160,7 @@ def run_monitored(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[
     samples = []
     peak_sum = 0
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        busy0 = _busy_seconds()
         started = time.perf_counter()
         proc = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdout=out, stderr=err,
                                 start_new_session=True)
@@ -153,13 +186,16 @@ def run_monitored(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[
                 os.killpg(proc.pid, signal.SIGKILL)
             time.sleep(interval)
         wall = time.perf_counter() - started
+        busy = _busy_seconds() - busy0
         proc.returncode = os.waitstatus_to_exitcode(status)
     largest = max(procs.values(), key=lambda p: p.hwm_kib, default=ProcPeak(0, "?"))
     return RunResult(cmd=list(cmd), returncode=proc.returncode, wall_s=wall,
                      peak_largest_mib=largest.hwm_kib / KIB, peak_largest_name=largest.name,
                      peak_sum_mib=peak_sum / KIB, ru_maxrss_mib=rusage.ru_maxrss / KIB,
                      processes=sorted(procs.values(), key=lambda p: -p.hwm_kib),
-                     samples=samples, stdout_path=stdout_path, stderr_path=stderr_path)
+                     samples=samples, cpu_s=rusage.ru_utime + rusage.ru_stime,
+                     foreign_cpu_s=max(0.0, busy - rusage.ru_utime - rusage.ru_stime),
+                     stdout_path=stdout_path, stderr_path=stderr_path)
 
 
 def bench_env() -> dict:

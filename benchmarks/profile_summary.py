@@ -24,6 +24,7 @@ if __package__ in (None, ""):
 
 from benchmarks.archives import CACHE_DIR, ct_archive    # noqa: E402
 from benchmarks.proc_monitor import bench_env            # noqa: E402
+from benchmarks import snapshot                          # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]*?)(?::(?P<line>\d+))?\)$")
@@ -47,6 +48,47 @@ def _short(frame: str) -> str:
         if marker in path:
             path = path.split(marker, 1)[1]
     return f"{m.group('func')} ({path})"
+
+
+# Worker time by pipeline step: the first rule whose function is on the stack wins.
+STEPS = [
+    ("probe: header read (ProbeFn)", ("ProbeFn.process",)),
+    ("write: open source file", ("open_source",)),
+    ("write: dcmread, full parse", ("read_dataset",)),
+    ("write: pixel_array", ("Dataset.pixel_array",)),
+    ("write: apply_modality_lut (float64)", ("apply_modality_lut",)),
+    ("write: to_record_array (round, compare, fit dtype)", ("to_record_array",)),
+    ("write: image_spec again", ("image_spec",)),
+    ("write: Pillow decode", ("decode_image",)),
+    ("write: dicom/* metadata features", ("metadata",)),
+    ("write: encode Example", ("encode_example", "serialize_record")),
+    ("write: TFRecord framing, CRC, sha256, file write", ("write_record", "_HashingWriter.write")),
+    ("write: rest of write_shard", ("write_shard",)),
+    ("plan / other DoFns", ("_to_plan", "_shards_of_bucket", "_bucket_key", "_commit", "_expand_counted")),
+    ("Beam harness: coders, data channel, bundles", ("process_bundle", "DataInputOperation.process_encoded")),
+    ("start-up: imports", ("_find_and_load",)),
+]
+
+
+def steps(raw_path: str, rate: int) -> str:
+    counts: dict = collections.defaultdict(collections.Counter)
+    for line in open(raw_path, errors="replace"):
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if not count.isdigit():
+            continue
+        frames = stack.split(";")
+        role = _role([fr for fr in frames if fr.startswith("process ")])
+        funcs = {_short(fr).split(" (")[0] for fr in frames if not fr.startswith(("process ", "thread "))}
+        step = next((label for label, names in STEPS if any(n in funcs for n in names)),
+                    "waiting threads (gRPC, queues)")
+        counts[role][step] += int(count)
+    out = []
+    for role, c in counts.items():
+        total = sum(c.values())
+        out.append(f"\n## {role}: samples by step ({total / rate:.1f} s of samples at {rate} Hz)")
+        for label, n in sorted(c.items(), key=lambda kv: -kv[1]):
+            out.append(f"{100 * n / total:6.1f}%  {n / rate:6.1f} s  {label}")
+    return "\n".join(out)
 
 
 def summarise(raw_path: str, top: int = 15) -> str:
@@ -86,6 +128,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rate", type=int, default=50, help="py-spy samples per second")
     parser.add_argument("--raw", help="summarise this raw py-spy file instead of running")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--code", default="worktree",
+                        help="pipeline code to run: worktree (default) or a commit, e.g. HEAD")
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
     raw = args.raw
@@ -102,9 +146,11 @@ def main(argv: list[str]) -> int:
         cmd = [pyspy, "record", "--subprocesses", "--rate", str(args.rate), "--format", "raw",
                "-o", raw, "--", sys.executable, "-m", "pipeline", "convert", "--input", archive.path,
                "--output", out, "--overwrite", *extra]
-        print("$ " + " ".join(cmd), flush=True)
-        subprocess.run(cmd, env=bench_env(), cwd=REPO, check=True)
+        code_dir, code_label = snapshot.resolve(args.code)
+        print(f"pipeline code: {code_label}\n$ " + " ".join(cmd), flush=True)
+        subprocess.run(cmd, env=snapshot.pipeline_env(bench_env(), code_dir), cwd=code_dir, check=True)
         shutil.rmtree(out, ignore_errors=True)
+    print(steps(raw, args.rate))
     print(summarise(raw, args.top))
     return 0
 
