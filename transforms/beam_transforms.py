@@ -325,6 +325,15 @@ class LabelSpaceFn(beam.CombineFn):
         return acc.result()
 
 
+def _emit(result):
+    """A labelled record on the main output, or a counted Outcome on ``outcomes``."""
+    if isinstance(result, Outcome):
+        _count_outcome(result)
+        yield TaggedOutput(OUTCOMES, result)
+    else:
+        yield result
+
+
 def _missing(record: ProbedRecord, settings: ConversionSettings, space, why: str):
     if settings.missing_label == "unlabeled":
         return dataclasses.replace(record, label=space.unlabeled())
@@ -365,22 +374,14 @@ def _join_labels(keyed, space, settings: ConversionSettings):
                               f"no label for {settings.label_key} in {settings.labels_csv}")
         else:
             result = _labelled(record, rows[0].value, rows[0].split, space, settings)
-        if isinstance(result, Outcome):
-            _count_outcome(result)
-            yield TaggedOutput(OUTCOMES, result)
-        else:
-            yield result
+        yield from _emit(result)
 
 
 def _dir_labelled(record: ProbedRecord, space, settings: ConversionSettings):
     name = labels_lib.dir_label(record.source.rel_path)
     result = (_labelled(record, name, None, space, settings) if name
               else _missing(record, settings, space, "file is not inside a class folder"))
-    if isinstance(result, Outcome):
-        _count_outcome(result)
-        yield TaggedOutput(OUTCOMES, result)
-    else:
-        yield result
+    yield from _emit(result)
 
 
 class AttachLabels(beam.PTransform):

@@ -113,17 +113,9 @@ def parse_label_csv(lines: Iterable[str], uri: str, key_column: str, label_colum
         yield LabelRow(key=key, value=row[pos[label_column]].strip(), split=split or None, line=line)
 
 
-def _is_int(value: str) -> bool:
+def _parses(convert, value: str) -> bool:
     try:
-        int(value)
-        return True
-    except ValueError:
-        return False
-
-
-def _is_float(value: str) -> bool:
-    try:
-        float(value)
+        convert(value)
         return True
     except ValueError:
         return False
@@ -144,8 +136,8 @@ class LabelSpaceAccumulator:
         if self.multi:
             self.values.update(t.strip() for t in value.split(MULTI_SEPARATOR) if t.strip())
         else:
-            self.all_int = self.all_int and _is_int(value)
-            self.all_float = self.all_float and _is_float(value)
+            self.all_int = self.all_int and _parses(int, value)
+            self.all_float = self.all_float and _parses(float, value)
             if not self.all_float:
                 self.values.add(value)
             elif len(self.values) < MAX_CLASSES:

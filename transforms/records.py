@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+import numpy as np
+
 @dataclasses.dataclass(frozen=True)
 class SourceFile:
     """One matched input file."""
@@ -28,7 +30,6 @@ class ImageSpec:
 
     @property
     def num_pixel_bytes(self) -> int:
-        import numpy as np
         itemsize = np.dtype(self.dtype).itemsize
         return self.depth * self.height * self.width * self.channels * itemsize
 
