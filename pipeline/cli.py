@@ -15,6 +15,8 @@ commands:
   verify    re-read a dataset's shards and check them against dataset.json
   inspect   show a dataset's schema, options, splits, shards, class balance; --record N
   preview   write a contact sheet PNG of random records of a split
+  versions  list the versions of a root written with convert --incremental
+  rollback  point a versioned root's LATEST at another version
 
 run 'dcm2tfrecord COMMAND --help' for a command's options."""
 
@@ -45,6 +47,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if command == "preview":
             from pipeline import preview_cmd
             return preview_cmd.main(rest)
+        if command == "versions":
+            from pipeline import versions_cmd
+            return versions_cmd.versions_main(rest)
+        if command == "rollback":
+            from pipeline import versions_cmd
+            return versions_cmd.rollback_main(rest)
     except UsageError as exc:
         print(f"dcm2tfrecord {command}: error: {exc}", file=sys.stderr)
         return 2

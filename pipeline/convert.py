@@ -1,10 +1,11 @@
 """Runs ``convert``: prepares the output, builds the job graph, runs it, reports."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -15,6 +16,7 @@ from pipeline.options import ConvertOptions, UsageError, parse_convert, validate
 from pipeline.progress import ProgressMonitor, remove_progress
 from pipeline.summary import print_summary, summarize, write_summary_json
 from transforms import manifest as manifest_lib
+from transforms import versions
 from transforms.beam_transforms import ConvertArchive
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
@@ -80,7 +82,7 @@ def prepare_output(opts: ConvertOptions) -> None:
 def remove_stale_files(output_dir: str, manifest: dict) -> None:
     """Deletes shards of an earlier run that the new manifest does not list."""
     keep = {name for split in manifest["splits"].values() for s in split["shards"]
-            for name in (s["file"], s["index_file"])}
+            for name in (s["file"], s["index_file"], versions.records_file(s["file"]))}
     pattern = FileSystems.join(output_dir, "*.tfrecord*")
     stale = [m.path for m in FileSystems.match([pattern])[0].metadata_list
              if m.path.rsplit("/", 1)[-1] not in keep]
@@ -133,9 +135,51 @@ def report_job_not_run(result, options: PipelineOptions, how: str, quiet: bool) 
     return summary
 
 
-def build(pipeline: beam.Pipeline, opts: ConvertOptions) -> None:
+def build(pipeline: beam.Pipeline, opts: ConvertOptions,
+          base: Optional[versions.BaseVersion] = None, version_name: str = "") -> None:
     _ = pipeline | "ConvertArchive" >> ConvertArchive(
-        opts.settings(), options=opts.recorded(), version=tool_version())
+        opts.settings(), options=opts.recorded(), version=tool_version(), base=base,
+        version_name=version_name)
+
+
+def _delete_tree(path: str) -> None:
+    """Removes a directory (local) or every object under a prefix (gs://)."""
+    if "://" not in path:
+        if os.path.exists(path):
+            FileSystems.delete([path])
+        return
+    found = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
+    if found:
+        FileSystems.delete([m.path for m in found])
+
+
+def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, versions.BaseVersion]:
+    """--incremental: (new version name, its directory, the version it builds on).
+
+    The base is the version LATEST names when the run starts (after a rollback,
+    the rolled-back-to one). A directory left by a killed run under the new
+    version's name is emptied first; committed versions are never touched.
+    """
+    root = opts.output
+    if FileSystems.exists(FileSystems.join(root, manifest_lib.MANIFEST_NAME)):
+        raise UsageError(f"--output {root} holds a dataset written without --incremental; give "
+                         "--incremental an empty or versioned --output (versions go to OUT/versions/NNNN)")
+    if "://" not in root and os.path.isfile(root):
+        raise UsageError(f"--output {root} is a file; give a directory")
+    name = versions.next_version(root)
+    target = versions.version_dir(root, name)
+    latest = versions.read_latest(root)
+    if latest is None:
+        base = versions.BaseVersion("", ())
+    else:
+        previous = manifest_lib.read_manifest(versions.version_dir(root, latest))
+        base = versions.base_version(root, latest, previous, opts.recorded())
+        if base.rebuild_reason:
+            logging.getLogger(__name__).warning("%s: no shard of version %s is reused",
+                                                base.rebuild_reason, latest)
+    if not dry_run:
+        _delete_tree(target)
+    return name, target, base
 
 
 def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
@@ -144,12 +188,16 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     validate(opts)
     options = make_pipeline_options(beam_args)
     launch_only = job_not_run_here(options)
+    root, version, base = opts.output, None, None
+    if opts.incremental:
+        version, target, base = prepare_version(opts, launch_only == "dry_run")
+        opts = ConvertOptions(**{**opts.__dict__, "output": target})
     if launch_only != "dry_run":   # a dry run leaves --output untouched
         prepare_output(opts)
         remove_progress(opts.output)   # left by an interrupted run
     started = time.time()
     pipeline = beam.Pipeline(runner=make_runner(options), options=options)
-    build(pipeline, opts)
+    build(pipeline, opts, base, version or "")
     if launch_only:
         return report_job_not_run(pipeline.run(), options, launch_only, quiet)
     # quiet (library callers, tests): no progress unless --progress asks for it
@@ -164,7 +212,11 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
             f"{counts['failed']}; the list is in {FileSystems.join(opts.output, manifest_lib.ERRORS_NAME)}")
     manifest = manifest_lib.read_manifest(opts.output)
     remove_stale_files(opts.output, manifest)
+    if version is not None:
+        versions.set_latest(root, version)   # only now do readers of the root see it
     summary = summarize(manifest, opts.output, wall)
+    if version is not None:
+        summary["version"] = {"root": root, "name": version, **manifest["incremental"]}
     if opts.summary_json:
         write_summary_json(summary, opts.summary_json)
     if not quiet:

@@ -254,8 +254,8 @@ def format_record(manifest: Mapping, split: str, index: int, features: Mapping) 
 
 def main(argv: Sequence[str]) -> int:
     args = parse_inspect(argv)
-    dataset_dir = args.dataset.rstrip("/") or "/"
-    manifest = load_info(dataset_dir)
+    manifest = load_info(args.dataset.rstrip("/") or "/")
+    dataset_dir = manifest.dataset_dir     # a versioned root: the version LATEST names
     if args.record is None:
         if args.split is not None:
             default_split(manifest, args.split)

@@ -38,6 +38,7 @@ class ConvertOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
     seed: int = 0
     overwrite: bool = False
+    incremental: bool = False            # versions under --output; not in recorded()
     labels: Optional[str] = None
     label_key: str = "path"
     label_column: str = "label"
@@ -118,6 +119,16 @@ class ConvertOptions:
         }
 
 
+def parse_flag(text: str) -> bool:
+    """A switch that also takes a value (--incremental=true), as Flex Template launchers pass it."""
+    value = str(text).strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
 def _absolute(path: str) -> str:
     return path if "://" in path else os.path.abspath(path)
 
@@ -130,6 +141,10 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
                           help="dataset directory, local or gs://")
     io_group.add_argument("--overwrite", action="store_true",
                           help="replace a dataset already committed in --output")
+    io_group.add_argument("--incremental", nargs="?", const=True, default=False, type=parse_flag,
+                          metavar="true|false",
+                          help="write a new version OUT/versions/NNNN that converts only new and "
+                               "changed files, reuses unchanged shards, then points OUT/LATEST at it")
     shards = parser.add_argument_group("shards")
     shards.add_argument("--target_shard_mb", type=float, default=256.0, help="default 256")
     shards.add_argument("--min_shard_mb", type=float, default=100.0,
@@ -238,6 +253,12 @@ def validate(opts: ConvertOptions) -> None:
         parse_splits(opts.splits)
     except SplitSpecError as exc:
         raise UsageError(str(exc)) from None
+    if opts.incremental and opts.overwrite:
+        raise UsageError("--incremental and --overwrite exclude each other: --incremental adds a "
+                         "version and keeps the earlier ones (roll back with 'dcm2tfrecord rollback')")
+    if opts.incremental and opts.salt() == _RANDOM_SALT:
+        raise UsageError("--incremental needs a fixed --id_salt (or $" + SALT_ENV + "): with "
+                         "--allow_random_salt no record id repeats, so nothing could be reused")
     if opts.labels and opts.labels_from_dirs:
         raise UsageError("--labels and --labels_from_dirs exclude each other; choose one")
     if opts.split_column and not opts.labels:

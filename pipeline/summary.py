@@ -54,6 +54,15 @@ def summarize(manifest: dict, output_dir: str, wall_seconds: float) -> dict:
 
 def format_summary(summary: dict, list_shards: bool = True) -> str:
     lines = [f"Dataset: {summary['output']}"]
+    version = summary.get("version")
+    if version:
+        base = version["base_version"]
+        lines.append(f"version {version['name']} of {version['root']} (LATEST now points to it): "
+                     f"wrote {version['written_shards']} shard(s), reused {version['reused_shards']} "
+                     f"({version['reused_records']} records)"
+                     + (f" from version {base}" if base else ""))
+        if version.get("rebuild_reason"):
+            lines.append(f"note: {version['rebuild_reason']}; every record was converted again")
     lines.append(f"{'split':<12}{'records':>10}{'shards':>8}{'MB':>10}"
                  f"{'min MB':>9}{'median MB':>11}{'max MB':>9}")
     for name, s in summary["splits"].items():

@@ -24,7 +24,7 @@ SHUFFLE_BUFFER_RECORDS = (2, 10_000)
 
 
 def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", dtype=None,
-             scale: Optional[float] = None, pad: bool = False) -> Callable:
+             scale: Optional[float] = None, pad: bool = False, version=None) -> Callable:
     """The batched parse function ``load`` maps over ``batch``-ed serialized records.
 
     ``serialized [batch] -> (images, labels)`` (or a dict with ``output="dict"``),
@@ -34,7 +34,7 @@ def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", d
 
     Splits holding several image sizes need ``pad=True`` (see ``load``).
     """
-    manifest = info(dataset_dir)
+    manifest = info(dataset_dir, version)
     layout = manifest.layout(split)
     if not layout.batchable and not pad:
         raise layout.variable_size_error(manifest.split(split).get("shapes", []))
@@ -63,7 +63,7 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
          output: str = "tuple", dtype=None, scale: Optional[float] = None,
          cache: Optional[str] = None, input_context=None, pad: bool = False,
          shuffle_buffer: Optional[int] = None, cycle_length: Optional[int] = None,
-         deterministic: Optional[bool] = None) -> tf.data.Dataset:
+         deterministic: Optional[bool] = None, version=None) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(images, labels)`` batches (a dict with ``output="dict"``).
 
     Images are ``[batch, height, width, channels]``, or ``[batch, depth, height,
@@ -93,6 +93,8 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
       ``image_raw``; a feature a record lacks reads as ``b""``, -1 or NaN, and
       variable-length ones come back as ``tf.RaggedTensor``.
     - ``cycle_length``: shards read in parallel (default ``min(shards, 16)``).
+    - ``version``: for a root written with ``convert --incremental``, the version
+      to read (a number); default: the one its LATEST file names.
 
     The dataset's cardinality is the manifest's record count (or this pipeline's
     share of it), so Keras shows steps per epoch; a shard holding a different
@@ -102,7 +104,7 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
         raise ValueError(f"output must be 'tuple' or 'dict', not {output!r}")
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
-    manifest: DatasetInfo = info(dataset_dir)
+    manifest: DatasetInfo = info(dataset_dir, version)
     entry = manifest.split(split)
     layout = manifest.layout(split)
     if not layout.batchable and batch_size > 1 and not pad:

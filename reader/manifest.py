@@ -16,6 +16,9 @@ from reader.layout import Layout, label_spec, split_layout
 from reader.sharding import ReadPlan, plan_reads
 
 MANIFEST_NAME = "dataset.json"
+LATEST_NAME = "LATEST"      # a versioned root (convert --incremental): OUT/LATEST, OUT/versions/NNNN
+VERSIONS_DIR = "versions"
+PARENT = "../"              # a shard reused from a sibling version: ../MMMM/<file>
 
 
 class DatasetInfo(dict):
@@ -42,7 +45,7 @@ class DatasetInfo(dict):
 
     def shard_paths(self, split: str = "train") -> list[str]:
         """Shard files from the manifest, never from a glob: stale files are not read."""
-        return [tf.io.gfile.join(self.dataset_dir, s["file"]) for s in self.split(split)["shards"]]
+        return [shard_path(self.dataset_dir, s["file"]) for s in self.split(split)["shards"]]
 
     def shard_records(self, split: str = "train") -> list[int]:
         return [int(s["num_records"]) for s in self.split(split)["shards"]]
@@ -93,9 +96,45 @@ class DatasetInfo(dict):
                 tf.TensorSpec([None] + list(label.shape), label.dtype))
 
 
-def info(dataset_dir: str) -> DatasetInfo:
-    """The parsed dataset.json of ``dataset_dir`` (local or gs://)."""
-    dataset_dir = str(dataset_dir)
+def shard_path(dataset_dir: str, file: str) -> str:
+    """A shard entry's path; ``../MMMM/x`` spelled out (gs:// object names are literal)."""
+    if file.startswith(PARENT):
+        return tf.io.gfile.join(str(dataset_dir).rstrip("/").rsplit("/", 1)[0], file[len(PARENT):])
+    return tf.io.gfile.join(dataset_dir, file)
+
+
+def _version_name(version) -> str:
+    text = str(version).strip()
+    if not text.isdigit():
+        raise ValueError(f"version {version!r} is not a number (e.g. 3 or '0003')")
+    return f"{int(text):04d}"
+
+
+def resolve(dataset_dir: str, version=None) -> str:
+    """The directory holding the dataset.json to read.
+
+    ``dataset_dir`` itself for a plain dataset; for a versioned root the
+    version ``version`` names, else the one its LATEST file names.
+    """
+    dataset_dir = str(dataset_dir).rstrip("/") or "/"
+    if version is not None:
+        return tf.io.gfile.join(dataset_dir, VERSIONS_DIR, _version_name(version))
+    if tf.io.gfile.exists(tf.io.gfile.join(dataset_dir, MANIFEST_NAME)):
+        return dataset_dir
+    latest = tf.io.gfile.join(dataset_dir, LATEST_NAME)
+    if tf.io.gfile.exists(latest):
+        with tf.io.gfile.GFile(latest, "r") as handle:
+            return tf.io.gfile.join(dataset_dir, VERSIONS_DIR, _version_name(handle.read()))
+    return dataset_dir
+
+
+def info(dataset_dir: str, version=None) -> DatasetInfo:
+    """The parsed dataset.json of ``dataset_dir`` (local or gs://).
+
+    A root written with ``convert --incremental`` is read at the version its
+    LATEST names, or at ``version`` (a number) when given.
+    """
+    dataset_dir = resolve(dataset_dir, version)
     path = tf.io.gfile.join(dataset_dir, MANIFEST_NAME)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(

@@ -29,8 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "run_dataflow.sh")
 REQUIRED = ("PROJECT", "REGION", "INPUT", "OUTPUT", "TEMP_LOCATION")
 
-EXPECTED_STEPS = ("MatchInputs", "ProbeHeaders", "AttachLabels", "AssignSplits", "PlanShards",
-                  "DistributeShards", "WriteShards", "CommitDataset")
+EXPECTED_STEPS = ("MatchInputs", "ProbeHeaders", "AttachLabels", "AssignSplits", "ReuseShards",
+                  "PlanShards", "DistributeShards", "WriteShards", "CommitDataset")
 
 # Every top-level step of ConvertArchive that holds a GroupByKey (a Reshuffle,
 # CoGroupByKey, Combine*, Distinct and Count are GroupByKeys underneath) and what
@@ -47,6 +47,7 @@ SHUFFLING_STEPS = {
     "CountGroups": "(split, group key) pairs",
     "PlanShards": "(split, planned bytes), bucket sizes, ProbedRecord keyed by bucket/shard",
     "DistributeShards": "ShardPlan (the record list of one shard: uris and header metadata)",
+    "ReuseShards": "ProbedRecord and base shard names keyed by record fingerprint; counts, bytes",
 }
 
 
@@ -80,7 +81,7 @@ def dry_run(gcs_emulator, tmp_path_factory):
     proc = _script("--project", "fake-project", "--region=europe-west4",
                    "--input", gcs_emulator.url("df/archive"), "--output", gcs_emulator.url("df/out"),
                    "--temp_location", gcs_emulator.url("df/tmp"), "--dry_run",
-                   "--labels", labels, "--splits=train=0.8,validation=0.2",
+                   "--labels", labels, "--splits=train=0.8,validation=0.2", "--incremental",
                    "--max_num_workers=7", f"--dataflow_job_file={job_file}",
                    env=_env(TMPDIR=str(work / "tmp")))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -195,7 +196,8 @@ def test_only_metadata_crosses_a_shuffle(dry_run):
     assert any(_step(leaves[t].unique_name) == "CommitDataset" for t in seen)
     after_write = sorted(leaves[t].unique_name for t in seen if t in shuffles)
     assert not after_write, after_write
-    assert {_step(leaves[t].unique_name) for t in seen} <= {"CollectOutcomes", "CommitDataset"}, \
+    assert {_step(leaves[t].unique_name) for t in seen} <= {"CollectOutcomes", "CommitDataset",
+                                                            "WrittenAndReused"}, \
         sorted({leaves[t].unique_name for t in seen})
 
     # 3. the shuffle that spreads the writing gets ShardPlans straight from the planner
@@ -227,7 +229,7 @@ def test_script_is_executable_bash():
 # ---------------------------------------------------------------- Flex Template
 
 # A value for each parameter whose option has neither choices nor a default.
-SAMPLES = {"input": "gs://bucket/archive", "output": "gs://bucket/datasets/ct/2024-06-01",
+SAMPLES = {"incremental": "True", "input": "gs://bucket/archive", "output": "gs://bucket/datasets/ct/2024-06-01",
            "id_salt": "a-long-secret-salt", "labels": "gs://bucket/labels.csv",
            "split_column": "split", "window": "lung", "resize": "512x512", "max_failures": "3"}
 
@@ -261,7 +263,7 @@ def test_flex_template_parameters_are_convert_options():
         action = actions.get(name)
         assert action is not None and f"--{name}" in action.option_strings, \
             f"metadata.json parameter {name!r} is not a convert option"
-        assert action.nargs in (None, "?") and action.const is None, \
+        assert action.nargs in (None, "?") and (action.const is None or action.type is not None), \
             f"--{name} takes no single value: the launcher passes --{name}=VALUE"
         assert set(param) <= {"name", "label", "helpText", "isOptional", "regexes", "paramType"}, param
         assert param["label"] and param["helpText"]

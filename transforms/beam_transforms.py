@@ -21,6 +21,8 @@ from transforms import dicom_header
 from transforms import manifest as manifest_lib
 from transforms import reasons
 from transforms import series as series_lib
+from transforms import versions
+from transforms.incremental import ReuseShards
 from transforms.errors import ConversionError
 from transforms.probe import expand_frames, probe_file
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
@@ -493,14 +495,23 @@ class WriteShardFn(beam.DoFn):
     """ShardPlan -> ShardResult, plus an Outcome per record that did not convert."""
 
     def __init__(self, output_dir: str, compression: str = "none",
-                 settings: DecodeSettings = DecodeSettings()):
+                 settings: DecodeSettings = DecodeSettings(), records_files: bool = False,
+                 tag: str = ""):
         super().__init__()
         self.output_dir, self.compression, self.settings = output_dir, compression, settings
+        self.records_files = records_files   # --incremental: <shard>.records.json beside each shard
+        self.tag = tag                       # --incremental: "v0002" in the new shards' names
 
     def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None):
         # plan_recorded: a side input that only orders this step after _record_plan
+        if self.tag:
+            plan = dataclasses.replace(plan, tag=self.tag)
+        written: list = []
         result, outcomes = write_shard(plan, self.output_dir, self.compression,
-                                       settings=self.settings)
+                                       settings=self.settings, on_written=written.append)
+        if self.records_files:
+            versions.write_records_file(self.output_dir, result,
+                                        [versions.record_fingerprint(r) for r in written])
         _write_progress(self.output_dir, result.file + DONE_SUFFIX, {
             "split": result.split, "records": result.num_records, "bytes": result.num_bytes,
             "planned_records": len(plan.records), "planned_bytes": result.planned_bytes})
@@ -518,7 +529,9 @@ class WriteShardFn(beam.DoFn):
 
 def _commit(_, results: list, outcomes: list, matched: int, space, group_counts: dict,
             leaking: int, layouts: dict, settings: ConversionSettings, options: dict,
-            version: str) -> str:
+            version: str, base: Optional[versions.BaseVersion] = None) -> str:
+    if base is not None:   # a version never lists a shard that holds nothing
+        results = [r for r in results if r.num_records > 0]
     has_dicom = any("dicom" in r.kinds for r in results)
     extra = {
         "labels": _labels_entry(space, settings),
@@ -529,6 +542,12 @@ def _commit(_, results: list, outcomes: list, matched: int, space, group_counts:
                                "honoured": lay.min_shards_honoured}
                        for split, lay in sorted(layouts.items())},
     }
+    if base is not None:
+        reused = sum(1 for r in results if r.file.startswith(versions.PARENT))
+        extra["incremental"] = {"base_version": base.name or None, "rebuild_reason": base.rebuild_reason,
+                                "reused_shards": reused, "written_shards": len(results) - reused,
+                                "reused_records": sum(r.num_records for r in results
+                                                      if r.file.startswith(versions.PARENT))}
     features = dicom_header.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
     if settings.decode.keep_source_path:
         features["source_path"] = {"dtype": "bytes", "shape": [], "description": "--keep_source_path"}
@@ -559,9 +578,12 @@ def _labels_entry(space, settings: ConversionSettings) -> dict:
 class ConvertArchive(beam.PTransform):
     """The whole job: match -> probe -> labels -> splits -> plan -> reshuffle -> write -> commit."""
 
-    def __init__(self, settings: ConversionSettings, options: dict, version: str):
+    def __init__(self, settings: ConversionSettings, options: dict, version: str,
+                 base: Optional[versions.BaseVersion] = None, version_name: str = ""):
         super().__init__()
         self.settings, self.options, self.version = settings, options, version
+        self.base = base   # --incremental: the version to build on (no shards for the first)
+        self.version_tag = f"v{version_name}" if version_name else ""
 
     def expand(self, pbegin):
         settings = self.settings
@@ -588,8 +610,12 @@ class ConvertArchive(beam.PTransform):
             records = records | "AssignSplits" >> beam.Map(_with_split, settings)
         # ProbedRecord with label and split
         group_counts, leaking = records | "CountGroups" >> CountGroups(settings)
-        plans, layouts = records | "PlanShards" >> PlanShards(settings.bounds, settings.seed,
-                                                              settings.min_shards)
+        to_write = records
+        if self.base is not None:
+            to_write, reused = records | "ReuseShards" >> ReuseShards(self.base, settings.bounds)
+            # to_write: ProbedRecord not held by a reused shard; reused: ShardResult
+        plans, layouts = to_write | "PlanShards" >> PlanShards(settings.bounds, settings.seed,
+                                                               settings.min_shards)
         plan_recorded = (pbegin
                          | "ProgressOnce" >> beam.Create([None])
                          | "RecordPlanForProgress" >> beam.Map(_record_plan, AsDict(layouts),
@@ -598,10 +624,15 @@ class ConvertArchive(beam.PTransform):
         written = (plans
                    | "DistributeShards" >> beam.Reshuffle()
                    | "WriteShards" >> beam.ParDo(WriteShardFn(settings.output_dir,
-                                                              settings.compression, settings.decode),
+                                                              settings.compression, settings.decode,
+                                                              records_files=self.base is not None,
+                                                              tag=self.version_tag),
                                                  AsSingleton(plan_recorded))
                    .with_outputs(OUTCOMES, main="shards"))
         # shards: ShardResult; outcomes: Outcome
+        shards = written.shards
+        if self.base is not None:
+            shards = (written.shards, reused) | "WrittenAndReused" >> beam.Flatten()
         outcome_parts.append(written[OUTCOMES])
         outcomes = tuple(outcome_parts) | "CollectOutcomes" >> beam.Flatten()
         matched = ((sources | "CountFiles" >> beam.combiners.Count.Globally(),
@@ -613,7 +644,7 @@ class ConvertArchive(beam.PTransform):
         return (pbegin
                 | "CommitOnce" >> beam.Create([None])
                 | "CommitDataset" >> beam.Map(
-                    _commit, AsList(written.shards), AsList(outcomes), AsSingleton(matched),
+                    _commit, AsList(shards), AsList(outcomes), AsSingleton(matched),
                     space_side, AsDict(group_counts), AsSingleton(leaking), AsDict(layouts),
-                    settings, self.options, self.version))
+                    settings, self.options, self.version, self.base))
                 # path of dataset.json

@@ -42,7 +42,7 @@ def _split_entry(shards: list[ShardResult]) -> dict:
         "label_counts": {str(k): v for k, v in sorted(labels.items())},
         "shards": [{"file": s.file, "index_file": s.file + ".idx", "num_records": s.num_records,
                     "num_bytes": s.num_bytes, "sha256": s.sha256}
-                   for s in sorted(shards, key=lambda s: s.index)],
+                   for s in sorted(shards, key=lambda s: (s.file, s.index))],
     }
 
 

@@ -112,14 +112,16 @@ class ShardPlan:
     index: int
     num_shards: int
     records: tuple[ProbedRecord, ...]
+    tag: str = ""        # --incremental: the version writing it, so names never repeat across versions
 
     @property
     def file_name(self) -> str:
-        return shard_file_name(self.split, self.index, self.num_shards)
+        return shard_file_name(self.split, self.index, self.num_shards, self.tag)
 
 
-def shard_file_name(split: str, index: int, num_shards: int) -> str:
-    return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord"
+def shard_file_name(split: str, index: int, num_shards: int, tag: str = "") -> str:
+    middle = f"-{tag}" if tag else ""
+    return f"{split}{middle}-{index:05d}-of-{num_shards:05d}.tfrecord"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ import contextlib
 import gzip
 import hashlib
 import uuid
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterator, Optional
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
@@ -21,7 +21,7 @@ from transforms import reasons
 from transforms.decode import build_record
 from transforms.errors import ConversionError
 from transforms.probe import open_source
-from transforms.records import Outcome, ShardPlan, ShardResult
+from transforms.records import Outcome, ProbedRecord, ShardPlan, ShardResult
 from transforms.settings import DecodeSettings
 
 INCOMPLETE_DIR = ".incomplete"
@@ -76,8 +76,12 @@ def index_file_name(shard_file: str) -> str:
 
 def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                 opener: Callable[[str], BinaryIO] = open_source,
-                settings: DecodeSettings = DecodeSettings()) -> tuple[ShardResult, list[Outcome]]:
+                settings: DecodeSettings = DecodeSettings(),
+                on_written: Optional[Callable[[ProbedRecord], None]] = None,
+                ) -> tuple[ShardResult, list[Outcome]]:
     """Writes ``plan`` (and its .idx) to ``output_dir``; records that fail are reported, not fatal.
+
+    ``on_written`` is called with each record that made it into the shard.
 
     With ``compression="gzip"`` the shard is one gzip member with a zero
     timestamp and no file name, so its bytes are deterministic too; index
@@ -113,6 +117,8 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                                             reasons.DECODE_ERROR, f"{type(exc).__name__}: {exc}"))
                     continue
                 _TFRecordUtil.write_record(target, payload)
+                if on_written is not None:
+                    on_written(record)
                 offsets.append((stream_offset, len(payload) + 16))
                 sources_written += len(record.sources) if record.counts_sources else 0
                 stream_offset += len(payload) + 16

@@ -37,12 +37,16 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 
 from transforms import reasons
 from transforms.manifest import ERRORS_NAME, MANIFEST_NAME
+from transforms.versions import records_file, resolve_dataset_dir, shard_uri
 from transforms.shard_writer import INCOMPLETE_DIR, label_keys
 
 HEADER_BYTES = 12           # uint64 length + masked CRC32C of it
 FOOTER_BYTES = 4            # masked CRC32C of the data
 _READ_CHUNK = 16 << 20      # a corrupt length never makes us allocate more than this at once
 _SHARD_NAME = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?$")
+# A version of an --incremental root: its own shards and those it reuses from earlier versions.
+_VERSION_SHARD_NAME = re.compile(r"^(\.\./(?P<dir>\d{4,})/)?(?P<split>.+)-v(?P<version>\d{4,})-"
+                                 r"(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?$")
 
 
 # ---------------------------------------------------------------- results
@@ -503,7 +507,7 @@ def check_index(path: str, name: str, actual: list[tuple[int, int]]) -> list[Pro
 def verify_shard(dataset_dir: str, entry: dict, schema: dict) -> ShardCheck:
     """One dataset.json shard entry against the files: shard, then its index."""
     name = entry.get("file", "?")
-    path = FileSystems.join(dataset_dir, name)
+    path = shard_uri(dataset_dir, name)
     if not FileSystems.exists(path):
         check = ShardCheck(file=name)
         check.problems.append(Problem(name, "listed in dataset.json but missing"))
@@ -519,7 +523,7 @@ def verify_shard(dataset_dir: str, entry: dict, schema: dict) -> ShardCheck:
         check.problems.append(Problem(name, f"sha256 {check.sha256} differs from dataset.json's "
                                             f"{entry.get('sha256')}"))
     index_name = entry.get("index_file") or name + ".idx"
-    index_path = FileSystems.join(dataset_dir, index_name)
+    index_path = shard_uri(dataset_dir, index_name)
     if not FileSystems.exists(index_path):
         check.problems.append(Problem(index_name, "index file missing"))
     else:
@@ -554,6 +558,9 @@ def check_manifest(manifest: dict) -> list[Problem]:
         if entry.get("num_bytes") != size:
             bad(f"split {split!r}: num_bytes {entry.get('num_bytes')} but its shards total {size}")
         total += records
+        if "incremental" in manifest:
+            problems.extend(_check_version_names(split, shards))
+            continue
         for position, shard in enumerate(shards):
             match = _SHARD_NAME.match(str(shard.get("file", "")))
             if (match is None or match["split"] != split or int(match["index"]) != position
@@ -569,6 +576,22 @@ def check_manifest(manifest: dict) -> list[Problem]:
     if counts.get("unaccounted") != counts.get("matched", 0) - written - skipped - failed:
         bad(f"counts do not add up: matched {counts.get('matched')} - written {written} - skipped "
             f"{skipped} - failed {failed} != unaccounted {counts.get('unaccounted')}")
+    return problems
+
+
+def _check_version_names(split: str, shards: list) -> list[Problem]:
+    """Shards of a versioned dataset: ``[../MMMM/]<split>-vMMMM-<i>-of-<n>``, each once."""
+    problems, seen = [], set()
+    for shard in shards:
+        name = str(shard.get("file", ""))
+        match = _VERSION_SHARD_NAME.match(name)
+        if (match is None or match["split"] != split or int(match["index"]) >= int(match["count"])
+                or (match["dir"] is not None and match["dir"] != match["version"])):
+            problems.append(Problem(MANIFEST_NAME, f"split {split!r}: shard {name!r} is not named "
+                                                   f"[../NNNN/]{split}-vNNNN-<i>-of-<n>.tfrecord[.gz]"))
+        elif name in seen:
+            problems.append(Problem(MANIFEST_NAME, f"split {split!r}: shard {name!r} listed twice"))
+        seen.add(name)
     return problems
 
 
@@ -629,7 +652,7 @@ def check_errors_file(dataset_dir: str, manifest: dict) -> list[Problem]:
 def stray_files(dataset_dir: str, manifest: dict) -> list[str]:
     """Shard-like files dataset.json does not list, and a leftover .incomplete/: notes, not errors."""
     listed = {name for entry in manifest.get("splits", {}).values() for s in entry.get("shards", [])
-              for name in (s.get("file"), s.get("index_file"))}
+              for name in (s.get("file"), s.get("index_file"), records_file(str(s.get("file"))))}
     try:
         found = FileSystems.match([FileSystems.join(dataset_dir, "*.tfrecord*")])[0].metadata_list
     except Exception:
@@ -660,7 +683,11 @@ def load_manifest(dataset_dir: str) -> tuple[Optional[dict], list[Problem]]:
 
 
 def verify_dataset(dataset_dir: str) -> Report:
-    """Every check above, shard by shard; problems in the order they are found."""
+    """Every check above, shard by shard; problems in the order they are found.
+
+    A versioned root (--incremental) is checked at the version LATEST names.
+    """
+    dataset_dir = resolve_dataset_dir(dataset_dir)
     report = Report(dataset_dir=dataset_dir)
     manifest, problems = load_manifest(dataset_dir)
     report.problems.extend(problems)
