@@ -173,3 +173,39 @@ def test_overwrite_on_gs_removes_stale_shards(converted, gcs_emulator):
         manifest = json.load(handle)
     listed = {s["file"] for split in manifest["splits"].values() for s in split["shards"]}
     assert {n.rsplit("/", 1)[-1] for n in shards} == listed
+
+
+def test_incremental_versions_on_gs(converted, gcs_emulator):
+    """--incremental with a gs:// root: versions, LATEST, reused shards referenced across
+    version prefixes, a killed run's leftovers under the new version's prefix removed."""
+    from transforms.verify import verify_dataset
+    root = gcs_emulator.url("versioned")
+    options = dict(incremental=True, target_shard_mb=0.015, min_shard_mb=0.005, max_shard_mb=0.1)
+    first = _convert(gcs_emulator.url("archive"), converted["gs_labels"], root, **options)
+    assert first["version"]["name"] == "0001"
+    extra = converted["work"] / "extra"
+    write_png_archive(str(extra), 2, 40, 48, channels=1, seed=7)
+    gcs_emulator.upload_tree(str(extra), "archive/png/extra")
+    gcs_emulator.client().bucket(gcs_emulator.bucket).blob("archive/png/gray/img_0003.png").delete()
+    junk = converted["work"] / "junk"
+    junk.write_bytes(b"left by a killed run")
+    gcs_emulator.upload_file(str(junk), "versioned/versions/0002/.incomplete/train-v0002-00000.x")
+    gcs_emulator.upload_file(str(junk), "versioned/versions/0002/train-v0002-00007-of-00009.tfrecord")
+    second = _convert(gcs_emulator.url("archive"), converted["gs_labels"], root, **options)
+    version = second["version"]
+    assert version["name"] == "0002" and version["base_version"] == "0001"
+    assert version["reused_shards"] >= 1 and version["written_shards"] >= 1
+    names = gcs_emulator.list("versioned")
+    assert "versioned/versions/0002/train-v0002-00007-of-00009.tfrecord" not in names
+    assert not [n for n in names if "/.incomplete/" in n]
+    assert gcs_emulator.client().bucket(gcs_emulator.bucket).blob(
+        "versioned/LATEST").download_as_bytes() == b"0002\n"
+    report = verify_dataset(root)        # FileSystems, through the emulator: resolves LATEST
+    assert report.ok, report.problems
+    copy = str(converted["work"] / "versioned_copy")
+    gcs_emulator.download_tree("versioned", copy)
+    total = sum(reader.info(copy).num_records(s) for s in reader.info(copy).split_names)
+    assert total == second["records"] == first["records"] - 1     # one gone; the two new lack labels
+    assert second["skipped"]["missing_label"] == first["skipped"]["missing_label"] + 2
+    assert sum(reader.info(copy, version=1).num_records(s)
+               for s in reader.info(copy, version=1).split_names) == first["records"]
