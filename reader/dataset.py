@@ -19,6 +19,7 @@ from reader.sharding import ALL, BY_RECORD, logger
 AUTOTUNE = tf.data.AUTOTUNE
 MAX_CYCLE_LENGTH = 16
 READ_BUFFER_BYTES = 1 << 20
+UNBUFFERED_MIN_RECORD_BYTES = 64 << 10
 SHUFFLE_BUFFER_BYTES = 64 << 20
 SHUFFLE_BUFFER_RECORDS = (2, 10_000)
 
@@ -47,6 +48,26 @@ def _shuffle_buffer(entry: dict) -> int:
     per_record = max(int(entry.get("num_bytes", 0)) // records, 1)
     low, high = SHUFFLE_BUFFER_RECORDS
     return min(records, high, max(low, SHUFFLE_BUFFER_BYTES // per_record))
+
+
+def _read_buffer(entry: dict, compression: str, files) -> int:
+    """``buffer_size`` of each shard's TFRecordDataset: 0 (unbuffered) for large local records.
+
+    Unbuffered, the reader reads each record (header, then data + checksum) with
+    one ``pread`` straight into the record's own string; through a buffer every
+    byte is copied once more, from the buffer into the record. For records of
+    64 KiB and more (224x224x3 is 147 KiB) the saved copy outweighs the two
+    system calls per record: 20% less CPU for bytes-only reads of 147 KiB
+    records on the benchmark machine. Small records, gzip shards (zlib reads
+    through its own buffer) and remote files (one request per read) keep a
+    1 MiB buffer.
+    """
+    records = max(int(entry.get("num_records", 1)), 1)
+    per_record = int(entry.get("num_bytes", 0)) // records
+    local = all("://" not in str(f) for f in files)
+    if not compression and local and per_record >= UNBUFFERED_MIN_RECORD_BYTES:
+        return 0
+    return READ_BUFFER_BYTES
 
 
 def _cache(records: tf.data.Dataset, cache: str, pipeline: int, pipelines: int) -> tf.data.Dataset:
@@ -120,10 +141,11 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     if shuffle:
         files = files.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
     compression = manifest.compression
+    read_buffer = _read_buffer(entry, compression, plan.files)
 
     def read(path):
         records = tf.data.TFRecordDataset(path, compression_type=compression,
-                                          buffer_size=READ_BUFFER_BYTES)
+                                          buffer_size=read_buffer)
         return records.shard(plan.pipelines, plan.pipeline) if plan.mode == BY_RECORD else records
 
     cycle = max(1, min(cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
