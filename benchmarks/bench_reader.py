@@ -4,20 +4,26 @@ Builds once (cached under benchmarks/.cache/reader/) a dataset of 5,002
 224x224x3 uint8 images (benchmarks/archives.py ``png_archive(718)``, converted
 by ``python -m pipeline convert``) and, in one process, measures images/s of:
 
-  a. raw      - ``tf.data.TFRecordDataset(shards, num_parallel_reads=...)``,
-                batched, nothing parsed: the I/O + framing (CRC) limit.
+  a. raw      - ``tf.data.TFRecordDataset(shards, num_parallel_reads=...)`` with
+                TensorFlow's default read buffer, batched, nothing parsed: the I/O +
+                framing (CRC) limit; ``a_unbuf`` the same with ``buffer_size=0``, the
+                unbuffered read ``reader.load`` uses for records of 64 KiB and more.
   b. classic  - the textbook per-record reader: ``TFRecordDataset(shards)
                 .map(parse_single_example -> decode_raw -> reshape -> cast/255,
-                num_parallel_calls=AUTOTUNE).batch().prefetch(AUTOTUNE)``.
+                num_parallel_calls=AUTOTUNE).batch().prefetch(AUTOTUNE)``;
+                ``b_uint8`` the same without the cast (uint8 out, like d).
   c. png      - the same images as a directory of PNG files:
                 ``map(read_file -> tf.io.decode_png, AUTOTUNE).batch().prefetch()``.
   d. reader   - ``reader.load(dataset, batch_size)`` with its defaults (shuffled,
                 uint8 as stored); ``d_float`` adds ``dtype="float32", scale=1/255``,
                 the same output as b.
 
-Ratios: d/a, d_float/b (same float output), d/c (same uint8 output); targets
-d >= 0.9 a, d >= 1.5 b, d >= 5 c. Then the same a vs d for 1,000 512x512 int16
-CT slices (``ct_archive(500)``).
+Ratios: d/a, d_float/b and d/b_uint8 (same output), d/c (same uint8 output);
+targets d >= 0.9 a, d >= 1.5 b, d >= 5 c. Then the same a vs d for 1,000
+512x512 int16 CT slices (``ct_archive(500)``). ``--breakdown`` adds the stages
+between a_unbuf and d (``s_parse``: + one ``parse_example`` per batch;
+``s_decode``: + ``decode_raw`` and reshape, i.e. d without its shuffle) and a
+memcpy reference, to show where d's time goes.
 
 Every method hands batches of ``--batch`` images to Python, which counts
 them; each pass reads the whole dataset (c: the first ``--png-images`` files)
@@ -31,6 +37,7 @@ the ratios of all three.
 
     .venv/bin/python -m benchmarks.bench_reader
     .venv/bin/python -m benchmarks.bench_reader --repeats 3 --png-images 2000 --json out.json
+    .venv/bin/python -m benchmarks.bench_reader --breakdown
 """
 from __future__ import annotations
 
@@ -117,15 +124,18 @@ def _warm_page_cache(paths) -> None:
 # ---------------------------------------------------------------- the measured pipelines
 
 
-def raw_bytes(tf, files, batch):
-    """(a) TFRecord framing only: as fast as the shards can be read."""
-    ds = tf.data.TFRecordDataset(files, buffer_size=1 << 20,
+def raw_bytes(tf, files, batch, buffer_size=None):
+    """(a) TFRecord framing only: as fast as the shards can be read.
+
+    ``buffer_size=None`` is TensorFlow's default (256 KiB); 0 reads unbuffered.
+    """
+    ds = tf.data.TFRecordDataset(files, buffer_size=buffer_size,
                                  num_parallel_reads=min(len(files), 16))
     return ds.batch(batch).prefetch(tf.data.AUTOTUNE)
 
 
-def classic(tf, files, batch):
-    """(b) The per-record reader of countless tutorials."""
+def classic(tf, files, batch, to_float=True):
+    """(b) The per-record reader of countless tutorials (``to_float=False``: uint8 out)."""
     spec = {"image_raw": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64),
             "height": tf.io.FixedLenFeature([], tf.int64),
@@ -136,10 +146,40 @@ def classic(tf, files, batch):
         ex = tf.io.parse_single_example(serialized, spec)
         image = tf.reshape(tf.io.decode_raw(ex["image_raw"], tf.uint8),
                            [ex["height"], ex["width"], ex["channels"]])
-        return tf.cast(image, tf.float32) / 255.0, ex["label"]
+        return (tf.cast(image, tf.float32) / 255.0 if to_float else image), ex["label"]
 
     ds = tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.batch(batch).prefetch(tf.data.AUTOTUNE)
+
+
+def stage(tf, files, batch, shape, dtype, decode):
+    """a_unbuf + one ``parse_example`` per batch (+ ``decode_raw`` and reshape with ``decode``):
+    d's work step by step, without its shuffle."""
+    spec = {"image_raw": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(serialized):
+        ex = tf.io.parse_example(serialized, spec)
+        if not decode:
+            return ex["image_raw"], ex["label"]
+        return tf.reshape(tf.io.decode_raw(ex["image_raw"], dtype), [-1] + shape), ex["label"]
+
+    ds = raw_bytes(tf, files, batch, buffer_size=0)
+    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+
+
+def memcpy_us(nbytes: int, buffers: int = 256, rounds: int = 5) -> float:
+    """Best time (us) to copy ``nbytes`` between buffers that are not in the CPU caches."""
+    import numpy as np
+    src = [np.full(nbytes, i, np.uint8) for i in range(buffers)]
+    dst = [np.empty(nbytes, np.uint8) for _ in range(buffers)]
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for s, d in zip(src, dst):
+            np.copyto(d, s)
+        best = min(best, (time.perf_counter() - started) / buffers * 1e6)
+    return best
 
 
 def png_files(tf, paths, batch):
@@ -240,8 +280,30 @@ def _ratio_rows(summary: dict, pairs) -> list[str]:
         best = t["best_images_per_s"] / b["best_images_per_s"]
         median = t["median_images_per_s"] / b["median_images_per_s"]
         cpu = b["cpu_ms_per_1000"] / t["cpu_ms_per_1000"]
+        if target is None:
+            rows.append(f"| {label} | {best:.2f} | {median:.2f} | {cpu:.2f} | - | - |")
+            continue
         verdict = "met" if best >= target else "NOT met"
         rows.append(f"| {label} | {best:.2f} | {median:.2f} | {cpu:.2f} | >= {target} | {verdict} |")
+    return rows
+
+
+def _breakdown_rows(summary: dict, memcpy: float, record_bytes: int) -> list[str]:
+    """CPU per image of each stage from a_unbuf to d_float, and what each step adds."""
+    steps = [("a_unbuf", "read + check the records (unbuffered)"),
+             ("s_parse", "+ one parse_example per batch (copies image_raw out)"),
+             ("s_decode", "+ decode_raw + reshape (copies into the batch tensor)"),
+             ("d_reader", "+ shuffle, cardinality check: reader.load"),
+             ("d_float", "+ cast and scale to float32 (one XLA kernel)")]
+    rows = [f"| stage | CPU us / image | step adds (us) |", "|---|---|---|"]
+    previous = None
+    for name, what in steps:
+        cpu = summary[name]["cpu_ms_per_1000"]
+        step = "" if previous is None else f"{cpu - previous:+.0f}"
+        rows.append(f"| {name}: {what} | {cpu:.0f} | {step} |")
+        previous = cpu
+    rows.append(f"| reference: one memcpy of {record_bytes / 1024:.0f} KiB, not in cache (numpy) "
+                f"| {memcpy:.0f} | |")
     return rows
 
 
@@ -255,6 +317,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--png-images", type=int, default=2000,
                         help="PNG files decoded per pass of (c) (it is by far the slowest)")
     parser.add_argument("--no-ct", action="store_true", help="skip the 512x512 int16 part")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also measure the stages between a_unbuf and d, and a memcpy reference")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
 
@@ -276,11 +340,17 @@ def main(argv: list[str]) -> int:
           f"({meta.split('train')['num_bytes'] / (1 << 20):.0f} MiB); batch {b}")
     methods = {
         "a_raw": lambda: raw_bytes(tf, files, b),
+        "a_unbuf": lambda: raw_bytes(tf, files, b, buffer_size=0),
         "b_classic": lambda: classic(tf, files, b),
+        "b_uint8": lambda: classic(tf, files, b, to_float=False),
         "c_png": lambda: png_files(tf, pngs, b),
         "d_reader": lambda: reader.load(dataset, batch_size=b),
         "d_float": lambda: reader.load(dataset, batch_size=b, dtype="float32", scale=1 / 255),
     }
+    if args.breakdown:
+        shape = meta.layout("train").image_shape()
+        methods["s_parse"] = lambda: stage(tf, files, b, shape, tf.uint8, decode=False)
+        methods["s_decode"] = lambda: stage(tf, files, b, shape, tf.uint8, decode=True)
     results = {"machine": machine(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
                "argv": argv, "load_average_before": load_avg[0],
                "rgb": {"records": meta.num_records("train"), "shards": len(files),
@@ -289,21 +359,29 @@ def main(argv: list[str]) -> int:
     rgb = results["rgb"]["methods"]
     lines = _method_rows("224x224x3 uint8", rgb) + [""]
     lines += _ratio_rows(rgb, [("d / a", "d_reader", "a_raw", 0.9),
-                               ("d_float / b", "d_float", "b_classic", 1.5),
-                               ("d / b", "d_reader", "b_classic", 1.5),
+                               ("d / a_unbuf", "d_reader", "a_unbuf", None),
+                               ("d_float / b (float32 out, like for like)", "d_float", "b_classic", 1.5),
+                               ("d / b_uint8 (uint8 out, like for like)", "d_reader", "b_uint8", 1.5),
+                               ("d / b (uint8 vs float32 out)", "d_reader", "b_classic", None),
                                ("d / c", "d_reader", "c_png", 5.0)])
+    if args.breakdown:
+        record_bytes = meta.split("train")["num_bytes"] // meta.num_records("train")
+        results["memcpy_us_per_record"] = memcpy_us(record_bytes)
+        lines += [""] + _breakdown_rows(rgb, results["memcpy_us_per_record"], record_bytes)
     if ct_dataset:
         ct = reader.info(ct_dataset)
         ct_files = ct.shard_paths("train")
         _warm_page_cache(ct_files)
         print(f"512x512 int16: {ct.num_records('train')} records in {len(ct_files)} shards")
         ct_methods = {"a_raw": lambda: raw_bytes(tf, ct_files, b),
+                      "a_unbuf": lambda: raw_bytes(tf, ct_files, b, buffer_size=0),
                       "d_reader": lambda: reader.load(ct_dataset, batch_size=b)}
         results["ct"] = {"records": ct.num_records("train"), "shards": len(ct_files),
                          "methods": measure(ct_methods, args.repeats, args.quiet_wait)}
         cts = results["ct"]["methods"]
         lines += [""] + _method_rows("512x512 int16", cts) + [""]
-        lines += _ratio_rows(cts, [("d / a (CT)", "d_reader", "a_raw", 0.9)])
+        lines += _ratio_rows(cts, [("d / a (CT)", "d_reader", "a_raw", 0.9),
+                                   ("d / a_unbuf (CT)", "d_reader", "a_unbuf", None)])
     results["load_average_after"] = os.getloadavg()[0]
     print("\n".join(lines))
     if args.json:
