@@ -27,10 +27,13 @@ FeatureValue = Union[bytes, str, int, float, Sequence[bytes], Sequence[str],
                      Sequence[int], Sequence[float], np.ndarray, memoryview]
 
 _LEN = 2  # wire type "length-delimited"
+_SMALL = [bytes([i]) for i in range(0x80)]   # one-byte varints
 
 
 def _varint(value: int) -> bytes:
     """Base-128 varint; negative int64 as its 64-bit two's complement."""
+    if 0 <= value < 0x80:
+        return _SMALL[value]
     if value < 0:
         value += 1 << 64
     out = bytearray()
@@ -45,7 +48,25 @@ def _varint(value: int) -> bytes:
 
 
 def _field(number: int, payload_len: int) -> bytes:
-    return _varint((number << 3) | _LEN) + _varint(payload_len)
+    return _SMALL[(number << 3) | _LEN] + _varint(payload_len)
+
+
+_KEY_PREFIXES: dict = {}
+
+
+def _key_prefix(key: str) -> bytes:
+    """Map entry field 1 (the key), encoded once per key name."""
+    prefix = _KEY_PREFIXES.get(key)
+    if prefix is None:
+        key_bytes = key.encode("utf-8")
+        prefix = _field(1, len(key_bytes)) + key_bytes
+        if len(_KEY_PREFIXES) < 4096:
+            _KEY_PREFIXES[key] = prefix
+    return prefix
+
+
+def _size(part) -> int:
+    return part.nbytes if isinstance(part, memoryview) else len(part)
 
 
 def _bytes_list(values: Sequence) -> list:
@@ -53,8 +74,7 @@ def _bytes_list(values: Sequence) -> list:
     for value in values:
         if isinstance(value, str):
             value = value.encode("utf-8")
-        size = value.nbytes if isinstance(value, memoryview) else len(value)
-        parts.append(_field(1, size))
+        parts.append(_field(1, _size(value)))
         parts.append(value)
     return parts
 
@@ -62,7 +82,7 @@ def _bytes_list(values: Sequence) -> list:
 def _int64_list(values: Sequence[int]) -> list:
     if len(values) == 0:
         return []
-    packed = b"".join(_varint(int(v)) for v in values)
+    packed = b"".join([_varint(int(v)) for v in values])
     return [_field(1, len(packed)), packed]
 
 
@@ -74,7 +94,7 @@ def _float_list(values: Sequence[float]) -> list:
 
 
 def _parts_len(parts: list) -> int:
-    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+    return sum([_size(p) for p in parts])
 
 
 def _feature(kind: str, values: Sequence) -> list:
@@ -116,23 +136,43 @@ def _kind_and_values(value: FeatureValue) -> tuple[str, Sequence]:
     raise TypeError(f"unsupported feature value {type(first).__name__}")
 
 
+def _feature_parts(kind: str, values: Sequence) -> tuple[list, int]:
+    """(parts, total length) of one Feature message; a lone bytes value stays uncopied."""
+    if kind == "bytes" and len(values) == 1:
+        value = values[0]
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        size = _size(value)
+        inner_head = b"\x0a" + _varint(size)          # BytesList.value, field 1
+        head = b"\x0a" + _varint(len(inner_head) + size) + inner_head   # Feature.bytes_list, field 1
+        return [head, value], len(head) + size
+    feature = _feature(kind, values)
+    return feature, _parts_len(feature)
+
+
 def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     """Serializes ``features`` exactly as ``tf.train.Example`` would, keys sorted.
 
     Scalars become one-element lists; ``bytes``/``str`` become BytesList,
     integers Int64List, floats FloatList. Byte values may be memoryviews, so a
-    pixel buffer is copied once, into the returned string.
+    pixel buffer is copied once, into the returned string. Small pieces are
+    joined per feature; only a large value stays a part of its own.
     """
     map_parts: list = []
+    total = 0
     for key in sorted(features):
         kind, values = _kind_and_values(features[key])
-        key_bytes = key.encode("utf-8")
-        feature = _feature(kind, values)
-        entry = [_field(1, len(key_bytes)), key_bytes,
-                 _field(2, _parts_len(feature))] + feature
-        map_parts.append(_field(1, _parts_len(entry)))
-        map_parts.extend(entry)
-    body = [_field(1, _parts_len(map_parts))] + map_parts if map_parts else []
-    return b"".join(body)
-
-
+        feature, feature_len = _feature_parts(kind, values)
+        prefix = _key_prefix(key)
+        value_field = b"\x12" + _varint(feature_len)      # map entry value, field 2
+        entry_len = len(prefix) + len(value_field) + feature_len
+        head = b"\x0a" + _varint(entry_len) + prefix + value_field   # Features.feature, field 1
+        if feature_len <= 256:
+            map_parts.append(head + b"".join(feature))
+        else:
+            map_parts.append(head)
+            map_parts.extend(feature)
+        total += len(head) + feature_len
+    if not map_parts:
+        return b""
+    return b"".join([b"\x0a" + _varint(total)] + map_parts)   # Example.features, field 1
