@@ -7,6 +7,7 @@ by the largest file, which DESIGN.md allows.
 from __future__ import annotations
 
 import io
+import queue
 import threading
 from typing import BinaryIO, Callable, TypeVar
 
@@ -41,27 +42,49 @@ def read_unchanged(source: SourceFile, opener: Callable[[str], BinaryIO]) -> io.
     return io.BytesIO(data)
 
 
+class _DecodeThread:
+    """A daemon thread that runs one call at a time; reused while calls finish in time."""
+
+    def __init__(self):
+        self.calls: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="decode", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, box, done = self.calls.get()
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # handed to the caller's thread
+                box["error"] = exc
+            done.set()
+
+
+_idle_threads: list[_DecodeThread] = []
+_idle_lock = threading.Lock()
+
+
 def with_timeout(fn: Callable[[], T], seconds: float, what: str) -> T:
     """Runs ``fn`` in a daemon thread; gives up (reason decode_timeout) after ``seconds``.
 
     A Python thread cannot be killed: a decoder stuck forever keeps its
-    thread, but the shard moves on and the process can still exit.
+    thread, but the shard moves on and the process can still exit. Threads
+    whose call finished in time are reused (starting one per record cost
+    more than decoding a small image).
     """
     if not seconds or seconds <= 0:
         return fn()
+    with _idle_lock:
+        worker = _idle_threads.pop() if _idle_threads else None
+    if worker is None:
+        worker = _DecodeThread()
     box: dict = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="decode", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
+    done = threading.Event()
+    worker.calls.put((fn, box, done))
+    if not done.wait(seconds):
+        # the stuck thread is abandoned, never reused
         raise ConversionError(reasons.DECODE_TIMEOUT, f"{what}: decoding took longer than {seconds:g} s")
+    with _idle_lock:
+        _idle_threads.append(worker)
     if "error" in box:
         raise box["error"]
     return box["value"]
