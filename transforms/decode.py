@@ -5,7 +5,7 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
-from transforms import dicom_header, geometry, raster
+from transforms import dicom_header, geometry, native_dicom, raster
 from transforms.dicom_pixels import decode_dicom
 from transforms.probe import open_source
 from transforms.record_format import serialize_record
@@ -17,7 +17,12 @@ from transforms.source_io import read_unchanged, with_timeout
 def decode_record(record: ProbedRecord, fileobj: BinaryIO,
                   settings: DecodeSettings = DecodeSettings()):
     """(pixels (D, H, W, C) after values and geometry, metadata features) for one record."""
-    if record.kind == "dicom":
+    native = record.native
+    if native is not None and record.kind == "dicom" and not record.members \
+            and settings.dicom_values == "modality":
+        pixels = native_dicom.decode_native(native_dicom.file_bytes(fileobj), native, record.frame)
+        metadata = native_dicom.unpack_metadata(native.metadata, dicom_header.metadata_keys(settings))
+    elif record.kind == "dicom":
         pixels, ds, window = decode_dicom(fileobj, settings, record.frame)
         metadata = dicom_header.metadata(ds, settings, window)
     else:

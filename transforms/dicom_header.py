@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import BinaryIO
+from typing import BinaryIO, Optional
 
 import numpy as np
 import pydicom
+from pydicom.dataelem import RawDataElement
 from pydicom.dataset import Dataset
+from pydicom.tag import Tag
 
 from transforms import reasons
 from transforms.dtypes import smallest_integer_dtype
@@ -25,6 +27,9 @@ from transforms.settings import DecodeSettings
 PIXEL_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
 _DEFER_BYTES = 2048
 _REQUIRED = ("Rows", "Columns", "BitsAllocated")
+_PIXEL_DATA_TAG = Tag(0x7FE0, 0x0010)
+# Pixel Data, Float Pixel Data, Double Float Pixel Data
+_PIXEL_TAGS = {_PIXEL_DATA_TAG, Tag(0x7FE0, 0x0008), Tag(0x7FE0, 0x0009)}
 
 # pydicom logs and warns about every oddity it tolerates; what matters to a
 # user ends up in errors.jsonl with a reason, so its chatter stays out of the run log.
@@ -34,28 +39,52 @@ warnings.filterwarnings("ignore", category=UserWarning, module=r"pydicom(\..*)?$
 
 def read_header(fileobj: BinaryIO) -> Dataset:
     """Parses every element, leaving large values (pixel data) unread on disk."""
+    return read_header_and_pixel_element(fileobj)[0]
+
+
+def read_header_and_pixel_element(fileobj: BinaryIO) -> tuple[Dataset, Optional[RawDataElement]]:
+    """read_header, plus the raw (7FE0,0010) Pixel Data element as parsed, if deferred.
+
+    The raw element records where its value lies in the file (``value_tell``)
+    and its length, which lets transforms.native_dicom read native pixels
+    straight from the file bytes at write time.
+    """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ds = pydicom.dcmread(fileobj, force=True, defer_size=_DEFER_BYTES)
     except Exception as exc:  # pydicom raises many types for a broken header
         raise ConversionError(reasons.INVALID_DICOM, f"header does not parse: {exc}") from exc
-    convert_all_elements(ds)
-    return ds
+    raw = ds._dict.get(_PIXEL_DATA_TAG)
+    if not (isinstance(raw, RawDataElement) and raw.value is None and raw.length):
+        raw = None     # not deferred (small or empty): the general path handles it
+    convert_all_elements(ds, skip_deferred_pixels=True)
+    return ds, raw
 
 
-def convert_all_elements(ds: Dataset) -> None:
+def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False) -> None:
     """Converts every top-level element now, so a mangled VR or value fails here, classified.
 
     pydicom parses element values lazily, on first access; without this, an
     unknown VR would surface as NotImplementedError wherever the value is used.
-    Deferred values (pixel data) stay unread.
+    With ``skip_deferred_pixels`` (probing), pixel data values that pydicom
+    deferred stay on disk: reading them would read the whole file (once more,
+    re-opened by name) only to convert a byte string; the writer reads and
+    checks them.
     """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for _ in ds:
-                pass
+            if not skip_deferred_pixels:
+                for _ in ds:
+                    pass
+                return
+            for tag in sorted(ds._dict):
+                elem = ds._dict[tag]
+                if tag in _PIXEL_TAGS and isinstance(elem, RawDataElement) and elem.value is None \
+                        and elem.length:
+                    continue
+                ds[tag]
     except Exception as exc:
         raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: "
                                                      f"{type(exc).__name__}: {exc}") from exc
@@ -311,6 +340,14 @@ def metadata_feature_names(keep_tags: tuple[str, ...] = ()) -> dict:
     for keyword in keep_tags:
         out[f"dicom/{keyword}"] = {"dtype": "bytes", "shape": [], "description": "--keep_tags"}
     return out
+
+
+def metadata_keys(settings: DecodeSettings) -> tuple[str, ...]:
+    """The keys ``metadata`` returns, in its order (the DICOM shortcut carries values only)."""
+    return (tuple(f"dicom/{_snake(k)}" for k in ALLOWED_TEXT + ALLOWED_NUMBERS)
+            + ("dicom/transfer_syntax", "dicom/window", "dicom/slice_spacing")
+            + tuple(f"dicom/{name}_hash" for name in IDENTIFIERS)
+            + tuple(f"dicom/{keyword}" for keyword in settings.keep_tags))
 
 
 def metadata(ds: Dataset, settings: DecodeSettings, window: dict) -> dict:

@@ -10,6 +10,7 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from transforms import dicom_header, raster, reasons, sniff
 from transforms.errors import ConversionError
 from transforms.hashing import record_id
+from transforms.native_dicom import NativePixels, native_layout
 from transforms.geometry import plan_spec
 from transforms.records import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
@@ -60,8 +61,9 @@ def _slice_info(ds) -> SliceInfo:
                      pixel_spacing=_floats(ds, "PixelSpacing"))
 
 
-def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings) -> tuple[ImageSpec, Identifiers, SliceInfo]:
-    ds = dicom_header.read_header(fileobj)
+def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
+                 file_size: int) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels]]:
+    ds, raw_pixels = dicom_header.read_header_and_pixel_element(fileobj)
     if sniffed == sniff.DICOM and len(ds) == 0:
         raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
     if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
@@ -73,7 +75,12 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings) -> t
         raise ConversionError(reasons.BURNED_IN_ANNOTATION,
                               "Burned In Annotation is YES: text (possibly patient identity) is part "
                               "of the pixels; pass --allow_burned_in to convert it anyway", skipped=True)
-    return dicom_header.image_spec(ds, settings), _identifiers(ds), _slice_info(ds)
+    spec = dicom_header.image_spec(ds, settings)
+    native = None
+    if raw_pixels is not None and settings.dicom_values == "modality":
+        native = native_layout(ds, raw_pixels, spec.dtype, dicom_header.metadata(ds, settings, {}),
+                               settings, file_size)
+    return spec, _identifiers(ds), _slice_info(ds), native
 
 
 def _probe_image(fileobj: BinaryIO) -> ImageSpec:
@@ -82,7 +89,7 @@ def _probe_image(fileobj: BinaryIO) -> ImageSpec:
 
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                      opener: Callable[[str], BinaryIO]) -> tuple[ImageSpec, str, Optional[Identifiers],
-                                                                 Optional[SliceInfo]]:
+                                                                 Optional[SliceInfo], Optional[NativePixels]]:
     with open_checked(source.uri, opener) as fileobj:
         try:
             head = fileobj.read(sniff.HEAD_BYTES)
@@ -95,10 +102,10 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                                   f"not DICOM or a raster image ({sniff.extension(source.uri) or 'no extension'})",
                                   skipped=True)
         if kind == sniff.IMAGE:
-            return _probe_image(fileobj), "image", None, None
+            return _probe_image(fileobj), "image", None, None, None
         try:
-            spec, ids, info = _probe_dicom(fileobj, kind, settings)
-            return spec, "dicom", ids, info
+            spec, ids, info, native = _probe_dicom(fileobj, kind, settings, source.size)
+            return spec, "dicom", ids, info, native
         except ConversionError as exc:
             named_dicom = sniff.extension(source.uri) in sniff.DICOM_EXTENSIONS
             if kind == sniff.MAYBE_DICOM and exc.reason == reasons.INVALID_DICOM and not named_dicom:
@@ -120,7 +127,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     """
     if source.size == 0:
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
-    spec, kind, ids, info = _sniff_and_probe(source, settings, opener)
+    spec, kind, ids, info, native = _sniff_and_probe(source, settings, opener)
     pixels = spec.depth * spec.height * spec.width
     if pixels > max_pixels:
         raise ConversionError(reasons.TOO_MANY_PIXELS,
@@ -130,7 +137,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     spec = plan_spec(spec, settings.resize, settings.channels)
     record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
-                          kind=kind, spec=spec, ids=ids, slice_info=info)
+                          kind=kind, spec=spec, ids=ids, slice_info=info, native=native)
     largest = expand_frames(record, settings)[0]
     if max_record_bytes is not None and largest.planned_bytes > max_record_bytes:
         raise ConversionError(reasons.RECORD_TOO_LARGE,

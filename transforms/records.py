@@ -70,6 +70,9 @@ class ProbedRecord:
     slice_info: Optional[SliceInfo] = None
     members: tuple[SourceFile, ...] = ()  # with --unit series: the slices, in anatomical order
     slice_spacing: float = 0.0
+    # transforms.native_dicom.NativePixels when the writer may read the pixels
+    # straight from the file (uncompressed little-endian grayscale DICOM); None otherwise
+    native: object = None
 
     @property
     def sources(self) -> tuple[SourceFile, ...]:
