@@ -62,6 +62,28 @@ def read_header_and_pixel_element(fileobj: BinaryIO) -> tuple[Dataset, Optional[
     return ds, raw
 
 
+# Raw elements whose conversion is a pure function of their own bytes: explicit,
+# concrete VRs (no SQ, no UN, no ambiguous "US or SS"), public tags outside the
+# Image Pixel group and Specific Character Set (whose conversion also sets state
+# on the dataset). pydicom converts one of these from (tag, VR, length, value,
+# endianness, implicitness) and the dataset's character set alone.
+_PURE_VRS = frozenset("AE AS AT CS DA DS DT FD FL IS LO LT OB OD OF OL OV OW PN SH SL SS ST SV "
+                      "TM UC UI UL UR US UT UV".split())
+_CONVERTED: set = set()
+_CONVERTED_MAX = 50_000
+_CONVERTED_VALUE_MAX = 256
+
+
+def _conversion_key(elem: RawDataElement, encoding) -> Optional[tuple]:
+    """A key under which a successful conversion of ``elem`` may be remembered, or None."""
+    tag, value = elem.tag, elem.value
+    if elem.VR not in _PURE_VRS or value is None or len(value) > _CONVERTED_VALUE_MAX \
+            or tag.group & 1 or tag.group in (0x0002, 0x0028) or tag == 0x00080005:
+        return None
+    return (int(tag), elem.VR, elem.length, bytes(value), elem.is_little_endian, elem.is_implicit_VR,
+            encoding)
+
+
 def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False) -> None:
     """Converts every top-level element now, so a mangled VR or value fails here, classified.
 
@@ -70,7 +92,11 @@ def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False) -> Non
     With ``skip_deferred_pixels`` (probing), pixel data values that pydicom
     deferred stay on disk: reading them would read the whole file (once more,
     re-opened by name) only to convert a byte string; the writer reads and
-    checks them.
+    checks them. Probing also skips an element whose exact bytes (same tag,
+    VR, value, encoding) already converted without error in this process
+    (see _conversion_key): the slices of a series share most of their
+    header, and converting the same bytes again cannot fail differently. A
+    skipped element is converted, with the same result, when it is read.
     """
     try:
         with warnings.catch_warnings():
@@ -79,12 +105,24 @@ def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False) -> Non
                 for _ in ds:
                     pass
                 return
+            encoding = None
             for tag in sorted(ds._dict):
                 elem = ds._dict[tag]
-                if tag in _PIXEL_TAGS and isinstance(elem, RawDataElement) and elem.value is None \
-                        and elem.length:
+                if not isinstance(elem, RawDataElement):
                     continue
+                if elem.value is None and elem.length and tag in _PIXEL_TAGS:
+                    continue
+                if encoding is None:
+                    encoding = ds.original_character_set or ds._character_set
+                    encoding = tuple(encoding) if isinstance(encoding, list) else encoding
+                key = _conversion_key(elem, encoding)
+                if key is not None and key in _CONVERTED:
+                    continue   # the same bytes converted before: they convert again, when read
                 ds[tag]
+                if key is not None:
+                    if len(_CONVERTED) >= _CONVERTED_MAX:
+                        _CONVERTED.clear()
+                    _CONVERTED.add(key)
     except Exception as exc:
         raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: "
                                                      f"{type(exc).__name__}: {exc}") from exc
