@@ -84,7 +84,19 @@ def format_overview(manifest: Mapping, dataset_dir: str) -> list[str]:
             f"  {records} records in {shards} shards, {size / MB:.2f} MB; files: "
             f"{counts.get('matched', 0)} matched, {counts.get('written', 0)} written, "
             f"{sum(counts.get('skipped', {}).values())} skipped, "
-            f"{sum(counts.get('failed', {}).values())} failed"]
+            f"{sum(counts.get('failed', {}).values())} failed"] + _version_lines(manifest)
+
+
+def _version_lines(manifest: Mapping) -> list[str]:
+    """For a version of an --incremental root: what it built on and reused."""
+    info = manifest.get("incremental")
+    if not info:
+        return []
+    base = info.get("base_version")
+    line = (f"  incremental version: wrote {info['written_shards']} shard(s), reused "
+            f"{info['reused_shards']} ({info['reused_records']} records)"
+            + (f" from version {base}" if base else " (first version)"))
+    return [line] + ([f"  rebuilt: {info['rebuild_reason']}"] if info.get("rebuild_reason") else [])
 
 
 def format_schema(manifest: Mapping) -> list[str]:

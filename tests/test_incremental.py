@@ -23,6 +23,7 @@ from PIL import Image
 
 import reader
 from pipeline import cli
+from pipeline.summary import format_summary
 from tests.conftest import run_convert, write_png_archive
 from tests.test_crash_safety import ROOT, run_until
 from transforms.verify import verify_dataset
@@ -106,6 +107,7 @@ def chain(tmp_path_factory):
 def test_first_run_makes_version_1_and_points_latest_at_it(chain):
     root = chain["root"]
     assert sorted(os.listdir(os.path.join(root, "versions"))) == ["0001", "0002"]
+    assert sorted(os.listdir(root)) == ["LATEST", "versions"]
     v1 = _manifest(os.path.join(root, "versions", "0001"))
     assert v1["incremental"]["base_version"] is None and v1["incremental"]["reused_shards"] == 0
     assert chain["v1"]["version"]["name"] == "0001"
@@ -125,6 +127,9 @@ def test_new_version_holds_exactly_what_a_full_conversion_holds(chain):
     full = _manifest(os.path.join(chain["base"], "full"))
     assert v2["counts"] == full["counts"]
     assert v2["labels"]["class_names"] == full["labels"]["class_names"]
+    text = format_summary(chain["v2"])
+    assert f"version 0002 of {chain['root']} (LATEST now points to it)" in text
+    assert "from version 0001" in text
 
 
 def test_unchanged_shards_are_referenced_not_rewritten(chain):
@@ -173,7 +178,8 @@ def test_reader_verify_and_versions_read_latest_or_a_given_version(chain, capsys
     assert report.ok, report.problems
     assert report.records == 22
     assert cli.main(["inspect", root]) == 0
-    assert "versions/0002" in capsys.readouterr().out
+    overview = capsys.readouterr().out
+    assert "versions/0002" in overview and "from version 0001" in overview
     assert cli.main(["versions", root]) == 0
     listing = capsys.readouterr().out
     assert "* 0002" in listing and "  0001" in listing

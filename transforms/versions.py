@@ -13,16 +13,18 @@ version commits, so readers never see a half-made version.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import re
 from typing import Iterable, Mapping, Optional
 
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.records import ProbedRecord, ShardResult
-from transforms.shard_writer import incomplete_file
+from transforms.shard_writer import INCOMPLETE_DIR, incomplete_file
 
 VERSIONS_DIR = "versions"
 LATEST_NAME = "LATEST"
@@ -71,6 +73,9 @@ def set_latest(root: str, name: str) -> None:
     with incomplete_file(latest_path(root), root) as tmp:
         with FileSystems.create(tmp, mime_type="text/plain") as handle:
             handle.write((name + "\n").encode("ascii"))
+    if "://" not in root:     # the temp file's now empty local folder
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(root, INCOMPLETE_DIR))
 
 
 def committed_versions(root: str) -> list[str]:
