@@ -253,7 +253,8 @@ def measure(methods: dict, repeats: int, quiet_wait_s: float = 0.0, log=print) -
             "median_images_per_s": ranked[len(ranked) // 2]["images_per_s"],
             "cpu_ms_per_1000": 1e6 * statistics.median(r["cpu_s"] / r["images"] for r in runs),
             "foreign_cpu_s_best_pass": ranked[-1]["foreign_cpu_s"],
-            "passes": [round(r["images_per_s"]) for r in runs]}
+            "passes": [round(r["images_per_s"]) for r in runs],
+            "cpu_ms_per_1000_passes": [round(1e6 * r["cpu_s"] / r["images"]) for r in runs]}
     return summary
 
 
