@@ -27,6 +27,7 @@ value.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from typing import Optional
 
 import numpy as np
@@ -54,7 +55,7 @@ class NativePixels:
     slope: Optional[int]   # integer rescale; None: no Rescale Slope/Intercept at all
     intercept: Optional[int]
     value_dtype: str       # planned dtype of the mapped values (dicom_header.image_spec)
-    metadata: tuple        # packed dicom/* features, see pack_metadata
+    metadata: bytes        # packed dicom/* features, see pack_metadata
 
     def __reduce__(self):
         # positional, without field names: this travels with every planned record
@@ -147,12 +148,14 @@ def _native_layout(ds, raw, value_dtype: str, metadata: dict, settings,
 # ---------------------------------------------------------------- metadata
 
 
-def pack_metadata(metadata: dict, keys: tuple) -> tuple:
-    """dicom/* feature values, compact and picklable, in the order of ``keys``.
+def pack_metadata(metadata: dict, keys: tuple) -> bytes:
+    """dicom/* feature values, in the order of ``keys``, as one compact byte string.
 
     Strings stay strings, float32 arrays become tuples of floats (exact both
-    ways), hex digests become their 32 bytes. Keys are not carried: they
-    follow from the settings (dicom_header.metadata_keys).
+    ways), hex digests become their 32 bytes; the tuple of values is pickled
+    once here, so every shuffle between probe and write moves one bytes
+    object instead of two dozen small ones. Keys are not carried: they follow
+    from the settings (dicom_header.metadata_keys).
     """
     if tuple(metadata) != tuple(keys):
         raise ValueError("metadata keys differ from dicom_header.metadata_keys")
@@ -163,12 +166,12 @@ def pack_metadata(metadata: dict, keys: tuple) -> tuple:
         elif key.endswith("_hash") and isinstance(value, str) and value:
             value = bytes.fromhex(value)
         out.append(value)
-    return tuple(out)
+    return pickle.dumps(tuple(out), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def unpack_metadata(packed: tuple, keys: tuple) -> dict:
+def unpack_metadata(packed: bytes, keys: tuple) -> dict:
     out = {}
-    for key, value in zip(keys, packed, strict=True):
+    for key, value in zip(keys, pickle.loads(packed), strict=True):
         if isinstance(value, tuple):
             value = np.asarray(value, dtype=np.float32).reshape(-1)
         elif isinstance(value, bytes):
