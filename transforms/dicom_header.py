@@ -7,6 +7,7 @@ values, so probing costs a header read even for a 1 GB multi-frame file.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import warnings
@@ -336,6 +337,7 @@ IDENTIFIERS = {"patient_id": "PatientID", "study_uid": "StudyInstanceUID",
                "accession": "AccessionNumber"}
 
 
+@functools.lru_cache(maxsize=1024)
 def _snake(keyword: str) -> str:
     out = []
     for i, ch in enumerate(keyword):
