@@ -112,6 +112,21 @@ def test_resize_modes_and_channels():
     assert box[0, 0, 0, 0] == 50.0   # area average
 
 
+def test_resize_keeps_the_extremes_of_wide_integer_types():
+    """uint32 white (2**32 - 1) must not wrap to 0 through float32's rounding (SC_rgb_rle_32bit)."""
+    for dtype in (np.uint32, np.int32, np.uint16, np.int16):
+        info = np.iinfo(dtype)
+        arr = np.full((1, 8, 8, 3), info.max, dtype)
+        arr[0, :4] = info.min
+        with np.errstate(all="raise"):
+            out = geometry.resize(arr, (4, 4))
+        assert out.dtype == dtype
+        assert out[0, 0, 0, 0] == info.min and out[0, 3, 3, 2] == info.max, dtype
+    resized, _ = _decode("SC_rgb_rle_32bit.dcm", resize=(40, 30), channels="3")
+    full, _ = _decode("SC_rgb_rle_32bit.dcm")
+    assert resized.max() == full.max() == np.iinfo(np.uint32).max
+
+
 def test_frames_split_gives_one_record_per_frame():
     path = os.path.join(SRC, "examples_ybr_color.dcm")
     source = SourceFile(path, "x.dcm", os.path.getsize(path), 0.0)

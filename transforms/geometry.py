@@ -57,7 +57,8 @@ def _resize_plane(plane: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 def _cast_like(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        return np.clip(np.rint(values), info.min, info.max).astype(dtype)
+        # float64: float32 rounds 2**32 - 1 up to 2**32, which no uint32 holds
+        return np.clip(np.rint(values.astype(np.float64)), info.min, info.max).astype(dtype)
     return values.astype(dtype)
 
 
