@@ -1,6 +1,7 @@
 """``dcm2tfrecord`` / ``python -m pipeline``: subcommands over the pipeline."""
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from typing import Optional, Sequence
@@ -21,6 +22,13 @@ commands:
 run 'dcm2tfrecord COMMAND --help' for a command's options."""
 
 
+# command -> (module under pipeline/, its entry point); imported on use, so that
+# e.g. `inspect` does not pay for Beam's imports
+COMMANDS = {"convert": ("convert", "main"), "demo": ("demo", "main"), "verify": ("verify_cmd", "main"),
+            "inspect": ("inspect_cmd", "main"), "preview": ("preview_cmd", "main"),
+            "versions": ("versions_cmd", "versions_main"), "rollback": ("versions_cmd", "rollback_main")}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -32,27 +40,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # semi_persistent_directory found" once per worker); errors still come through.
     logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
     try:
-        if command == "convert":
-            from pipeline import convert
-            return convert.main(rest)
-        if command == "demo":
-            from pipeline import demo
-            return demo.main(rest)
-        if command == "verify":
-            from pipeline import verify_cmd
-            return verify_cmd.main(rest)
-        if command == "inspect":
-            from pipeline import inspect_cmd
-            return inspect_cmd.main(rest)
-        if command == "preview":
-            from pipeline import preview_cmd
-            return preview_cmd.main(rest)
-        if command == "versions":
-            from pipeline import versions_cmd
-            return versions_cmd.versions_main(rest)
-        if command == "rollback":
-            from pipeline import versions_cmd
-            return versions_cmd.rollback_main(rest)
+        if command in COMMANDS:
+            module, function = COMMANDS[command]
+            return getattr(importlib.import_module(f"pipeline.{module}"), function)(rest)
     except UsageError as exc:
         print(f"dcm2tfrecord {command}: error: {exc}", file=sys.stderr)
         return 2

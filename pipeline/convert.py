@@ -79,6 +79,17 @@ def prepare_output(opts: ConvertOptions) -> None:
         raise UsageError(f"--output {opts.output} is a file; give a directory")
 
 
+def _delete_tree(path: str) -> None:
+    """Removes a directory (local) or every object under a prefix (gs://)."""
+    if "://" not in path:
+        if os.path.exists(path):
+            FileSystems.delete([path])
+        return
+    found = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
+    if found:
+        FileSystems.delete([m.path for m in found])
+
+
 def remove_stale_files(output_dir: str, manifest: dict) -> None:
     """Deletes shards of an earlier run that the new manifest does not list."""
     keep = {name for split in manifest["splits"].values() for s in split["shards"]
@@ -86,13 +97,9 @@ def remove_stale_files(output_dir: str, manifest: dict) -> None:
     pattern = FileSystems.join(output_dir, "*.tfrecord*")
     stale = [m.path for m in FileSystems.match([pattern])[0].metadata_list
              if m.path.rsplit("/", 1)[-1] not in keep]
-    incomplete = FileSystems.join(output_dir, ".incomplete")
-    if FileSystems.exists(incomplete):          # a local directory
-        stale.append(incomplete)
-    elif "://" in output_dir:                    # gs://: a prefix, its objects go one by one
-        stale += [m.path for m in FileSystems.match([FileSystems.join(incomplete, "*")])[0].metadata_list]
     if stale:
         FileSystems.delete(stale)
+    _delete_tree(FileSystems.join(output_dir, ".incomplete"))
     remove_progress(output_dir)
 
 
@@ -140,17 +147,6 @@ def build(pipeline: beam.Pipeline, opts: ConvertOptions,
     _ = pipeline | "ConvertArchive" >> ConvertArchive(
         opts.settings(), options=opts.recorded(), version=tool_version(), base=base,
         version_name=version_name)
-
-
-def _delete_tree(path: str) -> None:
-    """Removes a directory (local) or every object under a prefix (gs://)."""
-    if "://" not in path:
-        if os.path.exists(path):
-            FileSystems.delete([path])
-        return
-    found = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
-    if found:
-        FileSystems.delete([m.path for m in found])
 
 
 def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, versions.BaseVersion]:

@@ -543,11 +543,10 @@ def _commit(_, results: list, outcomes: list, matched: int, space, group_counts:
                        for split, lay in sorted(layouts.items())},
     }
     if base is not None:
-        reused = sum(1 for r in results if r.file.startswith(versions.PARENT))
+        reused = [r for r in results if r.file.startswith(versions.PARENT)]
         extra["incremental"] = {"base_version": base.name or None, "rebuild_reason": base.rebuild_reason,
-                                "reused_shards": reused, "written_shards": len(results) - reused,
-                                "reused_records": sum(r.num_records for r in results
-                                                      if r.file.startswith(versions.PARENT))}
+                                "reused_shards": len(reused), "written_shards": len(results) - len(reused),
+                                "reused_records": sum(r.num_records for r in reused)}
     features = dicom_header.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
     if settings.decode.keep_source_path:
         features["source_path"] = {"dtype": "bytes", "shape": [], "description": "--keep_source_path"}

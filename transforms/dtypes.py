@@ -23,7 +23,11 @@ def fit_integer_dtype(arr: np.ndarray, planned: str) -> str:
     """
     if arr.size == 0:
         return planned
-    lo, hi = arr.min(), arr.max()
+    return fit_range(arr.min(), arr.max(), planned)
+
+
+def fit_range(lo: float, hi: float, planned: str) -> str:
+    """``planned`` if it holds [lo, hi], else the smallest dtype holding both."""
     info = np.iinfo(planned)
     if info.min <= lo and hi <= info.max:
         return planned

@@ -32,9 +32,8 @@ from typing import Optional
 
 import numpy as np
 
-from transforms import reasons
-from transforms.dicom_header import metadata_keys
-from transforms.dtypes import smallest_integer_dtype
+from transforms import dicom_header, reasons
+from transforms.dtypes import fit_range
 from transforms.errors import ConversionError
 
 EXPLICIT_LITTLE = "1.2.840.10008.1.2.1"
@@ -74,7 +73,7 @@ def _int_or_none(value) -> Optional[int]:
     return int(number) if number.is_integer() else None
 
 
-def native_layout(ds, raw_pixel_element, value_dtype: str, metadata: dict,
+def native_layout(ds, raw_pixel_element, value_dtype: str,
                   settings, file_size: int) -> Optional[NativePixels]:
     """The layout of a probed file if it qualifies for the shortcut, else None.
 
@@ -84,13 +83,12 @@ def native_layout(ds, raw_pixel_element, value_dtype: str, metadata: dict,
     the size the file was matched with (a value running past it is truncated).
     """
     try:
-        return _native_layout(ds, raw_pixel_element, value_dtype, metadata, settings, file_size)
+        return _native_layout(ds, raw_pixel_element, value_dtype, settings, file_size)
     except Exception:   # anything unexpected: the general path decides
         return None
 
 
-def _native_layout(ds, raw, value_dtype: str, metadata: dict, settings,
-                   file_size: int) -> Optional[NativePixels]:
+def _native_layout(ds, raw, value_dtype: str, settings, file_size: int) -> Optional[NativePixels]:
     if raw is None or settings.dicom_values != "modality":
         return None
     meta = getattr(ds, "file_meta", None)
@@ -142,7 +140,8 @@ def _native_layout(ds, raw, value_dtype: str, metadata: dict, settings,
     return NativePixels(offset=offset, header=header, sample_dtype=sample, bits_stored=stored,
                         frames=frames, rows=rows, columns=columns, slope=slope, intercept=intercept,
                         value_dtype=value_dtype,
-                        metadata=pack_metadata(metadata, metadata_keys(settings)))
+                        metadata=pack_metadata(dicom_header.metadata(ds, settings, {}),
+                                               dicom_header.metadata_keys(settings)))
 
 
 # ---------------------------------------------------------------- metadata
@@ -230,7 +229,7 @@ def decode_native(data, native: NativePixels, frame: Optional[int]) -> np.ndarra
     if native.slope is not None:
         slope, intercept = native.slope, native.intercept
         lo, hi = sorted((lo * slope + intercept, hi * slope + intercept))
-    out_dtype = np.dtype(_fit(lo, hi, native.value_dtype) if count else native.value_dtype)
+    out_dtype = np.dtype(fit_range(lo, hi, native.value_dtype) if count else native.value_dtype)
     if native.slope is None or (slope == 1 and intercept == 0):
         values = samples.astype(out_dtype.newbyteorder("<"), copy=samples.dtype != out_dtype)
     elif slope == 1 and out_dtype == samples.dtype:
@@ -243,10 +242,3 @@ def decode_native(data, native: NativePixels, frame: Optional[int]) -> np.ndarra
         values = values.astype(out_dtype.newbyteorder("<"))
     return np.ascontiguousarray(values).reshape(depth, native.rows, native.columns, 1)
 
-
-def _fit(lo: int, hi: int, planned: str) -> str:
-    """transforms.dtypes.fit_integer_dtype, from the value range."""
-    info = np.iinfo(planned)
-    if info.min <= lo and hi <= info.max:
-        return planned
-    return smallest_integer_dtype(min(lo, info.min), max(hi, info.max))

@@ -78,8 +78,7 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
     spec = dicom_header.image_spec(ds, settings)
     native = None
     if raw_pixels is not None and settings.dicom_values == "modality":
-        native = native_layout(ds, raw_pixels, spec.dtype, dicom_header.metadata(ds, settings, {}),
-                               settings, file_size)
+        native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size)
     return spec, _identifiers(ds), _slice_info(ds), native
 
 
