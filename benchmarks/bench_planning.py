@@ -2,7 +2,7 @@
 
 Builds N synthetic ``ProbedRecord``s inside the pipeline (``beam.Create`` over
 chunk starts, ``FlatMap`` each chunk into records), runs the real
-``PlanShards`` transform (transforms.beam_transforms) on Beam's FnApiRunner
+``PlanShards`` transform (transforms.planning.steps) on Beam's FnApiRunner
 in-process, and reports:
 
 * wall time, CPU time of this process (robust when the machine is shared) and peak RSS of this process (``ru_maxrss``; the in-memory
@@ -13,10 +13,9 @@ in-process, and reports:
 * the largest group any step materialized, against N:
     - GroupHashBuckets: max records per (split, bucket) group, measured twice:
       (a) a parallel branch that keys the same records with the same
-      ``_bucket_key`` and the same layouts and counts per key, and
-      (b) a Beam Distribution metric recorded inside the real step (the
-      benchmark wraps ``beam_transforms._shards_of_bucket`` before building
-      the graph; no source file is changed);
+      ``bucket_key`` and the same layouts and counts per key, and
+      (b) the Beam Distribution metric ``records_per_hash_bucket`` that the
+      real AssignShards step records for every group it is given;
     - GroupShards: max records per (split, shard) group = max records per plan;
     - side inputs: layouts (one entry per split), bucket-size list and
       prefix-sum dict (one number per non-empty bucket), with encoded sizes,
@@ -60,19 +59,19 @@ if __package__ in (None, ""):
 
 import apache_beam as beam                                                # noqa: E402
 from apache_beam.coders import registry                                   # noqa: E402
-from apache_beam.metrics import Metrics                                   # noqa: E402
 from apache_beam.metrics.metric import MetricsFilter                      # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions          # noqa: E402
 from apache_beam.pvalue import AsDict                                     # noqa: E402
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner     # noqa: E402
 
-from transforms import beam_transforms as bt                              # noqa: E402
+from transforms.counters import NAMESPACE                               # noqa: E402
+from transforms.planning.steps import BUCKET_RECORDS, PlanShards, bucket_key  # noqa: E402
 from transforms.hashing import record_id                                  # noqa: E402
-from transforms.records import (Identifiers, ImageSpec, ProbedRecord,   # noqa: E402
+from transforms.records.values import (Identifiers, ImageSpec, ProbedRecord,   # noqa: E402
                                 ShardPlan, ShardResult, SourceFile)
-from transforms.shard_plan import MB, ShardBounds, bucket_starts          # noqa: E402
+from transforms.planning.shards import MB, ShardBounds, bucket_starts          # noqa: E402
 
-NS = "bench_planning"
+
 CODER = registry.get_coder(object)          # FastPrimitivesCoder (pickle fallback)
 ROOT = "gs://example-bucket/ct-archive/"
 MTIME = 1_700_000_000.0
@@ -114,15 +113,6 @@ def make_chunk(start: int, chunk: int, total: int):
 # ---------------------------------------------------------------- instrumentation
 
 
-_ORIGINAL_SHARDS_OF_BUCKET = bt._shards_of_bucket
-
-
-def _measured_shards_of_bucket(keyed, starts, layouts, seed):
-    """The real AssignShards step, recording the size of the group GroupHashBuckets gave it."""
-    key, records = keyed
-    records = list(records)
-    Metrics.distribution(NS, "group_hash_buckets_records").update(len(records))
-    yield from _ORIGINAL_SHARDS_OF_BUCKET((key, records), starts, layouts, seed)
 
 
 def _plan_stats(plan: ShardPlan, encode: bool = True):
@@ -178,7 +168,7 @@ def with_ids(record: ProbedRecord, i: int) -> ProbedRecord:
     root = "1.2.826.0.1.3680043.8.498."
     extra = {}
     if "slice_info" in {f.name for f in dataclasses.fields(ProbedRecord)}:
-        from transforms.records import SliceInfo
+        from transforms.records.values import SliceInfo
         extra["slice_info"] = SliceInfo(orientation=(1.0, 0.0, 0.0, 0.0, 1.0, 0.0),
                                         position=(-249.51171875, -249.51171875, -0.625 * (i % 200)),
                                         instance=i % 200 + 1, pixel_spacing=(0.9765625, 0.9765625))
@@ -231,8 +221,6 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
     """measure=False: PlanShards plus per-plan counts only (no bucket branch, no
     in-step metric, no re-encoding of plans), to time planning without the
     benchmark's own instrumentation."""
-    if measure:
-        bt._shards_of_bucket = _measured_shards_of_bucket   # measure the real GroupHashBuckets
     plans_path = os.path.join(workdir, "plans.json")
     buckets_path = os.path.join(workdir, "buckets.json")
     layouts_path = os.path.join(workdir, "layouts.json")
@@ -241,7 +229,7 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
     records = (pipeline
                | "ChunkStarts" >> beam.Create(list(range(0, num_records, chunk)))
                | "MakeRecords" >> beam.FlatMap(make_chunk, chunk, num_records))
-    plans, layouts = records | "PlanShards" >> bt.PlanShards(bounds, seed)
+    plans, layouts = records | "PlanShards" >> PlanShards(bounds, seed)
 
     _ = (plans
          | "PlanStats" >> beam.Map(_plan_stats, measure)
@@ -255,7 +243,7 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
     # Parallel branch: the same bucket key on the same records, counted per key.
     if measure:
         _ = (records
-             | "BenchBucketKey" >> beam.Map(bt._bucket_key, AsDict(layouts), seed)
+             | "BenchBucketKey" >> beam.Map(bucket_key, AsDict(layouts), seed)
              | "BenchPlannedBytes" >> beam.MapTuple(lambda key, r: (key, r.planned_bytes))
              | "BenchCountPerBucket" >> beam.CombinePerKey(_BucketCountFn())
              | "BenchCollectBuckets" >> beam.combiners.ToList()
@@ -266,7 +254,6 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
     result = pipeline.run()
     result.wait_until_finish()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    bt._shards_of_bucket = _ORIGINAL_SHARDS_OF_BUCKET
 
     with open(plans_path) as f:
         plan_rows = json.load(f)
@@ -277,7 +264,8 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
     with open(layouts_path) as f:
         layout_rows = json.load(f)
     dist = None
-    for d in result.metrics().query(MetricsFilter().with_namespace(NS))["distributions"]:
+    for d in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE)
+                                    .with_name(BUCKET_RECORDS))["distributions"]:
         dist = d.committed or d.attempted
     shard_mb = sorted(row[4] / MB for row in plan_rows)
     shard_records = [row[3] for row in plan_rows]

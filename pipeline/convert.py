@@ -1,7 +1,16 @@
-"""Runs ``convert``: prepares the output, builds the job graph, runs it, reports."""
+"""``convert``: the job graph (ConvertArchive) and the run around it.
+
+``main(argv)`` parses the options, prepares the output directory
+(pipeline.output_dir), builds the graph from the named composite transforms
+of transforms/, runs it on the chosen runner while showing progress, then
+reads back what was committed and prints the summary. The graph::
+
+    MatchInputs -> ProbeHeaders -> [DropDuplicates] -> [BuildVolumes] -> [AttachLabels]
+    -> AssignSplits -> CountGroups -> [ReuseShards] -> PlanShards -> DistributeShards
+    -> WriteShards -> CommitDataset (dataset.json last)
+"""
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -11,13 +20,27 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from apache_beam.pvalue import AsDict, AsList, AsSingleton
+
 from pipeline import tool_version
 from pipeline.options import ConvertOptions, UsageError, parse_convert, validate
-from pipeline.progress import ProgressMonitor, remove_progress
+
+from dataset import dataset_json, versions
+from dataset.names import ERRORS_NAME, version_tag
+from dataset.progress import remove_progress
+from dataset.versions import BaseVersion
+from pipeline.output_dir import absolute, prepare_output, prepare_version, remove_stale_files
+from pipeline.progress import ProgressMonitor
 from pipeline.summary import print_summary, summarize, write_summary_json
-from transforms import manifest as manifest_lib
-from transforms import versions
-from transforms.beam_transforms import ConvertArchive
+from transforms.settings import ConversionSettings
+from transforms.counters import OUTCOMES
+from transforms.labels.steps import AttachLabels
+from transforms.output.steps import WriteShardFn, commit_dataset, record_plan
+from transforms.planning.steps import PlanShards, ReuseShards
+from transforms.records.steps import DropDuplicateInstances, ProbeFn
+from transforms.series.steps import GroupSeries
+from transforms.sources.steps import MatchSources
+from transforms.splits.steps import CountGroups, with_split
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 
@@ -55,52 +78,6 @@ def make_runner(options: PipelineOptions):
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
         return FnApiRunner()
     return None   # Beam resolves --runner itself (DataflowRunner, ...)
-
-
-def _absolute(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
-
-
-def prepare_output(opts: ConvertOptions) -> None:
-    """Refuses to replace a committed dataset unless --overwrite; then uncommits it.
-
-    A report of an earlier refused run (run_failed.json) is removed first.
-    """
-    failed_report = FileSystems.join(opts.output, manifest_lib.FAILED_RUN_NAME)
-    if FileSystems.exists(failed_report):
-        FileSystems.delete([failed_report])
-    manifest = FileSystems.join(opts.output, manifest_lib.MANIFEST_NAME)
-    if FileSystems.exists(manifest):
-        if not opts.overwrite:
-            raise UsageError(f"--output {opts.output} already holds a dataset (dataset.json); "
-                             "pass --overwrite to replace it or choose another --output")
-        FileSystems.delete([manifest])
-    if "://" not in opts.output and os.path.isfile(opts.output):
-        raise UsageError(f"--output {opts.output} is a file; give a directory")
-
-
-def _delete_tree(path: str) -> None:
-    """Removes a directory (local) or every object under a prefix (gs://)."""
-    if "://" not in path:
-        if os.path.exists(path):
-            FileSystems.delete([path])
-        return
-    found = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
-    if found:
-        FileSystems.delete([m.path for m in found])
-
-
-def remove_stale_files(output_dir: str, manifest: dict) -> None:
-    """Deletes shards of an earlier run that the new manifest does not list."""
-    keep = {name for split in manifest["splits"].values() for s in split["shards"]
-            for name in (s["file"], s["index_file"], versions.records_file(s["file"]))}
-    pattern = FileSystems.join(output_dir, "*.tfrecord*")
-    stale = [m.path for m in FileSystems.match([pattern])[0].metadata_list
-             if m.path.rsplit("/", 1)[-1] not in keep]
-    if stale:
-        FileSystems.delete(stale)
-    _delete_tree(FileSystems.join(output_dir, ".incomplete"))
-    remove_progress(output_dir)
 
 
 def job_not_run_here(options: PipelineOptions) -> str:
@@ -142,45 +119,91 @@ def report_job_not_run(result, options: PipelineOptions, how: str, quiet: bool) 
     return summary
 
 
+class ConvertArchive(beam.PTransform):
+    """The whole job: match -> probe -> labels -> splits -> plan -> reshuffle -> write -> commit."""
+
+    def __init__(self, settings: ConversionSettings, options: dict, version: str,
+                 base: Optional[BaseVersion] = None, version_name: str = ""):
+        super().__init__()
+        self.settings, self.options, self.version = settings, options, version
+        self.base = base   # --incremental: the version to build on (no shards for the first)
+        self.version_tag = version_tag(version_name)
+
+    def expand(self, pbegin):
+        settings = self.settings
+        sources, broken = pbegin | "MatchInputs" >> MatchSources(list(settings.patterns))
+        # SourceFile; Outcome per broken link
+        probed = (sources
+                  | "ProbeHeaders" >> beam.ParDo(ProbeFn(settings.max_pixels,
+                                                         settings.bounds.max_bytes, settings.decode))
+                  .with_outputs(OUTCOMES, main="records"))
+        # records: ProbedRecord; outcomes: Outcome
+        records = probed.records
+        outcome_parts = [broken, probed[OUTCOMES]]
+        if settings.duplicates == "skip":
+            records, duplicates = records | "DropDuplicates" >> DropDuplicateInstances()
+            outcome_parts.append(duplicates)
+        if settings.unit == "series":
+            records, series_outcomes = records | "BuildVolumes" >> GroupSeries(settings.decode.id_salt)
+            outcome_parts.append(series_outcomes)
+        space = None
+        if settings.labels_csv or settings.labels_from_dirs:
+            records, label_outcomes, space = records | "AttachLabels" >> AttachLabels(settings)
+            outcome_parts.append(label_outcomes)
+        if not settings.split_column:
+            records = records | "AssignSplits" >> beam.Map(with_split, settings)
+        # ProbedRecord with label and split
+        group_counts, leaking = records | "CountGroups" >> CountGroups(settings)
+        to_write = records
+        if self.base is not None:
+            to_write, reused = records | "ReuseShards" >> ReuseShards(self.base, settings.bounds)
+            # to_write: ProbedRecord not held by a reused shard; reused: ShardResult
+        plans, layouts = to_write | "PlanShards" >> PlanShards(settings.bounds, settings.seed,
+                                                               settings.min_shards)
+        plan_recorded = (pbegin
+                         | "ProgressOnce" >> beam.Create([None])
+                         | "RecordPlanForProgress" >> beam.Map(record_plan, AsDict(layouts),
+                                                               settings.output_dir))
+                         # "plan.json", written under {output}/.progress/
+        written = (plans
+                   | "DistributeShards" >> beam.Reshuffle()
+                   | "WriteShards" >> beam.ParDo(WriteShardFn(settings.output_dir,
+                                                              settings.compression, settings.decode,
+                                                              records_files=self.base is not None,
+                                                              tag=self.version_tag),
+                                                 AsSingleton(plan_recorded))
+                   .with_outputs(OUTCOMES, main="shards"))
+        # shards: ShardResult; outcomes: Outcome
+        shards = written.shards
+        if self.base is not None:
+            shards = (written.shards, reused) | "WrittenAndReused" >> beam.Flatten()
+        outcome_parts.append(written[OUTCOMES])
+        outcomes = tuple(outcome_parts) | "CollectOutcomes" >> beam.Flatten()
+        matched = ((sources | "CountFiles" >> beam.combiners.Count.Globally(),
+                    broken | "CountBrokenLinks" >> beam.combiners.Count.Globally())
+                   | "FilesAndLinks" >> beam.Flatten()
+                   | "CountMatched" >> beam.CombineGlobally(sum))
+        space_side = (AsSingleton(space) if space is not None
+                      else AsSingleton(pbegin | "NoLabels" >> beam.Create([None])))
+        return (pbegin
+                | "CommitOnce" >> beam.Create([None])
+                | "CommitDataset" >> beam.Map(
+                    commit_dataset, AsList(shards), AsList(outcomes), AsSingleton(matched),
+                    space_side, AsDict(group_counts), AsSingleton(leaking), AsDict(layouts),
+                    settings, self.options, self.version, self.base))
+                # path of dataset.json
+
+
 def build(pipeline: beam.Pipeline, opts: ConvertOptions,
-          base: Optional[versions.BaseVersion] = None, version_name: str = "") -> None:
+          base: Optional[BaseVersion] = None, version_name: str = "") -> None:
     _ = pipeline | "ConvertArchive" >> ConvertArchive(
         opts.settings(), options=opts.recorded(), version=tool_version(), base=base,
         version_name=version_name)
 
 
-def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, versions.BaseVersion]:
-    """--incremental: (new version name, its directory, the version it builds on).
-
-    The base is the version LATEST names when the run starts (after a rollback,
-    the rolled-back-to one). A directory left by a killed run under the new
-    version's name is emptied first; committed versions are never touched.
-    """
-    root = opts.output
-    if FileSystems.exists(FileSystems.join(root, manifest_lib.MANIFEST_NAME)):
-        raise UsageError(f"--output {root} holds a dataset written without --incremental; give "
-                         "--incremental an empty or versioned --output (versions go to OUT/versions/NNNN)")
-    if "://" not in root and os.path.isfile(root):
-        raise UsageError(f"--output {root} is a file; give a directory")
-    name = versions.next_version(root)
-    target = versions.version_dir(root, name)
-    latest = versions.read_latest(root)
-    if latest is None:
-        base = versions.BaseVersion("", ())
-    else:
-        previous = manifest_lib.read_manifest(versions.version_dir(root, latest))
-        base = versions.base_version(root, latest, previous, opts.recorded())
-        if base.rebuild_reason:
-            logging.getLogger(__name__).warning("%s: no shard of version %s is reused",
-                                                base.rebuild_reason, latest)
-    if not dry_run:
-        _delete_tree(target)
-    return name, target, base
-
-
 def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
     """Converts; returns the run summary (see pipeline.summary)."""
-    opts = ConvertOptions(**{**opts.__dict__, "output": _absolute(opts.output)})
+    opts = ConvertOptions(**{**opts.__dict__, "output": absolute(opts.output)})
     validate(opts)
     options = make_pipeline_options(beam_args)
     launch_only = job_not_run_here(options)
@@ -200,13 +223,13 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     with ProgressMonitor(opts.output, "none" if quiet and opts.progress == "auto" else opts.progress):
         pipeline.run().wait_until_finish()
     wall = time.time() - started
-    failed_run = manifest_lib.read_failed_run(opts.output)
+    failed_run = dataset_json.read_failed_run(opts.output)
     if failed_run is not None:
         counts = failed_run["counts"]
         raise ConversionFailed(
             f"{failed_run['reason']}; dataset.json NOT committed. Failures by reason: "
-            f"{counts['failed']}; the list is in {FileSystems.join(opts.output, manifest_lib.ERRORS_NAME)}")
-    manifest = manifest_lib.read_manifest(opts.output)
+            f"{counts['failed']}; the list is in {FileSystems.join(opts.output, ERRORS_NAME)}")
+    manifest = dataset_json.read_manifest(opts.output)
     remove_stale_files(opts.output, manifest)
     if version is not None:
         versions.set_latest(root, version)   # only now do readers of the root see it

@@ -8,14 +8,14 @@ from typing import Optional, Sequence
 
 import secrets
 
-from transforms.geometry import RESIZE_MODES, parse_resize
-from transforms.labels import LABEL_KEYS
+from transforms.images.geometry import RESIZE_MODES, parse_resize
+from transforms.labels.table import LABEL_KEYS
 from transforms.settings import DecodeSettings
-from transforms.voi import PRESETS, parse_window
-from transforms.probe import DEFAULT_MAX_PIXELS
+from transforms.dicom.voi import PRESETS, parse_window
+from transforms.records.probe import DEFAULT_MAX_PIXELS
 from transforms.settings import ConversionSettings
-from transforms.shard_plan import ShardBounds
-from transforms.splits import SPLIT_BY, SplitSpecError, parse_splits
+from transforms.planning.shards import ShardBounds
+from transforms.splits.assign import SPLIT_BY, SplitSpecError, parse_splits
 
 
 SALT_ENV = "DCM2TFRECORD_ID_SALT"
@@ -223,7 +223,7 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_label_csv(opts: ConvertOptions) -> None:
     from apache_beam.io.filesystems import FileSystems
     import io
-    from transforms.labels import read_header
+    from transforms.labels.table import read_header
     path = _absolute(opts.labels)
     if not FileSystems.exists(path):
         raise UsageError(f"--labels {opts.labels}: file not found")

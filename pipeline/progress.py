@@ -6,7 +6,7 @@ where every runner can write and every launcher can read (local or gs://,
 through Beam's FileSystems):
 
 - ``{output}/.progress/plan.json``: planned records, bytes and shards per split,
-  written once planning is done (transforms.beam_transforms._record_plan);
+  written once planning is done (dataset.progress.write_plan);
 - ``{output}/.progress/{shard}.done``: records and bytes of each shard, written
   after the shard's atomic rename;
 - ``{output}/.incomplete/*``: shards being written; their sizes are the bytes
@@ -30,8 +30,7 @@ from typing import Optional, TextIO
 
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.beam_transforms import DONE_SUFFIX, PLAN_NAME, PROGRESS_DIR
-from transforms.shard_writer import INCOMPLETE_DIR
+from dataset.progress import done_pattern, incomplete_pattern, plan_path, progress_dir
 
 MODES = ("auto", "bar", "log", "none")
 POLL_ENV = "DCM2TFRECORD_PROGRESS_POLL_S"
@@ -88,20 +87,20 @@ class ProgressReader:
 
     def __init__(self, output_dir: str):
         self.output_dir = output_dir
-        self.progress_dir = FileSystems.join(output_dir, PROGRESS_DIR)
+        self.progress_dir = progress_dir(output_dir)
         self._plan: Optional[dict] = None
         self._done: dict = {}
 
     def read(self) -> Snapshot:
         if self._plan is None:
-            self._plan = _read_json(FileSystems.join(self.progress_dir, PLAN_NAME))
-        for meta in _matched(FileSystems.join(self.progress_dir, "*" + DONE_SUFFIX)):
+            self._plan = _read_json(plan_path(self.output_dir))
+        for meta in _matched(done_pattern(self.output_dir)):
             if meta.path not in self._done:
                 content = _read_json(meta.path)
                 if content is not None:
                     self._done[meta.path] = content
         in_flight = sum(m.size_in_bytes for m in
-                        _matched(FileSystems.join(self.output_dir, INCOMPLETE_DIR, "*")))
+                        _matched(incomplete_pattern(self.output_dir)))
         done = list(self._done.values())
         planned = (self._plan or {}).get("splits", {}).values()
         return Snapshot(
@@ -115,15 +114,6 @@ class ProgressReader:
             planned_bytes_done=sum(d["planned_bytes"] for d in done),
             bytes_in_flight=in_flight)
 
-
-def remove_progress(output_dir: str) -> None:
-    """Deletes ``{output}/.progress`` (files first: gs:// has no directories)."""
-    progress_dir = FileSystems.join(output_dir, PROGRESS_DIR)
-    files = [m.path for m in _matched(FileSystems.join(progress_dir, "*"))]
-    if files:
-        FileSystems.delete(files)
-    if "://" not in output_dir and os.path.isdir(progress_dir):
-        FileSystems.delete([progress_dir])
 
 
 class RateMeter:

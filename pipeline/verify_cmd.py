@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Sequence
 
-from transforms.verify import verify_dataset
+from dataset.verify import verify_dataset
 
 
 def parse_verify(argv: Sequence[str]) -> argparse.Namespace:

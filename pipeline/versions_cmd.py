@@ -14,8 +14,8 @@ from typing import Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.options import UsageError
-from transforms import manifest as manifest_lib
-from transforms import versions
+from dataset import dataset_json as manifest_lib
+from dataset import versions
 
 MB = 1 << 20
 

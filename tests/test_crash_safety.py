@@ -30,7 +30,7 @@ from typing import Callable, Optional
 import pytest
 
 from tests.conftest import write_png_archive
-from transforms.verify import verify_dataset
+from dataset.verify import verify_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TIMEOUT_S = 600

@@ -9,10 +9,11 @@ import pytest
 import reader
 from pipeline.sample_archive import pydicom_test_files
 from tests.conftest import rid, run_convert, write_png_archive
-from transforms import geometry, voi
-from transforms.decode import decode_record
-from transforms.probe import expand_frames, probe_file
-from transforms.records import SourceFile
+from transforms.images import geometry
+from transforms.dicom import voi
+from transforms.records.build import decode_record
+from transforms.records.probe import expand_frames, probe_file
+from transforms.records.values import SourceFile
 from transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from transforms.example_codec import encode_example
+from transforms.records.example_proto import encode_example
 
 
 def _tf_example(features: dict) -> bytes:

@@ -35,10 +35,10 @@ from PIL import Image
 
 from pipeline.sample_archive import pydicom_test_files, synthetic_image
 from transforms import reasons
-from transforms.decode import build_record
+from transforms.records.build import build_record
 from transforms.errors import ConversionError
-from transforms.probe import probe_file
-from transforms.records import SourceFile
+from transforms.records.probe import probe_file
+from transforms.records.values import SourceFile
 from transforms.settings import DecodeSettings
 
 # Small enough that a mutated header claiming a huge image is refused before a

@@ -178,7 +178,7 @@ def test_overwrite_on_gs_removes_stale_shards(converted, gcs_emulator):
 def test_incremental_versions_on_gs(converted, gcs_emulator):
     """--incremental with a gs:// root: versions, LATEST, reused shards referenced across
     version prefixes, a killed run's leftovers under the new version's prefix removed."""
-    from transforms.verify import verify_dataset
+    from dataset.verify import verify_dataset
     root = gcs_emulator.url("versioned")
     options = dict(incremental=True, target_shard_mb=0.015, min_shard_mb=0.005, max_shard_mb=0.1)
     first = _convert(gcs_emulator.url("archive"), converted["gs_labels"], root, **options)

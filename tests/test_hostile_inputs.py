@@ -16,12 +16,12 @@ from pipeline.convert import ConversionFailed
 from pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert, write_png_archive
 from transforms import reasons
-from transforms.decode import build_record
+from transforms.records.build import build_record
 from transforms.errors import ConversionError
-from transforms.probe import probe_file
-from transforms.records import SourceFile
+from transforms.records.probe import probe_file
+from transforms.records.values import SourceFile
 from transforms.settings import DecodeSettings
-from transforms.sources import expand_pattern
+from transforms.sources.match import expand_pattern
 
 SRC = pydicom_test_files()
 SMALL = dict(target_shard_mb=1, min_shard_mb=0.1, max_shard_mb=8, max_failure_ratio=1.0)

@@ -26,7 +26,7 @@ from pipeline import cli
 from pipeline.summary import format_summary
 from tests.conftest import run_convert, write_png_archive
 from tests.test_crash_safety import ROOT, run_until
-from transforms.verify import verify_dataset
+from dataset.verify import verify_dataset
 
 MB = 1 << 20
 # ~27.6 KB per 96x96x3 record: a few shards per split

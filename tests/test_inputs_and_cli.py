@@ -10,7 +10,7 @@ import pytest
 import reader
 from pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert, write_png_archive
-from transforms.sources import expand_pattern
+from transforms.sources.match import expand_pattern
 
 
 @pytest.fixture()

@@ -15,7 +15,7 @@ from pipeline import convert
 from pipeline.options import ConvertOptions
 from pipeline.progress import LineRenderer, ProgressMonitor, ProgressReader, RateMeter, describe
 from tests.conftest import IN_MEMORY, TEST_SALT, write_png_archive
-from transforms.beam_transforms import NAMESPACE
+from transforms.counters import NAMESPACE
 
 MB = 1 << 20
 LINE = re.compile(r"^progress \[\d+:\d\d:\d\d\] (.*)$")

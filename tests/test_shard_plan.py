@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from transforms.records import ImageSpec, ProbedRecord, SourceFile
-from transforms.shard_plan import (BUCKETS_PER_SHARD, MB, ShardBounds, assign_shards, bucket_of,
+from transforms.records.values import ImageSpec, ProbedRecord, SourceFile
+from transforms.planning.shards import (BUCKETS_PER_SHARD, MB, ShardBounds, assign_shards, bucket_of,
                                    bucket_starts, choose_num_shards, layout)
 
 

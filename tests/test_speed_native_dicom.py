@@ -1,4 +1,4 @@
-"""The native DICOM shortcut (transforms.native_dicom) writes exactly what the general path writes.
+"""The native DICOM shortcut (transforms.dicom.native) writes exactly what the general path writes.
 
 Every record is built twice from the same probed record: once as probed (the
 shortcut where the probe allowed it) and once with ``native=None`` (pydicom's
@@ -17,11 +17,12 @@ import pytest
 
 from benchmarks.archives import ct_file_bytes
 from pipeline.sample_archive import pydicom_test_files
-from transforms import dicom_header, native_dicom
-from transforms.decode import build_record, decode_record
+from transforms.dicom import header as dicom_header
+from transforms.dicom import native as native_dicom
+from transforms.records.build import build_record, decode_record
 from transforms.errors import ConversionError
-from transforms.probe import expand_frames, probe_file
-from transforms.records import SourceFile
+from transforms.records.probe import expand_frames, probe_file
+from transforms.records.values import SourceFile
 from transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()

@@ -1,6 +1,6 @@
 """Probing remembers which header elements converted: the outcome never depends on what came before.
 
-transforms.dicom_header.convert_all_elements skips an element whose exact
+transforms.dicom.header.convert_all_elements skips an element whose exact
 bytes (tag, VR, value, encoding) already converted without error in the
 process. Every file must probe to the same record, or fail with the same
 reason, whether the process is fresh or has probed many similar files.
@@ -11,10 +11,10 @@ import pytest
 
 from benchmarks.archives import ct_file_bytes
 from pipeline.sample_archive import pydicom_test_files
-from transforms import dicom_header
+from transforms.dicom import header as dicom_header
 from transforms.errors import ConversionError
-from transforms.probe import probe_file
-from transforms.records import SourceFile
+from transforms.records.probe import probe_file
+from transforms.records.values import SourceFile
 from transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()

@@ -13,8 +13,8 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 
 from pipeline import cli
 from tests.conftest import run_convert, write_png_archive
-from transforms.example_codec import encode_example
-from transforms.verify import (FramingError, check_example, framed_records, parse_example,
+from transforms.records.example_proto import encode_example
+from dataset.verify import (FramingError, check_example, framed_records, parse_example,
                                verify_dataset)
 
 SMALL = dict(target_shard_mb=0.03, min_shard_mb=0.01, max_shard_mb=1.0)

@@ -12,10 +12,10 @@ import warnings
 import pydicom
 
 from pipeline.sample_archive import pydicom_test_files
-from transforms.decode import build_record
+from transforms.records.build import build_record
 from transforms.errors import ConversionError
-from transforms.probe import probe_file
-from transforms.records import SourceFile
+from transforms.records.probe import probe_file
+from transforms.records.values import SourceFile
 from transforms.settings import DecodeSettings
 
 _NOT_DICOM = {".txt", ".json", ".icc", ".dump", ".gz", ".py"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from transforms.shard_plan import ShardBounds
+from transforms.planning.shards import ShardBounds
 
 
 DEFAULT_MAX_PIXELS = 1 << 28
@@ -12,7 +12,7 @@ DEFAULT_MAX_PIXELS = 1 << 28
 
 @dataclasses.dataclass(frozen=True)
 class DecodeSettings:
-    """What a record's pixels and features look like (see transforms.decode)."""
+    """What a record's pixels and features look like (see transforms.records.build)."""
     dicom_values: str = "modality"      # modality | stored | window
     window: object = None               # None, (center, width) or a preset name
     window_bits: int = 8

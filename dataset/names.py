@@ -1,0 +1,176 @@
+"""Every name in an output directory, built and parsed here and nowhere else.
+
+A plain dataset directory::
+
+    dataset.json                          the manifest, written last (commit)
+    errors.jsonl                          one line per input not written
+    run_failed.json                       instead of dataset.json when a run refused to commit
+    {split}-{i:05d}-of-{n:05d}.tfrecord[.gz]      a shard
+    {shard}.idx                           its index (DALI tfrecord2idx: "offset size" lines)
+    .incomplete/{name}.{uuid}             files being written, renamed into place when whole
+    .progress/plan.json, {shard}.done     progress of a running job (removed at commit)
+
+A versioned root (``convert --incremental``)::
+
+    LATEST                                the current version's name
+    versions/{NNNN}/                      each a dataset directory as above, whose new shards
+                                          are {split}-v{NNNN}-{i:05d}-of-{n:05d}.tfrecord[.gz]
+                                          with {shard}.records.json beside each, and whose
+                                          reused shards are listed as ../{MMMM}/{shard}
+
+``reader/`` keeps its own copy of the few names it reads (it never imports
+this package); tests/test_layout_contract.py pins that copy to this module.
+Any name that comes from outside (a split name from --splits or a labels
+CSV) goes through :func:`check_component` before it reaches a path.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Optional
+
+MANIFEST_NAME = "dataset.json"
+ERRORS_NAME = "errors.jsonl"
+FAILED_RUN_NAME = "run_failed.json"
+INCOMPLETE_DIR = ".incomplete"
+PROGRESS_DIR = ".progress"
+PLAN_NAME = "plan.json"
+DONE_SUFFIX = ".done"
+VERSIONS_DIR = "versions"
+LATEST_NAME = "LATEST"
+PARENT = "../"
+SHARD_SUFFIX = ".tfrecord"
+GZIP_SUFFIX = ".gz"
+INDEX_SUFFIX = ".idx"
+RECORDS_SUFFIX = ".records.json"
+SHARD_GLOB = "*" + SHARD_SUFFIX + "*"      # shards and every file named after one
+
+_VERSION = re.compile(r"^\d{4,}$")
+_SHARD = re.compile(r"^(?P<split>.+?)(-v(?P<version>\d{4,}))?-(?P<index>\d{5})-of-(?P<count>\d{5})"
+                    + re.escape(SHARD_SUFFIX) + r"(?P<gz>" + re.escape(GZIP_SUFFIX) + r")?$")
+_PARENT_DIR = re.compile(r"^" + re.escape(PARENT) + r"(?P<dir>\d{4,})/(?P<name>[^/]+)$")
+
+
+# ---------------------------------------------------------------- names from outside
+
+
+class BadName(ValueError):
+    """A name that must not become part of a path."""
+
+
+_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]*$")
+
+
+def check_component(name: str, what: str) -> str:
+    """``name`` if it is safe as one path component of a shard name, else BadName.
+
+    Refused: empty names, ``.`` and ``..``, separators (``/``, ``\\``), absolute
+    paths, control characters and anything outside letters, digits and
+    ``_ . = + -`` (a leading ``.`` too: it would hide the file). ``what`` names
+    where the value came from, for the message.
+    """
+    text = str(name)
+    if not text:
+        raise BadName(f"{what}: empty name")
+    if not _SAFE.match(text) or text in (".", ".."):
+        raise BadName(f"{what}: {text!r} cannot be part of a file name (use letters, digits "
+                      "and _ . = + -, not starting with '.', no '/' or '..')")
+    return text
+
+
+# ---------------------------------------------------------------- shards
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardName:
+    """A shard file name, parsed."""
+    split: str
+    index: int
+    num_shards: int
+    version: str = ""        # "0002" for a shard written by version 0002 of a versioned root
+    gzip: bool = False
+    parent: str = ""         # "0001" when listed as ../0001/<file> (reused from that version)
+
+    @property
+    def file(self) -> str:
+        base = shard_file_name(self.split, self.index, self.num_shards,
+                               f"v{self.version}" if self.version else "", self.gzip)
+        return f"{PARENT}{self.parent}/{base}" if self.parent else base
+
+
+def shard_file_name(split: str, index: int, num_shards: int, tag: str = "",
+                    gzip: bool = False) -> str:
+    """``{split}[-{tag}]-{index:05d}-of-{num_shards:05d}.tfrecord[.gz]``."""
+    middle = f"-{tag}" if tag else ""
+    return (f"{split}{middle}-{index:05d}-of-{num_shards:05d}{SHARD_SUFFIX}"
+            + (GZIP_SUFFIX if gzip else ""))
+
+
+def parse_shard_name(file: str) -> Optional[ShardName]:
+    """A manifest's shard entry (``name`` or ``../NNNN/name``) parsed; None if not a shard name."""
+    parent = ""
+    match = _PARENT_DIR.match(file)
+    if match:
+        parent, file = match.group("dir"), match.group("name")
+    match = _SHARD.match(file)
+    if not match or "/" in file:
+        return None
+    return ShardName(split=match.group("split"), index=int(match.group("index")),
+                     num_shards=int(match.group("count")), version=match.group("version") or "",
+                     gzip=bool(match.group("gz")), parent=parent)
+
+
+def index_file_name(shard_file: str) -> str:
+    return shard_file + INDEX_SUFFIX
+
+
+def records_file_name(shard_file: str) -> str:
+    return shard_file + RECORDS_SUFFIX
+
+
+def done_file_name(shard_file: str) -> str:
+    return shard_file + DONE_SUFFIX
+
+
+def files_of_shard(shard_file: str) -> tuple[str, str, str]:
+    """The shard and the files named after it: index and (--incremental) records file."""
+    return shard_file, index_file_name(shard_file), records_file_name(shard_file)
+
+
+def incomplete_name(final_name: str, unique: str) -> str:
+    """Where ``final_name`` is written before its rename: under INCOMPLETE_DIR."""
+    return f"{INCOMPLETE_DIR}/{final_name}.{unique}"
+
+
+# ---------------------------------------------------------------- versions
+
+
+def version_name(number: int) -> str:
+    return f"{number:04d}"
+
+
+def parse_version(text: str) -> str:
+    """"3", "0003" -> "0003"; anything else is a ValueError naming the form."""
+    text = str(text).strip()
+    if not text.isdigit():
+        raise ValueError(f"version {text!r} is not a number (e.g. 3 or 0003)")
+    return version_name(int(text))
+
+
+def is_version_name(text: str) -> bool:
+    return bool(_VERSION.match(text))
+
+
+def version_tag(name: str) -> str:
+    """What a version's new shards carry in their names: "v0002"."""
+    return f"v{name}" if name else ""
+
+
+def reused_file(version: str, file: str) -> str:
+    """A shard path of ``version``'s manifest as another version sees it: ``../{version}/file``."""
+    return file if file.startswith(PARENT) else f"{PARENT}{version}/{file}"
+
+
+def strip_parent(file: str) -> str:
+    """``../0001/x`` -> ``0001/x`` (relative to the versions directory); ``x`` unchanged."""
+    return file[len(PARENT):] if file.startswith(PARENT) else file

@@ -1,0 +1,214 @@
+"""Versioned datasets: OUT/versions/NNNN/ and the OUT/LATEST pointer (--incremental).
+
+Each version is a complete dataset directory with its own dataset.json. A
+version holds the shards it wrote; shards it reuses from an earlier version
+are referenced as ``../MMMM/<file>`` (never copied). Next to every shard a
+``<shard>.records.json`` lists, per record written, a fingerprint of what
+the record was made of (record id, source uris, sizes, mtimes, label,
+split): a later run reuses a shard only if every one of its fingerprints is
+still produced by the current archive. No raw identifier goes into it.
+
+``LATEST`` holds one version name and is replaced atomically after a
+version commits, so readers never see a half-made version.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Iterable, Mapping, Optional
+
+from apache_beam.io.filesystems import FileSystems
+
+from dataset.files import read_json, remove_empty_incomplete_dir, write_atomically
+from dataset.names import (LATEST_NAME, MANIFEST_NAME, PARENT, VERSIONS_DIR, is_version_name,
+                           parse_version, records_file_name, reused_file, strip_parent, version_name)
+from transforms.records.values import ProbedRecord, ShardResult
+
+# Options that decide where records go, not what they hold: changing them
+# between versions does not invalidate earlier shards. "labels" is the CSV's
+# path: the labels themselves are part of each record's fingerprint.
+PLACEMENT_OPTIONS = frozenset({"inputs", "target_shard_mb", "min_shard_mb", "max_shard_mb",
+                               "min_shards", "labels"})
+
+
+
+def version_dir(root: str, name: str) -> str:
+    return FileSystems.join(root, VERSIONS_DIR, name)
+
+
+def latest_path(root: str) -> str:
+    return FileSystems.join(root, LATEST_NAME)
+
+
+def read_latest(root: str) -> Optional[str]:
+    """The version LATEST points to, or None for a root without one."""
+    path = latest_path(root)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as handle:
+        return parse_version(handle.read().decode("utf-8"))
+
+
+def set_latest(root: str, name: str) -> None:
+    """Points LATEST at ``name``: a temp file renamed over it (one object write on GCS)."""
+    write_atomically(root, LATEST_NAME, (name + "\n").encode("ascii"), "text/plain")
+    remove_empty_incomplete_dir(root)
+
+
+def committed_versions(root: str) -> list[str]:
+    """Version names under ``root/versions`` that hold a dataset.json, in order."""
+    pattern = FileSystems.join(root, VERSIONS_DIR, "*", MANIFEST_NAME)
+    try:
+        found = FileSystems.match([pattern])[0].metadata_list
+    except Exception:   # noqa: BLE001 - no versions directory yet
+        return []
+    names = {m.path.rstrip("/").split("/")[-2] for m in found}
+    return sorted(n for n in names if is_version_name(n))
+
+
+def next_version(root: str) -> str:
+    """One past the highest committed version (an uncommitted leftover is overwritten)."""
+    done = committed_versions(root)
+    return version_name(int(done[-1]) + 1 if done else 1)
+
+
+def is_versioned(root: str) -> bool:
+    return FileSystems.exists(latest_path(root))
+
+
+def resolve_dataset_dir(path: str, version: Optional[str] = None) -> str:
+    """A dataset directory: ``path`` itself, or the version of a versioned root.
+
+    With ``version`` the root's ``versions/NNNN``; without, the version LATEST
+    names when ``path`` is a versioned root, else ``path`` unchanged.
+    """
+    path = path.rstrip("/") or "/"
+    if version is not None:
+        return version_dir(path, parse_version(version))
+    if FileSystems.exists(FileSystems.join(path, MANIFEST_NAME)):
+        return path
+    latest = read_latest(path)
+    return version_dir(path, latest) if latest else path
+
+
+def shard_uri(dataset_dir: str, file: str) -> str:
+    """Where a manifest's shard entry lives: in ``dataset_dir``, or ``../MMMM/`` beside it.
+
+    Spelled out rather than left to the file system: gs:// object names are
+    literal, so ``versions/0002/../0001/x`` would name no object.
+    """
+    if file.startswith(PARENT):
+        parent = dataset_dir.rstrip("/").rsplit("/", 1)[0]
+        return FileSystems.join(parent, strip_parent(file))
+    return FileSystems.join(dataset_dir, file)
+
+
+# ---------------------------------------------------------------- fingerprints
+
+
+def record_fingerprint(record: ProbedRecord) -> str:
+    """What a written record was made of; equal fingerprints mean an equal record.
+
+    Sources are identified by uri plus size and mtime (on GCS the object's
+    update time, which changes with every new generation).
+    """
+    label = list(record.label) if isinstance(record.label, tuple) else record.label
+    content = [record.record_id, record.frame, record.split, label,
+               [[s.uri, s.size, s.mtime] for s in record.sources]]
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+
+
+def shard_result_json(result: ShardResult) -> dict:
+    return dataclasses.asdict(result)
+
+
+def shard_result_from_json(data: Mapping, file: str) -> ShardResult:
+    """A ShardResult read back from a records file, its ``file`` relative to the new version."""
+    fields = dict(data)
+    fields["file"] = file
+    for name in ("dtypes", "kinds"):
+        fields[name] = tuple(fields.get(name, ()))
+    fields["shapes"] = tuple(tuple(s) for s in fields.get("shapes", ()))
+    fields["label_counts"] = tuple((k, v) for k, v in fields.get("label_counts", ()))
+    return ShardResult(**fields)
+
+
+def write_records_file(output_dir: str, result: ShardResult, fingerprints: Iterable[str]) -> str:
+    """``<shard>.records.json`` next to the shard: the shard's summary and its fingerprints."""
+    content = {"shard": shard_result_json(result), "fingerprints": sorted(fingerprints)}
+    return write_atomically(output_dir, records_file_name(result.file),
+                            json.dumps(content, sort_keys=True).encode("utf-8"), "application/json")
+
+
+def read_records_file(path: str) -> dict:
+    return read_json(path)
+
+
+# ---------------------------------------------------------------- previous version
+
+
+@dataclasses.dataclass(frozen=True)
+class PreviousShard:
+    """A shard of the base version, as the new version would reference it."""
+    split: str
+    file: str            # relative to the new version's directory: ../MMMM/<name>
+    records_uri: str     # absolute uri of its .records.json
+    num_records: int
+    num_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseVersion:
+    """What an incremental run builds on: the version LATEST named when it started."""
+    name: str
+    shards: tuple[PreviousShard, ...]
+    rebuild_reason: str = ""    # non-empty: nothing is reused, and why
+
+
+def changed_options(old: Mapping, new: Mapping) -> list[str]:
+    """Options that change record content between two versions' recorded options."""
+    names = (set(old) | set(new)) - PLACEMENT_OPTIONS
+    return sorted(n for n in names if old.get(n) != new.get(n))
+
+
+def base_version(root: str, name: str, manifest: Mapping, options: Mapping) -> BaseVersion:
+    """The base version's shards, or none (with the reason) when options changed."""
+    changed = changed_options(manifest.get("options", {}), options)
+    if changed:
+        return BaseVersion(name, (), "options changed since version {}: {}".format(
+            name, ", ".join(f"--{n}" for n in changed)))
+    shards = []
+    versions = FileSystems.join(root, VERSIONS_DIR)
+    for split, entry in sorted(manifest["splits"].items()):
+        for shard in entry["shards"]:
+            if int(shard["num_records"]) == 0:
+                continue
+            file = reused_file(name, shard["file"])
+            shards.append(PreviousShard(split=split, file=file,
+                                        records_uri=FileSystems.join(versions, records_file_name(strip_parent(file))),
+                                        num_records=int(shard["num_records"]),
+                                        num_bytes=int(shard["num_bytes"])))
+    return BaseVersion(name, tuple(shards))
+
+
+def choose_reused(full: Iterable[PreviousShard], delta_bytes: Mapping[str, int],
+                  min_bytes: int, target_bytes: int) -> set[str]:
+    """Which fully unchanged shards the new version references (by file).
+
+    Shards under the minimum size (small deltas of earlier versions) are
+    kept until, together with this version's new records of their split,
+    they reach the target size; then they are released and rewritten with
+    those records into full-size shards.
+    """
+    full = list(full)
+    reused = {s.file for s in full}
+    by_split: dict = {}
+    for shard in full:
+        if shard.num_bytes < min_bytes:
+            by_split.setdefault(shard.split, []).append(shard)
+    for split, small in by_split.items():
+        if sum(s.num_bytes for s in small) + delta_bytes.get(split, 0) >= target_bytes and \
+                (len(small) > 1 or delta_bytes.get(split, 0) > 0):
+            reused -= {s.file for s in small}
+    return reused

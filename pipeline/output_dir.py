@@ -1,0 +1,80 @@
+"""The output directory around a run: refusing to replace a dataset, choosing the
+version of an --incremental root, and tidying what an earlier run left."""
+from __future__ import annotations
+
+import logging
+import os
+
+from apache_beam.io.filesystems import FileSystems
+
+from dataset import dataset_json, versions
+from dataset.files import delete_tree
+from dataset.names import (FAILED_RUN_NAME, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB,
+                           files_of_shard)
+from dataset.progress import remove_progress
+from pipeline.options import ConvertOptions, UsageError
+
+
+def absolute(path: str) -> str:
+    """A local path made absolute; a gs:// uri as it is."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def prepare_output(opts: ConvertOptions) -> None:
+    """Refuses to replace a committed dataset unless --overwrite; then uncommits it.
+
+    A report of an earlier refused run (run_failed.json) is removed first.
+    """
+    failed_report = FileSystems.join(opts.output, FAILED_RUN_NAME)
+    if FileSystems.exists(failed_report):
+        FileSystems.delete([failed_report])
+    manifest = FileSystems.join(opts.output, MANIFEST_NAME)
+    if FileSystems.exists(manifest):
+        if not opts.overwrite:
+            raise UsageError(f"--output {opts.output} already holds a dataset (dataset.json); "
+                             "pass --overwrite to replace it or choose another --output")
+        FileSystems.delete([manifest])
+    if "://" not in opts.output and os.path.isfile(opts.output):
+        raise UsageError(f"--output {opts.output} is a file; give a directory")
+
+
+def remove_stale_files(output_dir: str, manifest: dict) -> None:
+    """Deletes shards of an earlier run that the new manifest does not list."""
+    keep = {name for split in manifest["splits"].values() for s in split["shards"]
+            for name in (s["index_file"],) + files_of_shard(s["file"])}
+    pattern = FileSystems.join(output_dir, SHARD_GLOB)
+    stale = [m.path for m in FileSystems.match([pattern])[0].metadata_list
+             if m.path.rsplit("/", 1)[-1] not in keep]
+    if stale:
+        FileSystems.delete(stale)
+    delete_tree(FileSystems.join(output_dir, INCOMPLETE_DIR))
+    remove_progress(output_dir)
+
+
+def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, versions.BaseVersion]:
+    """--incremental: (new version name, its directory, the version it builds on).
+
+    The base is the version LATEST names when the run starts (after a rollback,
+    the rolled-back-to one). A directory left by a killed run under the new
+    version's name is emptied first; committed versions are never touched.
+    """
+    root = opts.output
+    if FileSystems.exists(FileSystems.join(root, MANIFEST_NAME)):
+        raise UsageError(f"--output {root} holds a dataset written without --incremental; give "
+                         "--incremental an empty or versioned --output (versions go to OUT/versions/NNNN)")
+    if "://" not in root and os.path.isfile(root):
+        raise UsageError(f"--output {root} is a file; give a directory")
+    name = versions.next_version(root)
+    target = versions.version_dir(root, name)
+    latest = versions.read_latest(root)
+    if latest is None:
+        base = versions.BaseVersion("", ())
+    else:
+        previous = dataset_json.read_manifest(versions.version_dir(root, latest))
+        base = versions.base_version(root, latest, previous, opts.recorded())
+        if base.rebuild_reason:
+            logging.getLogger(__name__).warning("%s: no shard of version %s is reused",
+                                                base.rebuild_reason, latest)
+    if not dry_run:
+        delete_tree(target)
+    return name, target, base

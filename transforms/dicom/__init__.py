@@ -1,0 +1,1 @@
+"""DICOM: header facts, pixel decoding and value mapping, the native shortcut, VOI windowing."""

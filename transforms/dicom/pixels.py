@@ -1,0 +1,233 @@
+"""DICOM pixel decoding and value mapping (PS3.3 C.7.6.3, C.11.1, C.11.2, C.7.9).
+
+pydicom decodes every transfer syntax its handlers and the pylibjpeg plugins
+support and converts YBR colour spaces to RGB (PS3.3 C.7.6.3.1.2). 12-bit
+lossy JPEG (JPEG Extended), which none of those decode, falls back to
+imagecodecs' libjpeg-turbo. Then, by ``--dicom_values``:
+
+- ``modality``: the modality LUT (Rescale Slope/Intercept or Modality LUT
+  Sequence, C.11.1) on grayscale; PALETTE COLOR through its LUT (C.7.9).
+- ``stored``: stored values, Bits Stored respected, sign from Pixel Representation.
+- ``window``: modality LUT, then the VOI (C.11.2): see transforms.dicom.voi.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import BinaryIO, Optional
+
+import numpy as np
+import pydicom
+from pydicom.dataset import Dataset
+from pydicom.pixels import apply_color_lut, apply_modality_lut
+from pydicom.pixels import pixel_array as decode_pixels
+
+from transforms import reasons
+from transforms.dicom import voi
+from transforms.dicom.header import (check_native_length, convert_all_elements, image_spec,
+                                     infer_transfer_syntax)
+from transforms.dtypes import fit_integer_dtype
+from transforms.errors import ConversionError
+from transforms.settings import DecodeSettings
+
+_JPEG_FAMILY = {"1.2.840.10008.1.2.4.50", "1.2.840.10008.1.2.4.51",
+                "1.2.840.10008.1.2.4.57", "1.2.840.10008.1.2.4.70"}
+
+
+def _classify(exc: Exception) -> str:
+    text = str(exc).lower()
+    if "bytes of pixel data" in text or "length of the pixel data" in text or "expected length" in text:
+        return reasons.PIXEL_DATA_LENGTH
+    if isinstance(exc, AttributeError) and ("missing required element" in text or "has no" in text):
+        return reasons.MISSING_ATTRIBUTE
+    if ("no pixel data decoders" in text or "not supported" in text or "unable to decode pixel data with" in text
+            or isinstance(exc, NotImplementedError)):
+        return reasons.UNSUPPORTED_TRANSFER_SYNTAX
+    if "invalid literal" in text or "could not convert" in text:
+        return reasons.INVALID_VALUE
+    return reasons.DECODE_ERROR
+
+
+def read_dataset(fileobj: BinaryIO) -> Dataset:
+    try:
+        ds = pydicom.dcmread(fileobj, force=True)
+    except Exception as exc:
+        raise ConversionError(reasons.INVALID_DICOM, f"file does not parse: {exc}") from exc
+    convert_all_elements(ds)
+    infer_transfer_syntax(ds)
+    return ds
+
+
+_J2K_SYNTAXES = {"1.2.840.10008.1.2.4.90", "1.2.840.10008.1.2.4.91", "1.2.840.10008.1.2.4.201",
+                 "1.2.840.10008.1.2.4.202", "1.2.840.10008.1.2.4.203"}
+_JP2_SIGNATURE = b"\x00\x00\x00\x0c\x6a\x50\x20\x20"
+
+
+def check_jp2_boxes(frame: bytes) -> None:
+    """Rejects a JP2 box chain that never reaches its codestream (ISO/IEC 15444-1 I.4).
+
+    pydicom's get_j2k_parameters walks these boxes by their lengths and never
+    returns on a box of length 0; we walk them first, with a bound.
+    """
+    if not frame.startswith(_JP2_SIGNATURE):
+        return
+    offset = 12
+    for _ in range(4096):
+        if offset >= len(frame):
+            return
+        length = int.from_bytes(frame[offset:offset + 4], "big")
+        if frame[offset + 4:offset + 8] == b"jp2c":
+            return
+        if length < 8:
+            raise ConversionError(reasons.DECODE_ERROR,
+                                  f"JPEG 2000 box of length {length} at byte {offset}: corrupt JP2 header")
+        offset += length
+    raise ConversionError(reasons.DECODE_ERROR, "JPEG 2000 header with too many boxes")
+
+
+def _check_encapsulated(ds: Dataset) -> None:
+    syntax = str(ds.file_meta.get("TransferSyntaxUID", "")) if hasattr(ds, "file_meta") else ""
+    if syntax not in _J2K_SYNTAXES or "PixelData" not in ds:
+        return
+    from pydicom.encaps import generate_frames
+    frames = int(ds.get("NumberOfFrames", 1) or 1)
+    try:
+        for frame in generate_frames(ds.PixelData, number_of_frames=frames):
+            check_jp2_boxes(frame)
+    except ConversionError:
+        raise
+    except Exception as exc:
+        raise ConversionError(reasons.DECODE_ERROR, f"encapsulated pixel data: {exc}") from exc
+
+
+def _imagecodecs_jpeg(ds: Dataset, frame: Optional[int]) -> Optional[np.ndarray]:
+    """libjpeg-turbo (via imagecodecs) for JPEG that pydicom's plugins cannot decode."""
+    try:
+        import imagecodecs
+        from pydicom.encaps import generate_frames
+    except ImportError:
+        return None
+    frames = int(ds.get("NumberOfFrames", 1) or 1)
+    decoded = [imagecodecs.jpeg8_decode(data)
+               for i, data in enumerate(generate_frames(ds.PixelData, number_of_frames=frames))
+               if frame is None or i == frame]
+    arr = np.stack(decoded) if len(decoded) > 1 else decoded[0]
+    signed = int(ds.get("PixelRepresentation", 0) or 0) == 1 and arr.dtype.kind == "u"
+    return arr.view(arr.dtype.str.replace("u", "i")) if signed else arr
+
+
+def _decode(ds: Dataset, frame: Optional[int]) -> np.ndarray:
+    _check_encapsulated(ds)
+    try:
+        return decode_pixels(ds, index=frame) if frame is not None else ds.pixel_array
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # Rust decoders panic with a BaseException (pyo3 PanicException)
+        syntax = str(ds.file_meta.get("TransferSyntaxUID", "")) if hasattr(ds, "file_meta") else ""
+        if syntax in _JPEG_FAMILY:
+            try:
+                arr = _imagecodecs_jpeg(ds, frame)
+            except Exception:
+                arr = None
+            if arr is not None:
+                return arr
+        raise ConversionError(_classify(exc), f"{type(exc).__name__}: {exc}") from exc
+
+
+def _stored(arr: np.ndarray, ds: Dataset) -> np.ndarray:
+    """Stored values with bits above Bits Stored masked off and the sign extended."""
+    bits = int(ds.get("BitsStored", 0) or 0) or int(ds.BitsAllocated)
+    if arr.dtype.kind not in "iu" or bits >= arr.dtype.itemsize * 8:
+        return arr
+    unsigned = arr.view(arr.dtype.str.replace("i", "u")) & ((1 << bits) - 1)
+    if int(ds.get("PixelRepresentation", 0) or 0) == 1:
+        signed = unsigned.astype(np.int64)
+        signed = np.where(signed >= (1 << (bits - 1)), signed - (1 << bits), signed)
+        return signed
+    return unsigned
+
+
+def _grayscale(ds: Dataset) -> bool:
+    return int(ds.get("SamplesPerPixel", 1) or 1) == 1 and \
+        str(ds.get("PhotometricInterpretation", "")).upper() != "PALETTE COLOR"
+
+
+def modality_lut(arr: np.ndarray, ds: Dataset) -> np.ndarray:
+    """PS3.3 C.11.1. Integer slope and intercept stay in integer arithmetic.
+
+    pydicom computes every rescale in float64; for the common CT case (slope 1,
+    intercept -1024) an integer add gives the same exact values at a fraction
+    of the cost and without the float round trip.
+    """
+    if arr.dtype.kind in "iu" and "ModalityLUTSequence" not in ds \
+            and "RescaleSlope" in ds and "RescaleIntercept" in ds:
+        try:
+            slope, intercept = float(ds.RescaleSlope), float(ds.RescaleIntercept)
+        except (TypeError, ValueError):
+            slope = intercept = float("nan")
+        if slope.is_integer() and intercept.is_integer():
+            narrow = arr.dtype.itemsize <= 2 and abs(slope) <= 2 ** 14 and abs(intercept) <= 2 ** 29
+            out = arr.astype(np.int32 if narrow else np.int64)
+            if slope != 1:
+                out *= int(slope)
+            if intercept:
+                out += int(intercept)
+            return out
+    return apply_modality_lut(arr, ds)
+
+
+def map_values(arr: np.ndarray, ds: Dataset, settings: DecodeSettings) -> tuple[np.ndarray, dict]:
+    """Decoded pixels -> values by --dicom_values; returns the values and the VOI used."""
+    photometric = str(ds.get("PhotometricInterpretation", "")).upper()
+    if settings.dicom_values == "stored":
+        return _stored(arr, ds), {}
+    if photometric == "PALETTE COLOR":
+        return apply_color_lut(arr, ds), {}
+    if not _grayscale(ds):
+        return arr, {}
+    values = modality_lut(arr, ds)
+    if settings.dicom_values == "window":
+        return voi.apply_window(values, ds, settings.window, settings.window_bits)
+    return values, {}
+
+
+def to_record_array(arr: np.ndarray, planned_dtype: str, depth: int, channels: int) -> np.ndarray:
+    """Casts to the planned dtype (widening when needed) and reshapes to (D, H, W, C).
+
+    Integer output must be exact: the mapped values are checked, never rounded.
+    The result is little-endian and C-contiguous.
+    """
+    dtype = planned_dtype
+    if np.dtype(planned_dtype).kind in "iu":
+        if arr.dtype.kind == "f" and not np.array_equal(arr, np.round(arr)):
+            dtype = "float32"
+        else:
+            dtype = fit_integer_dtype(arr, planned_dtype)
+    out = np.ascontiguousarray(arr, dtype=np.dtype(dtype).newbyteorder("<"))
+    rows, cols = out.shape[-2:] if channels == 1 else out.shape[-3:-1]
+    if out.size != depth * rows * cols * channels:
+        raise ConversionError(reasons.PIXEL_DATA_LENGTH,
+                              f"decoded {out.size} values {out.shape}, the header describes "
+                              f"{depth} frame(s) of {rows}x{cols}x{channels}")
+    return out.reshape(depth, rows, cols, channels)
+
+
+def decode_dicom(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
+                 frame: Optional[int] = None) -> tuple[np.ndarray, Dataset, dict]:
+    """One DICOM file (or one frame of it) -> ((D, H, W, C) values, dataset, VOI used).
+
+    Geometry (resize, channels) is applied by the caller, after value mapping.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = read_dataset(fileobj)
+        spec = image_spec(ds, settings)
+        check_native_length(ds)
+        decoded = _decode(ds, frame)
+        try:
+            values, window = map_values(decoded, ds, settings)
+        except ConversionError:
+            raise
+        except Exception as exc:
+            raise ConversionError(reasons.INVALID_VALUE, f"value mapping failed: {exc}") from exc
+    depth = 1 if frame is not None else spec.depth
+    return to_record_array(values, spec.dtype, depth, spec.channels), ds, window

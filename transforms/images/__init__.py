@@ -1,0 +1,1 @@
+"""Pillow images, and resize / channel conversion for every kind of record."""

@@ -1,0 +1,82 @@
+"""How a record gets its label (and, with --split_column, its split): pure rules.
+
+Each function returns the labelled record or an Outcome saying why it has
+none; the Beam steps (transforms.labels.steps) only route the results.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Optional, Union
+
+from transforms import reasons
+from transforms.labels.table import LabelRow, dir_label
+from transforms.records.values import Outcome, ProbedRecord
+
+Result = Union[ProbedRecord, Outcome]
+
+
+def join_key(record: ProbedRecord, label_key: str) -> str:
+    """The value of ``--label_key`` for a record: its path under the --input root, or a raw UID."""
+    if label_key == "path":
+        return record.source.rel_path
+    ids = record.ids
+    if ids is None:
+        return ""
+    return {"sop_instance_uid": ids.sop_uid, "series_instance_uid": ids.series_uid,
+            "study_instance_uid": ids.study_uid, "patient_id": ids.patient_id}[label_key]
+
+
+def missing(record: ProbedRecord, settings, space, why: str) -> Result:
+    """A record without a usable label, as --missing_label says: unlabeled (-1), skipped or failed."""
+    if settings.missing_label == "unlabeled":
+        return dataclasses.replace(record, label=space.unlabeled())
+    status = reasons.SKIPPED if settings.missing_label == "skip" else reasons.FAILED
+    return Outcome(record.source.uri, status, "labels", reasons.MISSING_LABEL, why)
+
+
+def labelled(record: ProbedRecord, raw: str, split: Optional[str], space, settings) -> Result:
+    """The record with ``raw`` encoded in the label space (and its split from --split_column)."""
+    try:
+        label = space.encode(raw)
+    except (ValueError, IndexError) as exc:
+        return Outcome(record.source.uri, reasons.FAILED, "labels", reasons.INVALID_LABEL,
+                       f"label {raw!r} is not a valid {space.kind} label: {exc}")
+    if settings.split_column:
+        if not split:
+            return Outcome(record.source.uri, reasons.FAILED, "labels", reasons.INVALID_LABEL,
+                           f"empty {settings.split_column} for this record")
+        return dataclasses.replace(record, label=label, split=split)
+    return dataclasses.replace(record, label=label)
+
+
+def join_rows(key: str, rows: Iterable[LabelRow], records: Iterable[ProbedRecord], space,
+              settings) -> list[Result]:
+    """The records sharing one join key with the CSV rows of that key.
+
+    The first row (by line) labels them; later rows of the same key are
+    reported as malformed rows when the key matched records.
+    """
+    rows = sorted(rows, key=lambda r: r.line)
+    records = list(records)
+    results: list[Result] = []
+    if rows and records:
+        for extra in rows[1:]:
+            results.append(Outcome(f"{settings.labels_csv}:{extra.line}", reasons.FAILED, "labels",
+                                   reasons.MALFORMED_LABEL_ROW,
+                                   f"line {extra.line}: key already labelled at line {rows[0].line}"))
+    for record in records:
+        if not key:
+            results.append(missing(record, settings, space, f"record has no {settings.label_key}"))
+        elif not rows or not rows[0].value:
+            results.append(missing(record, settings, space,
+                                   f"no label for {settings.label_key} in {settings.labels_csv}"))
+        else:
+            results.append(labelled(record, rows[0].value, rows[0].split, space, settings))
+    return results
+
+
+def label_from_folder(record: ProbedRecord, space, settings) -> Result:
+    """--labels_from_dirs: the class is the record's parent folder name."""
+    name = dir_label(record.source.rel_path)
+    return (labelled(record, name, None, space, settings) if name
+            else missing(record, settings, space, "file is not inside a class folder"))

@@ -1,0 +1,184 @@
+"""Labels: reading a labels CSV, deciding the label kind, encoding label values.
+
+The join key is a raw identifier (relative path, SOP/Series/Study Instance
+UID or Patient ID). It is used to join inside the pipeline and is never
+written: records carry only the encoded label.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import posixpath
+from typing import Iterable, Iterator, Optional, Sequence, Union
+
+from transforms import reasons
+from transforms.records.values import Outcome
+
+LABEL_KEYS = ("path", "sop_instance_uid", "series_instance_uid", "study_instance_uid", "patient_id")
+MAX_CLASSES = 100_000
+MULTI_SEPARATOR = "|"
+
+LabelValue = Union[int, float, tuple]
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelRow:
+    key: str
+    value: str
+    split: Optional[str]
+    line: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelSpace:
+    """What the label column holds, decided once over all rows.
+
+    kind: "int" (integers stay as they are), "float", "class" (strings mapped
+    to indices in sorted order) or "multi" (``a|b|c`` -> multi-hot).
+    """
+    kind: str
+    class_names: tuple[str, ...] = ()
+
+    def encode(self, raw: str) -> LabelValue:
+        raw = raw.strip()
+        if self.kind == "int":
+            return int(raw)
+        if self.kind == "float":
+            return float(raw)
+        if self.kind == "class":
+            return _index(self.class_names, raw)
+        tokens = {t.strip() for t in raw.split(MULTI_SEPARATOR) if t.strip()}
+        return tuple(1 if name in tokens else 0 for name in self.class_names)
+
+    def feature(self) -> dict:
+        if self.kind == "float":
+            return {"dtype": "float", "shape": [], "description": "float label, NaN when unlabeled"}
+        if self.kind == "multi":
+            return {"dtype": "int64", "shape": [len(self.class_names)],
+                    "description": "multi-hot over class_names; all -1 when unlabeled"}
+        return {"dtype": "int64", "shape": [], "description": "class index, -1 when unlabeled"}
+
+    def unlabeled(self) -> LabelValue:
+        if self.kind == "float":
+            return float("nan")
+        if self.kind == "multi":
+            return tuple(-1 for _ in self.class_names)
+        return -1
+
+
+def _index(names: Sequence[str], value: str) -> int:
+    import bisect
+    i = bisect.bisect_left(names, value)
+    if i == len(names) or names[i] != value:
+        raise ValueError(value)
+    return i
+
+
+class LabelFileError(ValueError):
+    """The labels CSV cannot be used at all (missing column, unreadable)."""
+
+
+def parse_label_csv(lines: Iterable[str], uri: str, key_column: str, label_column: str,
+                    split_column: Optional[str] = None) -> Iterator[Union[LabelRow, Outcome]]:
+    """Yields a LabelRow per usable row and an Outcome per malformed one (by line).
+
+    ``lines`` is any iterable of text lines (an open file streams: a CSV of
+    20 million rows is never held whole).
+    """
+    rows = csv.reader(lines)
+    try:
+        header = next(rows)
+    except StopIteration:
+        raise LabelFileError(f"{uri}: the labels CSV is empty") from None
+    header = [h.strip() for h in header]
+    wanted = [key_column, label_column] + ([split_column] if split_column else [])
+    missing = [c for c in wanted if c not in header]
+    if missing:
+        raise LabelFileError(f"{uri}: column(s) {missing} not in header {header}")
+    pos = {name: header.index(name) for name in wanted}
+    for row in rows:
+        line = rows.line_num
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            yield Outcome(f"{uri}:{line}", reasons.FAILED, "labels", reasons.MALFORMED_LABEL_ROW,
+                          f"line {line}: {len(row)} fields, header has {len(header)}")
+            continue
+        key = row[pos[key_column]].strip()
+        if not key:
+            yield Outcome(f"{uri}:{line}", reasons.FAILED, "labels", reasons.MALFORMED_LABEL_ROW,
+                          f"line {line}: empty {key_column}")
+            continue
+        split = row[pos[split_column]].strip() if split_column else None
+        yield LabelRow(key=key, value=row[pos[label_column]].strip(), split=split or None, line=line)
+
+
+def _parses(convert, value: str) -> bool:
+    try:
+        convert(value)
+        return True
+    except ValueError:
+        return False
+
+
+class LabelSpaceAccumulator:
+    """Mergeable summary of label values: are they all ints, all floats, which strings."""
+
+    def __init__(self, multi: bool):
+        self.multi = multi
+        self.all_int = True
+        self.all_float = True
+        self.values: set = set()
+
+    def add(self, value: str) -> "LabelSpaceAccumulator":
+        if not value:
+            return self
+        if self.multi:
+            self.values.update(t.strip() for t in value.split(MULTI_SEPARATOR) if t.strip())
+        else:
+            self.all_int = self.all_int and _parses(int, value)
+            self.all_float = self.all_float and _parses(float, value)
+            if not self.all_float:
+                self.values.add(value)
+            elif len(self.values) < MAX_CLASSES:
+                self.values.add(value)
+        if len(self.values) > MAX_CLASSES and not (self.all_float and not self.multi):
+            raise LabelFileError(f"more than {MAX_CLASSES} distinct label values")
+        return self
+
+    def merge(self, other: "LabelSpaceAccumulator") -> "LabelSpaceAccumulator":
+        self.all_int &= other.all_int
+        self.all_float &= other.all_float
+        self.values |= other.values
+        return self
+
+    def result(self) -> LabelSpace:
+        if self.multi:
+            return LabelSpace("multi", tuple(sorted(self.values)))
+        if self.values and self.all_int:
+            return LabelSpace("int")
+        if self.values and self.all_float:
+            return LabelSpace("float")
+        return LabelSpace("class", tuple(sorted(self.values)))
+
+
+def read_header(lines: Iterable[str]) -> list[str]:
+    try:
+        return [h.strip() for h in next(csv.reader(lines))]
+    except StopIteration:
+        return []
+
+
+def dir_label(rel_path: str) -> str:
+    """ImageNet layout: the class is the name of the file's parent folder."""
+    parent = posixpath.dirname(rel_path)
+    return posixpath.basename(parent) if parent else ""
+
+
+def label_keys(label) -> list[str]:
+    """What a record adds to class balance: its class, or each class of a multi-hot."""
+    if isinstance(label, tuple):
+        return [str(i) for i, v in enumerate(label) if v == 1] or ["unlabeled" if -1 in label else "none"]
+    if isinstance(label, float):
+        return []
+    return [str(label) if label != -1 else "unlabeled"]

@@ -1,0 +1,61 @@
+"""What a finished run commits: its dataset.json, and whether it may commit at all. Pure."""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from dataset import dataset_json
+from dataset.names import PARENT
+from transforms.dicom import header as dicom_header
+from transforms.settings import ConversionSettings
+
+
+def failure_verdict(failed: int, matched: int, max_failure_ratio: float,
+                    max_failures: Optional[int]) -> str:
+    """Why a run with ``failed`` of ``matched`` inputs failed must not commit ("" if it may)."""
+    too_many = failed > max_failure_ratio * max(matched, 1) or (
+        max_failures is not None and failed > max_failures)
+    if not too_many:
+        return ""
+    return (f"{failed} of {matched} inputs failed ({100.0 * failed / max(matched, 1):.1f}%), more than "
+            f"--max_failure_ratio {max_failure_ratio:g}"
+            + (f" / --max_failures {max_failures}" if max_failures is not None else ""))
+
+
+def labels_entry(space, settings: ConversionSettings) -> dict:
+    """dataset.json's ``labels`` block (its ``feature`` becomes the ``label`` feature)."""
+    if space is None:
+        return {"source": None, "kind": "none", "class_names": [],
+                "feature": {"dtype": "int64", "shape": [], "description": "-1: unlabeled"}}
+    return {"source": "folders" if settings.labels_from_dirs else settings.labels_csv,
+            "key": None if settings.labels_from_dirs else settings.label_key,
+            "column": None if settings.labels_from_dirs else settings.label_column,
+            "kind": space.kind, "class_names": list(space.class_names),
+            "missing_label": settings.missing_label, "feature": space.feature()}
+
+
+def run_manifest(results: list, outcomes: list, matched: int, space, group_counts: Mapping,
+                 leaking: int, layouts: Mapping, settings: ConversionSettings, options: Mapping,
+                 version: str, base=None) -> dict:
+    """dataset.json of a run: shards, counts, labels, groups, shard policy, incremental notes."""
+    if base is not None:   # a version never lists a shard that holds nothing
+        results = [r for r in results if r.num_records > 0]
+    has_dicom = any("dicom" in r.kinds for r in results)
+    extra = {
+        "labels": labels_entry(space, settings),
+        "groups": {"split_by": settings.split_by or "patient for DICOM, record otherwise",
+                   "num_groups": dict(sorted(group_counts.items())),
+                   "groups_in_several_splits": leaking},
+        "min_shards": {split: {"requested": lay.min_shards_requested,
+                               "honoured": lay.min_shards_honoured}
+                       for split, lay in sorted(layouts.items())},
+    }
+    if base is not None:
+        reused = [r for r in results if r.file.startswith(PARENT)]
+        extra["incremental"] = {"base_version": base.name or None, "rebuild_reason": base.rebuild_reason,
+                                "reused_shards": len(reused), "written_shards": len(results) - len(reused),
+                                "reused_records": sum(r.num_records for r in reused)}
+    features = dicom_header.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
+    if settings.decode.keep_source_path:
+        features["source_path"] = {"dtype": "bytes", "shape": [], "description": "--keep_source_path"}
+    return dataset_json.build_manifest(results, outcomes, matched, options, version, features,
+                                       extra=extra)

@@ -1,0 +1,68 @@
+"""WriteShards (a ShardPlan -> a shard on disk) and CommitDataset (dataset.json, or a refusal)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional
+
+import apache_beam as beam
+from apache_beam.pvalue import TaggedOutput
+
+from dataset import dataset_json, progress, versions
+from dataset.shard_writer import write_shard
+from transforms.dicom.header import silence_pydicom
+from transforms.counters import OUTCOMES, count, count_outcome
+from transforms.output.commit import failure_verdict, run_manifest
+from transforms.records.values import ShardPlan
+from transforms.settings import ConversionSettings, DecodeSettings
+
+
+def record_plan(_, layouts: Mapping, output_dir: str) -> str:
+    """{output}/.progress/plan.json, for the launcher's progress display."""
+    return progress.write_plan(output_dir, layouts)
+
+
+class WriteShardFn(beam.DoFn):
+    """ShardPlan -> ShardResult, plus an Outcome per record that did not convert."""
+
+    def __init__(self, output_dir: str, compression: str = "none",
+                 settings: DecodeSettings = DecodeSettings(), records_files: bool = False,
+                 tag: str = ""):
+        super().__init__()
+        self.output_dir, self.compression, self.settings = output_dir, compression, settings
+        self.records_files = records_files   # --incremental: <shard>.records.json beside each shard
+        self.tag = tag                       # --incremental: "v0002" in the new shards' names
+
+    def setup(self):
+        silence_pydicom()
+
+    def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None):
+        # plan_recorded: a side input that only orders this step after record_plan
+        if self.tag:
+            plan = dataclasses.replace(plan, tag=self.tag)
+        written: list = []
+        result, outcomes = write_shard(plan, self.output_dir, self.compression,
+                                       settings=self.settings, on_written=written.append)
+        if self.records_files:
+            versions.write_records_file(self.output_dir, result,
+                                        [versions.record_fingerprint(r) for r in written])
+        progress.write_done(self.output_dir, result, len(plan.records))
+        count("records_written", result.num_records)
+        count("bytes_written", result.num_bytes)
+        count("shards_written")
+        yield result
+        for outcome in outcomes:
+            count_outcome(outcome)
+            yield TaggedOutput(OUTCOMES, outcome)
+
+
+def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_counts: dict,
+                   leaking: int, layouts: dict, settings: ConversionSettings, options: dict,
+                   version: str, base: Optional[versions.BaseVersion] = None) -> str:
+    """Writes errors.jsonl and dataset.json (last), or run_failed.json when too many failed."""
+    manifest = run_manifest(results, outcomes, matched, space, group_counts, leaking, layouts,
+                            settings, options, version, base)
+    failed = sum(manifest["counts"]["failed"].values())
+    refusal = failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures)
+    if refusal:
+        return dataset_json.refuse_commit(settings.output_dir, manifest, outcomes, refusal)
+    return dataset_json.commit(settings.output_dir, manifest, outcomes)

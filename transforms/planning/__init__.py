@@ -1,0 +1,1 @@
+"""Shard planning on metadata, and (--incremental) which earlier shards are reused."""

@@ -1,0 +1,122 @@
+"""Shard planning on metadata: how many shards, and which record goes where.
+
+Records are laid out in one global order (a keyed hash of their id) and cut
+into shards by cumulative planned bytes: shard i holds the records whose
+start offset falls in [i*T/n, (i+1)*T/n), T the split's planned bytes. Each
+shard is then T/n +- one record, so choosing n keeps every shard inside
+[min, max]. The cumulative offsets are computed without any step holding a
+whole split: records are first grouped into hash buckets (each smaller than
+a shard), bucket sizes are summed, and prefix sums over buckets give each
+bucket's start.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Iterator
+
+from transforms.hashing import ORDER_KEY_SPACE, order_key
+from transforms.records.values import ProbedRecord
+
+MB = 1 << 20
+BUCKETS_PER_SHARD = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardBounds:
+    target_bytes: int
+    min_bytes: int
+    max_bytes: int
+
+    @classmethod
+    def from_mb(cls, target_mb: float, min_mb: float, max_mb: float) -> "ShardBounds":
+        return cls(int(target_mb * MB), int(min_mb * MB), int(max_mb * MB))
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitLayout:
+    """Totals for one split, computed by a combiner before planning."""
+    total_bytes: int
+    num_records: int
+    max_record_bytes: int
+    num_shards: int
+    min_shards_requested: int = 1
+
+    @property
+    def min_shards_honoured(self) -> bool:
+        return self.num_shards >= self.min_shards_requested
+
+    @property
+    def num_buckets(self) -> int:
+        return self.num_shards * BUCKETS_PER_SHARD
+
+
+def choose_num_shards(total_bytes: int, max_record_bytes: int, bounds: ShardBounds) -> int:
+    """Shard count nearest the target size that keeps every shard within bounds.
+
+    A shard is T/n +- one record, so n must satisfy
+    T/n + r <= max  and  T/n - r >= min. A split below the minimum is one shard.
+    Where both cannot hold, the maximum wins. n never exceeds T/r, so every
+    shard interval holds at least one record start: no empty shard, no gap in
+    the ``-of-n`` names.
+    """
+    return min(_bounded_num_shards(total_bytes, max_record_bytes, bounds),
+               max(1, total_bytes // max(max_record_bytes, 1)))
+
+
+def _bounded_num_shards(total_bytes: int, max_record_bytes: int, bounds: ShardBounds) -> int:
+    if total_bytes <= bounds.min_bytes:
+        return 1
+    n = max(1, round(total_bytes / bounds.target_bytes))
+    if n == 1 and total_bytes <= bounds.max_bytes:
+        return 1
+    room_max = bounds.max_bytes - max_record_bytes
+    room_min = bounds.min_bytes + max_record_bytes
+    lowest = math.ceil(total_bytes / room_max) if room_max > 0 else n
+    highest = math.floor(total_bytes / room_min) if room_min > 0 else n
+    if lowest <= highest:
+        return min(max(n, lowest), highest)
+    return max(1, lowest)
+
+
+def layout(total_bytes: int, num_records: int, max_record_bytes: int,
+           bounds: ShardBounds, min_shards: int = 1) -> SplitLayout:
+    """The split's shard count; ``min_shards`` raises it while shards stay >= the minimum size."""
+    n = choose_num_shards(total_bytes, max_record_bytes, bounds)
+    if min_shards > n:
+        room = bounds.min_bytes + max_record_bytes
+        most = min(total_bytes // max(room, 1), total_bytes // max(max_record_bytes, 1))
+        n = max(n, min(min_shards, int(most)))
+    return SplitLayout(total_bytes, num_records, max_record_bytes, max(n, 1), min_shards)
+
+
+def sort_key(record: ProbedRecord, seed: int = 0) -> tuple[int, str]:
+    return order_key(record.record_id, seed), record.record_id
+
+
+def bucket_of(record: ProbedRecord, num_buckets: int, seed: int = 0) -> int:
+    return order_key(record.record_id, seed) * num_buckets // ORDER_KEY_SPACE
+
+
+def bucket_starts(bucket_bytes: Iterable[tuple[tuple[str, int], int]]) -> dict:
+    """{(split, bucket): cumulative planned bytes of all earlier buckets}."""
+    by_split: dict = {}
+    for (split, bucket), size in bucket_bytes:
+        by_split.setdefault(split, []).append((bucket, size))
+    starts = {}
+    for split, sizes in by_split.items():
+        offset = 0
+        for bucket, size in sorted(sizes):
+            starts[(split, bucket)] = offset
+            offset += size
+    return starts
+
+
+def assign_shards(records: Iterable[ProbedRecord], start: int, split_layout: SplitLayout,
+                  seed: int = 0) -> Iterator[tuple[int, ProbedRecord]]:
+    """(shard index, record) for one bucket's records, given the bucket's start offset."""
+    n, total = split_layout.num_shards, max(split_layout.total_bytes, 1)
+    offset = start
+    for record in sorted(records, key=lambda r: sort_key(r, seed)):
+        yield min(n - 1, offset * n // total), record
+        offset += record.planned_bytes

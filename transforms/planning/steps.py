@@ -1,0 +1,178 @@
+"""PlanShards (records -> ShardPlans, from header metadata) and, for --incremental,
+ReuseShards (which records the base version already holds in shards worth keeping).
+
+ReuseShards:
+Every current record (probed, labelled, split) gets a fingerprint; every
+shard of the base version lists the fingerprints of the records it holds.
+A CoGroupByKey on fingerprints (metadata only) places each current record
+in the base shard that already holds it, if any. A base shard is reused
+when all of its records are placed (none of its sources changed or went
+away, no label or split moved); its records are then not written again.
+Everything else goes to the ordinary planner, which cuts it into new
+size-bounded shards. Small shards are compacted once they add up (see
+``dataset.versions.choose_reused``).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import apache_beam as beam
+from apache_beam.pvalue import AsDict, AsSingleton
+
+from dataset.versions import (BaseVersion, PreviousShard, choose_reused, read_records_file,
+                              record_fingerprint, shard_result_from_json)
+from transforms.counters import distribution
+from transforms.planning.shards import (ShardBounds, assign_shards, bucket_of, bucket_starts, layout,
+                                        sort_key)
+from transforms.records.values import ProbedRecord, ShardPlan
+
+RESULTS = "results"
+BUCKET_RECORDS = "records_per_hash_bucket"   # a Beam distribution: records in each planning group
+
+
+def _read_base_shard(shard: PreviousShard):
+    """(fingerprint, shard file) per record of a base shard; its ShardResult on ``results``."""
+    content = read_records_file(shard.records_uri)
+    for fingerprint in content["fingerprints"]:
+        yield fingerprint, shard.file
+    yield beam.pvalue.TaggedOutput(RESULTS, shard_result_from_json(content["shard"], shard.file))
+
+
+def _place(keyed) -> Iterable[tuple[str, ProbedRecord]]:
+    """(base shard file or "", record): a record goes where an equal record already is."""
+    _, grouped = keyed
+    holders = sorted(grouped["base"])
+    for i, record in enumerate(sorted(grouped["current"], key=lambda r: r.source.uri)):
+        yield (holders[i] if i < len(holders) else ""), record
+
+
+def _fully_held(_, held: Mapping[str, int], shards: tuple[PreviousShard, ...]) -> list[PreviousShard]:
+    return [s for s in shards if held.get(s.file, 0) == s.num_records]
+
+
+def _not_in(placed, files: set) -> bool:
+    return placed[0] not in files
+
+
+class ReuseShards(beam.PTransform):
+    """ProbedRecord -> (records still to write, ShardResults of reused base shards)."""
+
+    def __init__(self, base: BaseVersion, bounds: ShardBounds):
+        super().__init__()
+        self.base, self.bounds = base, bounds
+
+    def expand(self, records):
+        base, bounds = self.base, self.bounds
+        pipeline = records.pipeline
+        read = (pipeline
+                | "ListBaseShards" >> beam.Create(list(base.shards))
+                | "ReadRecordFiles" >> beam.FlatMap(_read_base_shard).with_outputs(RESULTS, main="held"))
+        # held: (fingerprint, base shard file); results: ShardResult per base shard
+        placed = ({"current": records | "Fingerprint" >> beam.Map(lambda r: (record_fingerprint(r), r)),
+                   "base": read.held}
+                  | "MatchFingerprints" >> beam.CoGroupByKey()
+                  # (fingerprint, {"current": [ProbedRecord], "base": [shard file]}): metadata only
+                  | "PlaceInBaseShards" >> beam.FlatMap(_place))
+                  # (base shard file or "", ProbedRecord)
+        held = (placed
+                | "HeldRecords" >> beam.Filter(lambda kv: bool(kv[0]))
+                | "OnePerHeldRecord" >> beam.MapTuple(lambda file, _: (file, 1))
+                | "CountPerBaseShard" >> beam.CombinePerKey(sum))
+        once = pipeline | "DecideOnce" >> beam.Create([None])
+        full = once | "FullyHeldShards" >> beam.Map(_fully_held, AsDict(held), base.shards)
+        full_files = full | "FullShardFiles" >> beam.Map(lambda shards: {s.file for s in shards})
+        delta = (placed
+                 | "NotInFullShards" >> beam.Filter(_not_in, AsSingleton(full_files))
+                 | "DeltaBytes" >> beam.MapTuple(lambda _, r: (r.split, r.planned_bytes))
+                 | "SumDeltaBySplit" >> beam.CombinePerKey(sum))
+        reused = once | "ChooseReused" >> beam.Map(
+            lambda _, shards, delta_bytes: choose_reused(shards, delta_bytes, bounds.min_bytes,
+                                                         bounds.target_bytes),
+            AsSingleton(full), AsDict(delta))
+        to_write = (placed
+                    | "NotReused" >> beam.Filter(_not_in, AsSingleton(reused))
+                    | "RecordsToWrite" >> beam.Values())
+        results = (read[RESULTS]
+                   | "ReusedShards" >> beam.Filter(lambda r, files: r.file in files, AsSingleton(reused)))
+        return to_write, results
+
+
+# ---------------------------------------------------------------- plan
+
+
+class SplitTotalsFn(beam.CombineFn):
+    """(planned bytes) -> (total bytes, records, largest record) per split."""
+
+    def create_accumulator(self):
+        return 0, 0, 0
+
+    def add_input(self, acc, planned_bytes):
+        return acc[0] + planned_bytes, acc[1] + 1, max(acc[2], planned_bytes)
+
+    def merge_accumulators(self, accs):
+        accs = list(accs)
+        return (sum(a[0] for a in accs), sum(a[1] for a in accs), max(a[2] for a in accs))
+
+    def extract_output(self, acc):
+        return acc
+
+
+def bucket_key(record: ProbedRecord, layouts: Mapping, seed: int):
+    """((split, hash bucket), record): the key GroupHashBuckets groups by."""
+    return (record.split, bucket_of(record, layouts[record.split].num_buckets, seed)), record
+
+
+def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping, seed: int):
+    (split, bucket), records = keyed
+    records = list(records)
+    distribution(BUCKET_RECORDS, len(records))   # the largest group planning holds
+    for index, record in assign_shards(records, starts[(split, bucket)], layouts[split], seed):
+        yield (split, index), record
+
+
+def _to_plan(keyed, layouts: Mapping, seed: int) -> ShardPlan:
+    (split, index), records = keyed
+    ordered = tuple(sorted(records, key=lambda r: sort_key(r, seed)))
+    return ShardPlan(split=split, index=index, num_shards=layouts[split].num_shards, records=ordered)
+
+
+class PlanShards(beam.PTransform):
+    """ProbedRecord -> (ShardPlan, (split, SplitLayout)), from header metadata only.
+
+    See transforms.planning.shards for why this keeps shards within bounds without
+    any step holding a whole split.
+    """
+
+    def __init__(self, bounds: ShardBounds, seed: int = 0, min_shards: int = 1):
+        super().__init__()
+        self.bounds, self.seed, self.min_shards = bounds, seed, min_shards
+
+    def expand(self, records):
+        bounds, seed, min_shards = self.bounds, self.seed, self.min_shards
+        layouts = (records
+                   | "KeyPlannedBytesBySplit" >> beam.Map(lambda r: (r.split, r.planned_bytes))
+                   | "SumSplitBytes" >> beam.CombinePerKey(SplitTotalsFn())
+                   # (split, (bytes, records, largest record))
+                   | "ChooseShardCounts" >> beam.MapTuple(
+                       lambda split, t: (split, layout(t[0], t[1], t[2], bounds, min_shards))))
+                   # (split, SplitLayout)
+        layouts_by_split = AsDict(layouts)
+        bucketed = (records
+                    | "AssignHashBucket" >> beam.Map(bucket_key, layouts_by_split, seed))
+                    # ((split, bucket), ProbedRecord)
+        starts = (bucketed
+                  | "BucketPlannedBytes" >> beam.MapTuple(lambda key, r: (key, r.planned_bytes))
+                  | "SumBucketBytes" >> beam.CombinePerKey(sum)
+                  | "CollectBucketSizes" >> beam.combiners.ToList()
+                  | "PrefixSumBuckets" >> beam.Map(bucket_starts))
+                  # {(split, bucket): start offset}
+        plans = (bucketed
+                 | "GroupHashBuckets" >> beam.GroupByKey()
+                 # ((split, bucket), [ProbedRecord]): smaller than a shard
+                 | "AssignShards" >> beam.FlatMap(_shards_of_bucket, AsSingleton(starts),
+                                                  layouts_by_split, seed)
+                 # ((split, shard index), ProbedRecord)
+                 | "GroupShards" >> beam.GroupByKey()
+                 | "OrderShardRecords" >> beam.Map(_to_plan, layouts_by_split, seed))
+                 # ShardPlan
+        return plans, layouts

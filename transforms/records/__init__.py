@@ -1,0 +1,1 @@
+"""One record: planned from headers (probe), built from pixels (build), encoded (features, example_proto)."""

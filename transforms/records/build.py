@@ -1,0 +1,68 @@
+"""Reading one planned record back from its source and serializing it."""
+from __future__ import annotations
+
+from typing import BinaryIO, Callable
+
+import numpy as np
+
+from transforms.dicom import header as dicom_header
+from transforms.images import geometry
+from transforms.dicom import native as native_dicom
+from transforms.images import raster
+from transforms.dicom.pixels import decode_dicom
+from transforms.sources.read import open_source
+from transforms.records.features import serialize_record
+from transforms.records.values import ProbedRecord
+from transforms.settings import DecodeSettings
+from transforms.sources.read import read_unchanged, with_timeout
+
+
+def decode_record(record: ProbedRecord, fileobj: BinaryIO,
+                  settings: DecodeSettings = DecodeSettings()):
+    """(pixels (D, H, W, C) after values and geometry, metadata features) for one record."""
+    native = record.native
+    if native is not None and record.kind == "dicom" and not record.members \
+            and settings.dicom_values == "modality":
+        pixels = native_dicom.decode_native(native_dicom.file_bytes(fileobj), native, record.frame)
+        metadata = native_dicom.unpack_metadata(native.metadata, dicom_header.metadata_keys(settings))
+    elif record.kind == "dicom":
+        pixels, ds, window = decode_dicom(fileobj, settings, record.frame)
+        metadata = dicom_header.metadata(ds, settings, window)
+    else:
+        pixels, metadata = raster.decode_image(fileobj), {}
+    return _geometry_and_path(pixels, metadata, record, settings)
+
+
+def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: DecodeSettings):
+    if settings.channels != "keep":
+        pixels = geometry.convert_channels(pixels, settings.channels)
+    if settings.resize is not None:
+        pixels = geometry.resize(pixels, settings.resize, settings.resize_mode)
+    if settings.keep_source_path:
+        metadata["source_path"] = record.source.uri
+    return pixels, metadata
+
+
+def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
+                  settings: DecodeSettings = DecodeSettings()):
+    """A series record: its slices decoded in their planned (anatomical) order and stacked."""
+    slices, metadata = [], None
+    for member in record.members:
+        pixels, ds, window = decode_dicom(read_unchanged(member, opener), settings)
+        slices.append(pixels)
+        if metadata is None:
+            metadata = dicom_header.metadata(ds, settings, window)
+    metadata["dicom/slice_spacing"] = np.asarray([record.slice_spacing], dtype=np.float32)
+    return _geometry_and_path(np.ascontiguousarray(np.concatenate(slices)), metadata, record, settings)
+
+
+def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
+                 settings: DecodeSettings = DecodeSettings()) -> tuple[bytes, str, tuple]:
+    """(serialized Example, stored dtype, shape) for one probed record."""
+    def decode():
+        if record.members:
+            return decode_volume(record, opener, settings)
+        return decode_record(record, read_unchanged(record.source, opener), settings)
+    pixels, metadata = with_timeout(decode, settings.decode_timeout_s, record.source.uri)
+    payload = serialize_record(pixels, record.record_id, record.kind, record.label, metadata)
+    return payload, pixels.dtype.newbyteorder("=").name, tuple(int(d) for d in pixels.shape)

@@ -1,0 +1,58 @@
+"""The default record layout (DESIGN.md, "Record format").
+
+``image_raw``/``label``/``height``/``width``/``channels`` keep the classic
+layout, so a textbook ``parse_single_example`` reader works on 8-bit output;
+``depth``, ``dtype``, ``encoding``, ``id`` and ``dicom/*`` extend it.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from transforms.records.example_proto import encode_example
+
+FORMAT_VERSION = 1
+ENCODING_RAW = "raw"
+
+CORE_FEATURES = {
+    "image_raw": {"dtype": "bytes", "shape": [], "encoding": ENCODING_RAW,
+                  "description": "pixels, little-endian, row-major [depth, height, width, channels]"},
+    "label": {"dtype": "int64", "shape": [], "description": "class index, -1 when unlabeled"},
+    "height": {"dtype": "int64", "shape": []},
+    "width": {"dtype": "int64", "shape": []},
+    "channels": {"dtype": "int64", "shape": []},
+    "depth": {"dtype": "int64", "shape": [], "description": "frames or slices; 1 for 2-D"},
+    "dtype": {"dtype": "bytes", "shape": [], "description": "numpy dtype name of image_raw"},
+    "encoding": {"dtype": "bytes", "shape": [], "description": "raw"},
+    "id": {"dtype": "bytes", "shape": [], "description": "keyed hash of the source path"},
+    "format": {"dtype": "bytes", "shape": [], "description": "dicom or image"},
+}
+def _label_feature(label):
+    """int -> Int64List, float -> FloatList, multi-hot tuple -> Int64List of the vector."""
+    if isinstance(label, tuple):
+        return np.asarray(label, dtype=np.int64)
+    if isinstance(label, float):
+        return float(label)
+    return int(label)
+
+
+def serialize_record(pixels: np.ndarray, record_id: str, kind: str, label=-1,
+                     metadata: Mapping[str, object] | None = None) -> bytes:
+    """One serialized tf.train.Example for a (D, H, W, C) pixel array."""
+    depth, height, width, channels = pixels.shape
+    features: dict = {
+        "image_raw": memoryview(pixels).cast("B"),
+        "label": _label_feature(label),
+        "height": height,
+        "width": width,
+        "channels": channels,
+        "depth": depth,
+        "dtype": pixels.dtype.newbyteorder("=").name,
+        "encoding": ENCODING_RAW,
+        "id": record_id,
+        "format": kind,
+    }
+    if metadata:
+        features.update(metadata)
+    return encode_example(features)

@@ -1,0 +1,83 @@
+"""ProbeHeaders (a SourceFile -> a planned record) and DropDuplicates (one record per SOP instance)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import apache_beam as beam
+from apache_beam.pvalue import TaggedOutput
+
+from transforms import reasons
+from transforms.dicom.header import silence_pydicom
+from transforms.counters import OUTCOMES, count, count_outcome
+from transforms.errors import ConversionError
+from transforms.records.probe import expand_frames, probe_file
+from transforms.records.values import Outcome, ProbedRecord, SourceFile
+from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
+
+
+class ProbeFn(beam.DoFn):
+    """SourceFile -> ProbedRecord (one per frame with --frames split), or an Outcome."""
+
+    def __init__(self, max_pixels: int = DEFAULT_MAX_PIXELS, max_record_bytes: Optional[int] = None,
+                 settings: DecodeSettings = DecodeSettings()):
+        super().__init__()
+        self.max_pixels, self.max_record_bytes, self.settings = max_pixels, max_record_bytes, settings
+
+    def setup(self):
+        silence_pydicom()
+
+    def process(self, source: SourceFile):
+        count("files_probed")
+        try:
+            record = probe_file(source, self.max_pixels, self.max_record_bytes,
+                                settings=self.settings)
+        except ConversionError as exc:
+            status = reasons.SKIPPED if exc.skipped else reasons.FAILED
+            outcome = Outcome(source.uri, status, "probe", exc.reason, str(exc))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # never let one file take the run down (Rust panics included)
+            outcome = Outcome(source.uri, reasons.FAILED, "probe", reasons.UNEXPECTED,
+                              f"{type(exc).__name__}: {exc}")
+        else:
+            yield from expand_frames(record, self.settings)
+            return
+        count_outcome(outcome)
+        yield TaggedOutput(OUTCOMES, outcome)
+
+
+def sop_key(record: ProbedRecord) -> str:
+    """What makes two records the same instance: SOP Instance UID and frame ("" if none)."""
+    if record.kind != "dicom" or not record.ids or not record.ids.sop_uid:
+        return ""
+    return f"{record.ids.sop_uid}#{record.frame}"
+
+
+def keep_first_instance(records) -> tuple[ProbedRecord, list[Outcome]]:
+    """Records sharing a SOP key: the first by uri is kept, the others skipped as duplicates."""
+    ordered = sorted(records, key=lambda r: r.source.uri)
+    skipped = [Outcome(dup.source.uri, reasons.SKIPPED, "probe", reasons.DUPLICATE,
+                       f"same SOPInstanceUID as {ordered[0].source.uri}, which is kept")
+               for dup in ordered[1:] if dup.counts_sources]
+    return ordered[0], skipped
+
+
+def _keep_first_sop(keyed):
+    kept, skipped = keep_first_instance(keyed[1])
+    yield kept
+    for outcome in skipped:
+        count_outcome(outcome)
+        yield TaggedOutput(OUTCOMES, outcome)
+
+
+class DropDuplicateInstances(beam.PTransform):
+    """Two files with one SOPInstanceUID: the first by sorted uri is kept."""
+
+    def expand(self, records):
+        plain, dicom = records | "HasSopUid" >> beam.Partition(lambda r, _: 1 if sop_key(r) else 0, 2)
+        kept = (dicom
+                | "KeyBySopUid" >> beam.Map(lambda r: (sop_key(r), r))
+                | "GroupBySopUid" >> beam.GroupByKey()
+                # (raw SOP Instance UID#frame, [ProbedRecord]): almost always one
+                | "KeepFirstByUri" >> beam.FlatMap(_keep_first_sop).with_outputs(OUTCOMES, main="kept"))
+        return (plain, kept.kept) | "AllInstances" >> beam.Flatten(), kept[OUTCOMES]

@@ -1,0 +1,137 @@
+"""Small frozen values that cross pipeline stages.
+
+Only metadata travels between stages (a few hundred bytes per record); pixel
+payload never crosses a shuffle. See ../shared/DESIGN.md, "plan, then write".
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+@dataclasses.dataclass(frozen=True)
+class SourceFile:
+    """One matched input file."""
+    uri: str
+    rel_path: str        # relative to the --input root it was matched under
+    size: int
+    mtime: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSpec:
+    """What a decoded record will look like, known from headers alone."""
+    depth: int
+    height: int
+    width: int
+    channels: int
+    dtype: str           # numpy dtype name of the stored pixels, e.g. "int16"
+
+    @property
+    def num_pixel_bytes(self) -> int:
+        itemsize = np.dtype(self.dtype).itemsize
+        return self.depth * self.height * self.width * self.channels * itemsize
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.depth, self.height, self.width, self.channels)
+
+
+@dataclasses.dataclass(frozen=True)
+class Identifiers:
+    """Raw DICOM identifiers: used for label joins and split grouping, never written."""
+    patient_id: str = ""
+    study_uid: str = ""
+    series_uid: str = ""
+    sop_uid: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SliceInfo:
+    """Where a slice sits in the patient (PS3.3 C.7.6.2): for ordering series volumes."""
+    orientation: tuple[float, ...] = ()   # Image Orientation (Patient), 6 direction cosines
+    position: tuple[float, ...] = ()      # Image Position (Patient), 3 mm
+    instance: Optional[int] = None        # Instance Number, the fallback order
+    pixel_spacing: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbedRecord:
+    """A source file that will become one record, planned from its header."""
+    source: SourceFile
+    record_id: str       # keyed hash of rel_path: stable, carries no identity
+    kind: str            # "dicom" or "image"
+    spec: ImageSpec
+    split: str = "train"
+    label: object = -1   # int, float, or a multi-hot tuple; see transforms.labels.table
+    ids: Optional[Identifiers] = None
+    frame: Optional[int] = None   # with --frames split: which frame of the source
+    slice_info: Optional[SliceInfo] = None
+    members: tuple[SourceFile, ...] = ()  # with --unit series: the slices, in anatomical order
+    slice_spacing: float = 0.0
+    # transforms.dicom.native.NativePixels when the writer may read the pixels
+    # straight from the file (uncompressed little-endian grayscale DICOM); None otherwise
+    native: object = None
+
+    @property
+    def sources(self) -> tuple[SourceFile, ...]:
+        """The files this record is made of."""
+        return self.members or (self.source,)
+
+    @property
+    def counts_sources(self) -> bool:
+        """Whether writing this record accounts for its sources (frame 0 of a split file)."""
+        return self.frame in (None, 0)
+
+    @property
+    def planned_bytes(self) -> int:
+        """Bytes this record adds to its shard, estimated from the header."""
+        return self.spec.num_pixel_bytes + RECORD_OVERHEAD_BYTES
+
+
+# Features, proto framing and TFRecord framing around the pixels; measured on
+# the default record format (about 300-400 bytes for DICOM, less for images).
+RECORD_OVERHEAD_BYTES = 400
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """A source file that was not written: skipped or failed, and why."""
+    uri: str
+    status: str          # "skipped" or "failed"
+    stage: str           # match / probe / decode / normalize / write
+    reason: str          # stable code, see transforms.reasons
+    message: str
+
+    def as_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    """The records one shard will hold, in write order."""
+    split: str
+    index: int
+    num_shards: int
+    records: tuple[ProbedRecord, ...]
+    tag: str = ""        # --incremental: the version writing it, so names never repeat across versions
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardResult:
+    """A shard as written: what the manifest says about it."""
+    split: str
+    index: int
+    num_shards: int
+    file: str
+    num_records: int
+    num_bytes: int
+    sha256: str
+    planned_bytes: int
+    dtypes: tuple[str, ...]
+    shapes: tuple[tuple[int, int, int, int], ...]   # distinct, capped
+    sources_written: int
+    label_counts: tuple[tuple[str, int], ...] = ()
+    kinds: tuple[str, ...] = ()
+    max_depth: int = 1

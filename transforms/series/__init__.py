@@ -1,0 +1,1 @@
+"""--unit series: slices of one series stacked into a volume record."""

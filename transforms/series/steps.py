@@ -1,0 +1,49 @@
+"""BuildVolumes (--unit series): slice records -> one volume record per SeriesInstanceUID."""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.pvalue import TaggedOutput
+
+from transforms import reasons
+from transforms.counters import OUTCOMES, count_outcome
+from transforms.errors import ConversionError
+from transforms.records.values import Outcome, ProbedRecord
+from transforms.series import volumes
+
+
+def series_key(record: ProbedRecord) -> str:
+    """The raw SeriesInstanceUID a whole-file DICOM record stacks under ("" for the others)."""
+    return record.ids.series_uid if record.kind == "dicom" and record.ids and record.frame is None else ""
+
+
+def _volume_of_series(keyed, salt: str):
+    series_uid, slices = keyed
+    slices = list(slices)
+    try:
+        yield volumes.build_volume_record(series_uid, slices, salt)
+    except ConversionError as exc:
+        for member in sorted(s.source.uri for s in slices):
+            outcome = Outcome(member, reasons.FAILED, "group", exc.reason,
+                              f"series of {len(slices)} slices: {exc}")
+            count_outcome(outcome)
+            yield TaggedOutput(OUTCOMES, outcome)
+
+
+class GroupSeries(beam.PTransform):
+    """--unit series: slice records -> one volume record per SeriesInstanceUID (metadata only)."""
+
+    def __init__(self, salt: str):
+        super().__init__()
+        self.salt = salt
+
+    def expand(self, records):
+        files, slices = records | "HasSeries" >> beam.Partition(
+            lambda r, _: 1 if series_key(r) else 0, 2)
+        built = (slices
+                 | "KeyBySeries" >> beam.Map(lambda r: (series_key(r), r))
+                 | "GroupSeries" >> beam.GroupByKey()
+                 # (raw series UID, [ProbedRecord]): one series' slice list
+                 | "OrderSlices" >> beam.FlatMap(_volume_of_series, self.salt).with_outputs(
+                     OUTCOMES, main="volumes"))
+        merged = (files, built.volumes) | "FilesAndVolumes" >> beam.Flatten()
+        return merged, built[OUTCOMES]

@@ -1,0 +1,1 @@
+"""Matching --input patterns and reading source files."""

@@ -1,0 +1,53 @@
+"""MatchInputs: --input patterns -> every matched file once, and broken links as Outcomes."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import apache_beam as beam
+
+from transforms import reasons
+from transforms.counters import count, count_outcome
+from transforms.records.values import Outcome, SourceFile
+from transforms.sources.match import broken_links, expand_pattern
+
+
+def _expand_counted(pattern: str) -> Iterable[SourceFile]:
+    for source in expand_pattern(pattern):
+        count("files_matched")
+        yield source
+
+
+def _broken_links(pattern: str) -> Iterable[Outcome]:
+    for path in broken_links(pattern):
+        outcome = Outcome(path, reasons.FAILED, "match", reasons.BROKEN_SYMLINK,
+                          "symbolic link to a missing target")
+        count("files_matched")
+        count_outcome(outcome)
+        yield outcome
+
+
+def _first_by_rel_path(sources: Iterable[SourceFile]) -> SourceFile:
+    return min(sources, key=lambda s: s.rel_path)
+
+
+class MatchSources(beam.PTransform):
+    """--input patterns -> (every matched file once, broken links as Outcomes)."""
+
+    def __init__(self, patterns: list[str]):
+        super().__init__()
+        self.patterns = sorted(set(patterns))
+
+    def expand(self, pbegin):
+        patterns = pbegin | "ListInputPatterns" >> beam.Create(self.patterns)
+        broken = (patterns
+                  | "FindBrokenLinks" >> beam.FlatMap(_broken_links)
+                  | "KeyLinkByUri" >> beam.Map(lambda o: (o.uri, o))
+                  | "DropRepeatedLinks" >> beam.CombinePerKey(lambda outcomes: min(outcomes, key=lambda o: o.uri))
+                  | "DropLinkKey" >> beam.Values())
+        return (patterns
+                | "ExpandPatterns" >> beam.FlatMap(_expand_counted)
+                # SourceFile
+                | "KeyByUri" >> beam.Map(lambda s: (s.uri, s))
+                | "DropRepeatedMatches" >> beam.CombinePerKey(_first_by_rel_path)
+                | "DropUriKey" >> beam.Values()), broken
+                # SourceFile, each uri once; Outcome per broken link
