@@ -19,10 +19,11 @@ COPY --from=template_launcher /opt/google/dataflow/python_template_launcher \
 ARG WORKDIR=/template
 WORKDIR ${WORKDIR}
 
-# What the sdist ships: setup.py and the three packages (the same list as setup.py).
+# What the sdist ships: setup.py and the four top-level packages of setup.py.
 COPY setup.py README.md ${WORKDIR}/
 COPY pipeline ${WORKDIR}/pipeline
 COPY transforms ${WORKDIR}/transforms
+COPY dataset ${WORKDIR}/dataset
 COPY reader ${WORKDIR}/reader
 RUN pip install --no-cache-dir "${WORKDIR}"
 

@@ -11,7 +11,21 @@ setup(
         "deterministic, size-bounded TFRecord shards, plus a tf.data reader."
     ),
     python_requires=">=3.10",
-    packages=["pipeline", "transforms", "reader"],
+    packages=[
+        "pipeline",
+        "transforms",
+        "transforms.dicom",
+        "transforms.images",
+        "transforms.labels",
+        "transforms.output",
+        "transforms.planning",
+        "transforms.records",
+        "transforms.series",
+        "transforms.sources",
+        "transforms.splits",
+        "dataset",
+        "reader",
+    ],
     install_requires=[
         "apache-beam[gcp]>=2.60",
         "tensorflow>=2.15",

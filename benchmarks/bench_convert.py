@@ -51,6 +51,7 @@ from benchmarks.archives import BUILDERS, CACHE_DIR, MIB, Archive        # noqa:
 from benchmarks.proc_monitor import (bench_env, machine_description, run_monitored,  # noqa: E402
                                      tfrecord_bytes, wait_until_quiet)
 from benchmarks import snapshot                                           # noqa: E402
+from dataset.names import SHARD_SUFFIX  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL_MB = 2000.0          # MiB of decoded pixels per archive at --scale 1 (2.1 GB)
@@ -153,7 +154,7 @@ def measure(kind: str, method: str, archive: Archive, args, extra: list[str], ta
     when other processes took more than 10% of a core during the run.
     """
     name = f"conv_{kind}_{method}{'_' + tag if tag else ''}"
-    out = os.path.join(CACHE_DIR, "out", name) + (".tfrecord" if method == "baseline" else "")
+    out = os.path.join(CACHE_DIR, "out", name) + (SHARD_SUFFIX if method == "baseline" else "")
     cmd = command(method, archive, out, args.workers, extra)
     print(f"$ {' '.join(cmd)}", flush=True)
     cwd, env = REPO, bench_env()

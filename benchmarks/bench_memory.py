@@ -34,6 +34,7 @@ from benchmarks.archives import CACHE_DIR, MIB, ct_archive          # noqa: E402
 from benchmarks.proc_monitor import (bench_env, machine_description, run_monitored,  # noqa: E402
                                      tfrecord_bytes, wait_until_quiet)
 from benchmarks import snapshot                                           # noqa: E402
+from dataset.names import MANIFEST_NAME  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,7 +46,7 @@ def convert_command(input_dir: str, output_dir: str, extra: list[str]) -> list[s
 
 def shard_count(output_dir: str) -> int:
     try:
-        with open(os.path.join(output_dir, "dataset.json")) as f:
+        with open(os.path.join(output_dir, MANIFEST_NAME)) as f:
             manifest = json.load(f)
         return sum(len(s["shards"]) for s in manifest["splits"].values())
     except (OSError, ValueError, KeyError):

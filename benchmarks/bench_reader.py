@@ -57,6 +57,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.archives import CACHE_DIR, Archive, ct_archive, png_archive   # noqa: E402
+from dataset.names import MANIFEST_NAME  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MB = 718.0        # 5,002 images of 224x224x3 (147 KiB each)
@@ -100,7 +101,7 @@ def png_source() -> Archive:
 def converted(archive: Archive, log=print) -> str:
     """The archive converted with default options (shards of 32-128 MiB); cached."""
     out = os.path.join(CACHE_DIR, "reader", os.path.basename(archive.path))
-    if os.path.exists(os.path.join(out, "dataset.json")):
+    if os.path.exists(os.path.join(out, MANIFEST_NAME)):
         return out
     log(f"[bench_reader] converting {archive.path} -> {out} ...")
     started = time.time()

@@ -25,6 +25,8 @@ import subprocess
 import time
 from typing import Optional, Sequence
 
+from dataset.names import SHARD_SUFFIX
+
 KIB = 1024
 MIB = 1 << 20
 
@@ -212,7 +214,7 @@ def tfrecord_bytes(path: str) -> int:
     total = 0
     for folder, dirs, names in os.walk(path):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-        total += sum(os.path.getsize(os.path.join(folder, n)) for n in names if ".tfrecord" in n)
+        total += sum(os.path.getsize(os.path.join(folder, n)) for n in names if SHARD_SUFFIX in n)
     return total
 
 

@@ -72,7 +72,7 @@ def check_component(name: str, what: str) -> str:
     text = str(name)
     if not text:
         raise BadName(f"{what}: empty name")
-    if not _SAFE.match(text) or text in (".", ".."):
+    if not _SAFE.fullmatch(text) or text in (".", ".."):
         raise BadName(f"{what}: {text!r} cannot be part of a file name (use letters, digits "
                       "and _ . = + -, not starting with '.', no '/' or '..')")
     return text

@@ -25,11 +25,6 @@ from dataset.names import (LATEST_NAME, MANIFEST_NAME, PARENT, VERSIONS_DIR, is_
                            parse_version, records_file_name, reused_file, strip_parent, version_name)
 from transforms.records.values import ProbedRecord, ShardResult
 
-# Options that decide where records go, not what they hold: changing them
-# between versions does not invalidate earlier shards. "labels" is the CSV's
-# path: the labels themselves are part of each record's fingerprint.
-PLACEMENT_OPTIONS = frozenset({"inputs", "target_shard_mb", "min_shard_mb", "max_shard_mb",
-                               "min_shards", "labels"})
 
 
 
@@ -166,15 +161,21 @@ class BaseVersion:
     rebuild_reason: str = ""    # non-empty: nothing is reused, and why
 
 
-def changed_options(old: Mapping, new: Mapping) -> list[str]:
-    """Options that change record content between two versions' recorded options."""
-    names = (set(old) | set(new)) - PLACEMENT_OPTIONS
+def changed_options(old: Mapping, new: Mapping, placement: frozenset = frozenset()) -> list[str]:
+    """Options that change record content between two versions' recorded options.
+
+    ``placement``: options that decide where records go, not what they hold
+    (pipeline.options.PLACEMENT_OPTIONS: shard sizes, the input and labels
+    paths); a change of those leaves earlier shards reusable.
+    """
+    names = (set(old) | set(new)) - placement
     return sorted(n for n in names if old.get(n) != new.get(n))
 
 
-def base_version(root: str, name: str, manifest: Mapping, options: Mapping) -> BaseVersion:
-    """The base version's shards, or none (with the reason) when options changed."""
-    changed = changed_options(manifest.get("options", {}), options)
+def base_version(root: str, name: str, manifest: Mapping, options: Mapping,
+                 placement: frozenset = frozenset()) -> BaseVersion:
+    """The base version's shards, or none (with the reason) when content options changed."""
+    changed = changed_options(manifest.get("options", {}), options, placement)
     if changed:
         return BaseVersion(name, (), "options changed since version {}: {}".format(
             name, ", ".join(f"--{n}" for n in changed)))

@@ -23,13 +23,13 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from pipeline import tool_version
-from pipeline.options import ConvertOptions, UsageError, parse_convert, validate
+from pipeline.options import ConvertOptions, UsageError, absolute, parse_convert, validate
 
 from dataset import dataset_json, versions
 from dataset.names import ERRORS_NAME, version_tag
 from dataset.progress import remove_progress
 from dataset.versions import BaseVersion
-from pipeline.output_dir import absolute, prepare_output, prepare_version, remove_stale_files
+from pipeline.output_dir import prepare_output, prepare_version, remove_stale_files
 from pipeline.progress import ProgressMonitor
 from pipeline.summary import print_summary, summarize, write_summary_json
 from transforms.settings import ConversionSettings

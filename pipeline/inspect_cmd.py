@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Mapping, Optional, Sequence
 
+from dataset.names import ERRORS_NAME
 from pipeline.options import UsageError
 
 MB = 1 << 20
@@ -188,7 +189,7 @@ def format_reasons(manifest: Mapping, dataset_dir: str) -> list[str]:
     if counts.get("unaccounted"):
         lines.append(f"  UNACCOUNTED {counts['unaccounted']} (matched - written - skipped - failed)")
     if rows:
-        errors = manifest.get("errors_file", "errors.jsonl")
+        errors = manifest.get("errors_file", ERRORS_NAME)
         lines.append(f"  which files and why: {dataset_dir.rstrip('/')}/{errors}")
     return lines
 

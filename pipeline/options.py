@@ -1,122 +1,47 @@
-"""Command-line options of ``convert`` and the checks that run before any work."""
+"""The options of ``convert``, declared once, and the checks that run before any work.
+
+``OPTIONS`` is the one table: every ``convert`` option with its flag, type,
+default, help, argparse group, whether ``dataset.json`` records it, whether
+it changes record content (else an --incremental run may change it and still
+reuse shards), which settings field it feeds, and its Flex Template parameter.
+From it come the argparse parser (:func:`add_convert_arguments`), the
+:class:`ConvertOptions` value, the settings the graph is built from
+(:meth:`ConvertOptions.settings`), the options recorded in dataset.json
+(:meth:`ConvertOptions.recorded`) and the Flex Template's ``metadata.json``
+(:func:`template_metadata`; ``python -m pipeline.options --metadata`` prints
+it, and a test keeps the committed file equal to it).
+
+Adding an option: one ``Option(...)`` row below, plus the code that uses the
+value. Defaults of options that feed a settings field are those fields'
+defaults in transforms/settings.py (one owner), not restated here.
+"""
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
-from typing import Optional, Sequence
-
 import secrets
+import sys
+from typing import Any, Callable, Optional, Sequence
 
 from transforms.images.geometry import RESIZE_MODES, parse_resize
 from transforms.labels.table import LABEL_KEYS
-from transforms.settings import DecodeSettings
 from transforms.dicom.voi import PRESETS, parse_window
-from transforms.records.probe import DEFAULT_MAX_PIXELS
-from transforms.settings import ConversionSettings
+from transforms.settings import ConversionSettings, DecodeSettings
 from transforms.planning.shards import ShardBounds
 from transforms.splits.assign import SPLIT_BY, SplitSpecError, parse_splits
 
 
 SALT_ENV = "DCM2TFRECORD_ID_SALT"
 _RANDOM_SALT = secrets.token_hex(16)
+_GCS = r"^gs:\/\/[^\n\r]+$"
+_NUMBER = r"^[0-9]+(\.[0-9]+)?$"
+_BOOL = r"^(true|false|True|False)$"
 
 
 class UsageError(Exception):
     """A bad option: reported in one line, exit code 2, nothing written."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ConvertOptions:
-    inputs: tuple[str, ...]
-    output: str
-    target_shard_mb: float = 256.0
-    min_shard_mb: float = 100.0
-    max_shard_mb: float = 500.0
-    min_shards: int = 1
-    compression: str = "none"
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    seed: int = 0
-    overwrite: bool = False
-    incremental: bool = False            # versions under --output; not in recorded()
-    labels: Optional[str] = None
-    label_key: str = "path"
-    label_column: str = "label"
-    multi_label: bool = False
-    labels_from_dirs: bool = False
-    missing_label: str = "skip"
-    splits: str = "train=1.0"
-    split_by: Optional[str] = None
-    split_column: Optional[str] = None
-    dicom_values: str = "modality"
-    window: Optional[str] = None
-    window_bits: int = 8
-    resize: Optional[str] = None
-    resize_mode: str = "stretch"
-    channels: str = "keep"
-    frames: str = "stack"
-    id_salt: Optional[str] = None
-    allow_random_salt: bool = False
-    keep_tags: tuple[str, ...] = ()
-    keep_source_path: bool = False
-    allow_burned_in: bool = False
-    unit: str = "file"
-    max_failure_ratio: float = 0.05
-    max_failures: Optional[int] = None
-    decode_timeout_s: float = 300.0
-    duplicates: str = "skip"
-    summary_json: Optional[str] = None   # reporting only: not in recorded(), not in dataset.json
-    progress: str = "auto"
-
-    def salt(self) -> str:
-        """--id_salt, else $DCM2TFRECORD_ID_SALT, else (with --allow_random_salt) a fresh one."""
-        salt = self.id_salt or os.environ.get(SALT_ENV, "")
-        if not salt and self.allow_random_salt:
-            salt = _RANDOM_SALT
-        return salt
-
-    def decode_settings(self) -> DecodeSettings:
-        return DecodeSettings(
-            dicom_values=self.dicom_values, window=parse_window(self.window) if self.window else None,
-            window_bits=self.window_bits, resize=parse_resize(self.resize) if self.resize else None,
-            resize_mode=self.resize_mode, channels=self.channels, frames=self.frames,
-            id_salt=self.salt(), keep_tags=tuple(self.keep_tags), keep_source_path=self.keep_source_path,
-            allow_burned_in=self.allow_burned_in, decode_timeout_s=self.decode_timeout_s)
-
-    @property
-    def bounds(self) -> ShardBounds:
-        return ShardBounds.from_mb(self.target_shard_mb, self.min_shard_mb, self.max_shard_mb)
-
-    def settings(self) -> ConversionSettings:
-        return ConversionSettings(
-            patterns=tuple(_absolute(p) for p in self.inputs), output_dir=_absolute(self.output),
-            bounds=self.bounds, max_pixels=self.max_pixels, seed=self.seed,
-            compression=self.compression, min_shards=self.min_shards,
-            labels_csv=_absolute(self.labels) if self.labels else None, label_key=self.label_key,
-            label_column=self.label_column, multi_label=self.multi_label,
-            labels_from_dirs=self.labels_from_dirs, missing_label=self.missing_label,
-            splits=parse_splits(self.splits), split_by=self.split_by, split_column=self.split_column,
-            decode=self.decode_settings(), unit=self.unit, max_failure_ratio=self.max_failure_ratio,
-            max_failures=self.max_failures, duplicates=self.duplicates)
-
-    def recorded(self) -> dict:
-        """The options that shape the output, as stored in dataset.json."""
-        return {
-            "inputs": list(self.inputs),
-            "target_shard_mb": self.target_shard_mb, "min_shard_mb": self.min_shard_mb,
-            "max_shard_mb": self.max_shard_mb, "min_shards": self.min_shards,
-            "compression": self.compression, "max_pixels": self.max_pixels, "seed": self.seed,
-            "dicom_values": self.dicom_values, "window": self.window, "window_bits": self.window_bits,
-            "resize": self.resize, "resize_mode": self.resize_mode, "channels": self.channels,
-            "frames": self.frames, "unit": self.unit, "duplicates": self.duplicates, "keep_tags": list(self.keep_tags),
-            "keep_source_path": self.keep_source_path, "allow_burned_in": self.allow_burned_in,
-            "id_salt": "random (hashes differ every run)" if self.salt() == _RANDOM_SALT else "set (not recorded)",
-            "labels": self.labels, "label_key": self.label_key, "label_column": self.label_column,
-            "multi_label": self.multi_label, "labels_from_dirs": self.labels_from_dirs,
-            "missing_label": self.missing_label,
-            "splits": dict(parse_splits(self.splits)), "split_by": self.split_by,
-            "split_column": self.split_column,
-        }
 
 
 def parse_flag(text: str) -> bool:
@@ -129,102 +54,364 @@ def parse_flag(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
 
 
-def _absolute(path: str) -> str:
+def absolute(path: str) -> str:
+    """A local path made absolute; a gs:// uri as it is."""
     return path if "://" in path else os.path.abspath(path)
 
 
+def _setting_default(cls, name: str):
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
+    return field.default if field.default is not dataclasses.MISSING else field.default_factory()
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """An option as a Flex Template parameter (metadata.json)."""
+    label: str
+    help: str
+    regexes: tuple[str, ...] = ()
+    required: bool = False      # a parameter the launcher must be given (the option itself may not be)
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One ``convert`` option.
+
+    ``setting`` is ``"decode.<field>"`` or ``"conversion.<field>"``: the settings
+    field the value feeds (through ``to_setting``), and whose default it takes.
+    ``recorded``: written to dataset.json's ``options``. ``content``: a change
+    between two --incremental versions means their records differ.
+    """
+    flag: str
+    help: str
+    group: str
+    template: Template
+    field: str = ""                     # ConvertOptions field, default: the flag
+    kind: str = "value"                 # value | switch | list
+    type: Optional[Callable] = None
+    choices: Optional[tuple] = None
+    default: Any = None
+    required: bool = False
+    metavar: Optional[str] = None
+    setting: str = ""
+    to_setting: Optional[Callable] = None
+    recorded: bool = True
+    content: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.field or self.flag
+
+    @property
+    def default_value(self):
+        if self.required:
+            return None
+        if self.setting:
+            target, name = self.setting.split(".")
+            cls = DecodeSettings if target == "decode" else ConversionSettings
+            return _setting_default(cls, name)
+        return self.default
+
+
+def _choices_regex(choices) -> tuple[str, ...]:
+    return ("^(" + "|".join(str(c) for c in choices) + ")$",)
+
+
+_IO, _SHARDS, _DECODE, _FAIL, _SAFETY, _LABELS, _REPORT = (
+    "input and output", "shards", "decoding", "failures", "patient safety", "labels and splits",
+    "reporting")
+
+OPTIONS: tuple[Option, ...] = (
+    Option("input", "directory (recursive), file or glob, local or gs://; repeatable", _IO,
+           Template("Input archive", "Directory (walked recursively), file or glob on Cloud Storage, "
+                    "e.g. gs://bucket/archive or gs://bucket/archive/*.dcm.", (_GCS,)),
+           field="inputs", kind="list", required=True, metavar="PATTERN",
+           setting="conversion.patterns", to_setting=lambda v: tuple(absolute(p) for p in v),
+           content=False),
+    Option("output", "dataset directory, local or gs://", _IO,
+           Template("Output dataset directory", "Cloud Storage directory for the dataset. Without "
+                    "incremental it must not hold a dataset already (give each run its own directory, "
+                    "e.g. gs://bucket/datasets/ct/2024-06-01); with incremental=true it is the root that "
+                    "collects the versions.", (_GCS,)),
+           required=True, metavar="DIR", setting="conversion.output_dir", to_setting=absolute,
+           recorded=False),
+    Option("overwrite", "replace a dataset already committed in --output", _IO,
+           Template("Overwrite", "true: replace a dataset already committed in output. "
+                    "false (default): refuse.", (_BOOL,)),
+           kind="switch", default=False, recorded=False),
+    Option("incremental", "write a new version OUT/versions/NNNN that converts only new and "
+           "changed files, reuses unchanged shards, then points OUT/LATEST at it", _IO,
+           Template("Incremental, versioned output", "true: write a new version OUTPUT/versions/NNNN "
+                    "that converts only new and changed files and reuses unchanged shards, then point "
+                    "OUTPUT/LATEST at it (scheduled runs over a growing archive). false (default): one "
+                    "dataset in OUTPUT.", (_BOOL,)),
+           kind="switch", default=False, recorded=False),
+    Option("duplicates", "files sharing a SOPInstanceUID: keep the first by sorted uri and skip "
+           "the rest (default), or keep all", _IO,
+           Template("Duplicate instances", "skip (default: keep the first file of a SOPInstanceUID by "
+                    "sorted uri) or keep (convert all).", _choices_regex(("skip", "keep"))),
+           choices=("skip", "keep"), setting="conversion.duplicates"),
+    Option("target_shard_mb", "default 256", _SHARDS,
+           Template("Target shard size (MB)", "Aimed-for shard size. Default 256.", (_NUMBER,)),
+           type=float, default=256.0, content=False),
+    Option("min_shard_mb", "smallest shard unless a split is smaller (default 100)", _SHARDS,
+           Template("Minimum shard size (MB)", "Smallest shard unless a split is smaller. Default 100.",
+                    (_NUMBER,)),
+           type=float, default=100.0, content=False),
+    Option("max_shard_mb", "largest shard; a bigger record fails as record_too_large (default 500)",
+           _SHARDS,
+           Template("Maximum shard size (MB)", "Largest shard; a bigger record fails as "
+                    "record_too_large. Default 500.", (_NUMBER,)),
+           type=float, default=500.0, content=False),
+    Option("min_shards", "at least this many shards per split while shards stay >= --min_shard_mb",
+           _SHARDS,
+           Template("Minimum shards per split", "At least this many shards per split while shards stay "
+                    "above the minimum size. Default 1.", (r"^[1-9][0-9]*$",)),
+           type=int, setting="conversion.min_shards", content=False),
+    Option("compression", "gzip writes .tfrecord.gz (default none)", _SHARDS,
+           Template("Compression", "none (default) or gzip (.tfrecord.gz).",
+                    _choices_regex(("none", "gzip"))),
+           choices=("none", "gzip"), setting="conversion.compression"),
+    Option("seed", "record order seed (default 0)", _SHARDS,
+           Template("Record order seed", "Seed of the record order. Default 0.", (r"^-?[0-9]+$",)),
+           type=int, setting="conversion.seed"),
+    Option("max_pixels", "reject images whose header claims more pixels (default 2^28)", _DECODE,
+           Template("Maximum pixels per image", "Reject images whose header claims more pixels, before "
+                    "decoding. Default 268435456 (2^28).", (r"^[1-9][0-9]*$",)),
+           type=int, setting="conversion.max_pixels"),
+    Option("dicom_values", "modality: modality LUT (HU for CT), exact dtype (default); stored: raw "
+           "stored values; window: VOI window to uint8/uint16", _DECODE,
+           Template("DICOM values", "modality (default: modality LUT, e.g. Hounsfield units), stored (raw "
+                    "stored values) or window (VOI window to uint8/uint16).",
+                    _choices_regex(("modality", "stored", "window"))),
+           choices=("modality", "stored", "window"), setting="decode.dicom_values"),
+    Option("window", f"CENTER,WIDTH or a preset ({', '.join(PRESETS)}); default: the file's own",
+           _DECODE,
+           Template("VOI window", "With dicom_values=window: CENTER,WIDTH or a preset (lung, mediastinum, "
+                    "bone, brain, abdomen, liver). Default: each file's own window."),
+           setting="decode.window", to_setting=lambda v: parse_window(v) if v else None),
+    Option("window_bits", "output bits of --dicom_values window (default 8)", _DECODE,
+           Template("Window output bits", "8 (default) or 16.", _choices_regex((8, 16))),
+           type=int, choices=(8, 16), setting="decode.window_bits"),
+    Option("resize", "e.g. 512x512", _DECODE,
+           Template("Resize", "HxW, e.g. 512x512. Default: keep sizes.", (r"^[1-9][0-9]*x[1-9][0-9]*$",)),
+           metavar="HxW", setting="decode.resize", to_setting=lambda v: parse_resize(v) if v else None),
+    Option("resize_mode", "stretch (default), pad (keep aspect, pad) or crop (keep aspect, centre crop)",
+           _DECODE,
+           Template("Resize mode", "stretch (default), pad (keep aspect, pad) or crop (keep aspect, "
+                    "centre crop).", _choices_regex(RESIZE_MODES)),
+           choices=RESIZE_MODES, setting="decode.resize_mode"),
+    Option("channels", "keep (default), 1 (RGB -> luma) or 3 (gray repeated)", _DECODE,
+           Template("Channels", "keep (default), 1 (RGB to luma) or 3 (gray repeated).",
+                    _choices_regex(("keep", "1", "3"))),
+           choices=("keep", "1", "3"), setting="decode.channels"),
+    Option("frames", "multi-frame DICOM: one record with depth=frames (default) or one per frame",
+           _DECODE,
+           Template("Multi-frame DICOM", "stack (default: one record with depth = frames) or split (one "
+                    "record per frame).", _choices_regex(("stack", "split"))),
+           choices=("stack", "split"), setting="decode.frames"),
+    Option("unit", "file: one record per file (default); series: one volume per "
+           "SeriesInstanceUID, slices in anatomical order", _DECODE,
+           Template("Record unit", "file (default: one record per file) or series (one volume per "
+                    "SeriesInstanceUID).", _choices_regex(("file", "series"))),
+           choices=("file", "series"), setting="conversion.unit"),
+    Option("decode_timeout_s", "fail a file whose decoding takes longer (default 300; 0: no limit)",
+           _DECODE,
+           Template("Decode timeout (s)", "Fail a file whose decoding takes longer. Default 300; 0: no "
+                    "limit.", (_NUMBER,)),
+           type=float, setting="decode.decode_timeout_s", recorded=False),
+    Option("max_failure_ratio", "refuse to commit when more than this share of inputs failed "
+           "(default 0.05)", _FAIL,
+           Template("Maximum failure ratio", "Refuse to commit dataset.json when more than this share "
+                    "of inputs failed. Default 0.05.", (_NUMBER,)),
+           type=float, setting="conversion.max_failure_ratio", recorded=False),
+    Option("max_failures", "refuse to commit when more than this many inputs failed", _FAIL,
+           Template("Maximum failures", "Refuse to commit dataset.json when more than this many inputs "
+                    "failed.", (r"^[0-9]+$",)),
+           type=int, setting="conversion.max_failures", recorded=False),
+    Option("id_salt", f"secret key for hashing identifiers (or ${SALT_ENV}); never written",
+           _SAFETY,
+           Template("Identifier salt", "Secret key for hashing record and patient identifiers (never "
+                    "written to the output). Keep it the same across runs: hashes and splits stay stable. "
+                    "Launch parameters are visible to whoever can view the job.", (r"^.{8,}$",),
+                    required=True),
+           recorded=False),
+    Option("allow_random_salt", "run without a salt: a random one, so hashes differ on every run",
+           _SAFETY,
+           Template("Allow a random salt", "true: run without a salt (hashes and splits differ on every "
+                    "run). false (default).", (_BOOL,)),
+           kind="switch", default=False, recorded=False),
+    Option("keep_tags", "extra DICOM attributes to write under dicom/ (your responsibility)", _SAFETY,
+           Template("Extra DICOM attributes", "DICOM keywords to write under dicom/, separated by "
+                    "commas (explicitly your responsibility: they may identify a patient).",
+                    (r"^[A-Za-z0-9]+(,[A-Za-z0-9]+)*$",)),
+           kind="list", metavar="KEYWORD", setting="decode.keep_tags"),
+    Option("keep_source_path", "write each record's source uri as the feature source_path", _SAFETY,
+           Template("Keep source paths", "true: write each record's source uri as the feature "
+                    "source_path (paths often hold patient names). false (default).", (_BOOL,)),
+           kind="switch", setting="decode.keep_source_path"),
+    Option("allow_burned_in", "convert images whose Burned In Annotation is YES", _SAFETY,
+           Template("Allow burned-in annotations", "true: convert images whose Burned In Annotation is "
+                    "YES. false (default): skip them.", (_BOOL,)),
+           kind="switch", setting="decode.allow_burned_in"),
+    Option("labels", "labels CSV, local or gs://", _LABELS,
+           Template("Labels CSV", "Optional labels CSV on Cloud Storage, joined to records by label_key.",
+                    (_GCS,)),
+           metavar="CSV", setting="conversion.labels_csv",
+           to_setting=lambda v: absolute(v) if v else None, content=False),
+    Option("label_key", "CSV column joined to records (path: relative to the --input root)", _LABELS,
+           Template("Label join key", "CSV column joined to records: path (relative to the input root), "
+                    "sop_instance_uid, series_instance_uid, study_instance_uid or patient_id. Default "
+                    "path.", _choices_regex(LABEL_KEYS)),
+           choices=LABEL_KEYS, setting="conversion.label_key"),
+    Option("label_column", "CSV column holding the label", _LABELS,
+           Template("Label column", "CSV column holding the label. Default label."),
+           setting="conversion.label_column"),
+    Option("multi_label", "labels like a|b|c -> multi-hot", _LABELS,
+           Template("Multi-label", "true: labels like a|b|c become a multi-hot vector. false (default).",
+                    (_BOOL,)),
+           kind="switch", setting="conversion.multi_label"),
+    Option("labels_from_dirs", "class = parent folder name (ImageNet layout)", _LABELS,
+           Template("Labels from folders", "true: the class is the parent folder name (ImageNet layout). "
+                    "false (default).", (_BOOL,)),
+           kind="switch", setting="conversion.labels_from_dirs"),
+    Option("missing_label", "records without a label: skip (default), error, or keep as -1", _LABELS,
+           Template("Records without a label", "skip (default), error (counted as failed) or unlabeled "
+                    "(label -1).", _choices_regex(("skip", "error", "unlabeled"))),
+           choices=("skip", "error", "unlabeled"), setting="conversion.missing_label"),
+    Option("splits", "e.g. train=0.8,validation=0.1,test=0.1 (default train=1.0)", _LABELS,
+           Template("Splits", "Split names and fractions summing to 1, e.g. "
+                    "train=0.8,validation=0.1,test=0.1. Default train=1.0.",
+                    (r"^[A-Za-z0-9_-]+=[0-9.]+(,[A-Za-z0-9_-]+=[0-9.]+)*$",)),
+           default="train=1.0", setting="", to_setting=None),
+    Option("split_by", "group kept in one split (default: patient for DICOM, record otherwise)",
+           _LABELS,
+           Template("Split grouping", "Group kept in one split: patient, study, series or record. Default "
+                    "patient for DICOM, record otherwise.", _choices_regex(SPLIT_BY)),
+           choices=SPLIT_BY, setting="conversion.split_by"),
+    Option("split_column", "take each record's split from this labels CSV column instead", _LABELS,
+           Template("Split column", "Take each record's split from this labels CSV column instead of "
+                    "hashing."),
+           setting="conversion.split_column"),
+    Option("summary_json", "also write the end-of-run summary as JSON here (local or gs://)", _REPORT,
+           Template("Summary file", "Optional Cloud Storage path where the end-of-run summary is written "
+                    "as JSON (for schedulers).", (_GCS,)),
+           metavar="PATH", recorded=False),
+    Option("progress", "auto (default): a bar on a terminal, a line every 10 s otherwise", _REPORT,
+           Template("Progress display", "auto (default), bar, log (a line every 10 s) or none.",
+                    _choices_regex(("auto", "bar", "log", "none"))),
+           choices=("auto", "bar", "log", "none"), default="auto", recorded=False),
+)
+OPTION_BY_NAME = {o.name: o for o in OPTIONS}
+# Options whose change between --incremental versions leaves earlier shards reusable.
+PLACEMENT_OPTIONS = frozenset(o.name for o in OPTIONS if o.recorded and not o.content)
+
+
+def _convert_options_class():
+    fields = [(o.name, Any, dataclasses.field(default=None if o.required else
+                                              (tuple(o.default_value) if o.kind == "list"
+                                               else o.default_value)))
+              for o in OPTIONS]
+    return dataclasses.make_dataclass("ConvertOptions", fields, frozen=True, namespace=dict(_METHODS))
+
+
+def _salt(self) -> str:
+    """--id_salt, else $DCM2TFRECORD_ID_SALT, else (with --allow_random_salt) a fresh one."""
+    salt = self.id_salt or os.environ.get(SALT_ENV, "")
+    if not salt and self.allow_random_salt:
+        salt = _RANDOM_SALT
+    return salt
+
+
+def _bounds(self) -> ShardBounds:
+    return ShardBounds.from_mb(self.target_shard_mb, self.min_shard_mb, self.max_shard_mb)
+
+
+def _settings(self) -> ConversionSettings:
+    """The settings the job graph is built from, fed by each option's ``setting``."""
+    fed: dict = {"decode": {"id_salt": self.salt()}, "conversion": {}}
+    for option in OPTIONS:
+        if option.setting:
+            target, name = option.setting.split(".")
+            value = getattr(self, option.name)
+            fed[target][name] = option.to_setting(value) if option.to_setting else (
+                tuple(value) if option.kind == "list" else value)
+    return ConversionSettings(bounds=self.bounds, splits=parse_splits(self.splits),
+                              decode=DecodeSettings(**fed["decode"]), **fed["conversion"])
+
+
+def _recorded(self) -> dict:
+    """The options that shape the output, as stored in dataset.json."""
+    out = {}
+    for option in OPTIONS:
+        if option.recorded:
+            value = getattr(self, option.name)
+            out[option.name] = list(value) if option.kind == "list" else value
+    out["splits"] = dict(parse_splits(self.splits))
+    out["id_salt"] = ("random (hashes differ every run)" if self.salt() == _RANDOM_SALT
+                      else "set (not recorded)")
+    return out
+
+
+def _replace(self, **changes):
+    return dataclasses.replace(self, **changes)
+
+
+_METHODS = {"salt": _salt, "bounds": property(_bounds), "settings": _settings,
+            "recorded": _recorded, "replace": _replace,
+            "__doc__": "The values of every convert option (see OPTIONS)."}
+ConvertOptions = _convert_options_class()
+
+
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
-    io_group = parser.add_argument_group("input and output")
-    io_group.add_argument("--input", action="append", required=True, metavar="PATTERN",
-                          help="directory (recursive), file or glob, local or gs://; repeatable")
-    io_group.add_argument("--output", required=True, metavar="DIR",
-                          help="dataset directory, local or gs://")
-    io_group.add_argument("--overwrite", action="store_true",
-                          help="replace a dataset already committed in --output")
-    io_group.add_argument("--incremental", nargs="?", const=True, default=False, type=parse_flag,
-                          metavar="true|false",
-                          help="write a new version OUT/versions/NNNN that converts only new and "
-                               "changed files, reuses unchanged shards, then points OUT/LATEST at it")
-    shards = parser.add_argument_group("shards")
-    shards.add_argument("--target_shard_mb", type=float, default=256.0, help="default 256")
-    shards.add_argument("--min_shard_mb", type=float, default=100.0,
-                        help="smallest shard unless a split is smaller (default 100)")
-    shards.add_argument("--max_shard_mb", type=float, default=500.0,
-                        help="largest shard; a bigger record fails as record_too_large (default 500)")
-    shards.add_argument("--min_shards", type=int, default=1,
-                        help="at least this many shards per split while shards stay >= --min_shard_mb")
-    shards.add_argument("--compression", choices=("none", "gzip"), default="none",
-                        help="gzip writes .tfrecord.gz (default none)")
-    shards.add_argument("--seed", type=int, default=0, help="record order seed (default 0)")
-    decode = parser.add_argument_group("decoding")
-    decode.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS,
-                        help="reject images whose header claims more pixels (default 2^28)")
-    decode.add_argument("--dicom_values", choices=("modality", "stored", "window"), default="modality",
-                        help="modality: modality LUT (HU for CT), exact dtype (default); stored: raw "
-                             "stored values; window: VOI window to uint8/uint16")
-    decode.add_argument("--window", default=None,
-                        help=f"CENTER,WIDTH or a preset ({', '.join(PRESETS)}); default: the file's own")
-    decode.add_argument("--window_bits", type=int, choices=(8, 16), default=8,
-                        help="output bits of --dicom_values window (default 8)")
-    decode.add_argument("--resize", default=None, metavar="HxW", help="e.g. 512x512")
-    decode.add_argument("--resize_mode", choices=RESIZE_MODES, default="stretch",
-                        help="stretch (default), pad (keep aspect, pad) or crop (keep aspect, centre crop)")
-    decode.add_argument("--channels", choices=("keep", "1", "3"), default="keep",
-                        help="keep (default), 1 (RGB -> luma) or 3 (gray repeated)")
-    decode.add_argument("--frames", choices=("stack", "split"), default="stack",
-                        help="multi-frame DICOM: one record with depth=frames (default) or one per frame")
-    decode.add_argument("--unit", choices=("file", "series"), default="file",
-                        help="file: one record per file (default); series: one volume per "
-                             "SeriesInstanceUID, slices in anatomical order")
-    decode.add_argument("--decode_timeout_s", type=float, default=300.0,
-                        help="fail a file whose decoding takes longer (default 300; 0: no limit)")
-    io_group.add_argument("--duplicates", choices=("skip", "keep"), default="skip",
-                          help="files sharing a SOPInstanceUID: keep the first by sorted uri and skip "
-                               "the rest (default), or keep all")
-    failures = parser.add_argument_group("failures")
-    failures.add_argument("--max_failure_ratio", type=float, default=0.05,
-                          help="refuse to commit when more than this share of inputs failed (default 0.05)")
-    failures.add_argument("--max_failures", type=int, default=None,
-                          help="refuse to commit when more than this many inputs failed")
-    safety = parser.add_argument_group("patient safety")
-    safety.add_argument("--id_salt", default=None,
-                        help=f"secret key for hashing identifiers (or ${SALT_ENV}); never written")
-    safety.add_argument("--allow_random_salt", action="store_true",
-                        help="run without a salt: a random one, so hashes differ on every run")
-    safety.add_argument("--keep_tags", nargs="+", default=(), metavar="KEYWORD",
-                        help="extra DICOM attributes to write under dicom/ (your responsibility)")
-    safety.add_argument("--keep_source_path", action="store_true",
-                        help="write each record's source uri as the feature source_path")
-    safety.add_argument("--allow_burned_in", action="store_true",
-                        help="convert images whose Burned In Annotation is YES")
-    labels = parser.add_argument_group("labels and splits")
-    labels.add_argument("--labels", metavar="CSV", help="labels CSV, local or gs://")
-    labels.add_argument("--label_key", choices=LABEL_KEYS, default="path",
-                        help="CSV column joined to records (path: relative to the --input root)")
-    labels.add_argument("--label_column", default="label", help="CSV column holding the label")
-    labels.add_argument("--multi_label", action="store_true", help="labels like a|b|c -> multi-hot")
-    labels.add_argument("--labels_from_dirs", action="store_true",
-                        help="class = parent folder name (ImageNet layout)")
-    labels.add_argument("--missing_label", choices=("skip", "error", "unlabeled"), default="skip",
-                        help="records without a label: skip (default), error, or keep as -1")
-    labels.add_argument("--splits", default="train=1.0",
-                        help="e.g. train=0.8,validation=0.1,test=0.1 (default train=1.0)")
-    labels.add_argument("--split_by", choices=SPLIT_BY, default=None,
-                        help="group kept in one split (default: patient for DICOM, record otherwise)")
-    labels.add_argument("--split_column", default=None,
-                        help="take each record's split from this labels CSV column instead")
-    reporting = parser.add_argument_group("reporting")
-    reporting.add_argument("--summary_json", default=None, metavar="PATH",
-                           help="also write the end-of-run summary as JSON here (local or gs://)")
-    reporting.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto",
-                           help="auto (default): a bar on a terminal, a line every 10 s otherwise")
+    groups: dict = {}
+    for option in OPTIONS:
+        group = groups.get(option.group) or groups.setdefault(
+            option.group, parser.add_argument_group(option.group))
+        kwargs: dict = {"help": option.help, "dest": option.name}
+        if option.kind == "switch":
+            kwargs.update(nargs="?", const=True, default=option.default_value, type=parse_flag,
+                          metavar="true|false")
+        elif option.kind == "list":
+            kwargs.update(action="append" if option.flag == "input" else None,
+                          nargs=None if option.flag == "input" else "+",
+                          default=None if option.required else option.default_value)
+            kwargs = {k: v for k, v in kwargs.items() if v is not None or k == "default"}
+        else:
+            kwargs.update(default=option.default_value)
+            if option.type:
+                kwargs["type"] = option.type
+            if option.choices:
+                kwargs["choices"] = option.choices
+        if option.required:
+            kwargs["required"] = True
+            kwargs.pop("default", None)
+        if option.metavar:
+            kwargs["metavar"] = option.metavar
+        group.add_argument(f"--{option.flag}", **kwargs)
+
+
+def template_metadata() -> dict:
+    """The Flex Template's metadata.json: one parameter per option, from OPTIONS."""
+    return {
+        "name": "dcm2tfrecord convert",
+        "description": "Converts a DICOM/PNG/JPEG archive on Cloud Storage into deterministic, "
+                       "size-bounded TFRecord shards plus dataset.json (see README). Launch with "
+                       "sdk_container_image set to the template image so the workers run the same code.",
+        "streaming": False,
+        "parameters": [
+            {"name": o.flag, "label": o.template.label, "helpText": o.template.help,
+             "isOptional": not (o.required or o.template.required), **({"regexes": list(o.template.regexes)}
+                                              if o.template.regexes else {})}
+            for o in OPTIONS],
+    }
 
 
 def _check_label_csv(opts: ConvertOptions) -> None:
     from apache_beam.io.filesystems import FileSystems
     import io
     from transforms.labels.table import read_header
-    path = _absolute(opts.labels)
+    path = absolute(opts.labels)
     if not FileSystems.exists(path):
         raise UsageError(f"--labels {opts.labels}: file not found")
     with FileSystems.open(path) as raw:
@@ -307,7 +494,7 @@ def check_inputs_exist(patterns: Sequence[str]) -> None:
     """Each --input must match at least one file (one listing call, first match only)."""
     from apache_beam.io.filesystems import FileSystems
     for pattern in patterns:
-        path = _absolute(pattern)
+        path = absolute(pattern)
         candidates = [path] if any(c in path for c in "*?[") else \
             [FileSystems.join(path.rstrip("/"), "**"), path]
         found = False
@@ -328,10 +515,10 @@ def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
     parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False)
     add_convert_arguments(parser)
     known, beam_args = parser.parse_known_args(list(argv))
-    fields = {f.name for f in dataclasses.fields(ConvertOptions)}
-    values = {k: v for k, v in vars(known).items() if k in fields}
-    values["inputs"] = tuple(known.input)
-    values["keep_tags"] = tuple(known.keep_tags or ())
+    values = {o.name: getattr(known, o.name) for o in OPTIONS}
+    values["inputs"] = tuple(known.inputs)
+    # --keep_tags A B, or A,B as one value (the Flex Template's form)
+    values["keep_tags"] = tuple(t for item in known.keep_tags or () for t in item.split(",") if t)
     values["output"] = known.output.rstrip("/") or "/"
     opts = ConvertOptions(**values)
     unknown = unknown_beam_args(beam_args)
@@ -341,3 +528,9 @@ def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
     validate(opts)
     check_inputs_exist(opts.inputs)
     return opts, beam_args
+
+
+if __name__ == "__main__":   # python -m pipeline.options --metadata > metadata.json
+    if sys.argv[1:] != ["--metadata"]:
+        sys.exit("usage: python -m pipeline.options --metadata")
+    print(json.dumps(template_metadata(), indent=2))

@@ -12,12 +12,7 @@ from dataset.files import delete_tree
 from dataset.names import (FAILED_RUN_NAME, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB,
                            files_of_shard)
 from dataset.progress import remove_progress
-from pipeline.options import ConvertOptions, UsageError
-
-
-def absolute(path: str) -> str:
-    """A local path made absolute; a gs:// uri as it is."""
-    return path if "://" in path else os.path.abspath(path)
+from pipeline.options import PLACEMENT_OPTIONS, ConvertOptions, UsageError
 
 
 def prepare_output(opts: ConvertOptions) -> None:
@@ -71,7 +66,7 @@ def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, vers
         base = versions.BaseVersion("", ())
     else:
         previous = dataset_json.read_manifest(versions.version_dir(root, latest))
-        base = versions.base_version(root, latest, previous, opts.recorded())
+        base = versions.base_version(root, latest, previous, opts.recorded(), PLACEMENT_OPTIONS)
         if base.rebuild_reason:
             logging.getLogger(__name__).warning("%s: no shard of version %s is reused",
                                                 base.rebuild_reason, latest)

@@ -14,7 +14,8 @@ from typing import Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.options import UsageError
-from dataset import dataset_json as manifest_lib
+from dataset import dataset_json
+from dataset.names import MANIFEST_NAME, parse_version
 from dataset import versions
 
 MB = 1 << 20
@@ -33,7 +34,7 @@ def describe(root: str) -> list[dict]:
     latest = versions.read_latest(root)
     rows = []
     for name in versions.committed_versions(root):
-        manifest = manifest_lib.read_manifest(versions.version_dir(root, name))
+        manifest = dataset_json.read_manifest(versions.version_dir(root, name))
         incremental = manifest.get("incremental", {})
         rows.append({
             "version": name, "latest": name == latest,
@@ -80,11 +81,11 @@ def rollback(root: str, version: str) -> str:
     """Points LATEST at ``version`` (which must be committed); returns its name."""
     root = _root(root)
     try:
-        name = versions.parse_version(version)
+        name = parse_version(version)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if not FileSystems.exists(FileSystems.join(versions.version_dir(root, name),
-                                               manifest_lib.MANIFEST_NAME)):
+                                               MANIFEST_NAME)):
         known = ", ".join(versions.committed_versions(root)) or "none"
         raise UsageError(f"version {name} of {root} is not committed (committed: {known})")
     versions.set_latest(root, name)

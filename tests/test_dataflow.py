@@ -231,7 +231,8 @@ def test_script_is_executable_bash():
 # A value for each parameter whose option has neither choices nor a default.
 SAMPLES = {"incremental": "True", "input": "gs://bucket/archive", "output": "gs://bucket/datasets/ct/2024-06-01",
            "id_salt": "a-long-secret-salt", "labels": "gs://bucket/labels.csv",
-           "split_column": "split", "window": "lung", "resize": "512x512", "max_failures": "3"}
+           "split_column": "split", "window": "lung", "resize": "512x512", "max_failures": "3",
+           "keep_tags": "BodyPartExamined,ViewPosition", "summary_json": "gs://bucket/summary.json"}
 
 
 def _metadata() -> dict:
@@ -256,14 +257,14 @@ def test_flex_template_parameters_are_convert_options():
     names = [p["name"] for p in params]
     assert len(names) == len(set(names)), names
     parser = _convert_parser()
-    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    actions = {a.option_strings[0][2:]: a for a in parser._actions if a.option_strings}
     argv = []
     for param in params:
         name = param["name"]
         action = actions.get(name)
         assert action is not None and f"--{name}" in action.option_strings, \
             f"metadata.json parameter {name!r} is not a convert option"
-        assert action.nargs in (None, "?") and (action.const is None or action.type is not None), \
+        assert action.nargs in (None, "?", "+") and (action.const is None or action.type is not None), \
             f"--{name} takes no single value: the launcher passes --{name}=VALUE"
         assert set(param) <= {"name", "label", "helpText", "isOptional", "regexes", "paramType"}, param
         assert param["label"] and param["helpText"]
@@ -280,11 +281,20 @@ def test_flex_template_parameters_are_convert_options():
     known, rest = parser.parse_known_args(argv)
     assert rest == []
     for param, arg in zip(params, argv):
-        parsed = getattr(known, param["name"])
+        parsed = getattr(known, actions[param["name"]].dest)
         parsed = parsed[0] if isinstance(parsed, list) else parsed
         assert str(parsed) == arg.split("=", 1)[1], param["name"]
-    required = {a.dest for a in actions.values() if a.required}
+    required = {flag for flag, a in actions.items() if a.required}
     assert required <= {p["name"] for p in params if not p["isOptional"]}
+
+
+def test_flex_template_metadata_is_generated_from_the_option_table_and_lists_every_option():
+    from pipeline.options import OPTIONS, template_metadata
+    assert _metadata() == template_metadata(), \
+        "metadata.json is stale: python -m pipeline.options --metadata > metadata.json"
+    parser = _convert_parser()
+    flags = {s[2:] for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"help"}
+    assert {p["name"] for p in _metadata()["parameters"]} == flags == {o.flag for o in OPTIONS}
 
 
 def test_dockerfile_uses_the_installed_beam_sdk_image_and_ships_the_packages():
@@ -296,7 +306,7 @@ def test_dockerfile_uses_the_installed_beam_sdk_image_and_ships_the_packages():
     assert froms[-1] == f"apache/beam_python{py}_sdk:{apache_beam.__version__}", froms
     with open(os.path.join(ROOT, "setup.py")) as handle:
         packages = re.search(r"packages=\[([^\]]*)\]", handle.read()).group(1)
-    for package in re.findall(r"[\"'](\w+)[\"']", packages):
+    for package in {p.split(".")[0] for p in re.findall(r"[\"']([\w.]+)[\"']", packages)}:
         assert re.search(rf"^COPY\s+{package}\s", dockerfile, flags=re.M), f"{package} not copied"
     assert re.search(r'^ENV FLEX_TEMPLATE_PYTHON_PY_FILE="\$\{WORKDIR\}/main.py"', dockerfile, flags=re.M)
 

@@ -8,6 +8,7 @@ from PIL import Image
 import reader
 from pipeline import cli
 from pipeline import preview_cmd
+from transforms.images import display
 from tests.conftest import run_convert, write_png_archive
 
 
@@ -168,13 +169,13 @@ def test_ct_in_hounsfield_units_is_auto_windowed_and_volumes_show_their_middle_s
     volume[2, 8:24, 8:24, 0] = rng.integers(0, 80, (16, 16))        # soft tissue, middle slice only
     record = {"depth": 5, "height": 32, "width": 32, "channels": 1, "dtype": b"int16",
               "format": b"dicom", "dicom/photometric_interpretation": b"MONOCHROME2"}
-    rgb = preview_cmd.display_image(volume.astype(np.float64), record)
+    rgb = display.display_image(volume.astype(np.float64), record)
     assert rgb.shape == (32, 32, 3) and rgb.dtype == np.uint8
     assert rgb[0, 0, 0] == 0 and rgb[16, 16].max() > 0 and rgb.std() > 50
-    inverted = preview_cmd.display_image(volume, {**record, "dicom/photometric_interpretation":
+    inverted = display.display_image(volume, {**record, "dicom/photometric_interpretation":
                                                    b"MONOCHROME1"})
     assert (inverted == 255 - rgb).all()
-    windowed = preview_cmd.display_image(volume.astype(np.uint16), {**record, "dtype": b"uint16"},
+    windowed = display.display_image(volume.astype(np.uint16), {**record, "dtype": b"uint16"},
                                          windowed=True)
     assert windowed.max() <= 255
 
@@ -182,7 +183,7 @@ def test_ct_in_hounsfield_units_is_auto_windowed_and_volumes_show_their_middle_s
 def test_padding_is_cropped_and_uint8_shown_as_stored():
     padded = np.zeros((40, 50, 3), np.uint8)
     padded[:20, :30, 0] = np.arange(30, dtype=np.uint8)
-    rgb = preview_cmd.display_image(padded, {"depth": 1, "height": 20, "width": 30, "channels": 1,
+    rgb = display.display_image(padded, {"depth": 1, "height": 20, "width": 30, "channels": 1,
                                              "dtype": b"uint8"})
     assert rgb.shape == (20, 30, 3) and (rgb[0, :, 1] == np.arange(30)).all()
 

@@ -58,7 +58,8 @@ def _install_requires() -> list[str]:
 def _modules():
     """(module name, path) of every module the worker package ships."""
     for package in _setup_packages():
-        for path in sorted(glob.glob(os.path.join(ROOT, package, "**", "*.py"), recursive=True)):
+        folder = os.path.join(ROOT, *package.split("."))
+        for path in sorted(glob.glob(os.path.join(folder, "*.py"))):
             rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
             yield rel[:-len(".__init__")] if rel.endswith(".__init__") else rel, path
 
@@ -78,12 +79,13 @@ def _imports(path: str) -> set[str]:
 def test_setup_lists_every_package_of_the_tree():
     listed = set(_setup_packages())
     for package in listed:
-        assert os.path.isfile(os.path.join(ROOT, package, "__init__.py")), package
-    for name in ("pipeline", "transforms", "reader"):
+        assert os.path.isfile(os.path.join(ROOT, *package.split("."), "__init__.py")), package
+    for name in ("pipeline", "transforms", "dataset", "reader"):
         assert name in listed
-    for sub in glob.glob(os.path.join(ROOT, "*", "*", "__init__.py")):
-        top = os.path.relpath(sub, ROOT).split(os.sep)[0]
-        assert top not in listed, f"subpackage {sub} is not in setup.py packages"
+    for init in glob.glob(os.path.join(ROOT, "*", "**", "__init__.py"), recursive=True):
+        package = os.path.relpath(os.path.dirname(init), ROOT).replace(os.sep, ".")
+        if package.split(".")[0] in listed:
+            assert package in listed, f"package {package} is not in setup.py packages"
 
 
 def test_package_imports_nothing_outside_itself():

@@ -1,8 +1,7 @@
-"""Pure functions that turn source files into TFRecord shards, plus thin Beam shells.
+"""What happens to a record, from source file to serialized tf.train.Example.
 
-Modules hold one concern each: ``sources`` (matching inputs), ``sniff`` (file
-type), ``dicom_header``/``dicom_pixels`` (DICOM), ``raster`` (PNG/JPEG/...),
-``probe`` and ``decode`` (dispatch), ``record_format`` + ``example_codec``
-(the tf.train.Example), ``shard_plan`` (sizes and order), ``shard_writer``
-(atomic shard files), ``manifest`` (dataset.json), ``beam_transforms`` (Beam).
+One package per concern (sources, dicom, images, records, labels, splits,
+series, planning, output). In each, plain modules hold pure functions that
+the tests call without Beam; ``steps.py`` holds the thin Beam shells (DoFns
+and composite PTransforms) that pipeline/convert.py wires into the job graph.
 """
