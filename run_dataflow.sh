@@ -2,7 +2,7 @@
 # Submits `dcm2tfrecord convert` to Google Cloud Dataflow (Runner v2).
 #
 #   ./run_dataflow.sh --project P --region R --input gs://bkt/archive --output gs://bkt/ds \
-#       --temp_location gs://bkt/tmp [--labels gs://bkt/labels.csv ...] [--dry_run]
+#       --temp_location gs://bkt/tmp --id_salt_file gs://secure/salt [--labels gs://bkt/labels.csv ...] [--dry_run]
 #
 # --project, --region, --input (repeatable), --output and --temp_location may
 # come from the environment instead: PROJECT, REGION, INPUT (space-separated
@@ -19,7 +19,9 @@
 #
 # --dry_run builds the real Dataflow job (Beam's --dry_run=True) and submits
 # nothing; add --dataflow_job_file=job.json to write what it built.
-# The identifier salt comes from --id_salt or $DCM2TFRECORD_ID_SALT, as for convert.
+# The identifier salt comes from --id_salt_file gs://BUCKET/OBJECT (an object only the
+# workers' service account can read): the workers read it, so the salt never travels in
+# the job's parameters or graph. --id_salt and $DCM2TFRECORD_ID_SALT are refused here.
 # DCM2TFRECORD_PYTHON=/path/to/python uses that interpreter instead of ./.venv.
 set -euo pipefail
 cd "$(dirname "$0")"

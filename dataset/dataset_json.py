@@ -55,6 +55,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         by_split.setdefault(result.split, []).append(result)
     skipped = Counter(o.reason for o in outcomes if o.status == reasons.SKIPPED)
     failed = Counter(o.reason for o in outcomes if o.status == reasons.FAILED)
+    rejected_rows = Counter(o.reason for o in outcomes if o.status == reasons.REJECTED)
     written = sum(r.sources_written for r in results)
     features = dict(CORE_FEATURES)
     features.update(extra_features or {})
@@ -77,6 +78,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
             "skipped": dict(sorted(skipped.items())),
             "failed": dict(sorted(failed.items())),
             "unaccounted": matched - written - sum(skipped.values()) - sum(failed.values()),
+            "label_rows_rejected": dict(sorted(rejected_rows.items())),
         },
         "errors_file": ERRORS_NAME,
         "options": dict(options),
@@ -94,8 +96,20 @@ def errors_jsonl(outcomes: Iterable[Outcome]) -> str:
     return "".join(json.dumps(o.as_json(), sort_keys=True) + "\n" for o in ordered)
 
 
+class CommitConflict(Exception):
+    """dataset.json appeared while this run was writing: another run committed here."""
+
+
 def commit(output_dir: str, manifest: dict, outcomes: Iterable[Outcome]) -> str:
-    """Writes errors.jsonl, then dataset.json last; returns the manifest path."""
+    """Writes errors.jsonl, then dataset.json last; returns the manifest path.
+
+    Never over a dataset.json that is already there: the launcher removed an
+    earlier one (--overwrite) before the run, so one found now was committed
+    by another run meanwhile, and both cannot be right.
+    """
+    if FileSystems.exists(FileSystems.join(output_dir, MANIFEST_NAME)):
+        raise CommitConflict(f"{FileSystems.join(output_dir, MANIFEST_NAME)} was committed by another "
+                             "run while this one ran; this run commits nothing")
     _write_text(output_dir, ERRORS_NAME, errors_jsonl(outcomes))
     return _write_text(output_dir, MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 

@@ -9,9 +9,11 @@ A plain dataset directory::
     {shard}.idx                           its index (DALI tfrecord2idx: "offset size" lines)
     .incomplete/{name}.{uuid}             files being written, renamed into place when whole
     .progress/plan.json, {shard}.done     progress of a running job (removed at commit)
+    .lock                                 held by the run writing the directory (dataset/lock.py)
 
 A versioned root (``convert --incremental``)::
 
+    .lock                                 held by the run writing a new version
     LATEST                                the current version's name
     versions/{NNNN}/                      each a dataset directory as above, whose new shards
                                           are {split}-v{NNNN}-{i:05d}-of-{n:05d}.tfrecord[.gz]
@@ -34,6 +36,7 @@ ERRORS_NAME = "errors.jsonl"
 FAILED_RUN_NAME = "run_failed.json"
 INCOMPLETE_DIR = ".incomplete"
 PROGRESS_DIR = ".progress"
+LOCK_NAME = ".lock"
 PLAN_NAME = "plan.json"
 DONE_SUFFIX = ".done"
 VERSIONS_DIR = "versions"
@@ -100,7 +103,12 @@ class ShardName:
 
 def shard_file_name(split: str, index: int, num_shards: int, tag: str = "",
                     gzip: bool = False) -> str:
-    """``{split}[-{tag}]-{index:05d}-of-{num_shards:05d}.tfrecord[.gz]``."""
+    """``{split}[-{tag}]-{index:05d}-of-{num_shards:05d}.tfrecord[.gz]``.
+
+    ``split`` is checked again here (BadName): whatever let an unsafe name
+    through upstream, it never becomes a path.
+    """
+    check_component(split, "split name")
     middle = f"-{tag}" if tag else ""
     return (f"{split}{middle}-{index:05d}-of-{num_shards:05d}{SHARD_SUFFIX}"
             + (GZIP_SUFFIX if gzip else ""))

@@ -34,8 +34,9 @@ import numpy as np
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
 
-from dataset.names import (ERRORS_NAME, GZIP_SUFFIX, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB, files_of_shard,
-                           index_file_name, parse_shard_name)
+from dataset.files import read_json
+from dataset.names import (ERRORS_NAME, GZIP_SUFFIX, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB,
+                           files_of_shard, index_file_name, parse_shard_name, records_file_name)
 from dataset.versions import resolve_dataset_dir, shard_uri
 from transforms import reasons
 from transforms.labels.table import label_keys
@@ -425,6 +426,62 @@ class ShardCheck:
     index: list = dataclasses.field(default_factory=list)       # (offset, size) per record read
     stats: RecordStats = dataclasses.field(default_factory=RecordStats)
     problems: list = dataclasses.field(default_factory=list)
+    ids: bytearray = dataclasses.field(default_factory=bytearray)   # 16 bytes per record read
+
+
+ID_BYTES = 16
+
+
+def id_bytes(value: bytes) -> bytes:
+    """A record's ``id`` feature as 16 bytes: the 32 hex characters the writer gives it, else
+    a hash of whatever is there (so a foreign or damaged id is still compared)."""
+    value = bytes(value)
+    try:
+        raw = bytes.fromhex(value.decode("ascii"))
+        if len(raw) == ID_BYTES:
+            return raw
+    except (UnicodeDecodeError, ValueError):
+        pass
+    return hashlib.sha256(b"foreign:" + value).digest()[:ID_BYTES]
+
+
+class RecordIds:
+    """Every record id of a dataset, 16 bytes each (20 M records: 320 MB), to find an id
+    that appears twice: a shard copied in from another split or another run."""
+
+    def __init__(self):
+        self.ids = bytearray()
+        self.files: list = []          # shard file per block of ids
+        self.starts: list = []         # first position of each block
+
+    def add(self, file: str, ids: bytes) -> None:
+        self.starts.append(len(self.ids) // ID_BYTES)
+        self.files.append(file)
+        self.ids.extend(ids)
+
+    def _where(self, position: int) -> tuple[str, int]:
+        import bisect
+        block = bisect.bisect_right(self.starts, position) - 1
+        return self.files[block], position - self.starts[block]
+
+    def repeats(self, limit: int = 10) -> list[Problem]:
+        count = len(self.ids) // ID_BYTES
+        if count < 2:
+            return []
+        ids = np.frombuffer(bytes(self.ids), dtype=f"S{ID_BYTES}")
+        order = np.argsort(ids, kind="stable")
+        ordered = ids[order]
+        same = np.flatnonzero(ordered[1:] == ordered[:-1])
+        problems = []
+        for k in same[:limit]:
+            first_file, first = self._where(int(order[k]))
+            file, record = self._where(int(order[k + 1]))
+            problems.append(Problem(file, f"record id {bytes(ordered[k + 1]).hex()} repeats record "
+                                          f"{first} of {first_file}: a record is in the dataset twice "
+                                          "(a shard copied from another split or run?)", record))
+        if len(same) > limit:
+            problems.append(Problem(MANIFEST_NAME, f"{len(same) - limit} more repeated record ids"))
+        return problems
 
 
 def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
@@ -458,6 +515,8 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
                     continue
                 messages, summary = check_example(features, schema)
                 check.problems.extend(Problem(name, m, framed.index, framed.offset) for m in messages)
+                kind, values = features.get("id", (None, []))
+                check.ids.extend(id_bytes(values[0] if kind == "bytes" and len(values) == 1 else b""))
                 if summary:
                     check.stats.add(summary)
         except FramingError as exc:
@@ -500,8 +559,9 @@ def check_index(path: str, name: str, actual: list[tuple[int, int]]) -> list[Pro
     return []
 
 
-def verify_shard(dataset_dir: str, entry: dict, schema: dict) -> ShardCheck:
-    """One dataset.json shard entry against the files: shard, then its index."""
+def verify_shard(dataset_dir: str, entry: dict, schema: dict, split: Optional[str] = None) -> ShardCheck:
+    """One dataset.json shard entry against the files: shard, then its index (and, in a
+    versioned dataset, the split its records file says it was written for)."""
     name = entry.get("file", "?")
     path = shard_uri(dataset_dir, name)
     if not FileSystems.exists(path):
@@ -524,6 +584,16 @@ def verify_shard(dataset_dir: str, entry: dict, schema: dict) -> ShardCheck:
         check.problems.append(Problem(index_name, "index file missing"))
     else:
         check.problems.extend(check_index(index_path, index_name, check.index))
+    records_path = shard_uri(dataset_dir, records_file_name(name))
+    if split is not None and FileSystems.exists(records_path):
+        try:
+            written_for = read_json(records_path)["shard"]["split"]
+        except Exception as exc:  # noqa: BLE001
+            check.problems.append(Problem(records_file_name(name), f"does not parse: {exc}"))
+        else:
+            if written_for != split:
+                check.problems.append(Problem(name, f"was written for split {written_for!r} but is "
+                                                    f"listed under {split!r}"))
     return check
 
 
@@ -623,7 +693,7 @@ def check_errors_file(dataset_dir: str, manifest: dict) -> list[Problem]:
     path = FileSystems.join(dataset_dir, name)
     if not FileSystems.exists(path):
         return [Problem(name, "missing (dataset.json names it)")]
-    found: dict = {reasons.SKIPPED: Counter(), reasons.FAILED: Counter()}
+    found: dict = {reasons.SKIPPED: Counter(), reasons.FAILED: Counter(), reasons.REJECTED: Counter()}
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             lines = handle.read().decode("utf-8").splitlines()
@@ -637,8 +707,9 @@ def check_errors_file(dataset_dir: str, manifest: dict) -> list[Problem]:
             return [Problem(name, f"line {number} is not a JSON object: {exc}")]
     problems = []
     counts = manifest.get("counts", {})
-    for status in (reasons.SKIPPED, reasons.FAILED):
-        declared = {k: v for k, v in counts.get(status, {}).items() if v}
+    for status, key in ((reasons.SKIPPED, "skipped"), (reasons.FAILED, "failed"),
+                        (reasons.REJECTED, "label_rows_rejected")):
+        declared = {k: v for k, v in counts.get(key, {}).items() if v}
         if dict(found[status]) != declared:
             problems.append(Problem(name, f"{status} per reason {dict(sorted(found[status].items()))}, "
                                           f"dataset.json counts {declared}"))
@@ -694,10 +765,12 @@ def verify_dataset(dataset_dir: str) -> Report:
         report.problems.extend(manifest_problems)
         return report
     schema = manifest.get("features") or {}
+    ids = RecordIds()
     for split, entry in sorted(manifest["splits"].items()):
         stats, complete = RecordStats(), True
         for shard in entry.get("shards", []):
-            check = verify_shard(dataset_dir, shard, schema)
+            check = verify_shard(dataset_dir, shard, schema, split)
+            ids.add(check.file, bytes(check.ids))
             report.problems.extend(check.problems)
             report.shards += 1
             report.records += check.records
@@ -705,6 +778,7 @@ def verify_dataset(dataset_dir: str) -> Report:
             stats.merge(check.stats)
             complete = complete and not check.problems
         report.problems.extend(check_split_stats(split, entry, stats, complete))
+    report.problems.extend(ids.repeats())
     report.problems.extend(manifest_problems)
     report.problems.extend(check_errors_file(dataset_dir, manifest))
     report.notes.extend(stray_files(dataset_dir, manifest))

@@ -36,13 +36,38 @@ def latest_path(root: str) -> str:
     return FileSystems.join(root, LATEST_NAME)
 
 
+class DamagedLatest(ValueError):
+    """LATEST names no committed version: nobody can tell which version is current."""
+
+
+def _repair_hint(root: str) -> str:
+    committed = committed_versions(root)
+    if not committed:
+        return "no version is committed: remove LATEST and convert again"
+    return (f"repair it with: dcm2tfrecord rollback {root} {int(committed[-1])} "
+            f"(committed: {', '.join(committed)})")
+
+
 def read_latest(root: str) -> Optional[str]:
-    """The version LATEST points to, or None for a root without one."""
+    """The version LATEST points to, or None for a root without one.
+
+    DamagedLatest, naming the repair (``rollback``), when LATEST holds anything
+    but the name of a committed version (junk, or a version since removed).
+    """
     path = latest_path(root)
     if not FileSystems.exists(path):
         return None
     with FileSystems.open(path) as handle:
-        return parse_version(handle.read().decode("utf-8"))
+        raw = handle.read(256)
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        name = parse_version(text)
+    except ValueError:
+        raise DamagedLatest(f"{path} holds {text[:40]!r}, not a version name; "
+                            f"{_repair_hint(root)}") from None
+    if not FileSystems.exists(FileSystems.join(version_dir(root, name), MANIFEST_NAME)):
+        raise DamagedLatest(f"{path} names version {name}, which is not committed; {_repair_hint(root)}")
+    return name
 
 
 def set_latest(root: str, name: str) -> None:

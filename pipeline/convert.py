@@ -11,7 +11,9 @@ reads back what was committed and prints the summary. The graph::
 """
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
 import time
 from typing import Optional, Sequence
@@ -23,13 +25,15 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from pipeline import tool_version
-from pipeline.options import ConvertOptions, UsageError, absolute, parse_convert, validate
+from dataset.lock import OutputBusy, OutputLock
+from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_salt_stays_out_of_the_job,
+                              parse_convert, scan_label_csv, validate)
 
 from dataset import dataset_json, versions
 from dataset.names import ERRORS_NAME, version_tag
 from dataset.progress import remove_progress
 from dataset.versions import BaseVersion
-from pipeline.output_dir import prepare_output, prepare_version, remove_stale_files
+from pipeline.output_dir import check_writable, prepare_output, prepare_version, remove_stale_files
 from pipeline.progress import ProgressMonitor
 from pipeline.summary import print_summary, summarize, write_summary_json
 from transforms.settings import ConversionSettings
@@ -42,7 +46,6 @@ from transforms.series.steps import GroupSeries
 from transforms.sources.steps import MatchSources
 from transforms.splits.steps import CountGroups, with_split
 
-LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 
 
 def _given(beam_args: Sequence[str], flag: str) -> bool:
@@ -144,7 +147,7 @@ class ConvertArchive(beam.PTransform):
             records, duplicates = records | "DropDuplicates" >> DropDuplicateInstances()
             outcome_parts.append(duplicates)
         if settings.unit == "series":
-            records, series_outcomes = records | "BuildVolumes" >> GroupSeries(settings.decode.id_salt)
+            records, series_outcomes = records | "BuildVolumes" >> GroupSeries(settings.decode)
             outcome_parts.append(series_outcomes)
         space = None
         if settings.labels_csv or settings.labels_from_dirs:
@@ -206,7 +209,21 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     opts = ConvertOptions(**{**opts.__dict__, "output": absolute(opts.output)})
     validate(opts)
     options = make_pipeline_options(beam_args)
+    check_salt_stays_out_of_the_job(opts, beam_args)
     launch_only = job_not_run_here(options)
+    if opts.labels:
+        scan_label_csv(opts.labels)
+    if launch_only == "dry_run":   # a dry run touches no output: no lock either
+        return _run(opts, options, launch_only, quiet)
+    check_writable(opts.output)
+    try:
+        with OutputLock(opts.output):
+            return _run(opts, options, launch_only, quiet)
+    except OutputBusy as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool) -> dict:
     root, version, base = opts.output, None, None
     if opts.incremental:
         version, target, base = prepare_version(opts, launch_only == "dry_run")
@@ -243,11 +260,46 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     return summary
 
 
+def root_cause(exc: BaseException) -> str:
+    """One line naming why a run failed, out of Beam's wrapped multi-line errors:
+    the innermost ``SomeError: message`` and the step it happened in."""
+    text = "\n".join(str(e) for e in _chain(exc))
+    errors = re.findall(r"^\s*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Conflict|Busy|Exit)\b"
+                        r"(?::[^\n]*)?)$", text, flags=re.M)
+    step = re.findall(r"\[while running '([^']+)'\]", text)
+    inner = list(_chain(exc))[-1]
+    cause = re.sub(r"\s*\[while running '[^']+'\]", "", errors[-1]) if errors else (
+        f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[0]}")
+    return cause.strip()[:400] + (f" (in step {step[-1]})" if step else "")
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+DEBUG_ENV = "DCM2TFRECORD_DEBUG"
+
+
 def main(argv: Sequence[str]) -> int:
     opts, beam_args = parse_convert(argv)
+    debug = bool(os.environ.get(DEBUG_ENV))
+    if not debug:   # a failed step is reported below in one line, not as Beam's ERROR traceback
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     try:
         run(opts, beam_args)
     except ConversionFailed as exc:
         print(f"dcm2tfrecord convert: {exc}", file=sys.stderr)
+        return 1
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of the run: one line, not Beam's traceback
+        if debug:
+            logging.getLogger(__name__).error("run failed", exc_info=True)
+        print(f"dcm2tfrecord convert: the run failed and committed nothing new: {root_cause(exc)} "
+              f"({DEBUG_ENV}=1 shows the full trace)", file=sys.stderr)
         return 1
     return 0

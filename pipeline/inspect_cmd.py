@@ -35,13 +35,30 @@ def parse_inspect(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control characters (an ESC in a class name could retitle
+    the window or hide lines) shown as escapes; line breaks kept."""
+    import unicodedata
+    return "".join(ch if ch == "\n" or not unicodedata.category(ch).startswith("C")
+                   else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def load_info(dataset_dir: str):
     """reader.info, with a missing dataset.json as a usage error (exit code 2)."""
     import reader
     try:
         return reader.info(dataset_dir)
     except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
+        import tensorflow as tf
+        from reader.manifest import LATEST_NAME
+        hint = ""
+        if tf.io.gfile.exists(tf.io.gfile.join(dataset_dir, LATEST_NAME)):
+            hint = (f"; its {LATEST_NAME} names a version that is not committed: repair it with "
+                    "'dcm2tfrecord rollback ROOT N'")
+        raise UsageError(f"{exc}{hint}") from None
+    except ValueError as exc:     # e.g. a damaged LATEST in a versioned root
+        raise UsageError(f"{dataset_dir}: {exc}; a damaged LATEST is repaired with "
+                         "'dcm2tfrecord rollback ROOT N'") from None
 
 
 def default_split(manifest: Mapping, split: Optional[str]) -> str:
@@ -272,12 +289,12 @@ def main(argv: Sequence[str]) -> int:
     if args.record is None:
         if args.split is not None:
             default_split(manifest, args.split)
-        print(format_dataset(manifest, dataset_dir, args.all_shards))
+        print(printable(format_dataset(manifest, dataset_dir, args.all_shards)))
         return 0
     split = default_split(manifest, args.split)
     records = int(manifest["splits"][split]["num_records"])
     if not 0 <= args.record < records:
         raise UsageError(f"--record {args.record}: split {split!r} holds records 0..{records - 1}")
     features = read_record(dataset_dir, split, args.record)
-    print(format_record(manifest, split, args.record, features))
+    print(printable(format_record(manifest, split, args.record, features)))
     return 0

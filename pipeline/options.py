@@ -28,12 +28,13 @@ from typing import Any, Callable, Optional, Sequence
 from transforms.images.geometry import RESIZE_MODES, parse_resize
 from transforms.labels.table import LABEL_KEYS
 from transforms.dicom.voi import PRESETS, parse_window
-from transforms.settings import ConversionSettings, DecodeSettings
+from transforms.settings import ConversionSettings, DecodeSettings, read_salt_file
 from transforms.planning.shards import ShardBounds
 from transforms.splits.assign import SPLIT_BY, SplitSpecError, parse_splits
 
 
 SALT_ENV = "DCM2TFRECORD_ID_SALT"
+LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 _RANDOM_SALT = secrets.token_hex(16)
 _GCS = r"^gs:\/\/[^\n\r]+$"
 _NUMBER = r"^[0-9]+(\.[0-9]+)?$"
@@ -85,7 +86,7 @@ class Option:
     flag: str
     help: str
     group: str
-    template: Template
+    template: Optional[Template]         # None: not a Flex Template parameter (see not_in_template)
     field: str = ""                     # ConvertOptions field, default: the flag
     kind: str = "value"                 # value | switch | list
     type: Optional[Callable] = None
@@ -97,6 +98,7 @@ class Option:
     to_setting: Optional[Callable] = None
     recorded: bool = True
     content: bool = True
+    not_in_template: str = ""           # why the option is no Flex Template parameter
 
     @property
     def name(self) -> str:
@@ -229,13 +231,20 @@ OPTIONS: tuple[Option, ...] = (
            Template("Maximum failures", "Refuse to commit dataset.json when more than this many inputs "
                     "failed.", (r"^[0-9]+$",)),
            type=int, setting="conversion.max_failures", recorded=False),
-    Option("id_salt", f"secret key for hashing identifiers (or ${SALT_ENV}); never written",
-           _SAFETY,
-           Template("Identifier salt", "Secret key for hashing record and patient identifiers (never "
-                    "written to the output). Keep it the same across runs: hashes and splits stay stable. "
-                    "Launch parameters are visible to whoever can view the job.", (r"^.{8,}$",),
-                    required=True),
-           recorded=False),
+    Option("id_salt", f"secret key for hashing identifiers (or ${SALT_ENV}); never written; "
+           "local runs only (on Dataflow it would travel in the job: use --id_salt_file)", _SAFETY,
+           None, recorded=False,
+           not_in_template="launch parameters are visible to whoever can view the job: the template "
+                           "takes id_salt_file"),
+    Option("id_salt_file", "file or gs:// object holding the identifier salt (a mounted secret or a "
+           "restricted object): read by each worker, so the salt never travels in the job", _SAFETY,
+           Template("Identifier salt file", "Cloud Storage object holding the secret key for hashing "
+                    "record and patient identifiers (e.g. gs://secure-bucket/dcm2tfrecord-salt, readable "
+                    "by the workers' service account only). Workers read it; the salt itself never "
+                    "appears in job parameters, logs or the output. Keep it the same across runs.",
+                    (_GCS,), required=True),
+           metavar="PATH", setting="decode.id_salt_file",
+           to_setting=lambda v: absolute(v) if v else "", recorded=False),
     Option("allow_random_salt", "run without a salt: a random one, so hashes differ on every run",
            _SAFETY,
            Template("Allow a random salt", "true: run without a salt (hashes and splits differ on every "
@@ -316,11 +325,29 @@ def _convert_options_class():
 
 
 def _salt(self) -> str:
-    """--id_salt, else $DCM2TFRECORD_ID_SALT, else (with --allow_random_salt) a fresh one."""
-    salt = self.id_salt or os.environ.get(SALT_ENV, "")
+    """--id_salt, else the content of --id_salt_file, else $DCM2TFRECORD_ID_SALT, else (with
+    --allow_random_salt) a fresh one."""
+    salt = self.id_salt
+    if not salt and self.id_salt_file:
+        salt = _salt_file_content(absolute(self.id_salt_file))
+    salt = salt or os.environ.get(SALT_ENV, "")
     if not salt and self.allow_random_salt:
         salt = _RANDOM_SALT
     return salt
+
+
+_SALT_FILES: dict = {}
+
+
+def _salt_file_content(uri: str) -> str:
+    """Read once per launcher process (validation asks for the salt several times)."""
+    if uri not in _SALT_FILES:
+        try:
+            _SALT_FILES[uri] = read_salt_file(uri)
+        except Exception as exc:  # noqa: BLE001 - missing, unreadable, empty: one line
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UsageError(f"--id_salt_file {uri}: cannot read the salt ({reason})") from None
+    return _SALT_FILES[uri]
 
 
 def _bounds(self) -> ShardBounds:
@@ -329,7 +356,10 @@ def _bounds(self) -> ShardBounds:
 
 def _settings(self) -> ConversionSettings:
     """The settings the job graph is built from, fed by each option's ``setting``."""
-    fed: dict = {"decode": {"id_salt": self.salt()}, "conversion": {}}
+    # With --id_salt_file the salt stays out of the settings (and so out of the job graph):
+    # each worker reads the file at setup (transforms.settings.with_salt).
+    fed: dict = {"decode": {"id_salt": "" if self.id_salt_file and not self.id_salt else self.salt()},
+                 "conversion": {}}
     for option in OPTIONS:
         if option.setting:
             target, name = option.setting.split(".")
@@ -403,7 +433,7 @@ def template_metadata() -> dict:
             {"name": o.flag, "label": o.template.label, "helpText": o.template.help,
              "isOptional": not (o.required or o.template.required), **({"regexes": list(o.template.regexes)}
                                               if o.template.regexes else {})}
-            for o in OPTIONS],
+            for o in OPTIONS if o.template is not None],
     }
 
 
@@ -414,13 +444,45 @@ def _check_label_csv(opts: ConvertOptions) -> None:
     path = absolute(opts.labels)
     if not FileSystems.exists(path):
         raise UsageError(f"--labels {opts.labels}: file not found")
-    with FileSystems.open(path) as raw:
-        header = read_header(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""))
+    try:
+        with FileSystems.open(path) as raw:
+            header = read_header(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--labels {opts.labels}: its header is not UTF-8 text ({exc.reason}); "
+                         "give a CSV file saved as UTF-8") from None
+    except Exception as exc:  # noqa: BLE001 - csv.Error, OSError: one line, not a traceback
+        raise UsageError(f"--labels {opts.labels}: cannot read its header: {exc}") from None
     wanted = [opts.label_key, opts.label_column] + ([opts.split_column] if opts.split_column else [])
     missing = [c for c in wanted if c not in header]
     if missing:
         raise UsageError(f"--labels {opts.labels}: column(s) {', '.join(missing)} not in its header "
                          f"{header}; set --label_key/--label_column/--split_column to existing columns")
+
+
+def scan_label_csv(labels: str) -> int:
+    """Reads the whole labels CSV once before any work (streamed, bounded memory): text that
+    is not UTF-8 or not CSV is a usage error naming the line, not a traceback mid-run.
+    Returns the number of lines."""
+    import csv
+    import io
+    from apache_beam.io.filesystems import FileSystems
+    from transforms.labels.table import FIELD_SIZE_LIMIT
+    csv.field_size_limit(FIELD_SIZE_LIMIT)
+    line = 0
+    try:
+        with FileSystems.open(absolute(labels)) as raw:
+            rows = csv.reader(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""))
+            for _ in rows:
+                line = rows.line_num
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--labels {labels}: not UTF-8 text after line {line} ({exc.reason}); "
+                         "give a CSV file saved as UTF-8") from None
+    except csv.Error as exc:
+        raise UsageError(f"--labels {labels}: line {line + 1} is not CSV ({exc}); "
+                         f"cells are limited to {FIELD_SIZE_LIMIT >> 20} MB") from None
+    except OSError as exc:
+        raise UsageError(f"--labels {labels}: cannot be read: {exc}") from None
+    return line
 
 
 def validate(opts: ConvertOptions) -> None:
@@ -468,9 +530,28 @@ def validate(opts: ConvertOptions) -> None:
         raise UsageError("--unit series and --frames split exclude each other")
     if opts.window and opts.dicom_values != "window":
         raise UsageError("--window needs --dicom_values window")
+    if opts.id_salt and opts.id_salt_file:
+        raise UsageError("--id_salt and --id_salt_file exclude each other; give the salt one way")
     if not opts.salt():
-        raise UsageError(f"no identifier salt: set --id_salt or ${SALT_ENV} to a secret kept the same "
-                         "across runs (stable hashes, stable splits), or pass --allow_random_salt")
+        raise UsageError(f"no identifier salt: set --id_salt_file (or --id_salt, or ${SALT_ENV}) to a "
+                         "secret kept the same across runs (stable hashes, stable splits), or pass "
+                         "--allow_random_salt")
+
+
+def check_salt_stays_out_of_the_job(opts: ConvertOptions, beam_args: Sequence[str]) -> None:
+    """On a remote runner everything in the job graph and its parameters is visible to whoever
+    can view the job: there the salt must come from --id_salt_file, read by the workers."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    runner = PipelineOptions(list(beam_args)).view_as(StandardOptions).runner
+    if runner in LOCAL_RUNNERS:
+        return
+    if not opts.id_salt_file or opts.id_salt:
+        raise UsageError("on Dataflow give the salt as --id_salt_file gs://BUCKET/OBJECT (workers read "
+                         "it; --id_salt or $DCM2TFRECORD_ID_SALT would travel inside the job for anyone "
+                         "who can view it)")
+    if "://" not in opts.id_salt_file:
+        raise UsageError(f"--id_salt_file {opts.id_salt_file}: Dataflow workers cannot read a local "
+                         "file; give a gs:// object (readable by the workers' service account)")
 
 
 def unknown_beam_args(beam_args: Sequence[str]) -> list[str]:
@@ -491,23 +572,58 @@ def unknown_beam_args(beam_args: Sequence[str]) -> list[str]:
 
 
 def check_inputs_exist(patterns: Sequence[str]) -> None:
-    """Each --input must match at least one file (one listing call, first match only)."""
+    """Each --input must match at least one file (gs://: one listing call, first match only)."""
     from apache_beam.io.filesystems import FileSystems
+    from transforms.sources.match import escape_glob, is_glob
     for pattern in patterns:
-        path = absolute(pattern)
-        candidates = [path] if any(c in path for c in "*?[") else \
-            [FileSystems.join(path.rstrip("/"), "**"), path]
-        found = False
-        for candidate in candidates:
-            try:
-                if FileSystems.match([candidate], limits=[1])[0].metadata_list:
-                    found = True
+        path = absolute(pattern).rstrip("/") or "/"
+        if "://" not in path:
+            found = os.path.lexists(path) and (not os.path.isdir(path) or _any_file(path)) \
+                or (is_glob(path) and any(True for _ in _first_local_match(path)))
+        else:
+            literal = escape_glob(path)
+            candidates = [path] if is_glob(path) else [literal + "/**", literal]
+            found = False
+            for candidate in candidates:
+                try:
+                    found = bool(FileSystems.match([candidate], limits=[1])[0].metadata_list)
+                except Exception:   # noqa: BLE001 - an unreadable prefix matches nothing
+                    found = False
+                if found:
                     break
-            except Exception:
-                continue
         if not found:
             raise UsageError(f"--input {pattern} matches no file; check the path or glob "
                              "(directories are walked recursively)")
+
+
+def _any_file(folder: str) -> bool:
+    for _, _, files in os.walk(folder, followlinks=True):
+        if files:
+            return True
+    return False
+
+
+def _first_local_match(pattern: str):
+    from transforms.sources.match import expand_pattern
+    for source in expand_pattern(pattern):
+        yield source
+        return
+
+
+def check_output_outside_inputs(output: str, patterns: Sequence[str]) -> None:
+    """A dataset written inside its own archive would be read back as input by the next run."""
+    from transforms.sources.match import is_glob, pattern_root
+    out = absolute(output).rstrip("/") + "/"
+    for pattern in patterns:
+        path = absolute(pattern).rstrip("/")
+        root = pattern_root(path) if is_glob(path) else path + "/"
+        if "://" not in out and "://" not in root:
+            out_real, root_real = os.path.realpath(out) + "/", os.path.realpath(root) + "/"
+        else:
+            out_real, root_real = out, root
+        if out_real.startswith(root_real):
+            raise UsageError(f"--output {output} lies inside --input {pattern}: the next run would read "
+                             "its own shards as input; choose an --output outside the archive")
 
 
 def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
@@ -526,7 +642,9 @@ def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
         raise UsageError(f"unknown option {unknown[0]}: neither a convert option nor a Beam pipeline "
                          "option; see 'dcm2tfrecord convert --help'")
     validate(opts)
+    check_salt_stays_out_of_the_job(opts, beam_args)
     check_inputs_exist(opts.inputs)
+    check_output_outside_inputs(opts.output, opts.inputs)
     return opts, beam_args
 
 

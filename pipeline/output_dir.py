@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 
 from apache_beam.io.filesystems import FileSystems
 
 from dataset import dataset_json, versions
-from dataset.files import delete_tree
+from dataset.files import delete_tree, remove_empty_incomplete_dir
 from dataset.names import (FAILED_RUN_NAME, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB,
-                           files_of_shard)
+                           files_of_shard, incomplete_name)
 from dataset.progress import remove_progress
 from pipeline.options import PLACEMENT_OPTIONS, ConvertOptions, UsageError
 
@@ -31,6 +32,23 @@ def prepare_output(opts: ConvertOptions) -> None:
         FileSystems.delete([manifest])
     if "://" not in opts.output and os.path.isfile(opts.output):
         raise UsageError(f"--output {opts.output} is a file; give a directory")
+
+
+def check_writable(output: str) -> None:
+    """Creates ``output`` if needed and writes and removes one small file in it, so that an
+    output under a file, without permission or on a full disk fails now, in one line."""
+    probe = FileSystems.join(output, incomplete_name("write-check", uuid.uuid4().hex))
+    try:
+        if "://" not in output:
+            os.makedirs(os.path.dirname(probe), exist_ok=True)
+        with FileSystems.create(probe, mime_type="application/octet-stream") as handle:
+            handle.write(b"dcm2tfrecord write check\n")
+        FileSystems.delete([probe])
+    except Exception as exc:  # noqa: BLE001 - any failure here means the run could not write
+        cause = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+        raise UsageError(f"--output {output} is not writable: {cause}; choose a directory you can "
+                         "write to (with free space)") from None
+    remove_empty_incomplete_dir(output)
 
 
 def remove_stale_files(output_dir: str, manifest: dict) -> None:
@@ -61,7 +79,10 @@ def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, vers
         raise UsageError(f"--output {root} is a file; give a directory")
     name = versions.next_version(root)
     target = versions.version_dir(root, name)
-    latest = versions.read_latest(root)
+    try:
+        latest = versions.read_latest(root)
+    except versions.DamagedLatest as exc:
+        raise UsageError(f"--incremental cannot tell which version to build on: {exc}") from None
     if latest is None:
         base = versions.BaseVersion("", ())
     else:

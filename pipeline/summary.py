@@ -44,6 +44,7 @@ def summarize(manifest: dict, output_dir: str, wall_seconds: float) -> dict:
         "matched": counts["matched"], "written": counts["written"], "records": counts["records"],
         "skipped": counts["skipped"], "failed": counts["failed"],
         "unaccounted": counts.get("unaccounted", 0),
+        "label_rows_rejected": counts.get("label_rows_rejected", {}),
         "errors_file": FileSystems.join(output_dir, ERRORS_NAME),
         "wall_seconds": round(wall_seconds, 3),
         "bytes_written": total_bytes,
@@ -80,7 +81,12 @@ def format_summary(summary: dict, list_shards: bool = True) -> str:
     for status in ("skipped", "failed"):
         for reason, n in summary[status].items():
             lines.append(f"    {status:<8} {reason:<32}{n:>7}")
-    if summary["skipped"] or summary["failed"]:
+    rows = summary.get("label_rows_rejected", {})
+    if rows:
+        lines.append(f"labels CSV rows rejected (inputs are not affected): {sum(rows.values())}")
+        for reason, n in rows.items():
+            lines.append(f"    rejected {reason:<32}{n:>7}")
+    if summary["skipped"] or summary["failed"] or rows:
         lines.append(f"    which files and why: {summary['errors_file']}")
     for note in summary.get("notes", []):
         lines.append(f"note: {note}")

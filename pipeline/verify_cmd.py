@@ -12,6 +12,7 @@ import time
 from typing import Sequence
 
 from dataset.verify import verify_dataset
+from dataset.versions import DamagedLatest
 
 
 def parse_verify(argv: Sequence[str]) -> argparse.Namespace:
@@ -29,7 +30,11 @@ def parse_verify(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str]) -> int:
     args = parse_verify(argv)
     started = time.time()
-    report = verify_dataset(args.dataset.rstrip("/") or "/")
+    try:
+        report = verify_dataset(args.dataset.rstrip("/") or "/")
+    except DamagedLatest as exc:
+        print(f"dcm2tfrecord verify: error: {exc}", file=sys.stderr)
+        return 2
     print(f"{report.verdict()} [{time.time() - started:.1f} s]")
     for problem in report.problems[:args.max_problems]:
         print(f"  {problem}", file=sys.stderr)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Sequence
+import sys
+from typing import Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -29,9 +30,17 @@ def _root(path: str) -> str:
     return root
 
 
+def current_version(root: str) -> tuple[Optional[str], str]:
+    """(the version LATEST names, "") or (None, why LATEST cannot be read)."""
+    try:
+        return versions.read_latest(root), ""
+    except versions.DamagedLatest as exc:
+        return None, str(exc)
+
+
 def describe(root: str) -> list[dict]:
     """Per committed version: records and shards per split, what it reused, bytes."""
-    latest = versions.read_latest(root)
+    latest, _ = current_version(root)
     rows = []
     for name in versions.committed_versions(root):
         manifest = dataset_json.read_manifest(versions.version_dir(root, name))
@@ -74,6 +83,10 @@ def versions_main(argv: Sequence[str]) -> int:
     root = _root(args.root)
     rows = describe(root)
     print(json.dumps(rows, indent=1, sort_keys=True) if args.json else format_versions(root, rows))
+    _, damaged = current_version(root)
+    if damaged:
+        print(f"dcm2tfrecord versions: warning: no version is current: {damaged}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -98,7 +111,8 @@ def rollback_main(argv: Sequence[str]) -> int:
     parser.add_argument("root", metavar="OUT", help="the --output of convert --incremental")
     parser.add_argument("version", metavar="N", help="version number, e.g. 3 or 0003")
     args = parser.parse_args(list(argv))
-    before = versions.read_latest(_root(args.root))
+    before, damaged = current_version(_root(args.root))
     name = rollback(args.root, args.version)
+    before = before or ("(damaged)" if damaged else None)
     print(f"{args.root.rstrip('/')}: LATEST {before} -> {name}")
     return 0

@@ -53,8 +53,9 @@ SHUFFLING_STEPS = {
 
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in REQUIRED}
-    env.update({"DCM2TFRECORD_PYTHON": sys.executable, "DCM2TFRECORD_ID_SALT": TEST_SALT,
+    env.update({"DCM2TFRECORD_PYTHON": sys.executable,
                 "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    env.pop("DCM2TFRECORD_ID_SALT", None)
     env.update(extra)
     return env
 
@@ -76,13 +77,16 @@ def dry_run(gcs_emulator, tmp_path_factory):
                                      "dicom/CT_small.dcm,a\n")
     gcs_emulator.upload_tree(str(archive), "df/archive")
     labels = gcs_emulator.upload_file(str(work / "labels.csv"), "df/labels.csv")
+    (work / "salt").write_text(TEST_SALT + "\n")
+    salt_file = gcs_emulator.upload_file(str(work / "salt"), "secure/salt")
     job_file = work / "job.json"
     os.makedirs(work / "tmp")      # Beam's stager leaves its sdist build folder behind
     proc = _script("--project", "fake-project", "--region=europe-west4",
                    "--input", gcs_emulator.url("df/archive"), "--output", gcs_emulator.url("df/out"),
                    "--temp_location", gcs_emulator.url("df/tmp"), "--dry_run",
                    "--labels", labels, "--splits=train=0.8,validation=0.2", "--incremental",
-                   "--max_num_workers=7", f"--dataflow_job_file={job_file}",
+                   "--max_num_workers=7", f"--dataflow_job_file={job_file}", "--id_salt_file", salt_file,
+                   "--unit", "series",
                    env=_env(TMPDIR=str(work / "tmp")))
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(job_file) as handle:
@@ -128,6 +132,52 @@ def test_dry_run_submits_nothing_and_touches_no_output(dry_run):
     assert "dry_run: Dataflow job" in stderr and "not run here" in stderr
     assert job["type"] == "JOB_TYPE_BATCH" and job["name"].startswith("beamapp-")
     assert emulator.list("df/out") == [] and emulator.list("df/tmp") == []
+
+
+def _byte_strings(value):
+    """Every string of the job description, and what it decodes to: base64 payloads (pickled
+    DoFns, coders, side inputs), and those zlib-inflated, recursively."""
+    import zlib
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _byte_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _byte_strings(item)
+    elif isinstance(value, str):
+        yield value.encode("utf-8", "surrogateescape")
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (ValueError, TypeError):
+            return
+        yield raw
+        for start in range(0, min(len(raw), 64)):
+            try:
+                yield zlib.decompressobj().decompress(raw[start:])
+                break
+            except zlib.error:
+                continue
+
+
+def test_the_salt_is_nowhere_in_the_job_and_its_parameters(dry_run):
+    """--id_salt_file: the workers read the salt; the job graph (pickled DoFns included),
+    its options and the launcher's output hold only the file's name."""
+    job, emulator, stderr = dry_run
+    blobs = list(_byte_strings(job))
+    pickled = [blob for blob in blobs if b"ProbeFn" in blob or b"WriteShardFn" in blob]
+    assert pickled, "no pickled DoFn found: the search would see nothing"
+    assert any(b"secure/salt" in blob for blob in pickled)      # the file name does travel
+    salt = TEST_SALT.encode()
+    for form in (salt, TEST_SALT.encode("utf-16-le"), base64.b64encode(salt)):
+        assert not any(form in blob for blob in blobs), form
+    assert TEST_SALT not in stderr
+
+
+def test_id_salt_is_refused_on_dataflow(tmp_path):
+    proc = _script("--project", "p", "--region", "r", "--input", "gs://b/a", "--output", "gs://b/o",
+                   "--temp_location", "gs://b/t", "--dry_run", env=_env(DCM2TFRECORD_ID_SALT=TEST_SALT))
+    assert proc.returncode == 2 and "--id_salt_file" in proc.stderr, proc.stderr[-2000:]
+    assert TEST_SALT not in proc.stderr
 
 
 def test_worker_settings_and_defaults(dry_run):

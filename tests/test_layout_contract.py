@@ -20,7 +20,7 @@ from reader import manifest as reader_manifest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("pipeline", "transforms", "dataset", "reader", "benchmarks", "tools")
 LITERALS = {names.MANIFEST_NAME, names.ERRORS_NAME, names.FAILED_RUN_NAME, names.INCOMPLETE_DIR,
-            names.PROGRESS_DIR, names.PLAN_NAME, names.DONE_SUFFIX, names.VERSIONS_DIR,
+            names.PROGRESS_DIR, names.LOCK_NAME, names.PLAN_NAME, names.DONE_SUFFIX, names.VERSIONS_DIR,
             names.LATEST_NAME, names.PARENT, names.SHARD_SUFFIX, names.INDEX_SUFFIX,
             names.RECORDS_SUFFIX}
 

@@ -20,7 +20,9 @@ def record_id(rel_path: str, salt: str = "") -> str:
     Keyed with the run's --id_salt: paths often hold patient names, and an
     unsalted hash of a guessable path could be confirmed by anyone.
     """
-    digest = hmac.new(_ID_KEY + salt.encode("utf-8"), rel_path.encode("utf-8"), hashlib.sha256)
+    # surrogateescape: a file name that is not UTF-8 hashes as its own bytes
+    digest = hmac.new(_ID_KEY + salt.encode("utf-8"), rel_path.encode("utf-8", "surrogateescape"),
+                      hashlib.sha256)
     return digest.hexdigest()[:32]
 
 

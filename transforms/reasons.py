@@ -5,6 +5,7 @@ users grep for them and scripts match on them, so they never change meaning.
 """
 SKIPPED = "skipped"
 FAILED = "failed"
+REJECTED = "rejected"     # a labels-CSV row (not an input) that labels nothing: never counted as an input
 
 # Skipped: the file is fine, it just is not an image we convert.
 NO_PIXEL_DATA = "no_pixel_data"                  # DICOM without (7FE0,0010): SR, RTPLAN, DICOMDIR...
@@ -29,7 +30,9 @@ DECODE_ERROR = "decode_error"                    # codec failed on the pixel dat
 TOO_MANY_PIXELS = "too_many_pixels"              # header claims more than --max_pixels
 MISSING_LABEL = "missing_label"                  # no row in --labels for this record
 MALFORMED_LABEL_ROW = "malformed_label_row"      # a labels CSV line that cannot be used
+DUPLICATE_LABEL_ROW = "duplicate_label_row"      # a labels CSV key given again on a later line
 INVALID_LABEL = "invalid_label"                  # a label value that does not parse
+INVALID_SPLIT = "invalid_split"                  # a --split_column value that cannot name a split
 RECORD_TOO_LARGE = "record_too_large"            # one record exceeds --max_shard_mb
 SERIES_MIXED_SHAPES = "series_mixed_shapes"      # --unit series: slices differ in size or dtype
 SERIES_MIXED_ORIENTATION = "series_mixed_orientation"
@@ -58,7 +61,9 @@ DOCUMENTED = {
     TOO_MANY_PIXELS: "the header claims more pixels than --max_pixels",
     MISSING_LABEL: "no label for this record in --labels (counted as skipped with --missing_label skip)",
     MALFORMED_LABEL_ROW: "a labels CSV line with the wrong number of fields or an empty key (uri is csv:line)",
+    DUPLICATE_LABEL_ROW: "a labels CSV key already given on an earlier line; the first line counts (uri is csv:line)",
     INVALID_LABEL: "a label value that does not parse as the column's kind",
+    INVALID_SPLIT: "a --split_column value that is empty or cannot be part of a file name ('/', '..')",
     RECORD_TOO_LARGE: "a single record is larger than --max_shard_mb",
     SERIES_MIXED_SHAPES: "--unit series: the series' slices differ in rows, columns, channels or dtype",
     SERIES_MIXED_ORIENTATION: "--unit series: the slices have different Image Orientation (Patient)",

@@ -21,6 +21,7 @@ class DecodeSettings:
     channels: str = "keep"              # keep | 1 | 3
     frames: str = "stack"               # stack | split
     id_salt: str = ""                   # HMAC key for identifiers; never written
+    id_salt_file: str = ""              # where workers read id_salt at setup (--id_salt_file)
     keep_tags: tuple[str, ...] = ()
     keep_source_path: bool = False
     allow_burned_in: bool = False
@@ -55,3 +56,22 @@ class ConversionSettings:
         if self.split_by:
             return self.split_by
         return "patient" if kind == "dicom" else "record"
+
+
+def read_salt_file(uri: str) -> str:
+    """The salt held in a file or object (local or gs://): its text, surrounding
+    whitespace removed. ValueError when it is empty."""
+    from apache_beam.io.filesystems import FileSystems
+    with FileSystems.open(uri) as handle:
+        salt = handle.read(1 << 16).decode("utf-8").strip()
+    if not salt:
+        raise ValueError(f"--id_salt_file {uri} is empty")
+    return salt
+
+
+def with_salt(settings: DecodeSettings) -> DecodeSettings:
+    """``settings`` with ``id_salt`` read from ``id_salt_file`` when the salt was kept out of
+    the job graph (DoFns call this in ``setup``, on the worker)."""
+    if settings.id_salt or not settings.id_salt_file:
+        return settings
+    return dataclasses.replace(settings, id_salt=read_salt_file(settings.id_salt_file))

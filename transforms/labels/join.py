@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Optional, Union
 
+from dataset.names import BadName, check_component as check_split_name
 from transforms import reasons
 from transforms.labels.table import LabelRow, dir_label
 from transforms.records.values import Outcome, ProbedRecord
@@ -42,28 +43,19 @@ def labelled(record: ProbedRecord, raw: str, split: Optional[str], space, settin
         return Outcome(record.source.uri, reasons.FAILED, "labels", reasons.INVALID_LABEL,
                        f"label {raw!r} is not a valid {space.kind} label: {exc}")
     if settings.split_column:
-        if not split:
-            return Outcome(record.source.uri, reasons.FAILED, "labels", reasons.INVALID_LABEL,
-                           f"empty {settings.split_column} for this record")
+        try:   # a split name becomes part of shard file names: never a path of its own
+            check_split_name(split or "", f"{settings.split_column} value for this record")
+        except BadName as exc:
+            return Outcome(record.source.uri, reasons.FAILED, "labels", reasons.INVALID_SPLIT, str(exc))
         return dataclasses.replace(record, label=label, split=split)
     return dataclasses.replace(record, label=label)
 
 
 def join_rows(key: str, rows: Iterable[LabelRow], records: Iterable[ProbedRecord], space,
               settings) -> list[Result]:
-    """The records sharing one join key with the CSV rows of that key.
-
-    The first row (by line) labels them; later rows of the same key are
-    reported as malformed rows when the key matched records.
-    """
-    rows = sorted(rows, key=lambda r: r.line)
-    records = list(records)
+    """The records sharing one join key with the (at most one) CSV row of that key."""
+    rows = list(rows)
     results: list[Result] = []
-    if rows and records:
-        for extra in rows[1:]:
-            results.append(Outcome(f"{settings.labels_csv}:{extra.line}", reasons.FAILED, "labels",
-                                   reasons.MALFORMED_LABEL_ROW,
-                                   f"line {extra.line}: key already labelled at line {rows[0].line}"))
     for record in records:
         if not key:
             results.append(missing(record, settings, space, f"record has no {settings.label_key}"))

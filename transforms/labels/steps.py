@@ -11,6 +11,7 @@ from transforms.counters import OUTCOMES, emit
 from transforms.labels import join
 from transforms.labels import table as labels_lib
 from transforms.settings import ConversionSettings
+from transforms.sources.match import uri_key
 
 
 def _read_label_rows(uri: str, settings: ConversionSettings):
@@ -45,8 +46,16 @@ class LabelSpaceFn(beam.CombineFn):
         return acc.result()
 
 
+def _first_row_of_key(keyed, settings: ConversionSettings):
+    first, rejected = labels_lib.first_row(keyed[1], settings.labels_csv)
+    yield keyed[0], first
+    for outcome in rejected:
+        yield from emit(outcome)
+
+
 def _join_labels(keyed, space, settings: ConversionSettings):
     key, grouped = keyed
+    key = key.decode("utf-8", "surrogateescape")
     for result in join.join_rows(key, grouped["rows"], grouped["records"], space, settings):
         yield from emit(result)
 
@@ -80,15 +89,23 @@ class AttachLabels(beam.PTransform):
                 | "ReadLabelRows" >> beam.FlatMap(_read_label_rows, settings).with_outputs(
                     OUTCOMES, main="rows"))
         # rows: LabelRow (raw key, raw value, split, line); outcomes: malformed lines
-        space = (rows.rows
-                 | "LabelValues" >> beam.Map(lambda r: r.value)
+        unique = (rows.rows
+                  | "KeyRowsByKey" >> beam.Map(lambda r: (uri_key(r.key), r))
+                  | "GroupRowsByKey" >> beam.GroupByKey()
+                  # (raw key, [LabelRow]): almost always one
+                  | "FirstRowPerKey" >> beam.FlatMap(_first_row_of_key, settings).with_outputs(
+                      OUTCOMES, main="rows"))
+        # rows: (raw key, the LabelRow that labels it); outcomes: later lines of a key
+        space = (unique.rows
+                 | "LabelValues" >> beam.Map(lambda kv: kv[1].value)
                  | "DecideLabelKind" >> beam.CombineGlobally(LabelSpaceFn(settings.multi_label)))
         joined = ({"records": records | "KeyByLabelKey" >> beam.Map(
-                       lambda r: (join.join_key(r, settings.label_key), r)),
-                   "rows": rows.rows | "KeyRowsByKey" >> beam.Map(lambda r: (r.key, r))}
+                       lambda r: (uri_key(join.join_key(r, settings.label_key)), r)),
+                   "rows": unique.rows}
                   | "JoinLabels" >> beam.CoGroupByKey()
                   # (raw key, {"records": [ProbedRecord], "rows": [LabelRow]})
                   | "EncodeLabels" >> beam.FlatMap(_join_labels, AsSingleton(space), settings)
                   .with_outputs(OUTCOMES, main="records"))
-        outcomes = ((rows[OUTCOMES], joined[OUTCOMES]) | "LabelOutcomes" >> beam.Flatten())
+        outcomes = ((rows[OUTCOMES], unique[OUTCOMES], joined[OUTCOMES])
+                    | "LabelOutcomes" >> beam.Flatten())
         return joined.records, outcomes, space

@@ -74,6 +74,9 @@ def _index(names: Sequence[str], value: str) -> int:
     return i
 
 
+FIELD_SIZE_LIMIT = 16 << 20     # bytes in one CSV cell (Python's csv default is 128 KiB)
+
+
 class LabelFileError(ValueError):
     """The labels CSV cannot be used at all (missing column, unreadable)."""
 
@@ -85,6 +88,7 @@ def parse_label_csv(lines: Iterable[str], uri: str, key_column: str, label_colum
     ``lines`` is any iterable of text lines (an open file streams: a CSV of
     20 million rows is never held whole).
     """
+    csv.field_size_limit(FIELD_SIZE_LIMIT)
     rows = csv.reader(lines)
     try:
         header = next(rows)
@@ -101,12 +105,12 @@ def parse_label_csv(lines: Iterable[str], uri: str, key_column: str, label_colum
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(header):
-            yield Outcome(f"{uri}:{line}", reasons.FAILED, "labels", reasons.MALFORMED_LABEL_ROW,
+            yield Outcome(f"{uri}:{line}", reasons.REJECTED, "labels", reasons.MALFORMED_LABEL_ROW,
                           f"line {line}: {len(row)} fields, header has {len(header)}")
             continue
         key = row[pos[key_column]].strip()
         if not key:
-            yield Outcome(f"{uri}:{line}", reasons.FAILED, "labels", reasons.MALFORMED_LABEL_ROW,
+            yield Outcome(f"{uri}:{line}", reasons.REJECTED, "labels", reasons.MALFORMED_LABEL_ROW,
                           f"line {line}: empty {key_column}")
             continue
         split = row[pos[split_column]].strip() if split_column else None
@@ -182,3 +186,18 @@ def label_keys(label) -> list[str]:
     if isinstance(label, float):
         return []
     return [str(label) if label != -1 else "unlabeled"]
+
+
+def first_row(rows: Iterable[LabelRow], uri: str) -> tuple[LabelRow, list[Outcome]]:
+    """Rows sharing one key: the first line labels; every later line is a rejected row
+    (a duplicate when it says the same, malformed when it contradicts the first)."""
+    ordered = sorted(rows, key=lambda r: r.line)
+    first, rejected = ordered[0], []
+    for extra in ordered[1:]:
+        same = (extra.value, extra.split) == (first.value, first.split)
+        rejected.append(Outcome(
+            f"{uri}:{extra.line}", reasons.REJECTED, "labels",
+            reasons.DUPLICATE_LABEL_ROW if same else reasons.MALFORMED_LABEL_ROW,
+            f"line {extra.line}: key already labelled at line {first.line}"
+            + ("" if same else f" with {first.value!r}; this line's {extra.value!r} is ignored")))
+    return first, rejected

@@ -21,6 +21,22 @@ def failure_verdict(failed: int, matched: int, max_failure_ratio: float,
             + (f" / --max_failures {max_failures}" if max_failures is not None else ""))
 
 
+def accounting_verdict(counts: Mapping) -> str:
+    """Why a run whose counts do not add up must not commit ("" if they do).
+
+    Every matched input ends written, skipped or failed; an input that is none
+    of these was lost between steps (see ../shared/notes/beam-local-runner-loss.md),
+    and a dataset missing it must not be committed as if complete.
+    """
+    unaccounted = counts["unaccounted"]
+    if unaccounted == 0:
+        return ""
+    return (f"the counts do not add up: {counts['matched']} inputs matched, {counts['written']} written, "
+            f"{sum(counts['skipped'].values())} skipped, {sum(counts['failed'].values())} failed "
+            f"({unaccounted:+d} unaccounted): inputs were lost or counted twice between steps; "
+            "nothing is committed, rerun (a rerun with the same arguments is safe)")
+
+
 def labels_entry(space, settings: ConversionSettings) -> dict:
     """dataset.json's ``labels`` block (its ``feature`` becomes the ``label`` feature)."""
     if space is None:

@@ -11,9 +11,9 @@ from dataset import dataset_json, progress, versions
 from dataset.shard_writer import write_shard
 from transforms.dicom.header import silence_pydicom
 from transforms.counters import OUTCOMES, count, count_outcome
-from transforms.output.commit import failure_verdict, run_manifest
+from transforms.output.commit import accounting_verdict, failure_verdict, run_manifest
 from transforms.records.values import ShardPlan
-from transforms.settings import ConversionSettings, DecodeSettings
+from transforms.settings import with_salt, ConversionSettings, DecodeSettings
 
 
 def record_plan(_, layouts: Mapping, output_dir: str) -> str:
@@ -34,6 +34,7 @@ class WriteShardFn(beam.DoFn):
 
     def setup(self):
         silence_pydicom()
+        self.settings = with_salt(self.settings)
 
     def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None):
         # plan_recorded: a side input that only orders this step after record_plan
@@ -62,7 +63,8 @@ def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_
     manifest = run_manifest(results, outcomes, matched, space, group_counts, leaking, layouts,
                             settings, options, version, base)
     failed = sum(manifest["counts"]["failed"].values())
-    refusal = failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures)
+    refusal = (accounting_verdict(manifest["counts"])
+               or failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures))
     if refusal:
         return dataset_json.refuse_commit(settings.output_dir, manifest, outcomes, refusal)
     return dataset_json.commit(settings.output_dir, manifest, outcomes)

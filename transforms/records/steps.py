@@ -12,7 +12,7 @@ from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.errors import ConversionError
 from transforms.records.probe import expand_frames, probe_file
 from transforms.records.values import Outcome, ProbedRecord, SourceFile
-from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
+from transforms.settings import with_salt, DEFAULT_MAX_PIXELS, DecodeSettings
 
 
 class ProbeFn(beam.DoFn):
@@ -25,6 +25,7 @@ class ProbeFn(beam.DoFn):
 
     def setup(self):
         silence_pydicom()
+        self.settings = with_salt(self.settings)
 
     def process(self, source: SourceFile):
         count("files_probed")

@@ -9,6 +9,7 @@ from transforms.counters import OUTCOMES, count_outcome
 from transforms.errors import ConversionError
 from transforms.records.values import Outcome, ProbedRecord
 from transforms.series import volumes
+from transforms.settings import DecodeSettings, with_salt
 
 
 def series_key(record: ProbedRecord) -> str:
@@ -16,25 +17,35 @@ def series_key(record: ProbedRecord) -> str:
     return record.ids.series_uid if record.kind == "dicom" and record.ids and record.frame is None else ""
 
 
-def _volume_of_series(keyed, salt: str):
-    series_uid, slices = keyed
-    slices = list(slices)
-    try:
-        yield volumes.build_volume_record(series_uid, slices, salt)
-    except ConversionError as exc:
-        for member in sorted(s.source.uri for s in slices):
-            outcome = Outcome(member, reasons.FAILED, "group", exc.reason,
-                              f"series of {len(slices)} slices: {exc}")
-            count_outcome(outcome)
-            yield TaggedOutput(OUTCOMES, outcome)
+class VolumeOfSeriesFn(beam.DoFn):
+    """(series UID, slice records) -> one volume record, or a failed Outcome per slice."""
+
+    def __init__(self, settings: DecodeSettings):
+        super().__init__()
+        self.settings = settings       # for the salt of the volume's record id
+
+    def setup(self):
+        self.settings = with_salt(self.settings)
+
+    def process(self, keyed):
+        series_uid, slices = keyed
+        slices = list(slices)
+        try:
+            yield volumes.build_volume_record(series_uid, slices, self.settings.id_salt)
+        except ConversionError as exc:
+            for member in sorted(s.source.uri for s in slices):
+                outcome = Outcome(member, reasons.FAILED, "group", exc.reason,
+                                  f"series of {len(slices)} slices: {exc}")
+                count_outcome(outcome)
+                yield TaggedOutput(OUTCOMES, outcome)
 
 
 class GroupSeries(beam.PTransform):
     """--unit series: slice records -> one volume record per SeriesInstanceUID (metadata only)."""
 
-    def __init__(self, salt: str):
+    def __init__(self, settings: DecodeSettings):
         super().__init__()
-        self.salt = salt
+        self.settings = settings
 
     def expand(self, records):
         files, slices = records | "HasSeries" >> beam.Partition(
@@ -43,7 +54,7 @@ class GroupSeries(beam.PTransform):
                  | "KeyBySeries" >> beam.Map(lambda r: (series_key(r), r))
                  | "GroupSeries" >> beam.GroupByKey()
                  # (raw series UID, [ProbedRecord]): one series' slice list
-                 | "OrderSlices" >> beam.FlatMap(_volume_of_series, self.salt).with_outputs(
+                 | "OrderSlices" >> beam.ParDo(VolumeOfSeriesFn(self.settings)).with_outputs(
                      OUTCOMES, main="volumes"))
         merged = (files, built.volumes) | "FilesAndVolumes" >> beam.Flatten()
         return merged, built[OUTCOMES]

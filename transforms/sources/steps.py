@@ -8,7 +8,7 @@ import apache_beam as beam
 from transforms import reasons
 from transforms.counters import count, count_outcome
 from transforms.records.values import Outcome, SourceFile
-from transforms.sources.match import broken_links, expand_pattern
+from transforms.sources.match import broken_links, expand_pattern, uri_key
 
 
 def _expand_counted(pattern: str) -> Iterable[SourceFile]:
@@ -41,13 +41,13 @@ class MatchSources(beam.PTransform):
         patterns = pbegin | "ListInputPatterns" >> beam.Create(self.patterns)
         broken = (patterns
                   | "FindBrokenLinks" >> beam.FlatMap(_broken_links)
-                  | "KeyLinkByUri" >> beam.Map(lambda o: (o.uri, o))
+                  | "KeyLinkByUri" >> beam.Map(lambda o: (uri_key(o.uri), o))
                   | "DropRepeatedLinks" >> beam.CombinePerKey(lambda outcomes: min(outcomes, key=lambda o: o.uri))
                   | "DropLinkKey" >> beam.Values())
         return (patterns
                 | "ExpandPatterns" >> beam.FlatMap(_expand_counted)
                 # SourceFile
-                | "KeyByUri" >> beam.Map(lambda s: (s.uri, s))
+                | "KeyByUri" >> beam.Map(lambda s: (uri_key(s.uri), s))
                 | "DropRepeatedMatches" >> beam.CombinePerKey(_first_by_rel_path)
                 | "DropUriKey" >> beam.Values()), broken
                 # SourceFile, each uri once; Outcome per broken link

@@ -10,6 +10,7 @@ import hashlib
 import hmac
 from typing import Optional, Sequence
 
+from dataset.names import check_component as check_split_name
 from transforms.records.values import Identifiers
 
 _SPLIT_KEY = b"dcm2tfrecord/split/v1"
@@ -30,9 +31,13 @@ def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
     for part in text.split(","):
         name, sep, value = part.partition("=")
         name = name.strip()
-        if not sep or not name or not name.replace("_", "").replace("-", "").isalnum():
+        if not sep or not name:
             raise SplitSpecError(f"--splits: {part!r} is not NAME=FRACTION "
                                  "(e.g. train=0.8,validation=0.1,test=0.1)")
+        try:
+            check_split_name(name, "--splits")
+        except ValueError as exc:
+            raise SplitSpecError(str(exc)) from None
         try:
             fraction = float(value)
         except ValueError:
