@@ -52,10 +52,12 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                 opener: Callable[[str], BinaryIO] = open_source,
                 settings: DecodeSettings = DecodeSettings(),
                 on_written: Optional[Callable[[ProbedRecord], None]] = None,
+                on_error: Optional[Callable[[ProbedRecord, Exception], None]] = None,
                 ) -> tuple[ShardResult, list[Outcome]]:
     """Writes ``plan`` (and its .idx) to ``output_dir``; records that fail are reported, not fatal.
 
-    ``on_written`` is called with each record that made it into the shard.
+    ``on_written`` is called with each record that made it into the shard, ``on_error``
+    with each that did not and why (it may raise to stop the shard: a storage outage).
 
     With ``compression="gzip"`` the shard is one gzip member with a zero
     timestamp and no file name, so its bytes are deterministic too; index
@@ -81,6 +83,8 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                 try:
                     payload, dtype, shape = build_record(record, opener, settings)
                 except ConversionError as exc:
+                    if on_error is not None:
+                        on_error(record, exc)
                     status = reasons.SKIPPED if exc.skipped else reasons.FAILED
                     outcomes.append(Outcome(record.source.uri, status, "decode", exc.reason, str(exc)))
                     continue

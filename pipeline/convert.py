@@ -37,6 +37,7 @@ from pipeline.output_dir import check_writable, prepare_output, prepare_version,
 from pipeline.progress import ProgressMonitor
 from pipeline.summary import print_summary, summarize, write_summary_json
 from transforms.settings import ConversionSettings
+from transforms.sources.read import configure_storage_retry
 from transforms.counters import OUTCOMES
 from transforms.labels.steps import AttachLabels
 from transforms.output.steps import WriteShardFn, commit_dataset, record_plan
@@ -134,11 +135,12 @@ class ConvertArchive(beam.PTransform):
 
     def expand(self, pbegin):
         settings = self.settings
-        sources, broken = pbegin | "MatchInputs" >> MatchSources(list(settings.patterns))
+        sources, broken = pbegin | "MatchInputs" >> MatchSources(list(settings.patterns),
+                                                                settings.storage_retry_s)
         # SourceFile; Outcome per broken link
         probed = (sources
-                  | "ProbeHeaders" >> beam.ParDo(ProbeFn(settings.max_pixels,
-                                                         settings.bounds.max_bytes, settings.decode))
+                  | "ProbeHeaders" >> beam.ParDo(ProbeFn(settings.max_pixels, settings.bounds.max_bytes,
+                                                         settings.decode, settings.storage_retry_s))
                   .with_outputs(OUTCOMES, main="records"))
         # records: ProbedRecord; outcomes: Outcome
         records = probed.records
@@ -173,7 +175,8 @@ class ConvertArchive(beam.PTransform):
                    | "WriteShards" >> beam.ParDo(WriteShardFn(settings.output_dir,
                                                               settings.compression, settings.decode,
                                                               records_files=self.base is not None,
-                                                              tag=self.version_tag),
+                                                              tag=self.version_tag,
+                                                              storage_retry_s=settings.storage_retry_s),
                                                  AsSingleton(plan_recorded))
                    .with_outputs(OUTCOMES, main="shards"))
         # shards: ShardResult; outcomes: Outcome
@@ -210,6 +213,7 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     validate(opts)
     options = make_pipeline_options(beam_args)
     check_salt_stays_out_of_the_job(opts, beam_args)
+    configure_storage_retry(opts.gcs_retry_s)     # the launcher's own gs:// calls too
     launch_only = job_not_run_here(options)
     if opts.labels:
         scan_label_csv(opts.labels)
@@ -267,10 +271,14 @@ def root_cause(exc: BaseException) -> str:
     errors = re.findall(r"^\s*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Conflict|Busy|Exit)\b"
                         r"(?::[^\n]*)?)$", text, flags=re.M)
     step = re.findall(r"\[while running '([^']+)'\]", text)
+    if re.search(r"RetryError|Connection refused|ServiceUnavailable|StorageOutage", text):
+        prefix = "storage did not answer within the retry budget (--gcs_retry_s): "
+    else:
+        prefix = ""
     inner = list(_chain(exc))[-1]
     cause = re.sub(r"\s*\[while running '[^']+'\]", "", errors[-1]) if errors else (
         f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[0]}")
-    return cause.strip()[:400] + (f" (in step {step[-1]})" if step else "")
+    return prefix + cause.strip()[:400] + (f" (in step {step[-1]})" if step else "")
 
 
 def _chain(exc: BaseException):

@@ -231,6 +231,12 @@ OPTIONS: tuple[Option, ...] = (
            Template("Maximum failures", "Refuse to commit dataset.json when more than this many inputs "
                     "failed.", (r"^[0-9]+$",)),
            type=int, setting="conversion.max_failures", recorded=False),
+    Option("gcs_retry_s", "how long one gs:// request is retried before it fails (default 60; Beam's "
+           "own is 120); 5 inputs in a row that storage does not answer stop the run", _FAIL,
+           Template("Storage retry budget (s)", "How long one Cloud Storage request is retried before it "
+                    "fails. Default 60. Five inputs in a row that storage does not answer stop the run "
+                    "(exit 1, nothing committed).", (_NUMBER,)),
+           type=float, setting="conversion.storage_retry_s", recorded=False),
     Option("id_salt", f"secret key for hashing identifiers (or ${SALT_ENV}); never written; "
            "local runs only (on Dataflow it would travel in the job: use --id_salt_file)", _SAFETY,
            None, recorded=False,
@@ -498,6 +504,8 @@ def validate(opts: ConvertOptions) -> None:
         raise UsageError(f"--max_failure_ratio {opts.max_failure_ratio} must lie in [0, 1]")
     if opts.min_shards < 1:
         raise UsageError("--min_shards must be >= 1")
+    if opts.gcs_retry_s <= 0:
+        raise UsageError(f"--gcs_retry_s {opts.gcs_retry_s} must be > 0 (seconds)")
     try:
         parse_splits(opts.splits)
     except SplitSpecError as exc:

@@ -39,6 +39,7 @@ DEFAULT_POLL_S = 1.0
 DEFAULT_REMOTE_POLL_S = 5.0      # gs:// listings cost a request each
 DEFAULT_LOG_S = 10.0
 RATE_WINDOW_S = 30.0
+JOIN_TIMEOUT_S = 2.0
 MB = 1 << 20
 
 
@@ -248,6 +249,7 @@ class ProgressMonitor:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._started = 0.0
+        self._last = Snapshot()
 
     def __enter__(self) -> "ProgressMonitor":
         if self.mode == "none":
@@ -268,6 +270,7 @@ class ProgressMonitor:
         self.rate.add(now, snapshot.bytes_written)
         self.renderer.update(snapshot, self.rate.bytes_per_second(), self.rate.eta_seconds(snapshot),
                              now - self._started)
+        self._last = snapshot
         return snapshot
 
     def _loop(self) -> None:
@@ -282,9 +285,12 @@ class ProgressMonitor:
         if self._thread is None:
             return
         self._stop.set()
-        self._thread.join()
+        # Never wait long for the thread: a poll stuck in a storage retry (an outage) must not
+        # hold the run's exit; it is a daemon thread and dies with the process.
+        self._thread.join(timeout=JOIN_TIMEOUT_S)
         try:
-            snapshot = self._tick() if exc_type is None else self.reader.read()
+            finished = exc_type is None and not self._thread.is_alive()
+            snapshot = self._tick() if finished else self._last
             self.renderer.close(snapshot, time.monotonic() - self._started, finished=exc_type is None)
         except Exception:  # noqa: BLE001
             pass

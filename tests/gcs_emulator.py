@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from typing import Optional
 
 import pytest
 
@@ -53,6 +54,13 @@ class GcsEmulator:
     host: str            # http://127.0.0.1:PORT
     bucket: str
     env: dict            # the variables set for it (to pass to subprocesses explicitly)
+    proc: Optional[subprocess.Popen] = None
+
+    def stop(self) -> None:
+        """Kills the emulator: storage is gone, as in an outage (its in-memory data too)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def url(self, path: str = "") -> str:
         return f"gs://{self.bucket}/{path.lstrip('/')}"
@@ -125,9 +133,9 @@ def _reset_beam_credentials_cache() -> None:
 
 
 @contextlib.contextmanager
-def running_emulator(workdir: str, bucket: str = BUCKET):
+def running_emulator(workdir: str, bucket: str = BUCKET, port: Optional[int] = None):
     """Starts the emulator, sets the environment, yields a GcsEmulator; undoes it all."""
-    port = free_port()
+    port = port or free_port()
     host = f"http://127.0.0.1:{port}"
     log_path = os.path.join(workdir, "gcs_emulator.log")
     adc_path = os.path.join(workdir, "fake_adc.json")
@@ -149,7 +157,7 @@ def running_emulator(workdir: str, bucket: str = BUCKET):
         _wait_ready(host, bucket, proc)
         os.environ.update(env)
         _reset_beam_credentials_cache()
-        yield GcsEmulator(host=host, bucket=bucket, env=env)
+        yield GcsEmulator(host=host, bucket=bucket, env=env, proc=proc)
     finally:
         for key, value in saved.items():
             if value is None:

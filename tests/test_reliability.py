@@ -315,3 +315,50 @@ def test_salt_file_gives_the_same_bytes_as_the_salt_and_is_written_nowhere(tmp_p
     code, _, stderr = cli("convert", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "c"),
                           "--id_salt_file", str(tmp_path / "missing"), *IN_MEMORY)
     assert code == 2 and "--id_salt_file" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- 3. a storage outage
+
+
+def test_a_storage_outage_fails_the_run_within_its_budget_and_a_rerun_is_identical(tmp_path):
+    """The emulator is killed while a gs:// run is under way: the run ends with exit 1 within
+    its budget (a few retry budgets, not one per file), commits nothing; once storage is back,
+    a rerun gives the same shard bytes as a clean run."""
+    import time
+    from tests.gcs_emulator import free_port, running_emulator
+    write_png_archive(tmp_path / "archive", 40, 64, 64, channels=3)
+    port, retry_s = free_port(), 2
+    args = ["--id_salt", TEST_SALT, "--progress", "none", f"--gcs_retry_s={retry_s}",
+            "--target_shard_mb=0.05", "--min_shard_mb=0.01", "--max_shard_mb=1", *IN_MEMORY]
+
+    def shard_bytes(emulator, prefix, local):
+        emulator.download_tree(prefix, str(local))
+        return {k: v for k, v in tree_digest(local).items() if ".tfrecord" in k}
+
+    os.makedirs(tmp_path / "e1")
+    os.makedirs(tmp_path / "e2")
+    with running_emulator(str(tmp_path / "e1"), port=port) as emulator:
+        emulator.upload_tree(str(tmp_path / "archive"), "a")
+        code, _, stderr = cli("convert", "--input", emulator.url("a"), "--output", emulator.url("ref"), *args)
+        assert code == 0, stderr
+        reference = shard_bytes(emulator, "ref", tmp_path / "ref")
+        proc = _start(["convert", "--input", emulator.url("a"), "--output", emulator.url("out"), *args])
+        deadline = time.monotonic() + 300
+        while not any("/.progress/" in name for name in emulator.list("out")):    # planned, writing
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.2)
+        emulator.stop()
+        stopped = time.monotonic()
+        code = proc.wait(timeout=600)
+        elapsed = time.monotonic() - stopped
+        stderr = proc.stderr.read()
+    assert code == 1, stderr
+    assert our_lines(stderr) and "the run failed and committed nothing new" in our_lines(stderr)[-1], stderr
+    assert "Traceback" not in stderr
+    # the budget: OUTAGE_INPUTS inputs x the retry budget per worker, plus the tail (lock, commit)
+    assert elapsed < 20 * retry_s + 60, elapsed
+    with running_emulator(str(tmp_path / "e2"), port=port) as emulator:
+        emulator.upload_tree(str(tmp_path / "archive"), "a")
+        code, _, stderr = cli("convert", "--input", emulator.url("a"), "--output", emulator.url("out"), *args)
+        assert code == 0, stderr
+        assert shard_bytes(emulator, "out", tmp_path / "rerun") == reference

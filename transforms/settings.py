@@ -51,11 +51,17 @@ class ConversionSettings:
     max_failure_ratio: float = 0.05
     max_failures: Optional[int] = None
     duplicates: str = "skip"           # skip | keep: files sharing a SOPInstanceUID
+    storage_retry_s: float = 60.0      # how long one gs:// request is retried (Beam's default: 120)
 
     def split_by_for(self, kind: str) -> str:
         if self.split_by:
             return self.split_by
         return "patient" if kind == "dicom" else "record"
+
+
+# Inputs in a row that storage does not answer for (each after storage_retry_s of retries)
+# before a step stops the run: an outage, not bad files.
+OUTAGE_INPUTS = 5
 
 
 def read_salt_file(uri: str) -> str:

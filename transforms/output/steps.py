@@ -13,7 +13,8 @@ from transforms.dicom.header import silence_pydicom
 from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.output.commit import accounting_verdict, failure_verdict, run_manifest
 from transforms.records.values import ShardPlan
-from transforms.settings import with_salt, ConversionSettings, DecodeSettings
+from transforms.settings import OUTAGE_INPUTS, ConversionSettings, DecodeSettings, with_salt
+from transforms.sources.read import OutageBreaker, configure_storage_retry
 
 
 def record_plan(_, layouts: Mapping, output_dir: str) -> str:
@@ -26,23 +27,34 @@ class WriteShardFn(beam.DoFn):
 
     def __init__(self, output_dir: str, compression: str = "none",
                  settings: DecodeSettings = DecodeSettings(), records_files: bool = False,
-                 tag: str = ""):
+                 tag: str = "", storage_retry_s: float = 0.0):
         super().__init__()
         self.output_dir, self.compression, self.settings = output_dir, compression, settings
         self.records_files = records_files   # --incremental: <shard>.records.json beside each shard
         self.tag = tag                       # --incremental: "v0002" in the new shards' names
+        self.storage_retry_s = storage_retry_s
 
     def setup(self):
         silence_pydicom()
+        configure_storage_retry(self.storage_retry_s)
         self.settings = with_salt(self.settings)
+        self.breaker = OutageBreaker(OUTAGE_INPUTS)
 
     def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None):
         # plan_recorded: a side input that only orders this step after record_plan
         if self.tag:
             plan = dataclasses.replace(plan, tag=self.tag)
         written: list = []
-        result, outcomes = write_shard(plan, self.output_dir, self.compression,
-                                       settings=self.settings, on_written=written.append)
+
+        def on_written(record):
+            written.append(record)
+            self.breaker.note(False, record.source.uri, "")
+
+        def on_error(record, exc):
+            self.breaker.note(getattr(exc, "outage", False), record.source.uri, str(exc))
+
+        result, outcomes = write_shard(plan, self.output_dir, self.compression, settings=self.settings,
+                                       on_written=on_written, on_error=on_error)
         if self.records_files:
             versions.write_records_file(self.output_dir, result,
                                         [versions.record_fingerprint(r) for r in written])

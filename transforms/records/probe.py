@@ -81,18 +81,20 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
             head = fileobj.read(sniff.HEAD_BYTES)
             fileobj.seek(0)
         except Exception as exc:
-            raise ConversionError(reasons.UNREADABLE, f"read failed: {exc}") from exc
+            raise fileobj.checked(ConversionError(reasons.UNREADABLE, f"read failed: {exc}")) from exc
         kind = sniff.sniff(head, source.uri)
         if kind == sniff.OTHER:
             raise ConversionError(reasons.UNSUPPORTED_FORMAT,
                                   f"not DICOM or a raster image ({sniff.extension(source.uri) or 'no extension'})",
                                   skipped=True)
-        if kind == sniff.IMAGE:
-            return _probe_image(fileobj), "image", None, None, None
         try:
+            if kind == sniff.IMAGE:
+                return _probe_image(fileobj), "image", None, None, None
             spec, ids, info, native = _probe_dicom(fileobj, kind, settings, source.size)
             return spec, "dicom", ids, info, native
         except ConversionError as exc:
+            if fileobj.error is not None:      # a read failed underneath the parser
+                raise fileobj.checked(exc) from exc
             named_dicom = sniff.extension(source.uri) in sniff.DICOM_EXTENSIONS
             if kind == sniff.MAYBE_DICOM and exc.reason == reasons.INVALID_DICOM and not named_dicom:
                 raise ConversionError(reasons.UNSUPPORTED_FORMAT,

@@ -12,20 +12,24 @@ from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.errors import ConversionError
 from transforms.records.probe import expand_frames, probe_file
 from transforms.records.values import Outcome, ProbedRecord, SourceFile
-from transforms.settings import with_salt, DEFAULT_MAX_PIXELS, DecodeSettings
+from transforms.settings import DEFAULT_MAX_PIXELS, OUTAGE_INPUTS, DecodeSettings, with_salt
+from transforms.sources.read import OutageBreaker, configure_storage_retry
 
 
 class ProbeFn(beam.DoFn):
     """SourceFile -> ProbedRecord (one per frame with --frames split), or an Outcome."""
 
     def __init__(self, max_pixels: int = DEFAULT_MAX_PIXELS, max_record_bytes: Optional[int] = None,
-                 settings: DecodeSettings = DecodeSettings()):
+                 settings: DecodeSettings = DecodeSettings(), storage_retry_s: float = 0.0):
         super().__init__()
         self.max_pixels, self.max_record_bytes, self.settings = max_pixels, max_record_bytes, settings
+        self.storage_retry_s = storage_retry_s
 
     def setup(self):
         silence_pydicom()
+        configure_storage_retry(self.storage_retry_s)
         self.settings = with_salt(self.settings)
+        self.breaker = OutageBreaker(OUTAGE_INPUTS)
 
     def process(self, source: SourceFile):
         count("files_probed")
@@ -33,6 +37,7 @@ class ProbeFn(beam.DoFn):
             record = probe_file(source, self.max_pixels, self.max_record_bytes,
                                 settings=self.settings)
         except ConversionError as exc:
+            self.breaker.note(exc.outage, source.uri, str(exc))
             status = reasons.SKIPPED if exc.skipped else reasons.FAILED
             outcome = Outcome(source.uri, status, "probe", exc.reason, str(exc))
         except (KeyboardInterrupt, SystemExit):
@@ -41,6 +46,7 @@ class ProbeFn(beam.DoFn):
             outcome = Outcome(source.uri, reasons.FAILED, "probe", reasons.UNEXPECTED,
                               f"{type(exc).__name__}: {exc}")
         else:
+            self.breaker.note(False, source.uri, "")
             yield from expand_frames(record, self.settings)
             return
         count_outcome(outcome)

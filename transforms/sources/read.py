@@ -14,7 +14,7 @@ from typing import BinaryIO, Callable, TypeVar
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
 from transforms import reasons
-from transforms.errors import ConversionError
+from transforms.errors import ConversionError, StorageOutage
 from transforms.records.values import SourceFile
 
 T = TypeVar("T")
@@ -26,14 +26,115 @@ def open_source(uri: str) -> BinaryIO:
                             compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def open_checked(uri: str, opener: Callable[[str], BinaryIO]) -> BinaryIO:
+# What the storage client raises when the storage itself does not answer (after its
+# retries): an outage, as opposed to a file that is missing or forbidden.
+_OUTAGE_NAMES = {"ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", "RetryError",
+                 "ServiceUnavailable", "InternalServerError", "BadGateway", "GatewayTimeout",
+                 "TooManyRequests", "ProtocolError", "RemoteDisconnected", "ConnectionRefusedError",
+                 "ConnectionResetError", "TimeoutError", "socket.timeout", "MaxRetryError",
+                 "NewConnectionError"}
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says the storage did not answer."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__name__ in _OUTAGE_NAMES:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def unreadable(what: str, exc: BaseException) -> ConversionError:
+    return ConversionError(reasons.UNREADABLE, f"{what}: {exc}", outage=is_outage(exc))
+
+
+class TrackedReader:
+    """A source file object that remembers the first read error, so that a parser which
+    turns every exception into "does not parse" cannot hide an I/O failure."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self.error: BaseException | None = None
+
+    def _call(self, name, *args):
+        try:
+            return getattr(self._raw, name)(*args)
+        except Exception as exc:
+            self.error = self.error or exc
+            raise
+
+    def read(self, *args):
+        return self._call("read", *args)
+
+    def readinto(self, *args):
+        return self._call("readinto", *args)
+
+    def seek(self, *args):
+        return self._call("seek", *args)
+
+    def tell(self):
+        return self._call("tell")
+
+    def __getattr__(self, name):
+        return getattr(self._raw, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._raw.close()
+
+    def checked(self, exc: ConversionError) -> ConversionError:
+        """``exc``, unless reading failed underneath it: then that, as unreadable."""
+        return unreadable("read failed", self.error) if self.error is not None else exc
+
+
+def open_checked(uri: str, opener: Callable[[str], BinaryIO]) -> TrackedReader:
     """``opener(uri)``, with any failure (permissions, vanished file) as reason unreadable."""
     try:
-        return opener(uri)
+        return TrackedReader(opener(uri))
     except ConversionError:
         raise
     except Exception as exc:
-        raise ConversionError(reasons.UNREADABLE, f"cannot open: {exc}") from exc
+        raise unreadable("cannot open", exc) from exc
+
+
+class OutageBreaker:
+    """Counts inputs in a row that storage did not answer for; at ``limit`` the run stops.
+
+    One per DoFn instance (a worker thread): a single unreadable file resets
+    nothing, a file read in between resets the count.
+    """
+
+    def __init__(self, limit: int):
+        self.limit, self.in_a_row = limit, 0
+
+    def note(self, outage: bool, uri: str, message: str) -> None:
+        self.in_a_row = self.in_a_row + 1 if outage else 0
+        if self.limit and self.in_a_row >= self.limit:
+            raise StorageOutage(f"storage is not answering: {self.in_a_row} inputs in a row could not be "
+                                f"read (last {uri}: {message})")
+
+
+def configure_storage_retry(seconds: float) -> None:
+    """How long one gs:// request is retried before it fails (Beam's default is 120 s).
+
+    The storage client's retry policies are shared objects, bound as default
+    arguments deep inside google-cloud-storage and Beam's gcsio (a blob's
+    reload, a read, a listing); replacing a module attribute would miss those,
+    so this process's policy objects get the budget in place.
+    """
+    if not seconds:
+        return
+    from apache_beam.io.gcp import gcsio_retry
+    from google.cloud.storage import retry as storage_retry
+    for policy in {id(p): p for p in (gcsio_retry.DEFAULT_RETRY_WITH_THROTTLING_COUNTER,
+                                       gcsio_retry.DEFAULT_RETRY, storage_retry.DEFAULT_RETRY)}.values():
+        for attribute in ("_timeout", "_deadline"):
+            if hasattr(policy, attribute):
+                setattr(policy, attribute, float(seconds))
 
 
 def read_unchanged(source: SourceFile, opener: Callable[[str], BinaryIO]) -> io.BytesIO:
@@ -42,7 +143,7 @@ def read_unchanged(source: SourceFile, opener: Callable[[str], BinaryIO]) -> io.
         try:
             data = handle.read()
         except Exception as exc:
-            raise ConversionError(reasons.UNREADABLE, f"read failed: {exc}") from exc
+            raise unreadable("read failed", exc) from exc
     if len(data) != source.size:
         raise ConversionError(reasons.CHANGED_DURING_RUN,
                               f"size was {source.size} bytes when probed, now {len(data)}")

@@ -9,12 +9,23 @@ from transforms import reasons
 from transforms.counters import count, count_outcome
 from transforms.records.values import Outcome, SourceFile
 from transforms.sources.match import broken_links, expand_pattern, uri_key
+from transforms.sources.read import configure_storage_retry
 
 
-def _expand_counted(pattern: str) -> Iterable[SourceFile]:
-    for source in expand_pattern(pattern):
-        count("files_matched")
-        yield source
+class ExpandPatternFn(beam.DoFn):
+    """--input pattern -> every file it matches (listing gs:// within the storage retry budget)."""
+
+    def __init__(self, storage_retry_s: float = 0.0):
+        super().__init__()
+        self.storage_retry_s = storage_retry_s
+
+    def setup(self):
+        configure_storage_retry(self.storage_retry_s)
+
+    def process(self, pattern: str) -> Iterable[SourceFile]:
+        for source in expand_pattern(pattern):
+            count("files_matched")
+            yield source
 
 
 def _broken_links(pattern: str) -> Iterable[Outcome]:
@@ -33,9 +44,10 @@ def _first_by_rel_path(sources: Iterable[SourceFile]) -> SourceFile:
 class MatchSources(beam.PTransform):
     """--input patterns -> (every matched file once, broken links as Outcomes)."""
 
-    def __init__(self, patterns: list[str]):
+    def __init__(self, patterns: list[str], storage_retry_s: float = 0.0):
         super().__init__()
         self.patterns = sorted(set(patterns))
+        self.storage_retry_s = storage_retry_s
 
     def expand(self, pbegin):
         patterns = pbegin | "ListInputPatterns" >> beam.Create(self.patterns)
@@ -45,7 +57,7 @@ class MatchSources(beam.PTransform):
                   | "DropRepeatedLinks" >> beam.CombinePerKey(lambda outcomes: min(outcomes, key=lambda o: o.uri))
                   | "DropLinkKey" >> beam.Values())
         return (patterns
-                | "ExpandPatterns" >> beam.FlatMap(_expand_counted)
+                | "ExpandPatterns" >> beam.ParDo(ExpandPatternFn(self.storage_retry_s))
                 # SourceFile
                 | "KeyByUri" >> beam.Map(lambda s: (uri_key(s.uri), s))
                 | "DropRepeatedMatches" >> beam.CombinePerKey(_first_by_rel_path)
