@@ -231,6 +231,11 @@ OPTIONS: tuple[Option, ...] = (
            Template("Maximum failures", "Refuse to commit dataset.json when more than this many inputs "
                     "failed.", (r"^[0-9]+$",)),
            type=int, setting="conversion.max_failures", recorded=False),
+    Option("allow_empty", "commit an empty dataset when inputs matched but none converted (a scheduled "
+           "run on a quiet day); otherwise that run fails with exit 1 and the reasons", _FAIL,
+           Template("Allow an empty dataset", "true: commit an empty dataset when no input converted. "
+                    "false (default): such a run fails and says why.", (_BOOL,)),
+           kind="switch", setting="conversion.allow_empty", recorded=False),
     Option("gcs_retry_s", "how long one gs:// request is retried before it fails (default 60; Beam's "
            "own is 120); 5 inputs in a row that storage does not answer stop the run", _FAIL,
            Template("Storage retry budget (s)", "How long one Cloud Storage request is retried before it "

@@ -52,6 +52,7 @@ class ConversionSettings:
     max_failures: Optional[int] = None
     duplicates: str = "skip"           # skip | keep: files sharing a SOPInstanceUID
     storage_retry_s: float = 60.0      # how long one gs:// request is retried (Beam's default: 120)
+    allow_empty: bool = False          # commit a dataset of no records (inputs matched, none written)
 
     def split_by_for(self, kind: str) -> str:
         if self.split_by:

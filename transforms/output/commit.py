@@ -37,6 +37,17 @@ def accounting_verdict(counts: Mapping) -> str:
             "nothing is committed, rerun (a rerun with the same arguments is safe)")
 
 
+def empty_verdict(counts: Mapping, allow_empty: bool) -> str:
+    """Why a run that matched inputs but wrote no record must not commit ("" if it may)."""
+    if counts["records"] or not counts["matched"] or allow_empty:
+        return ""
+    why = {**{f"skipped {k}": v for k, v in counts["skipped"].items()},
+           **{f"failed {k}": v for k, v in counts["failed"].items()}}
+    listed = ", ".join(f"{k}: {v}" for k, v in sorted(why.items(), key=lambda kv: -kv[1])) or "none"
+    return (f"none of the {counts['matched']} matched inputs was converted ({listed}); nothing to "
+            "commit (--allow_empty commits an empty dataset)")
+
+
 def labels_entry(space, settings: ConversionSettings) -> dict:
     """dataset.json's ``labels`` block (its ``feature`` becomes the ``label`` feature)."""
     if space is None:

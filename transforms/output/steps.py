@@ -11,7 +11,7 @@ from dataset import dataset_json, progress, versions
 from dataset.shard_writer import write_shard
 from transforms.dicom.header import silence_pydicom
 from transforms.counters import OUTCOMES, count, count_outcome
-from transforms.output.commit import accounting_verdict, failure_verdict, run_manifest
+from transforms.output.commit import accounting_verdict, empty_verdict, failure_verdict, run_manifest
 from transforms.records.values import ShardPlan
 from transforms.settings import OUTAGE_INPUTS, ConversionSettings, DecodeSettings, with_salt
 from transforms.sources.read import OutageBreaker, configure_storage_retry
@@ -76,7 +76,8 @@ def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_
                             settings, options, version, base)
     failed = sum(manifest["counts"]["failed"].values())
     refusal = (accounting_verdict(manifest["counts"])
-               or failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures))
+               or failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures)
+               or empty_verdict(manifest["counts"], settings.allow_empty))
     if refusal:
         return dataset_json.refuse_commit(settings.output_dir, manifest, outcomes, refusal)
     return dataset_json.commit(settings.output_dir, manifest, outcomes)

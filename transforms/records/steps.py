@@ -54,24 +54,31 @@ class ProbeFn(beam.DoFn):
 
 
 def sop_key(record: ProbedRecord) -> str:
-    """What makes two records the same instance: SOP Instance UID and frame ("" if none)."""
+    """What makes two files the same instance: the SOP Instance UID ("" if none).
+
+    Not the frame: with --frames split a file's frames share its key, so the
+    frames of a duplicate file (rtdose.dcm, and rtdose_1frame.dcm holding the
+    same instance) go with it.
+    """
     if record.kind != "dicom" or not record.ids or not record.ids.sop_uid:
         return ""
-    return f"{record.ids.sop_uid}#{record.frame}"
+    return record.ids.sop_uid
 
 
-def keep_first_instance(records) -> tuple[ProbedRecord, list[Outcome]]:
-    """Records sharing a SOP key: the first by uri is kept, the others skipped as duplicates."""
-    ordered = sorted(records, key=lambda r: r.source.uri)
-    skipped = [Outcome(dup.source.uri, reasons.SKIPPED, "probe", reasons.DUPLICATE,
-                       f"same SOPInstanceUID as {ordered[0].source.uri}, which is kept")
-               for dup in ordered[1:] if dup.counts_sources]
-    return ordered[0], skipped
+def keep_first_instance(records) -> tuple[list[ProbedRecord], list[Outcome]]:
+    """Records sharing a SOP Instance UID: those of the first file by uri are kept (all its
+    frames), every other file is skipped as a duplicate, once."""
+    records = list(records)
+    first = min(r.source.uri for r in records)
+    kept = [r for r in records if r.source.uri == first]
+    skipped = sorted({r.source.uri for r in records} - {first})
+    return kept, [Outcome(uri, reasons.SKIPPED, "probe", reasons.DUPLICATE,
+                          f"same SOPInstanceUID as {first}, which is kept") for uri in skipped]
 
 
 def _keep_first_sop(keyed):
     kept, skipped = keep_first_instance(keyed[1])
-    yield kept
+    yield from kept
     for outcome in skipped:
         count_outcome(outcome)
         yield TaggedOutput(OUTCOMES, outcome)
@@ -85,6 +92,6 @@ class DropDuplicateInstances(beam.PTransform):
         kept = (dicom
                 | "KeyBySopUid" >> beam.Map(lambda r: (sop_key(r), r))
                 | "GroupBySopUid" >> beam.GroupByKey()
-                # (raw SOP Instance UID#frame, [ProbedRecord]): almost always one
+                # (raw SOP Instance UID, [ProbedRecord]): one file's (frames), almost always
                 | "KeepFirstByUri" >> beam.FlatMap(_keep_first_sop).with_outputs(OUTCOMES, main="kept"))
         return (plain, kept.kept) | "AllInstances" >> beam.Flatten(), kept[OUTCOMES]
