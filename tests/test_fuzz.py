@@ -359,6 +359,10 @@ class Unclassified(AssertionError):
     """An outcome outside the contract: an exception that is not a documented ConversionError."""
 
 
+class ShapeMismatch(AssertionError):
+    """A written record whose decoded shape or dtype is not the one its header was probed as."""
+
+
 def _raise_hang(signum, frame):
     raise Hang(f"probe + decode ran past {DEADLINE_S:g} s")
 
@@ -385,12 +389,16 @@ def convert_bytes(data: bytes, name: str, deadline_s: float = DEADLINE_S) -> str
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             record = probe_file(source, max_pixels=FUZZ_MAX_PIXELS, opener=opener, settings=SETTINGS)
-            build_record(record, opener=opener, settings=SETTINGS)
+            _, dtype, shape = build_record(record, opener=opener, settings=SETTINGS)
     except ConversionError as exc:
         return exc.reason
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if (shape, dtype) != (record.spec.shape, record.spec.dtype):
+        # shard sizes are planned from the probed shape: a record that decodes otherwise
+        # would break the bounds (the writer refuses it, see test_shard_plan)
+        raise ShapeMismatch(f"decoded {shape} {dtype}, probed {record.spec.shape} {record.spec.dtype}")
     return "written"
 
 
