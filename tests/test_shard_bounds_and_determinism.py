@@ -16,8 +16,10 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 import reader
+from pipeline.sample_archive import synthetic_image
 from tests.conftest import SAMPLE_OPTIONS, run_convert, write_png_archive
 from tests.test_output_bytes_pinned import PINNED, archive, convert  # noqa: F401 (archive: a fixture)
 
@@ -47,6 +49,25 @@ def test_every_shard_within_small_bounds(rgb_archive, tmp_path):
     names = [s["file"] for s in split["shards"]]
     n = len(names)
     assert names == [f"train-{i:05d}-of-{n:05d}.tfrecord" for i in range(n)]
+
+
+def test_shards_stay_within_bounds_when_record_sizes_differ_wildly(tmp_path):
+    """Records from 8x8 to 380x380 RGB (192 B to 433 KB): the plan must still bound every shard."""
+    rng = np.random.default_rng(18)
+    os.makedirs(tmp_path / "a")
+    sides = np.exp(rng.uniform(np.log(8), np.log(380), size=70)).astype(int)
+    for i, side in enumerate(sides):
+        Image.fromarray(synthetic_image(rng, int(side), int(side), 3)).save(tmp_path / "a" / f"{i:03d}.png")
+    planned = [int(s) * int(s) * 3 for s in sides]
+    assert max(planned) > 1000 * min(planned)
+    run_convert(tmp_path / "a", tmp_path / "out", target_shard_mb=0.5, min_shard_mb=0.25, max_shard_mb=1)
+    split = reader.info(str(tmp_path / "out"))["splits"]["train"]
+    assert split["num_records"] == 70 and len(split["shards"]) >= 4
+    for shard in split["shards"]:
+        size = os.path.getsize(tmp_path / "out" / shard["file"])
+        assert size == shard["num_bytes"]
+        assert 0.25 * MB <= size <= 1 * MB, (shard["file"], size)
+    assert sum(s["num_bytes"] for s in split["shards"]) > sum(planned)
 
 
 def _tree(path):
