@@ -49,7 +49,7 @@ def _index_lines(offsets: list[tuple[int, int]]) -> bytes:
     return "".join(f"{offset} {size}\n" for offset, size in offsets).encode("ascii")
 
 
-def _size_mismatch(record: ProbedRecord, dtype: str, shape: tuple) -> str:
+def size_mismatch(record: ProbedRecord, dtype: str, shape: tuple) -> str:
     """Why a decoded record may not go into its shard ("" if it may).
 
     Shard sizes were planned from the header (``record.spec``); a record that
@@ -105,7 +105,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                     outcomes.append(Outcome(record.source.uri, reasons.FAILED, "decode",
                                             reasons.DECODE_ERROR, f"{type(exc).__name__}: {exc}"))
                     continue
-                mismatch = _size_mismatch(record, dtype, shape)
+                mismatch = size_mismatch(record, dtype, shape)
                 if mismatch:
                     outcomes.append(Outcome(record.source.uri, reasons.FAILED, "decode",
                                             reasons.DECODED_SIZE_MISMATCH, mismatch))
