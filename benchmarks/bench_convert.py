@@ -10,7 +10,9 @@ time and peak RSS of the largest process of their tree, /proc VmHWM):
                  channels) -> one ``tf.io.TFRecordWriter``.
   b. decode    - decode-only on all cores: a multiprocessing Pool over the
                  files, decode to numpy (same decoder calls as a), drop;
-                 nothing is written. The ceiling for any converter.
+                 nothing is written. A reference, not a ceiling: the
+                 converter's native DICOM path reads uncompressed pixels
+                 without pydicom's decoder and can beat it per file.
   c. pipeline  - ``python -m pipeline convert`` (Beam FnApiRunner,
                  one worker process per core).
 

@@ -12,6 +12,7 @@ import gzip
 import hashlib
 from typing import BinaryIO, Callable, Optional
 
+import numpy as np
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
 
@@ -46,6 +47,20 @@ class _HashingWriter:
 def _index_lines(offsets: list[tuple[int, int]]) -> bytes:
     """NVIDIA DALI's tfrecord2idx format: "offset size" per record, in the record stream."""
     return "".join(f"{offset} {size}\n" for offset, size in offsets).encode("ascii")
+
+
+def size_mismatch(record: ProbedRecord, dtype: str, shape: tuple) -> str:
+    """Why a decoded record may not go into its shard ("" if it may).
+
+    Shard sizes were planned from the header (``record.spec``); a record that
+    decodes to more or fewer bytes would push the shard out of its bounds.
+    """
+    decoded = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    planned = record.spec.num_pixel_bytes
+    if decoded == planned:
+        return ""
+    return (f"decoded {tuple(shape)} {dtype} ({decoded} bytes); the header promised "
+            f"{record.spec.shape} {record.spec.dtype} ({planned} bytes), on which the shard was planned")
 
 
 def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
@@ -93,6 +108,11 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                 except BaseException as exc:  # a codec bug (even a Rust panic) must not take the shard down
                     outcomes.append(Outcome(record.source.uri, reasons.FAILED, "decode",
                                             reasons.DECODE_ERROR, f"{type(exc).__name__}: {exc}"))
+                    continue
+                mismatch = size_mismatch(record, dtype, shape)
+                if mismatch:
+                    outcomes.append(Outcome(record.source.uri, reasons.FAILED, "decode",
+                                            reasons.DECODED_SIZE_MISMATCH, mismatch))
                     continue
                 _TFRecordUtil.write_record(target, payload)
                 if on_written is not None:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 from transforms.images.geometry import RESIZE_MODES, parse_resize
 from transforms.labels.table import LABEL_KEYS
 from transforms.dicom.voi import PRESETS, parse_window
+from transforms.hashing import location_hash
 from transforms.settings import ConversionSettings, DecodeSettings, read_salt_file
 from transforms.planning.shards import ShardBounds
 from transforms.splits.assign import SPLIT_BY, SplitSpecError, parse_splits
@@ -274,6 +275,12 @@ OPTIONS: tuple[Option, ...] = (
            Template("Allow burned-in annotations", "true: convert images whose Burned In Annotation is "
                     "YES. false (default): skip them.", (_BOOL,)),
            kind="switch", setting="decode.allow_burned_in"),
+    Option("record_input_paths", "write the --input and --labels paths into dataset.json as given "
+           "(default: scheme, bucket and a keyed hash; folder names often name patients)", _SAFETY,
+           Template("Record input paths", "true: dataset.json records the input and labels paths as "
+                    "given. false (default): only their scheme, bucket and a keyed hash, as folder names "
+                    "often name patients.", (_BOOL,)),
+           kind="switch", default=False, content=False),
     Option("labels", "labels CSV, local or gs://", _LABELS,
            Template("Labels CSV", "Optional labels CSV on Cloud Storage, joined to records by label_key.",
                     (_GCS,)),
@@ -381,13 +388,31 @@ def _settings(self) -> ConversionSettings:
                               decode=DecodeSettings(**fed["decode"]), **fed["conversion"])
 
 
+def recorded_location(uri: str, salt: str) -> str:
+    """An --input or --labels location as dataset.json records it: nothing that can carry a name.
+
+    ``gs://bucket/<hmac:…>`` or ``file://<hmac:…>``: the scheme and bucket, and a
+    keyed hash of the absolute location (see transforms.hashing.location_hash).
+    """
+    scheme, sep, rest = uri.partition("://")
+    prefix = f"{scheme}://{rest.split('/', 1)[0]}/" if sep else "file://"
+    return f"{prefix}<hmac:{location_hash(absolute(uri), salt)}>"
+
+
 def _recorded(self) -> dict:
-    """The options that shape the output, as stored in dataset.json."""
+    """The options that shape the output, as stored in dataset.json.
+
+    Locations (--input, --labels) only as :func:`recorded_location` unless
+    --record_input_paths.
+    """
     out = {}
     for option in OPTIONS:
         if option.recorded:
             value = getattr(self, option.name)
             out[option.name] = list(value) if option.kind == "list" else value
+    if not self.record_input_paths:
+        out["inputs"] = [recorded_location(p, self.salt()) for p in self.inputs]
+        out["labels"] = recorded_location(self.labels, self.salt()) if self.labels else None
     out["splits"] = dict(parse_splits(self.splits))
     out["id_salt"] = ("random (hashes differ every run)" if self.salt() == _RANDOM_SALT
                       else "set (not recorded)")

@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from dataset.shard_writer import size_mismatch
 from pipeline.sample_archive import pydicom_test_files, synthetic_image
 from transforms import reasons
 from transforms.records.build import build_record
@@ -359,6 +360,10 @@ class Unclassified(AssertionError):
     """An outcome outside the contract: an exception that is not a documented ConversionError."""
 
 
+class ShapeMismatch(AssertionError):
+    """A decoded record whose shape is not the one its header was probed as."""
+
+
 def _raise_hang(signum, frame):
     raise Hang(f"probe + decode ran past {DEADLINE_S:g} s")
 
@@ -385,12 +390,18 @@ def convert_bytes(data: bytes, name: str, deadline_s: float = DEADLINE_S) -> str
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             record = probe_file(source, max_pixels=FUZZ_MAX_PIXELS, opener=opener, settings=SETTINGS)
-            build_record(record, opener=opener, settings=SETTINGS)
+            _, dtype, shape = build_record(record, opener=opener, settings=SETTINGS)
     except ConversionError as exc:
         return exc.reason
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if shape != record.spec.shape:
+        # shard sizes are planned from the probed shape
+        raise ShapeMismatch(f"decoded {shape} {dtype}, probed {record.spec.shape} {record.spec.dtype}")
+    if size_mismatch(record, dtype, shape):
+        # a wider dtype than probed (a CT slice whose values leave int16): the writer refuses it
+        return reasons.DECODED_SIZE_MISMATCH
     return "written"
 
 
@@ -439,6 +450,9 @@ FOUND_BY_FUZZING = [
     # ValueError: cannot reshape array of size 1024 into (1,16,16,1) in dicom_pixels.to_record_array
     Case(seed="dicom/SC_jpeg_no_color_transform.dcm", name="x.dcm",
          mutations=(("splice", 10624, 827385759), ("dicom_length", "PixelData", 4294967295))),
+    # found by the shape oracle: a stored -32768 minus the intercept 1024 leaves int16, so the
+    # slice decodes to int32 where the probe planned int16 (now decoded_size_mismatch)
+    Case(seed="dicom/CT_small.dcm", name="x.dcm", mutations=(("dicom_int", "PixelData", 0, 32768, 2),)),
 ]
 
 # Inputs whose decoding never returned: pydicom's get_j2k_parameters loops forever on a JP2

@@ -18,7 +18,8 @@ from PIL import Image
 
 import reader
 from pipeline.sample_archive import pydicom_test_files
-from tests.conftest import IN_MEMORY, rid, run_convert, write_png_archive
+from pipeline.options import recorded_location
+from tests.conftest import IN_MEMORY, TEST_SALT, rid, run_convert, write_png_archive
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 
 DICOM_FILES = {          # archive path -> pydicom test file
@@ -124,9 +125,13 @@ def test_gs_to_gs_same_bytes_as_local(converted):
 
     local_m, local_inputs, local_labels, local_source = manifest(local)
     gs_m, gs_inputs, gs_labels, gs_source = manifest(copy)
-    assert gs_inputs == [converted["gs_out"].rsplit("/", 2)[0] + "/archive"]
-    assert gs_labels == gs_source == converted["gs_labels"]
-    assert local_labels == local_source == converted["local_labels"]
+    gs_archive = converted["gs_out"].rsplit("/", 2)[0] + "/archive"
+    # locations recorded as scheme, bucket and a keyed hash (README, "Patient safety")
+    assert gs_inputs == [recorded_location(gs_archive, TEST_SALT)]
+    assert gs_inputs[0].startswith(gs_archive.split("/archive")[0] + "/<hmac:")
+    assert gs_labels == gs_source == recorded_location(converted["gs_labels"], TEST_SALT)
+    assert local_inputs == [recorded_location(converted["archive"], TEST_SALT)]
+    assert local_labels == local_source == recorded_location(converted["local_labels"], TEST_SALT)
     assert local_m == gs_m
     counts = gs_m["counts"]
     assert counts["unaccounted"] == 0
@@ -136,8 +141,8 @@ def test_gs_to_gs_same_bytes_as_local(converted):
         text = _read(os.path.join(root, "errors.jsonl")).decode()
         return text.replace(archive + "/", "ARCHIVE/").replace(labels, "LABELS").splitlines()
 
-    gs_errors = errors(copy, gs_inputs[0], gs_labels)
-    assert gs_errors == errors(local, converted["archive"], local_labels)
+    gs_errors = errors(copy, gs_archive, converted["gs_labels"])
+    assert gs_errors == errors(local, converted["archive"], converted["local_labels"])
     assert all(json.loads(e)["uri"].startswith("ARCHIVE/") for e in gs_errors)
 
 

@@ -175,9 +175,16 @@ def test_ct_in_hounsfield_units_is_auto_windowed_and_volumes_show_their_middle_s
     inverted = display.display_image(volume, {**record, "dicom/photometric_interpretation":
                                                    b"MONOCHROME1"})
     assert (inverted == 255 - rgb).all()
-    windowed = display.display_image(volume.astype(np.uint16), {**record, "dtype": b"uint16"},
-                                         windowed=True)
-    assert windowed.max() <= 255
+    # already windowed to uint16 by the converter: shown as value / 257, neither re-windowed
+    # nor inverted (the converter inverted MONOCHROME1 itself)
+    stored = np.array([[0, 257], [32896, 65535]], np.uint16).reshape(1, 2, 2, 1)
+    windowed = display.display_image(stored, {**record, "depth": 1, "height": 2, "width": 2,
+                                              "dtype": b"uint16",
+                                              "dicom/photometric_interpretation": b"MONOCHROME1"},
+                                     windowed=True)
+    assert windowed.dtype == np.uint8 and windowed.shape == (2, 2, 3)
+    assert windowed[..., 0].tolist() == [[0, 1], [128, 255]]
+    assert (windowed[..., 0] == windowed[..., 2]).all()
 
 
 def test_padding_is_cropped_and_uint8_shown_as_stored():

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import apache_beam as beam
 import pytest
@@ -70,13 +71,44 @@ def test_line_shows_records_mb_rate_and_eta():
     assert len(stream.getvalue().splitlines()) == 2           # at 0 s and 10.5 s
 
 
-def test_monitor_is_silent_with_none_and_never_fails_the_run(tmp_path):
-    stream = io.StringIO()
-    with ProgressMonitor(str(tmp_path / "absent"), "none", stream=stream):
-        pass
-    with ProgressMonitor(str(tmp_path / "absent"), "log", stream=stream, poll_s=0.01):
-        pass
-    assert "planning" in stream.getvalue()
+def _plan(out, content):
+    _write_json(f"{out}/.progress/plan.json", content)
+
+
+def test_monitor_is_silent_with_none(tmp_path):
+    """With a plan to report and time to report it, ``none`` writes nothing; ``log`` does."""
+    out = str(tmp_path)
+    _plan(out, {"splits": {"train": {"records": 10, "bytes": 10 * MB, "shards": 1}}})
+    silent, talking = io.StringIO(), io.StringIO()
+    with ProgressMonitor(out, "none", stream=silent, poll_s=0.01, log_s=0.01):
+        time.sleep(0.2)
+    with ProgressMonitor(out, "log", stream=talking, poll_s=0.01, log_s=0.01):
+        time.sleep(0.2)
+    assert silent.getvalue() == ""
+    assert "0/10 records" in talking.getvalue()
+
+
+class _BrokenStream(io.StringIO):
+    """A terminal that went away: every write raises."""
+
+    def write(self, text):
+        raise OSError("stream closed")
+
+
+def test_monitor_never_fails_the_run(tmp_path):
+    """A broken plan file and a stream that raises on every write: the job's result stands."""
+    out = str(tmp_path)
+    _plan(out, {"splits": {"train": "not a split entry"}})   # read() raises TypeError on it
+    for mode in ("log", "bar"):
+        monitor = ProgressMonitor(out, mode, stream=_BrokenStream(), poll_s=0.01, log_s=0.01)
+        with monitor:
+            time.sleep(0.1)
+            result = "the job's result"
+        assert result == "the job's result" and not monitor._thread.is_alive()
+    # an exception of the job itself comes out unchanged, not masked by the monitor's own
+    with pytest.raises(KeyError, match="the job's error"):
+        with ProgressMonitor(out, "log", stream=_BrokenStream(), poll_s=0.01):
+            raise KeyError("the job's error")
 
 
 @pytest.fixture(scope="module")

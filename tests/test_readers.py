@@ -68,9 +68,14 @@ def test_reader_fast_path_has_static_shapes_and_all_records(gray_dataset):
     assert ds.element_spec[0].dtype == tf.uint8
     total = sum(int(images.shape[0]) for images, labels in ds)
     assert total == 40
-    first = [l.numpy().tolist() for _, l in reader.load(out, batch_size=40, shuffle=True, seed=5)]
-    again = [l.numpy().tolist() for _, l in reader.load(out, batch_size=40, shuffle=True, seed=5)]
+
+    def order(seed):   # the images are all distinct, so their sequence is the record order
+        return [image.tobytes() for images, _ in reader.load(out, batch_size=8, shuffle=True, seed=seed)
+                for image in images.numpy()]
+    first, again, other = order(5), order(5), order(6)
+    assert len(set(first)) == 40
     assert first == again
+    assert sorted(other) == sorted(first) and other != first
 
 
 def test_reader_rejects_variable_shapes_with_a_clear_message(sample_dataset):

@@ -12,6 +12,7 @@ import hmac
 
 _ID_KEY = b"dcm2tfrecord/record-id/v1"
 _ORDER_KEY = b"dcm2tfrecord/record-order/v1"
+_LOCATION_KEY = b"dcm2tfrecord/location/v1"
 
 
 def record_id(rel_path: str, salt: str = "") -> str:
@@ -23,6 +24,16 @@ def record_id(rel_path: str, salt: str = "") -> str:
     # surrogateescape: a file name that is not UTF-8 hashes as its own bytes
     digest = hmac.new(_ID_KEY + salt.encode("utf-8"), rel_path.encode("utf-8", "surrogateescape"),
                       hashlib.sha256)
+    return digest.hexdigest()[:32]
+
+
+def location_hash(uri: str, salt: str) -> str:
+    """32 hex chars standing for an --input or --labels location in dataset.json.
+
+    Folders are often named after patients; the keyed hash lets whoever holds
+    the salt confirm which location a dataset came from, and no one else.
+    """
+    digest = hmac.new(_LOCATION_KEY + salt.encode("utf-8"), uri.encode("utf-8"), hashlib.sha256)
     return digest.hexdigest()[:32]
 
 

@@ -34,6 +34,7 @@ DUPLICATE_LABEL_ROW = "duplicate_label_row"      # a labels CSV key given again 
 INVALID_LABEL = "invalid_label"                  # a label value that does not parse
 INVALID_SPLIT = "invalid_split"                  # a --split_column value that cannot name a split
 RECORD_TOO_LARGE = "record_too_large"            # one record exceeds --max_shard_mb
+DECODED_SIZE_MISMATCH = "decoded_size_mismatch"  # decoded pixels differ in size from the header's plan
 SERIES_MIXED_SHAPES = "series_mixed_shapes"      # --unit series: slices differ in size or dtype
 SERIES_MIXED_ORIENTATION = "series_mixed_orientation"
 SERIES_DUPLICATE_POSITION = "series_duplicate_position"
@@ -65,6 +66,8 @@ DOCUMENTED = {
     INVALID_LABEL: "a label value that does not parse as the column's kind",
     INVALID_SPLIT: "a --split_column value that is empty or cannot be part of a file name ('/', '..')",
     RECORD_TOO_LARGE: "a single record is larger than --max_shard_mb",
+    DECODED_SIZE_MISMATCH: "the decoded pixels differ in size from what the header promised, on which "
+                           "the shard's size was planned",
     SERIES_MIXED_SHAPES: "--unit series: the series' slices differ in rows, columns, channels or dtype",
     SERIES_MIXED_ORIENTATION: "--unit series: the slices have different Image Orientation (Patient)",
     SERIES_DUPLICATE_POSITION: "--unit series: two slices at the same position (or same Instance Number)",

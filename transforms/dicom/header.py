@@ -262,7 +262,8 @@ def modality_dtype(ds: Dataset) -> str:
             if str(ds.get("Modality", "")).upper() == "CT":
                 # Hounsfield units lie physically within int16 even when a
                 # 16-bit signed stored range minus 1024 would not; a slice whose
-                # values really exceed it is widened at decode, still exact.
+                # values really exceed it decodes wider than planned, and the
+                # shard writer refuses it (decoded_size_mismatch).
                 lo, hi = max(lo, -32768), min(hi, 32767)
     return smallest_integer_dtype(lo, hi)
 

@@ -61,7 +61,7 @@ def join_rows(key: str, rows: Iterable[LabelRow], records: Iterable[ProbedRecord
             results.append(missing(record, settings, space, f"record has no {settings.label_key}"))
         elif not rows or not rows[0].value:
             results.append(missing(record, settings, space,
-                                   f"no label for {settings.label_key} in {settings.labels_csv}"))
+                                   f"no label for {settings.label_key} in --labels"))
         else:
             results.append(labelled(record, rows[0].value, rows[0].split, space, settings))
     return results

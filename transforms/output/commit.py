@@ -48,12 +48,16 @@ def empty_verdict(counts: Mapping, allow_empty: bool) -> str:
             "commit (--allow_empty commits an empty dataset)")
 
 
-def labels_entry(space, settings: ConversionSettings) -> dict:
-    """dataset.json's ``labels`` block (its ``feature`` becomes the ``label`` feature)."""
+def labels_entry(space, settings: ConversionSettings, source: Optional[str] = None) -> dict:
+    """dataset.json's ``labels`` block (its ``feature`` becomes the ``label`` feature).
+
+    ``source``: the labels CSV as recorded in ``options`` (a keyed hash unless
+    --record_input_paths), never the path itself.
+    """
     if space is None:
         return {"source": None, "kind": "none", "class_names": [],
                 "feature": {"dtype": "int64", "shape": [], "description": "-1: unlabeled"}}
-    return {"source": "folders" if settings.labels_from_dirs else settings.labels_csv,
+    return {"source": "folders" if settings.labels_from_dirs else source,
             "key": None if settings.labels_from_dirs else settings.label_key,
             "column": None if settings.labels_from_dirs else settings.label_column,
             "kind": space.kind, "class_names": list(space.class_names),
@@ -68,7 +72,7 @@ def run_manifest(results: list, outcomes: list, matched: int, space, group_count
         results = [r for r in results if r.num_records > 0]
     has_dicom = any("dicom" in r.kinds for r in results)
     extra = {
-        "labels": labels_entry(space, settings),
+        "labels": labels_entry(space, settings, options.get("labels")),
         "groups": {"split_by": settings.split_by or "patient for DICOM, record otherwise",
                    "num_groups": dict(sorted(group_counts.items())),
                    "groups_in_several_splits": leaking},

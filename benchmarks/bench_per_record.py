@@ -1,0 +1,70 @@
+"""CPU per record without Beam: ``probe_file`` and ``build_record`` in a loop (docs/BENCHMARKS.md §3).
+
+Over the first ``--records`` slices of the generated CT archive (benchmarks/archives.py),
+files in the page cache, one process: process CPU time per record for the probe
+(header parse, spec, identifiers), the write (``build_record``: read, decode, map
+values, encode the Example) and, within it, the Example encoding alone
+(``serialize_record`` on the same decoded pixels).
+
+    .venv/bin/python -m benchmarks.bench_per_record --ct-mb 500 --records 300 > per_record.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.archives import ct_archive  # noqa: E402
+from transforms.records.build import build_record, decode_record  # noqa: E402
+from transforms.records.features import serialize_record  # noqa: E402
+from transforms.records.probe import probe_file  # noqa: E402
+from transforms.records.values import SourceFile  # noqa: E402
+from transforms.settings import DecodeSettings  # noqa: E402
+
+
+def _cpu_ms(fn):
+    started = time.process_time()
+    result = fn()
+    return result, (time.process_time() - started) * 1000.0
+
+
+def measure(root: str, records: int) -> dict:
+    paths = sorted(os.path.join(folder, name) for folder, _, names in os.walk(root)
+                   for name in names if name.endswith(".dcm"))[:records]
+    settings = DecodeSettings(id_salt="bench")
+    probe, write, encode = [], [], []
+    for path in paths:
+        with open(path, "rb") as handle:   # page cache
+            handle.read()
+        st = os.stat(path)
+        source = SourceFile(path, os.path.relpath(path, root), st.st_size, st.st_mtime)
+        record, ms = _cpu_ms(lambda: probe_file(source, settings=settings))
+        probe.append(ms)
+        write.append(_cpu_ms(lambda: build_record(record, settings=settings))[1])
+        with open(path, "rb") as handle:
+            pixels, metadata = decode_record(record, handle, settings)
+        encode.append(_cpu_ms(lambda: serialize_record(pixels, record.record_id, record.kind,
+                                                       record.label, metadata))[1])
+    summary = lambda values: {"mean_ms": round(statistics.fmean(values), 3),  # noqa: E731
+                              "median_ms": round(statistics.median(values), 3)}
+    return {"records": len(paths), "probe": summary(probe), "probe_after_first": summary(probe[1:]),
+            "write": summary(write), "encode_example": summary(encode)}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ct-mb", type=float, default=500.0, help="CT archive size (MiB on disk)")
+    parser.add_argument("--records", type=int, default=300)
+    args = parser.parse_args(argv)
+    print(json.dumps(measure(ct_archive(args.ct_mb, log=lambda _: None).path, args.records), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
