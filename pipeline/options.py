@@ -255,8 +255,7 @@ OPTIONS: tuple[Option, ...] = (
                     "by the workers' service account only). Workers read it; the salt itself never "
                     "appears in job parameters, logs or the output. Keep it the same across runs.",
                     (_GCS,), required=True),
-           metavar="PATH", setting="decode.id_salt_file",
-           to_setting=lambda v: absolute(v) if v else "", recorded=False),
+           metavar="PATH", recorded=False),
     Option("allow_random_salt", "run without a salt: a random one, so hashes differ on every run",
            _SAFETY,
            Template("Allow a random salt", "true: run without a salt (hashes and splits differ on every "
@@ -376,7 +375,8 @@ def _settings(self) -> ConversionSettings:
     """The settings the job graph is built from, fed by each option's ``setting``."""
     # With --id_salt_file the salt stays out of the settings (and so out of the job graph):
     # each worker reads the file at setup (transforms.settings.with_salt).
-    fed: dict = {"decode": {"id_salt": "" if self.id_salt_file and not self.id_salt else self.salt()},
+    fed: dict = {"decode": {"id_salt": "" if self.id_salt_file and not self.id_salt else self.salt(),
+                            "id_salt_file": absolute(self.id_salt_file) if self.id_salt_file else ""},
                  "conversion": {}}
     for option in OPTIONS:
         if option.setting:

@@ -134,10 +134,39 @@ def test_dry_run_submits_nothing_and_touches_no_output(dry_run):
     assert emulator.list("df/out") == [] and emulator.list("df/tmp") == []
 
 
-def _byte_strings(value):
-    """Every string of the job description, and what it decodes to: base64 payloads (pickled
-    DoFns, coders, side inputs), and those zlib-inflated, recursively."""
+def _expanded(blob: bytes, depth: int = 0):
+    """``blob`` and what is packed inside it: base64 runs decoded, zlib and bzip2 streams
+    inflated, recursively (a ParDo payload holds a base64 string of a compressed pickle)."""
+    import bz2
+    import re
     import zlib
+    yield blob
+    if depth >= 4:
+        return
+    for run in re.findall(rb"[A-Za-z0-9+/]{40,}={0,2}", blob):
+        try:
+            decoded = base64.b64decode(run + b"=" * (-len(run) % 4))
+        except ValueError:
+            continue
+        yield from _expanded(decoded, depth + 1)
+    for match in re.finditer(rb"\x78[\x01\x5e\x9c\xda]", blob):
+        try:
+            inflated = zlib.decompressobj().decompress(blob[match.start():])
+        except zlib.error:
+            continue
+        if inflated:
+            yield from _expanded(inflated, depth + 1)
+    for match in re.finditer(rb"BZh[1-9]1AY&SY", blob):
+        try:
+            inflated = bz2.BZ2Decompressor().decompress(blob[match.start():])
+        except (OSError, ValueError):
+            continue
+        yield from _expanded(inflated, depth + 1)
+
+
+def _byte_strings(value):
+    """Every string of the job description, and everything packed inside it (pickled DoFns,
+    coders, side inputs)."""
     if isinstance(value, dict):
         for item in value.values():
             yield from _byte_strings(item)
@@ -145,18 +174,7 @@ def _byte_strings(value):
         for item in value:
             yield from _byte_strings(item)
     elif isinstance(value, str):
-        yield value.encode("utf-8", "surrogateescape")
-        try:
-            raw = base64.b64decode(value, validate=True)
-        except (ValueError, TypeError):
-            return
-        yield raw
-        for start in range(0, min(len(raw), 64)):
-            try:
-                yield zlib.decompressobj().decompress(raw[start:])
-                break
-            except zlib.error:
-                continue
+        yield from _expanded(value.encode("utf-8", "surrogateescape"))
 
 
 def test_the_salt_is_nowhere_in_the_job_and_its_parameters(dry_run):
@@ -280,7 +298,7 @@ def test_script_is_executable_bash():
 
 # A value for each parameter whose option has neither choices nor a default.
 SAMPLES = {"incremental": "True", "input": "gs://bucket/archive", "output": "gs://bucket/datasets/ct/2024-06-01",
-           "id_salt": "a-long-secret-salt", "labels": "gs://bucket/labels.csv",
+           "id_salt_file": "gs://secure/salt", "labels": "gs://bucket/labels.csv",
            "split_column": "split", "window": "lung", "resize": "512x512", "max_failures": "3",
            "keep_tags": "BodyPartExamined,ViewPosition", "summary_json": "gs://bucket/summary.json"}
 
@@ -344,7 +362,11 @@ def test_flex_template_metadata_is_generated_from_the_option_table_and_lists_eve
         "metadata.json is stale: python -m pipeline.options --metadata > metadata.json"
     parser = _convert_parser()
     flags = {s[2:] for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"help"}
-    assert {p["name"] for p in _metadata()["parameters"]} == flags == {o.flag for o in OPTIONS}
+    assert flags == {o.flag for o in OPTIONS}
+    left_out = {o.flag for o in OPTIONS if o.template is None}
+    assert all(o.not_in_template for o in OPTIONS if o.template is None)   # each says why
+    assert {p["name"] for p in _metadata()["parameters"]} == flags - left_out
+    assert left_out == {"id_salt"}          # visible to whoever can view the job
 
 
 def test_dockerfile_uses_the_installed_beam_sdk_image_and_ships_the_packages():
