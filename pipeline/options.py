@@ -429,12 +429,36 @@ _METHODS = {"salt": _salt, "bounds": property(_bounds), "settings": _settings,
 ConvertOptions = _convert_options_class()
 
 
-def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
+CONVERT_DESCRIPTION = "Convert DICOM/image archives into size-bounded TFRecord shards plus dataset.json."
+CONVERT_EPILOG = """examples:
+  dcm2tfrecord convert --input /archive/ct --output /data/ct --id_salt_file ~/.secrets/salt
+  dcm2tfrecord convert --input /archive/cxr --output /data/cxr512 --dicom_values window \\
+      --resize 512x512 --resize_mode pad --labels labels.csv --label_key patient_id \\
+      --splits train=0.8,validation=0.1,test=0.1
+
+Beam options pass through, e.g. --direct_num_workers=4 (local worker processes; default:
+one per core), --direct_running_mode=in_memory, --runner=DataflowRunner (see
+run_dataflow.sh). An option that neither convert nor Beam knows is refused."""
+
+
+def _unknown_message(flag: str) -> str:
+    import difflib
+    name = flag.split("=", 1)[0]
+    close = difflib.get_close_matches(name.lstrip("-"), [o.flag for o in OPTIONS], n=1, cutoff=0.6)
+    hint = f" (did you mean --{close[0]}?)" if close else ""
+    return (f"unknown option {name}{hint}: neither a convert option nor a Beam pipeline option; "
+            "see 'dcm2tfrecord convert --help'")
+
+
+def add_convert_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     groups: dict = {}
     for option in OPTIONS:
         group = groups.get(option.group) or groups.setdefault(
             option.group, parser.add_argument_group(option.group))
-        kwargs: dict = {"help": option.help, "dest": option.name}
+        default = option.default_value
+        shown = "" if option.required or "default" in option.help or default in (None, (), "", False) \
+            else f" (default {default:g})" if isinstance(default, float) else f" (default {default})"
+        kwargs: dict = {"help": option.help + shown, "dest": option.name}
         if option.kind == "switch":
             kwargs.update(nargs="?", const=True, default=option.default_value, type=parse_flag,
                           metavar="true|false")
@@ -450,7 +474,7 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
             if option.choices:
                 kwargs["choices"] = option.choices
         if option.required:
-            kwargs["required"] = True
+            kwargs["required"] = required
             kwargs.pop("default", None)
         if option.metavar:
             kwargs["metavar"] = option.metavar
@@ -522,12 +546,15 @@ def scan_label_csv(labels: str) -> int:
 
 
 def validate(opts: ConvertOptions) -> None:
-    if not (0 < opts.min_shard_mb <= opts.max_shard_mb):
-        raise UsageError(f"--min_shard_mb {opts.min_shard_mb} must be > 0 and <= "
-                         f"--max_shard_mb {opts.max_shard_mb}")
+    for name in ("min_shard_mb", "target_shard_mb", "max_shard_mb"):
+        if not getattr(opts, name) > 0:
+            raise UsageError(f"--{name} {getattr(opts, name):g} must be > 0 (megabytes)")
+    if not opts.min_shard_mb <= opts.max_shard_mb:
+        raise UsageError(f"--min_shard_mb {opts.min_shard_mb:g} must be <= --max_shard_mb "
+                         f"{opts.max_shard_mb:g}")
     if not (opts.min_shard_mb <= opts.target_shard_mb <= opts.max_shard_mb):
-        raise UsageError(f"--target_shard_mb {opts.target_shard_mb} must lie between "
-                         f"--min_shard_mb and --max_shard_mb")
+        raise UsageError(f"--target_shard_mb {opts.target_shard_mb:g} must lie between --min_shard_mb "
+                         f"{opts.min_shard_mb:g} and --max_shard_mb {opts.max_shard_mb:g}")
     if opts.max_pixels <= 0:
         raise UsageError("--max_pixels must be positive")
     if not 0 <= opts.max_failure_ratio <= 1:
@@ -666,19 +693,24 @@ def check_output_outside_inputs(output: str, patterns: Sequence[str]) -> None:
 
 def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
     """(our options, the remaining Beam pipeline options)."""
-    parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False)
-    add_convert_arguments(parser)
+    parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False,
+                                     description=CONVERT_DESCRIPTION, epilog=CONVERT_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_convert_arguments(parser, required=False)     # a missing one is said below, after typos
     known, beam_args = parser.parse_known_args(list(argv))
+    unknown = unknown_beam_args(beam_args)
+    if unknown:
+        raise UsageError(_unknown_message(unknown[0]))
+    missing = [f"--{o.flag}" for o in OPTIONS if o.required and not getattr(known, o.name)]
+    if missing:
+        raise UsageError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required "
+                         "(see 'dcm2tfrecord convert --help')")
     values = {o.name: getattr(known, o.name) for o in OPTIONS}
     values["inputs"] = tuple(known.inputs)
     # --keep_tags A B, or A,B as one value (the Flex Template's form)
     values["keep_tags"] = tuple(t for item in known.keep_tags or () for t in item.split(",") if t)
     values["output"] = known.output.rstrip("/") or "/"
     opts = ConvertOptions(**values)
-    unknown = unknown_beam_args(beam_args)
-    if unknown:
-        raise UsageError(f"unknown option {unknown[0]}: neither a convert option nor a Beam pipeline "
-                         "option; see 'dcm2tfrecord convert --help'")
     validate(opts)
     check_salt_stays_out_of_the_job(opts, beam_args)
     check_inputs_exist(opts.inputs)

@@ -37,6 +37,8 @@ def prepare_output(opts: ConvertOptions) -> None:
 def check_writable(output: str) -> None:
     """Creates ``output`` if needed and writes and removes one small file in it, so that an
     output under a file, without permission or on a full disk fails now, in one line."""
+    if "://" not in output and os.path.isfile(output):
+        raise UsageError(f"--output {output} is a file; give a directory")
     probe = FileSystems.join(output, incomplete_name("write-check", uuid.uuid4().hex))
     try:
         if "://" not in output:

@@ -157,8 +157,8 @@ def describe(snapshot: Snapshot, rate: float, eta: Optional[float]) -> str:
     percent = 100.0 * (snapshot.fraction or 0.0)
     return (f"{snapshot.records_done}/{snapshot.planned_records} records, "
             f"{snapshot.shards_done}/{snapshot.planned_shards} shards, "
-            f"{snapshot.bytes_written / MB:.1f}/{snapshot.planned_bytes / MB:.1f} MB written "
-            f"({percent:.0f}%), {rate / MB:.1f} MB/s, ETA {_clock(eta)}")
+            f"{percent:.0f}% of {snapshot.planned_bytes / MB:.1f} MB planned, "
+            f"{snapshot.bytes_written / MB:.1f} MB on disk, {rate / MB:.1f} MB/s, ETA {_clock(eta)}")
 
 
 class LineRenderer:
@@ -180,9 +180,12 @@ class LineRenderer:
     def close(self, snapshot: Snapshot, elapsed: float, finished: bool) -> None:
         if finished:
             average = snapshot.bytes_done / MB / elapsed if elapsed > 0 else 0.0
+            missing = snapshot.records_done - snapshot.records_written
             self._write(elapsed, f"done: {snapshot.records_written} records written of "
                                  f"{snapshot.records_done} planned, {snapshot.shards_done} shards, "
-                                 f"{snapshot.bytes_done / MB:.1f} MB, {average:.1f} MB/s on average")
+                                 f"{snapshot.bytes_done / MB:.1f} MB, {average:.1f} MB/s on average"
+                                 + (f"; {missing} planned record(s) did not convert (the summary and "
+                                    "errors.jsonl say why)" if missing > 0 else ""))
 
 
 class BarRenderer:
@@ -207,8 +210,9 @@ class BarRenderer:
             self.bar.bar_format = self.WRITING
             self.bar.set_description_str("writing", refresh=False)
         self.bar.n = snapshot.records_done
-        self.bar.set_postfix_str(f"{snapshot.bytes_written / MB:.1f}/{snapshot.planned_bytes / MB:.1f} "
-                                 f"MB, {rate / MB:.1f} MB/s, ETA {_clock(eta)}", refresh=False)
+        self.bar.set_postfix_str(f"{100.0 * (snapshot.fraction or 0.0):.0f}% of "
+                                 f"{snapshot.planned_bytes / MB:.1f} MB planned, {rate / MB:.1f} MB/s, "
+                                 f"ETA {_clock(eta)}", refresh=False)
         self.bar.refresh()
 
     def close(self, snapshot: Snapshot, elapsed: float, finished: bool) -> None:

@@ -11,8 +11,11 @@ import sys
 import time
 from typing import Sequence
 
+from apache_beam.io.filesystems import FileSystems
+
+from dataset.names import MANIFEST_NAME
 from dataset.verify import verify_dataset
-from dataset.versions import DamagedLatest
+from dataset.versions import DamagedLatest, resolve_dataset_dir
 
 
 def parse_verify(argv: Sequence[str]) -> argparse.Namespace:
@@ -30,11 +33,17 @@ def parse_verify(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str]) -> int:
     args = parse_verify(argv)
     started = time.time()
+    target = args.dataset.rstrip("/") or "/"
     try:
-        report = verify_dataset(args.dataset.rstrip("/") or "/")
+        dataset_dir = resolve_dataset_dir(target)
     except DamagedLatest as exc:
         print(f"dcm2tfrecord verify: error: {exc}", file=sys.stderr)
         return 2
+    if not FileSystems.exists(FileSystems.join(dataset_dir, MANIFEST_NAME)):
+        print(f"dcm2tfrecord verify: error: {target} is not a dataset (no {MANIFEST_NAME}: nothing was "
+              "committed there); give the --output of a finished conversion", file=sys.stderr)
+        return 2
+    report = verify_dataset(target)
     print(f"{report.verdict()} [{time.time() - started:.1f} s]")
     for problem in report.problems[:args.max_problems]:
         print(f"  {problem}", file=sys.stderr)

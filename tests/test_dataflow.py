@@ -396,4 +396,4 @@ def test_flex_template_main_file_runs_convert(tmp_path):
     proc = subprocess.run([sys.executable, str(main), "--input=gs://b/a"], capture_output=True,
                           text=True, env=env, cwd=str(tmp_path), timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert "usage: dcm2tfrecord convert" in proc.stderr and "required: --output" in proc.stderr
+    assert "dcm2tfrecord convert: error: --output is required" in proc.stderr

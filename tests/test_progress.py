@@ -20,8 +20,8 @@ from transforms.counters import NAMESPACE
 
 MB = 1 << 20
 LINE = re.compile(r"^progress \[\d+:\d\d:\d\d\] (.*)$")
-WRITING = re.compile(r"(\d+)/(\d+) records, (\d+)/(\d+) shards, ([\d.]+)/([\d.]+) MB written "
-                     r"\((\d+)%\), ([\d.]+) MB/s, ETA (\S+)")
+WRITING = re.compile(r"(\d+)/(\d+) records, (\d+)/(\d+) shards, (\d+)% of ([\d.]+) MB planned, "
+                     r"([\d.]+) MB on disk, ([\d.]+) MB/s, ETA (\S+)")
 
 
 def _write_json(path, content):
@@ -62,7 +62,7 @@ def test_line_shows_records_mb_rate_and_eta():
     meter.add(5.0, 25 * MB)
     assert meter.bytes_per_second() == pytest.approx(5 * MB)
     line = describe(snap, meter.bytes_per_second(), meter.eta_seconds(snap))
-    assert WRITING.search(line).groups() == ("25", "100", "1", "4", "25.0", "100.0", "25", "5.0",
+    assert WRITING.search(line).groups() == ("25", "100", "1", "4", "25", "100.0", "25.0", "5.0",
                                              "0:00:15")
     stream = io.StringIO()
     renderer = LineRenderer(stream, log_s=10)

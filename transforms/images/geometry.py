@@ -21,8 +21,10 @@ _LUMA = np.array([0.299, 0.587, 0.114])
 
 def parse_resize(text: str) -> tuple[int, int]:
     parts = text.lower().replace(" ", "").split("x")
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
         raise ValueError(f"--resize {text!r}: expected HEIGHTxWIDTH, e.g. 512x512")
+    if not all(int(p) > 0 for p in parts):
+        raise ValueError(f"--resize {text!r}: height and width must be at least 1, e.g. 512x512")
     return int(parts[0]), int(parts[1])
 
 
