@@ -362,3 +362,42 @@ def test_a_storage_outage_fails_the_run_within_its_budget_and_a_rerun_is_identic
         code, _, stderr = cli("convert", "--input", emulator.url("a"), "--output", emulator.url("out"), *args)
         assert code == 0, stderr
         assert shard_bytes(emulator, "out", tmp_path / "rerun") == reference
+
+
+def test_key_filter_never_drops_a_key_it_was_given_and_passes_few_others():
+    from transforms.labels.table import KeyFilter, key_hash, repeated_hashes
+    keys = [f"patient/{i:06d}.dcm".encode() for i in range(20_000)]
+    merged = KeyFilter()
+    for part in (keys[:10_000], keys[10_000:]):       # built in two workers, merged
+        piece = KeyFilter()
+        for key in part:
+            piece.add(key)
+        merged.merge(piece)
+    shipped = KeyFilter(bytes(merged.bits))            # as the side input carries it
+    assert all(key in shipped for key in keys)
+    others = [f"junk/{i:07d}".encode() for i in range(20_000)]
+    assert sum(key in shipped for key in others) < 20   # ~0 false positives at this size
+    import array
+    hashes = array.array("Q", (key_hash(k) for k in [b"a", b"b", b"a", b"c", b"c", b"c"]))
+    assert repeated_hashes(hashes) == {key_hash(b"a"), key_hash(b"c")}
+
+
+def test_a_labels_csv_of_many_rows_matching_nothing_loses_no_input(tmp_path):
+    """The review's loss: millions of label rows that match no file went through the join's
+    shuffle in ~250 MB bundles, and the multi-process local runner dropped a worker's output.
+    Rows that can label no record now stay where they are read (issue 16, item 4)."""
+    write_png_archive(tmp_path / "in", 20, 16, 16)
+    with open(tmp_path / "labels.csv", "w") as handle:
+        handle.write("path,label\n")
+        for i in range(20):
+            handle.write(f"img_{i:04d}.png,{'ab'[i % 2]}\n")
+        for i in range(150_000):
+            handle.write(f"elsewhere/{i:07d}.png,{'cd'[i % 2]}\n")
+    out = tmp_path / "out"
+    run_convert(tmp_path / "in", out, beam_args=["--direct_num_workers=2",
+                                                 "--direct_running_mode=multi_processing"],
+                labels=str(tmp_path / "labels.csv"), **SMALL)
+    manifest = reader.info(str(out))
+    assert manifest["counts"]["written"] == 20 and manifest["counts"]["unaccounted"] == 0
+    assert manifest["labels"]["class_names"] == ["a", "b", "c", "d"]   # every row still makes its class
+    assert manifest["splits"]["train"]["label_counts"] == {"0": 10, "1": 10}

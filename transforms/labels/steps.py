@@ -14,20 +14,71 @@ from transforms.settings import ConversionSettings
 from transforms.sources.match import uri_key
 
 
+REPEATED = "repeated"   # rows whose key may occur on several lines: deduplicated by a shuffle
+
+
+def _parse(uri: str, settings: ConversionSettings):
+    raw = FileSystems.open(uri)
+    lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+    return raw, labels_lib.parse_label_csv(lines, uri, settings.label_key, settings.label_column,
+                                           settings.split_column)
+
+
 def _read_label_rows(uri: str, settings: ConversionSettings):
-    with FileSystems.open(uri) as raw:
-        lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        for item in labels_lib.parse_label_csv(lines, uri, settings.label_key, settings.label_column,
-                                               settings.split_column):
-            yield from emit(item)
+    """Streams the CSV twice, holding 8 bytes a row in between: the first pass hashes the
+    keys, the second sends a row to the deduplicating shuffle only when its key may repeat;
+    the rest (almost all) go on as (key, row) without a shuffle."""
+    import array
+    hashes = array.array("Q")
+    raw, items = _parse(uri, settings)
+    with raw:
+        for item in items:
+            if isinstance(item, labels_lib.LabelRow):
+                hashes.append(labels_lib.key_hash(uri_key(item.key)))
+    repeated = labels_lib.repeated_hashes(hashes)
+    del hashes
+    raw, items = _parse(uri, settings)
+    with raw:
+        for item in items:
+            if not isinstance(item, labels_lib.LabelRow):
+                yield from emit(item)
+                continue
+            key = uri_key(item.key)
+            if labels_lib.key_hash(key) in repeated:
+                yield beam.pvalue.TaggedOutput(REPEATED, (key, item))
+            else:
+                yield key, item
+
+
+class KeyFilterFn(beam.CombineFn):
+    """Record join keys -> KeyFilter (a fixed-size Bloom filter)."""
+
+    def create_accumulator(self):
+        return labels_lib.KeyFilter()
+
+    def add_input(self, acc, key):
+        return acc.add(key)
+
+    def merge_accumulators(self, accs):
+        accs = list(accs)
+        for other in accs[1:]:
+            accs[0].merge(other)
+        return accs[0]
+
+    def extract_output(self, acc):
+        return bytes(acc.bits)
+
+
+def _may_label_a_record(keyed, bits: bytes) -> bool:
+    return keyed[0] in labels_lib.KeyFilter(bits)
 
 
 class LabelSpaceFn(beam.CombineFn):
     """Label values -> LabelSpace (kind and sorted class names)."""
 
-    def __init__(self, multi: bool):
+    def __init__(self, multi: bool, extract: bool = True):
         super().__init__()
-        self.multi = multi
+        self.multi, self.extract = multi, extract
 
     def create_accumulator(self):
         return labels_lib.LabelSpaceAccumulator(self.multi)
@@ -43,7 +94,14 @@ class LabelSpaceFn(beam.CombineFn):
         return first
 
     def extract_output(self, acc):
-        return acc.result()
+        return acc.result() if self.extract else acc
+
+
+class MergeLabelSpacesFn(LabelSpaceFn):
+    """LabelSpaceAccumulators -> LabelSpace."""
+
+    def add_input(self, acc, other):
+        return acc.merge(other)
 
 
 def _first_row_of_key(keyed, settings: ConversionSettings):
@@ -84,28 +142,41 @@ class AttachLabels(beam.PTransform):
             out = (records | "LabelFromFolder" >> beam.FlatMap(
                 _dir_labelled, AsSingleton(space), settings).with_outputs(OUTCOMES, main="records"))
             return out.records, out[OUTCOMES], space
+        keyed_records = records | "KeyByLabelKey" >> beam.Map(
+            lambda r: (uri_key(join.join_key(r, settings.label_key)), r))
+        record_keys = (keyed_records
+                       | "RecordKeys" >> beam.Keys()
+                       | "RecordKeyFilter" >> beam.CombineGlobally(KeyFilterFn()))
         rows = (records.pipeline
                 | "ListLabelFiles" >> beam.Create([settings.labels_csv])
                 | "ReadLabelRows" >> beam.FlatMap(_read_label_rows, settings).with_outputs(
-                    OUTCOMES, main="rows"))
-        # rows: LabelRow (raw key, raw value, split, line); outcomes: malformed lines
-        unique = (rows.rows
-                  | "KeyRowsByKey" >> beam.Map(lambda r: (uri_key(r.key), r))
-                  | "GroupRowsByKey" >> beam.GroupByKey()
-                  # (raw key, [LabelRow]): almost always one
-                  | "FirstRowPerKey" >> beam.FlatMap(_first_row_of_key, settings).with_outputs(
-                      OUTCOMES, main="rows"))
+                    OUTCOMES, REPEATED, main="rows"))
+        # rows: (raw key, LabelRow) whose key is on one line only, never shuffled in bulk;
+        # repeated: (raw key, LabelRow) whose key may repeat; outcomes: malformed lines
+        deduplicated = (rows[REPEATED]
+                        | "GroupRowsByKey" >> beam.GroupByKey()
+                        # (raw key, [LabelRow]): only keys that may repeat
+                        | "FirstRowPerKey" >> beam.FlatMap(_first_row_of_key, settings).with_outputs(
+                            OUTCOMES, main="rows"))
         # rows: (raw key, the LabelRow that labels it); outcomes: later lines of a key
-        space = (unique.rows
-                 | "LabelValues" >> beam.Map(lambda kv: kv[1].value)
-                 | "DecideLabelKind" >> beam.CombineGlobally(LabelSpaceFn(settings.multi_label)))
-        joined = ({"records": records | "KeyByLabelKey" >> beam.Map(
-                       lambda r: (uri_key(join.join_key(r, settings.label_key)), r)),
-                   "rows": unique.rows}
+        # The bulk rows never cross a stage boundary: the label values are folded into an
+        # accumulator where they are read, and the join takes only rows a record may match.
+        values = [part
+                  | f"LabelValues{name}" >> beam.Map(lambda kv: kv[1].value)
+                  | f"FoldLabelValues{name}" >> beam.CombineGlobally(
+                      LabelSpaceFn(settings.multi_label, extract=False))
+                  for name, part in (("", rows.rows), ("OfRepeatedKeys", deduplicated.rows))]
+        space = (tuple(values) | "BothFolds" >> beam.Flatten()
+                 | "DecideLabelKind" >> beam.CombineGlobally(MergeLabelSpacesFn(settings.multi_label)))
+        joinable = tuple(part | f"RowsOfRecordKeys{name}" >> beam.Filter(_may_label_a_record,
+                                                                        AsSingleton(record_keys))
+                         for name, part in (("", rows.rows), ("OfRepeatedKeys", deduplicated.rows))
+                         ) | "JoinableRows" >> beam.Flatten()
+        joined = ({"records": keyed_records, "rows": joinable}
                   | "JoinLabels" >> beam.CoGroupByKey()
                   # (raw key, {"records": [ProbedRecord], "rows": [LabelRow]})
                   | "EncodeLabels" >> beam.FlatMap(_join_labels, AsSingleton(space), settings)
                   .with_outputs(OUTCOMES, main="records"))
-        outcomes = ((rows[OUTCOMES], unique[OUTCOMES], joined[OUTCOMES])
+        outcomes = ((rows[OUTCOMES], deduplicated[OUTCOMES], joined[OUTCOMES])
                     | "LabelOutcomes" >> beam.Flatten())
         return joined.records, outcomes, space

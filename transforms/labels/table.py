@@ -201,3 +201,53 @@ def first_row(rows: Iterable[LabelRow], uri: str) -> tuple[LabelRow, list[Outcom
             f"line {extra.line}: key already labelled at line {first.line}"
             + ("" if same else f" with {first.value!r}; this line's {extra.value!r} is ignored")))
     return first, rejected
+
+
+# ------------------------------------------------- keeping bulk rows out of shuffles
+
+def key_hash(key: bytes) -> int:
+    """64-bit hash of a raw join key (its shuffle-key bytes), stable within one process
+    only (both passes over a CSV run in the same process)."""
+    return hash(key) & 0xFFFF_FFFF_FFFF_FFFF
+
+
+def repeated_hashes(hashes) -> frozenset:
+    """The 64-bit key hashes that occur more than once (8 bytes a row while counting;
+    the result holds only repeated keys, plus the rare hash collision, which is harmless:
+    such a key merely takes the exact, shuffled path)."""
+    import numpy as np
+    arr = np.sort(np.frombuffer(hashes, dtype=np.uint64))
+    if len(arr) < 2:
+        return frozenset()
+    return frozenset(int(h) for h in np.unique(arr[1:][arr[1:] == arr[:-1]]))
+
+
+class KeyFilter:
+    """A Bloom filter over record join keys (fixed 1 MiB, 4 hashes): a CSV row whose key
+    it does not contain certainly labels no record. False positives only let a row through
+    to the exact join."""
+    BITS = 1 << 23
+    HASHES = 4
+
+    def __init__(self, bits: Optional[bytes] = None):
+        self.bits = bytearray(bits) if bits is not None else bytearray(self.BITS // 8)
+
+    @classmethod
+    def _positions(cls, key: bytes):
+        import hashlib
+        digest = hashlib.blake2b(key, digest_size=4 * cls.HASHES).digest()
+        return [int.from_bytes(digest[4 * i:4 * i + 4], "little") % cls.BITS
+                for i in range(cls.HASHES)]
+
+    def add(self, key: bytes) -> "KeyFilter":
+        for p in self._positions(key):
+            self.bits[p >> 3] |= 1 << (p & 7)
+        return self
+
+    def merge(self, other: "KeyFilter") -> "KeyFilter":
+        merged = int.from_bytes(self.bits, "little") | int.from_bytes(other.bits, "little")
+        self.bits = bytearray(merged.to_bytes(len(self.bits), "little"))
+        return self
+
+    def __contains__(self, key: bytes) -> bool:
+        return all(self.bits[p >> 3] & (1 << (p & 7)) for p in self._positions(key))
