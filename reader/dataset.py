@@ -235,12 +235,29 @@ def _window_seed(seed: int, split: str, epoch, window) -> tf.Tensor:
     return tf.strings.to_hash_bucket_fast(text, 1 << 62)
 
 
+WINDOW_GRAPH_SEED = 87654321
+
+
+def _shuffle_window(records: tf.data.Dataset, window: int, seed: tf.Tensor) -> tf.data.Dataset:
+    """``records`` (one window) shuffled by ``seed`` alone.
+
+    An op seed is combined with the global seed (``tf.random.set_seed``, which
+    ``keras.utils.set_random_seed`` calls); fixing the seed of this function's
+    own graph keeps the user's global seed out of the order (and avoids
+    TensorFlow's failure on a global seed of 0 with a tensor op seed).
+    """
+    tf.random.set_seed(WINDOW_GRAPH_SEED)         # traced: sets this function graph's seed only
+    return records.shuffle(window, seed=seed)
+
+
 def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: int, cycle: int,
                      compression: str, read_buffer: int, repeat, batch_size: int,
                      drop_remainder: bool, start_step: int) -> tf.data.Dataset:
     """The records of a seeded (or unshuffled) load, from batch ``start_step`` on."""
     order = Order(plan.counts, seed, split, cycle)
     total = order.num_records
+    if total == 0:       # e.g. a pipeline of more pipelines than records: endless epochs of nothing
+        return tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
     files = tf.constant(plan.files, dtype=tf.string)
     epochs_per_pass = None if repeat is True else (int(repeat) if repeat else 1)
     if epochs_per_pass is None:                           # one endless pass
@@ -280,7 +297,7 @@ def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: in
             windows = tf.data.Dataset.zip((tf.data.Dataset.range(aligned // window, tf.int64.max),
                                             records.window(window)))
             records = windows.flat_map(
-                lambda w, records: records.shuffle(window, seed=_window_seed(seed, split, epoch, w)))
+                lambda w, records: _shuffle_window(records, window, _window_seed(seed, split, epoch, w)))
         return records.skip(position - aligned).apply(
             tf.data.experimental.assert_cardinality(total - position))
 
