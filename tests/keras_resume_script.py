@@ -58,7 +58,7 @@ def main(dataset, work, total, kill_at):
     model = Logged()
     model.compile(optimizer=keras.optimizers.SGD(0.05),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), run_eagerly=True)
-    model.build((None, 8, 8, 3))
+    model(np.zeros((1, 8, 8, 3), np.uint8))              # creates the weights load_weights fills
     if start:
         model.load_weights(weights_path)
     ds = reader.load(dataset, batch_size=BATCH, seed=SEED, repeat=True, start_step=start)
