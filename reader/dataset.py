@@ -9,10 +9,10 @@ shards from dataset.json -> (this pipeline's shards) -> shuffle shards per epoch
 With a seed or ``shuffle=False`` (an order that is a pure function of the
 manifest, split, seed and epoch; see ``reader.schedule``), so that
 ``start_step`` can resume exactly:
-epochs -> per epoch, groups of shards in a permuted order -> per group, the
-shards read in parallel (skipping what precedes the start) and interleaved
-in a drawn order (``choose_from_datasets``) -> seeded shuffle per window of
-records -> batch -> parse as above.
+epochs -> per epoch, the shards in a permuted order (those finished before
+the start left out, those open there started by ``skip``) -> the same
+deterministic parallel interleave -> seeded shuffle per window of records
+-> batch -> parse as above.
 """
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ SHUFFLE_BUFFER_RECORDS = (2, 10_000)
 # Seeded order: records are shuffled in windows of this many bytes' worth; a
 # resumed run reads at most one window it does not use.
 SHUFFLE_WINDOW_BYTES = 16 << 20
-SLOT_PREFETCH = 2
 
 
 def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", dtype=None,
@@ -270,29 +269,20 @@ def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: in
         epoch, first_position = divmod(min(step * batch_size, records), max(total, 1))
         first_epoch = first_pass * epochs_per_pass + epoch
 
-    def plan_from(epoch, position):
-        return order.plan_from(int(epoch), int(position))
+    def inputs_from(epoch, position):
+        return order.inputs_from(int(epoch), int(position))
+
+    def read(shard, skip):
+        return _read_shard(tf.gather(files, shard), plan, compression, read_buffer, skip)
 
     def epoch_records(epoch, position):
         aligned = position // window * window
-        shards, skips, slots, bounds = tf.numpy_function(
-            plan_from, [epoch, aligned], [tf.int64] * 4, stateful=False)
-        shards.set_shape([None, cycle])
-        skips.set_shape([None, cycle])
-        slots.set_shape([None])
-        bounds.set_shape([None])
-
-        def group(g):
-            def slot(j):
-                shard = shards[g, j]
-                path = tf.data.Dataset.from_tensors(tf.gather(files, tf.maximum(shard, 0)))
-                path = path.take(tf.cast(shard >= 0, tf.int64))
-                return path.flat_map(lambda p: _read_shard(p, plan, compression, read_buffer,
-                                                           skips[g, j])).prefetch(SLOT_PREFETCH)
-            choice = tf.data.Dataset.from_tensor_slices(slots[bounds[g]:bounds[g + 1]])
-            return tf.data.Dataset.choose_from_datasets([slot(j) for j in range(cycle)], choice)
-
-        records = tf.data.Dataset.range(tf.shape(bounds, out_type=tf.int64)[0] - 1).flat_map(group)
+        shards, skips = tf.numpy_function(inputs_from, [epoch, aligned], [tf.int64] * 2, stateful=False)
+        shards.set_shape([None])
+        skips.set_shape([None])
+        # tf.data's deterministic interleave is the round robin Order replays (reader.schedule).
+        records = tf.data.Dataset.from_tensor_slices((shards, skips)).interleave(
+            read, cycle_length=cycle, block_length=1, num_parallel_calls=AUTOTUNE, deterministic=True)
         if window > 1:
             windows = tf.data.Dataset.zip((tf.data.Dataset.range(aligned // window, tf.int64.max),
                                             records.window(window)))

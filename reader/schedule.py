@@ -6,20 +6,24 @@ from what was read before, so that a run restarted at step ``k`` can compute
 where every shard stands at ``k`` and read from there (``start_step``):
 
 1. shards in an order permuted per epoch (manifest order without shuffle);
-2. taken ``cycle`` at a time: a group of shards is read in parallel and
-   interleaved in a random order that keeps each shard's own record order
-   (a uniformly drawn interleaving of the group's records; round robin
-   without shuffle). Position ``t`` in a group fixes how many records of
-   each shard come before it, so resuming there skips whole shards by the
-   manifest's counts and, inside the open shards, exactly that many records;
+2. read ``cycle`` at a time and interleaved round robin, one record per open
+   shard in turn, a finished shard's place taken by the next shard of the
+   order: exactly what ``tf.data``'s ``interleave(cycle_length=cycle,
+   block_length=1)`` yields (deterministic, also when parallel), so the
+   reader runs that op over the shard list. ``Order.inputs_from`` replays
+   the round robin on the counts alone (no reading) up to a position and
+   returns the list of ``(shard, records to skip)`` whose interleave yields
+   the rest of the epoch: the shards open there, rotated to the one whose
+   turn it is and started by ``skip``, then the shards not yet opened; the
+   finished ones are left out;
 3. records shuffled in consecutive windows of ``window`` records (the
    shards were already shuffled as a whole at write time). Resuming inside
    a window reads that window from its start: at most ``window - 1``
    records read and dropped, however large ``k`` is.
 
-Random draws come from NumPy's PCG64 seeded by a hash of (seed, split,
-epoch, group): the same order for the same manifest, seed and versions of
-this reader and NumPy.
+Shard permutations come from NumPy's PCG64 seeded by a hash of (seed,
+split, number of shards, epoch): the same order for the same manifest, seed
+and versions of this reader and NumPy.
 """
 from __future__ import annotations
 
@@ -32,6 +36,88 @@ import numpy as np
 def _rng(*key) -> np.random.Generator:
     digest = hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
     return np.random.Generator(np.random.PCG64(int.from_bytes(digest, "little")))
+
+
+class _RoundRobin:
+    """tf.data's (sequential) interleave, block_length 1, on record counts.
+
+    Mirrors InterleaveDatasetOp's loop step by step: a slot holding a shard
+    yields its next record and passes the turn; a finished shard is noticed
+    on its next turn, which then passes without a record; an empty slot
+    opens the next input shard and reads from it in the same turn.
+    """
+
+    def __init__(self, inputs, counts, cycle: int):
+        self.inputs, self.counts, self.cycle = list(inputs), counts, cycle
+        self.next_input, self.turn, self.end = 0, 0, False
+        self.slots: list = [None] * cycle             # [shard, records read] or None
+
+    def step(self):
+        """One pass of the loop: ``(shard, record)`` when it yields one, else None."""
+        slot = self.slots[self.turn]
+        if slot is not None:
+            shard, read = slot
+            if read < self.counts[shard]:
+                slot[1] += 1
+                self.turn = (self.turn + 1) % self.cycle
+                return shard, read
+            self.slots[self.turn] = None
+            self.turn = (self.turn + 1) % self.cycle
+        elif not self.end:
+            if self.next_input < len(self.inputs):
+                shard, skip = self.inputs[self.next_input]
+                self.slots[self.turn] = [shard, skip]
+                self.next_input += 1
+            else:
+                self.end = True
+        else:
+            self.turn = (self.turn + 1) % self.cycle
+        return None
+
+    @property
+    def done(self) -> bool:
+        return self.end and all(slot is None for slot in self.slots)
+
+    def _rounds(self, limit: int) -> int:
+        """Records yielded by skipping whole rounds in which every slot yields (or is idle for good)."""
+        if self.turn or limit <= 0:
+            return 0
+        exhausted = self.next_input >= len(self.inputs)
+        left = []
+        for slot in self.slots:
+            if slot is None:
+                if not exhausted:
+                    return 0
+                continue
+            left.append(self.counts[slot[0]] - slot[1])
+        if not left or min(left) < 1:
+            return 0
+        rounds = min(min(left), limit // len(left))
+        for slot in self.slots:
+            if slot is not None:
+                slot[1] += rounds
+        return rounds * len(left)
+
+    def advance(self, records: int) -> None:
+        """Runs the loop until ``records`` records have been yielded."""
+        while records > 0 and not self.done:
+            jumped = self._rounds(records)
+            if jumped:
+                records -= jumped
+            elif self.step() is not None:
+                records -= 1
+
+    def remaining_inputs(self) -> list:
+        """``(shard, skip)`` whose fresh interleave yields what this one still yields."""
+        out, following = [], self.next_input
+        for j in range(self.cycle):
+            slot = self.slots[(self.turn + j) % self.cycle]
+            if slot is not None:
+                out.append((slot[0], slot[1]))
+            elif following < len(self.inputs):          # opened on this slot's next turn
+                out.append(self.inputs[following])
+                following += 1
+        return out + self.inputs[following:]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,50 +138,23 @@ class Order:
             return np.arange(n)
         return _rng("shards", self.seed, self.split, n, int(epoch)).permutation(n)
 
-    def groups(self, epoch: int) -> list[np.ndarray]:
-        order = self.shard_order(epoch)
-        return [order[i:i + self.cycle] for i in range(0, len(order), self.cycle)]
-
-    def interleaving(self, epoch: int, group: int, shards: np.ndarray) -> np.ndarray:
-        """Slot (position in ``shards``) of each record of the group, in reading order."""
-        counts = np.array([self.counts[s] for s in shards], np.int64)
-        slots = np.repeat(np.arange(len(shards), dtype=np.int32), counts)
-        if self.seed is None:       # round robin over the shards not yet exhausted
-            rounds = np.concatenate([np.arange(c) for c in counts]) if len(counts) else slots
-            return slots[np.lexsort((slots, rounds))]
-        return _rng("interleave", self.seed, self.split, int(epoch), int(group)).permutation(slots)
-
-    def plan_from(self, epoch: int, position: int):
-        """``(shards, skips, slots)`` per group from ``position`` of ``epoch`` on.
-
-        ``shards[g]``: shard numbers in slot order (-1 pads short groups),
-        ``skips[g]``: records each slot skips, ``slots``: the concatenated
-        slot sequences, ``bounds``: group g's slots are ``slots[bounds[g]:bounds[g+1]]``.
-        """
-        groups = self.groups(epoch)
-        shards = np.full((max(len(groups), 1), self.cycle), -1, np.int64)
-        skips = np.zeros_like(shards)
-        sequences, bounds, before = [], [0], 0
-        for g, members in enumerate(groups):
-            size = int(sum(self.counts[s] for s in members))
-            start = min(max(position - before, 0), size)
-            before += size
-            slots = self.interleaving(epoch, g, members) if start < size else np.zeros(0, np.int32)
-            shards[g, :len(members)] = members
-            if start:
-                skips[g, :len(members)] = np.bincount(slots[:start], minlength=len(members)) \
-                    if start < size else [self.counts[s] for s in members]
-            sequences.append(slots[start:])
-            bounds.append(bounds[-1] + len(sequences[-1]))
-        slots = np.concatenate(sequences).astype(np.int64) if sequences else np.zeros(0, np.int64)
-        return shards, skips, slots, np.array(bounds, np.int64)
+    def inputs_from(self, epoch: int, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(shards, skips)``: interleaved with ``cycle``, they yield epoch ``epoch`` from ``position`` on."""
+        inputs = [(int(s), 0) for s in self.shard_order(epoch)]
+        if position > 0:
+            robin = _RoundRobin(inputs, self.counts, self.cycle)
+            robin.advance(int(position))
+            inputs = robin.remaining_inputs()
+        shards = np.array([s for s, _ in inputs], np.int64)
+        skips = np.array([k for _, k in inputs], np.int64)
+        return shards, skips
 
     def sequence(self, epoch: int) -> list[tuple[int, int]]:
         """``(shard, record)`` in reading order before the window shuffle (for tests)."""
+        robin = _RoundRobin([(int(s), 0) for s in self.shard_order(epoch)], self.counts, self.cycle)
         out = []
-        for g, members in enumerate(self.groups(epoch)):
-            taken = [0] * len(members)
-            for slot in self.interleaving(epoch, g, members):
-                out.append((int(members[slot]), taken[slot]))
-                taken[slot] += 1
+        while not robin.done:
+            record = robin.step()
+            if record is not None:
+                out.append(record)
         return out
