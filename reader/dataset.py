@@ -272,9 +272,13 @@ def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: in
     def inputs_from(epoch, position):
         return order.inputs_from(int(epoch), int(position))
 
+    # Plain Python on constants: traced as written, without autograph's conversion (tracing
+    # is most of the cost of starting a pipeline).
+    @tf.autograph.experimental.do_not_convert
     def read(shard, skip):
         return _read_shard(tf.gather(files, shard), plan, compression, read_buffer, skip)
 
+    @tf.autograph.experimental.do_not_convert
     def epoch_records(epoch, position):
         aligned = position // window * window
         shards, skips = tf.numpy_function(inputs_from, [epoch, aligned], [tf.int64] * 2, stateful=False)
@@ -286,13 +290,14 @@ def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: in
         if window > 1:
             windows = tf.data.Dataset.zip((tf.data.Dataset.range(aligned // window, tf.int64.max),
                                             records.window(window)))
-            records = windows.flat_map(
-                lambda w, records: _shuffle_window(records, window, _window_seed(seed, split, epoch, w)))
+            records = windows.flat_map(tf.autograph.experimental.do_not_convert(
+                lambda w, records: _shuffle_window(records, window, _window_seed(seed, split, epoch, w))))
         return records.skip(position - aligned).apply(
             tf.data.experimental.assert_cardinality(total - position))
 
     counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="reader_iterations")
 
+    @tf.autograph.experimental.do_not_convert
     def passes(_):
         j = counter.assign_add(1) - 1                       # this iteration of the dataset
         if epochs_per_pass is None:
