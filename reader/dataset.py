@@ -6,9 +6,12 @@ shards from dataset.json -> (this pipeline's shards) -> shuffle shards per epoch
 -> (repeat) -> batch -> one parse_example + decode_raw per batch
 -> (cast / scale) -> prefetch
 
-With a seed or ``shuffle=False`` (an order that is a pure function of the
-manifest, split, seed and epoch; see ``reader.schedule``), so that
-``start_step`` can resume exactly:
+A seed alone reproduces that pipeline's order run after run (seeded shard
+shuffle, deterministic interleave, seeded shuffle buffer), at its speed.
+
+With ``resumable=True`` and a seed, or ``shuffle=False`` (an order that is a
+pure function of the manifest, split, seed and epoch; see ``reader.schedule``),
+so that ``start_step`` can resume exactly:
 epochs -> per epoch, the shards in a permuted order (those finished before
 the start left out, those open there started by ``skip``) -> the same
 deterministic parallel interleave -> seeded shuffle per window of records
@@ -99,7 +102,7 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
          cache: Optional[str] = None, input_context=None, pad: bool = False,
          shuffle_buffer: Optional[int] = None, cycle_length: Optional[int] = None,
          deterministic: Optional[bool] = None, version=None,
-         start_step: int = 0) -> tf.data.Dataset:
+         start_step: int = 0, resumable: bool = False) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(images, labels)`` batches (a dict with ``output="dict"``).
 
     Images are ``[batch, height, width, channels]``, or ``[batch, depth, height,
@@ -113,15 +116,18 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     - ``shuffle``: shard order reshuffled every epoch, records through a buffer of
       ``shuffle_buffer`` (default: as many as fit in 64 MiB, 2..10,000; the
       shards are already shuffled as a whole when written).
-    - ``seed``: reproducible order (every epoch differs, every run repeats it):
-      epoch ``e``'s order is a pure function of the manifest, split, seed and
-      ``e`` (``reader.schedule``); records are shuffled in windows of
-      ``shuffle_buffer`` records (default: as many as fit in 16 MiB).
+    - ``seed``: reproducible order (every epoch differs, every run repeats it).
       ``deterministic`` defaults to True with a seed or ``shuffle=False``, else
       False: parallel reads may then also reorder records, which is faster.
-      With ``repeat=False`` each new iteration of the dataset (a Keras epoch)
-      reads the next epoch's order.
-    - ``start_step``: with a seed or ``shuffle=False``, begin at batch
+    - ``resumable``: with a seed, the order that ``start_step`` can resume:
+      epoch ``e``'s order is a pure function of the manifest, split, seed and
+      ``e`` (``reader.schedule``); records are shuffled in windows of
+      ``shuffle_buffer`` records (default: as many as fit in 16 MiB). Another
+      order than ``seed`` alone, and about a quarter more CPU per record (the
+      window shuffle; docs/BENCHMARKS.md §6), hence opt-in. With
+      ``repeat=False`` each new iteration of the dataset (a Keras epoch) reads
+      the next epoch's order. ``shuffle=False`` reads are always resumable.
+    - ``start_step``: with ``resumable=True`` and a seed, or ``shuffle=False``, begin at batch
       ``start_step`` of an uninterrupted run with the same arguments and yield
       exactly its batches from there on (across epochs with ``repeat``; with
       ``repeat=False``, step ``k`` is step ``k % steps_per_epoch`` of epoch
@@ -157,10 +163,14 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     if not layout.batchable and batch_size > 1 and not pad:
         raise layout.variable_size_error(entry.get("shapes", []))
     conversion(layout.dtype, dtype, scale)        # argument errors now, not at iteration
-    ordered = (seed is not None or not shuffle) and not cache
+    if resumable and (cache or (shuffle and seed is None)):
+        raise ValueError("resumable=True needs a seed (or shuffle=False) and no cache")
+    ordered = (resumable or not shuffle) and not cache
     if start_step and not ordered:
-        raise ValueError("start_step needs a seed (or shuffle=False), and no cache: only then is "
-                         "the order a function of the step")
+        raise ValueError("start_step needs a seed and resumable=True (or shuffle=False), and no "
+                         "cache: only then is the order a function of the step. Pass "
+                         "resumable=True to the uninterrupted run as well: a seed alone reads "
+                         "another order")
     if start_step < 0:
         raise ValueError("start_step must be >= 0")
     if deterministic is None:

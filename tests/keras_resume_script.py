@@ -61,7 +61,8 @@ def main(dataset, work, total, kill_at):
     model(np.zeros((1, 8, 8, 3), np.uint8))              # creates the weights load_weights fills
     if start:
         model.load_weights(weights_path)
-    ds = reader.load(dataset, batch_size=BATCH, seed=SEED, repeat=True, start_step=start)
+    ds = reader.load(dataset, batch_size=BATCH, seed=SEED, repeat=True, resumable=True,
+                     start_step=start)
     model.fit(ds, epochs=1, steps_per_epoch=total - start, callbacks=[Checkpoint()], verbose=0)
     np.save(os.path.join(work, "final_kernel.npy"), model.dense.kernel.numpy())
 

@@ -35,6 +35,7 @@ def _batches(ds, limit=None) -> list[list[str]]:
 
 def _load(dataset, **kwargs):
     kwargs.setdefault("output", "dict")
+    kwargs.setdefault("resumable", kwargs.get("seed") is not None)
     return reader.load(dataset, **kwargs)
 
 
@@ -130,6 +131,17 @@ def test_start_step_needs_an_order_that_depends_on_the_step_only(plain):  # noqa
         reader.load(plain, start_step=3)
     with pytest.raises(ValueError, match="start_step needs a seed"):
         reader.load(plain, seed=1, cache="memory", start_step=3)
+    with pytest.raises(ValueError, match="resumable=True to the uninterrupted run"):
+        reader.load(plain, seed=1, start_step=3)          # a seed alone: the previous, faster order
+    with pytest.raises(ValueError, match="resumable=True needs a seed"):
+        reader.load(plain, resumable=True)
+
+
+def test_a_seed_alone_keeps_the_previous_order(plain):  # noqa: F811
+    """Without resumable=True a seeded load is the pipeline of releases before start_step."""
+    plain_seeded = _batches(reader.load(plain, batch_size=8, seed=3, output="dict"))
+    assert plain_seeded == _batches(reader.load(plain, batch_size=8, seed=3, output="dict"))
+    assert plain_seeded != _batches(_load(plain, batch_size=8, seed=3))
 
 
 def _fit(dataset, work, total, kill_at):
