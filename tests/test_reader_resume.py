@@ -179,3 +179,30 @@ def test_a_global_seed_does_not_change_the_order(plain):  # noqa: F811
         assert _batches(_load(plain, batch_size=8, seed=3, **SMALL)) == before
     finally:
         tf.random.set_seed(None)
+
+
+def _interleaved(shards, skips, counts, cycle, parallel):
+    inputs = tf.data.Dataset.from_tensor_slices((np.array(shards, np.int64), np.array(skips, np.int64)))
+    counts = tf.constant(counts, tf.int64)
+
+    def records(shard, skip):
+        return tf.data.Dataset.range(tf.gather(counts, shard)).skip(skip).map(lambda r: (shard, r))
+    options = dict(num_parallel_calls=tf.data.AUTOTUNE, deterministic=True) if parallel else {}
+    return [(int(s), int(r)) for s, r in
+            inputs.interleave(records, cycle_length=cycle, block_length=1, **options).as_numpy_iterator()]
+
+
+def test_the_order_is_tf_data_interleave_and_resumes_at_every_position():
+    """Order replays tf.data's round robin (finished shards, empty ones, short last rounds)."""
+    rng = np.random.default_rng(17)
+    for case in range(12):
+        counts = tuple(int(c) for c in rng.integers(0, 7, int(rng.integers(1, 9))))
+        order = Order(counts, int(case) if case % 3 else None, "train", int(rng.integers(1, 6)))
+        full = order.sequence(1)
+        assert sorted(full) == [(s, r) for s, c in enumerate(counts) for r in range(c)]
+        assert full == _interleaved(order.shard_order(1), [0] * len(counts), counts, order.cycle,
+                                    parallel=bool(case % 2))
+        for position in range(0, len(full) + 1, 1 if case % 4 == 0 else 4):
+            shards, skips = order.inputs_from(1, position)
+            assert _interleaved(shards, skips, counts, order.cycle, parallel=True) == full[position:], \
+                (counts, order.cycle, position)
