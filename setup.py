@@ -38,9 +38,15 @@ setup(
         "pylibjpeg-rle>=2.0",
         "tqdm>=4.60",
         "imagecodecs>=2024.1",
+        # reader.RandomAccess reads shards without TensorFlow: the Example parser and
+        # the TFRecord CRC (both came with TensorFlow and Beam before; named now
+        # because reader/ imports them itself).
+        "protobuf>=4.21",
+        "google-crc32c>=1.5",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0"],
+        "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",
+                 "grain>=0.2"],
     },
     entry_points={"console_scripts": ["dcm2tfrecord=pipeline.cli:main"]},
 )

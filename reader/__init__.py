@@ -1,12 +1,29 @@
-"""tf.data input pipeline for datasets written by dcm2tfrecord.
+"""Readers for datasets written by dcm2tfrecord.
 
-Imports TensorFlow only: a training job installs this without Beam.
+``load`` is the tf.data input pipeline (imports TensorFlow, never Beam);
+``RandomAccess`` reads records by index into NumPy arrays, for PyTorch, JAX
+or Grain, and imports neither TensorFlow nor Beam::
 
     ds = reader.load("/data/ct_tfr", split="train", batch_size=32)
     meta = reader.info("/data/ct_tfr")       # dataset.json, plus num_records(),
                                              # steps_per_epoch(), class_names, element_spec
-"""
-from reader.dataset import load, parse_fn
-from reader.manifest import DatasetInfo, info
+    records = reader.RandomAccess("/data/ct_tfr", "train")    # len(), [i] -> dict of arrays
 
-__all__ = ["load", "info", "parse_fn", "DatasetInfo"]
+TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn`` or
+``DatasetInfo``, not by ``import reader``.
+"""
+from reader.random_access import CorruptRecordError, RandomAccess
+
+__all__ = ["load", "info", "parse_fn", "DatasetInfo", "RandomAccess", "CorruptRecordError"]
+
+_LAZY = {"load": "reader.dataset", "parse_fn": "reader.dataset",
+         "info": "reader.manifest", "DatasetInfo": "reader.manifest"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'reader' has no attribute {name!r}")

@@ -1,12 +1,25 @@
 """``load``: the tf.data input pipeline, fast by default.
 
+Unseeded (the fastest order, different every run):
 shards from dataset.json -> (this pipeline's shards) -> shuffle shards per epoch
 -> parallel interleave of TFRecordDatasets -> (cache) -> shuffle records
 -> (repeat) -> batch -> one parse_example + decode_raw per batch
 -> (cast / scale) -> prefetch
+
+A seed alone reproduces that pipeline's order run after run (seeded shard
+shuffle, deterministic interleave, seeded shuffle buffer), at its speed.
+
+With ``resumable=True`` and a seed, or ``shuffle=False`` (an order that is a
+pure function of the manifest, split, seed and epoch; see ``reader.schedule``),
+so that ``start_step`` can resume exactly:
+epochs -> per epoch, the shards in a permuted order (those finished before
+the start left out, those open there started by ``skip``) -> the same
+deterministic parallel interleave -> seeded shuffle per window of records
+-> batch -> parse as above.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Callable, Optional, Union
 
@@ -14,7 +27,8 @@ import tensorflow as tf
 
 from reader.decode import batch_parser, conversion
 from reader.manifest import DatasetInfo, info
-from reader.sharding import ALL, BY_RECORD, logger
+from reader.schedule import Order
+from reader.sharding import ALL, BY_RECORD, ReadPlan, logger
 
 AUTOTUNE = tf.data.AUTOTUNE
 MAX_CYCLE_LENGTH = 16
@@ -22,6 +36,9 @@ READ_BUFFER_BYTES = 1 << 20
 UNBUFFERED_MIN_RECORD_BYTES = 64 << 10
 SHUFFLE_BUFFER_BYTES = 64 << 20
 SHUFFLE_BUFFER_RECORDS = (2, 10_000)
+# Seeded order: records are shuffled in windows of this many bytes' worth; a
+# resumed run reads at most one window it does not use.
+SHUFFLE_WINDOW_BYTES = 16 << 20
 
 
 def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", dtype=None,
@@ -42,12 +59,12 @@ def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", d
     return batch_parser(manifest, layout, output, dtype, scale)
 
 
-def _shuffle_buffer(entry: dict) -> int:
-    """As many records as fit in SHUFFLE_BUFFER_BYTES, within SHUFFLE_BUFFER_RECORDS."""
+def _shuffle_buffer(entry: dict, budget: int = SHUFFLE_BUFFER_BYTES) -> int:
+    """As many records as fit in ``budget`` bytes, within SHUFFLE_BUFFER_RECORDS."""
     records = max(int(entry.get("num_records", 1)), 1)
     per_record = max(int(entry.get("num_bytes", 0)) // records, 1)
     low, high = SHUFFLE_BUFFER_RECORDS
-    return min(records, high, max(low, SHUFFLE_BUFFER_BYTES // per_record))
+    return min(records, high, max(low, budget // per_record))
 
 
 def _read_buffer(entry: dict, compression: str, files) -> int:
@@ -84,7 +101,8 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
          output: str = "tuple", dtype=None, scale: Optional[float] = None,
          cache: Optional[str] = None, input_context=None, pad: bool = False,
          shuffle_buffer: Optional[int] = None, cycle_length: Optional[int] = None,
-         deterministic: Optional[bool] = None, version=None) -> tf.data.Dataset:
+         deterministic: Optional[bool] = None, version=None,
+         start_step: int = 0, resumable: bool = False) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(images, labels)`` batches (a dict with ``output="dict"``).
 
     Images are ``[batch, height, width, channels]``, or ``[batch, depth, height,
@@ -101,6 +119,20 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     - ``seed``: reproducible order (every epoch differs, every run repeats it).
       ``deterministic`` defaults to True with a seed or ``shuffle=False``, else
       False: parallel reads may then also reorder records, which is faster.
+    - ``resumable``: with a seed, the order that ``start_step`` can resume:
+      epoch ``e``'s order is a pure function of the manifest, split, seed and
+      ``e`` (``reader.schedule``); records are shuffled in windows of
+      ``shuffle_buffer`` records (default: as many as fit in 16 MiB). Another
+      order than ``seed`` alone, and about a quarter more CPU per record (the
+      window shuffle; docs/BENCHMARKS.md §6), hence opt-in. With
+      ``repeat=False`` each new iteration of the dataset (a Keras epoch) reads
+      the next epoch's order. ``shuffle=False`` reads are always resumable.
+    - ``start_step``: with ``resumable=True`` and a seed, or ``shuffle=False``, begin at batch
+      ``start_step`` of an uninterrupted run with the same arguments and yield
+      exactly its batches from there on (across epochs with ``repeat``; with
+      ``repeat=False``, step ``k`` is step ``k % steps_per_epoch`` of epoch
+      ``k // steps_per_epoch``). Starting costs one shuffle window at most
+      plus a header walk of the open shards, not the ``k`` steps before.
     - ``repeat``: True for endless epochs, or a number of epochs.
     - ``cache``: ``"memory"`` or a file path prefix; the first epoch reads the
       shards and fills the cache, later epochs read the cache only.
@@ -131,24 +163,39 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     if not layout.batchable and batch_size > 1 and not pad:
         raise layout.variable_size_error(entry.get("shapes", []))
     conversion(layout.dtype, dtype, scale)        # argument errors now, not at iteration
+    if resumable and (cache or (shuffle and seed is None)):
+        raise ValueError("resumable=True needs a seed (or shuffle=False) and no cache")
+    ordered = (resumable or not shuffle) and not cache
+    if start_step and not ordered:
+        raise ValueError("start_step needs a seed and resumable=True (or shuffle=False), and no "
+                         "cache: only then is the order a function of the step. Pass "
+                         "resumable=True to the uninterrupted run as well: a seed alone reads "
+                         "another order")
+    if start_step < 0:
+        raise ValueError("start_step must be >= 0")
     if deterministic is None:
         deterministic = seed is not None or not shuffle
     plan = manifest.read_plan(split, input_context)
     if plan.mode != ALL:
         logger.info(plan.describe(split, len(entry["shards"])))
+    compression = manifest.compression
+    read_buffer = _read_buffer(entry, compression, plan.files)
+    cycle = max(1, min(cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
+
+    if ordered:
+        window = (shuffle_buffer or _shuffle_buffer(entry, SHUFFLE_WINDOW_BYTES)) if shuffle else 1
+        records = _ordered_records(plan, split, seed if shuffle else None, window, cycle, compression,
+                                   read_buffer, repeat, batch_size, drop_remainder, start_step)
+        return _batch_and_parse(records, manifest, layout, batch_size, drop_remainder, output, dtype,
+                                scale, True, input_context)
 
     files = tf.data.Dataset.from_tensor_slices(tf.constant(plan.files, dtype=tf.string))
     if shuffle:
         files = files.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
-    compression = manifest.compression
-    read_buffer = _read_buffer(entry, compression, plan.files)
 
     def read(path):
-        records = tf.data.TFRecordDataset(path, compression_type=compression,
-                                          buffer_size=read_buffer)
-        return records.shard(plan.pipelines, plan.pipeline) if plan.mode == BY_RECORD else records
+        return _read_shard(path, plan, compression, read_buffer)
 
-    cycle = max(1, min(cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
     records = files.interleave(read, cycle_length=cycle, block_length=1,
                                num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     records = records.apply(tf.data.experimental.assert_cardinality(plan.num_records))
@@ -160,6 +207,12 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
                                   reshuffle_each_iteration=True)
     if repeat:
         records = records.repeat(None if repeat is True else int(repeat))
+    return _batch_and_parse(records, manifest, layout, batch_size, drop_remainder, output, dtype,
+                            scale, deterministic, input_context)
+
+
+def _batch_and_parse(records, manifest, layout, batch_size, drop_remainder, output, dtype, scale,
+                     deterministic, input_context) -> tf.data.Dataset:
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
     batches = batches.map(batch_parser(manifest, layout, output, dtype, scale),
                           num_parallel_calls=AUTOTUNE, deterministic=deterministic)
@@ -170,3 +223,106 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
         # Sharded here already: tf.distribute must not shard it a second time.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return batches.with_options(options).prefetch(AUTOTUNE)
+
+
+def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0) -> tf.data.Dataset:
+    """One shard's records in this pipeline's view, from its ``skip``-th on.
+
+    ``skip`` uses TFRecordDataset's own skip, which walks the 12-byte length
+    headers and seeks past the data: the skipped records are neither read
+    nor checked.
+    """
+    records = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=read_buffer)
+    if plan.mode == BY_RECORD:
+        return records.skip(skip * plan.pipelines).shard(plan.pipelines, plan.pipeline)
+    return records.skip(skip)
+
+
+def _window_seed(seed: int, split: str, epoch, window) -> tf.Tensor:
+    """A 62-bit seed per (seed, split, epoch, window): FarmHash of their text."""
+    text = tf.strings.format("{}:{}:{}", (epoch, window, tf.constant(f"{seed}/{split}")))
+    return tf.strings.to_hash_bucket_fast(text, 1 << 62)
+
+
+WINDOW_GRAPH_SEED = 87654321
+
+
+def _shuffle_window(records: tf.data.Dataset, window: int, seed: tf.Tensor) -> tf.data.Dataset:
+    """``records`` (one window) shuffled by ``seed`` alone.
+
+    An op seed is combined with the global seed (``tf.random.set_seed``, which
+    ``keras.utils.set_random_seed`` calls); fixing the seed of this function's
+    own graph keeps the user's global seed out of the order (and avoids
+    TensorFlow's failure on a global seed of 0 with a tensor op seed).
+    """
+    tf.random.set_seed(WINDOW_GRAPH_SEED)         # traced: sets this function graph's seed only
+    return records.shuffle(window, seed=seed)
+
+
+def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: int, cycle: int,
+                     compression: str, read_buffer: int, repeat, batch_size: int,
+                     drop_remainder: bool, start_step: int) -> tf.data.Dataset:
+    """The records of a seeded (or unshuffled) load, from batch ``start_step`` on."""
+    order = Order(plan.counts, seed, split, cycle)
+    total = order.num_records
+    if total == 0:       # e.g. a pipeline of more pipelines than records: endless epochs of nothing
+        return tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
+    files = tf.constant(plan.files, dtype=tf.string)
+    epochs_per_pass = None if repeat is True else (int(repeat) if repeat else 1)
+    if epochs_per_pass is None:                           # one endless pass
+        first_pass = 0
+        first_epoch, first_position = divmod(start_step * batch_size, max(total, 1))
+    else:        # each iteration of the dataset is a pass of epochs_per_pass epochs
+        records = total * epochs_per_pass
+        steps = records // batch_size if drop_remainder else math.ceil(records / batch_size)
+        first_pass, step = divmod(start_step, max(steps, 1))
+        epoch, first_position = divmod(min(step * batch_size, records), max(total, 1))
+        first_epoch = first_pass * epochs_per_pass + epoch
+
+    def inputs_from(epoch, position):
+        return order.inputs_from(int(epoch), int(position))
+
+    # Plain Python on constants: traced as written, without autograph's conversion (tracing
+    # is most of the cost of starting a pipeline).
+    @tf.autograph.experimental.do_not_convert
+    def read(shard, skip):
+        return _read_shard(tf.gather(files, shard), plan, compression, read_buffer, skip)
+
+    @tf.autograph.experimental.do_not_convert
+    def epoch_records(epoch, position):
+        aligned = position // window * window
+        shards, skips = tf.numpy_function(inputs_from, [epoch, aligned], [tf.int64] * 2, stateful=False)
+        shards.set_shape([None])
+        skips.set_shape([None])
+        # tf.data's deterministic interleave is the round robin Order replays (reader.schedule).
+        records = tf.data.Dataset.from_tensor_slices((shards, skips)).interleave(
+            read, cycle_length=cycle, block_length=1, num_parallel_calls=AUTOTUNE, deterministic=True)
+        if window > 1:
+            windows = tf.data.Dataset.zip((tf.data.Dataset.range(aligned // window, tf.int64.max),
+                                            records.window(window)))
+            records = windows.flat_map(tf.autograph.experimental.do_not_convert(
+                lambda w, records: _shuffle_window(records, window, _window_seed(seed, split, epoch, w))))
+        return records.skip(position - aligned).apply(
+            tf.data.experimental.assert_cardinality(total - position))
+
+    counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="reader_iterations")
+
+    @tf.autograph.experimental.do_not_convert
+    def passes(_):
+        j = counter.assign_add(1) - 1                       # this iteration of the dataset
+        if epochs_per_pass is None:
+            epochs = tf.data.Dataset.range(first_epoch, tf.int64.max)
+        else:
+            start = tf.where(j == 0, tf.constant(first_epoch, tf.int64),
+                             (first_pass + j) * epochs_per_pass)
+            epochs = tf.data.Dataset.range(start, (first_pass + j + 1) * epochs_per_pass)
+        return epochs.map(lambda e: (e, tf.where((j == 0) & (e == first_epoch),
+                                                 tf.constant(first_position, tf.int64),
+                                                 tf.constant(0, tf.int64)))).flat_map(epoch_records)
+
+    records = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).flat_map(passes)
+    if epochs_per_pass is None:
+        return records.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+    if start_step == 0:
+        return records.apply(tf.data.experimental.assert_cardinality(total * epochs_per_pass))
+    return records

@@ -12,13 +12,10 @@ from typing import Optional
 
 import tensorflow as tf
 
+from reader import names
 from reader.layout import Layout, label_spec, split_layout
+from reader.names import LATEST_NAME, MANIFEST_NAME, PARENT, VERSIONS_DIR  # noqa: F401
 from reader.sharding import ReadPlan, plan_reads
-
-MANIFEST_NAME = "dataset.json"
-LATEST_NAME = "LATEST"      # a versioned root (convert --incremental): OUT/LATEST, OUT/versions/NNNN
-VERSIONS_DIR = "versions"
-PARENT = "../"              # a shard reused from a sibling version: ../MMMM/<file>
 
 
 class DatasetInfo(dict):
@@ -98,34 +95,17 @@ class DatasetInfo(dict):
 
 def shard_path(dataset_dir: str, file: str) -> str:
     """A shard entry's path; ``../MMMM/x`` spelled out (gs:// object names are literal)."""
-    if file.startswith(PARENT):
-        return tf.io.gfile.join(str(dataset_dir).rstrip("/").rsplit("/", 1)[0], file[len(PARENT):])
-    return tf.io.gfile.join(dataset_dir, file)
+    return names.shard_path(dataset_dir, file, tf.io.gfile.join)
 
 
-def _version_name(version) -> str:
-    text = str(version).strip()
-    if not text.isdigit():
-        raise ValueError(f"version {version!r} is not a number (e.g. 3 or '0003')")
-    return f"{int(text):04d}"
+def _read_text(path: str) -> str:
+    with tf.io.gfile.GFile(path, "r") as handle:
+        return handle.read()
 
 
 def resolve(dataset_dir: str, version=None) -> str:
-    """The directory holding the dataset.json to read.
-
-    ``dataset_dir`` itself for a plain dataset; for a versioned root the
-    version ``version`` names, else the one its LATEST file names.
-    """
-    dataset_dir = str(dataset_dir).rstrip("/") or "/"
-    if version is not None:
-        return tf.io.gfile.join(dataset_dir, VERSIONS_DIR, _version_name(version))
-    if tf.io.gfile.exists(tf.io.gfile.join(dataset_dir, MANIFEST_NAME)):
-        return dataset_dir
-    latest = tf.io.gfile.join(dataset_dir, LATEST_NAME)
-    if tf.io.gfile.exists(latest):
-        with tf.io.gfile.GFile(latest, "r") as handle:
-            return tf.io.gfile.join(dataset_dir, VERSIONS_DIR, _version_name(handle.read()))
-    return dataset_dir
+    """The directory holding the dataset.json to read (see ``reader.names.resolve``)."""
+    return names.resolve(dataset_dir, version, tf.io.gfile.exists, _read_text, tf.io.gfile.join)
 
 
 def info(dataset_dir: str, version=None) -> DatasetInfo:
@@ -137,9 +117,7 @@ def info(dataset_dir: str, version=None) -> DatasetInfo:
     dataset_dir = resolve(dataset_dir, version)
     path = tf.io.gfile.join(dataset_dir, MANIFEST_NAME)
     if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(
-            f"{path} not found: {dataset_dir} is not a finished dcm2tfrecord dataset "
-            "(dataset.json is written last, when a conversion commits)")
+        raise names.missing_manifest(path, dataset_dir)
     with tf.io.gfile.GFile(path, "r") as handle:
         return DatasetInfo(json.load(handle), dataset_dir)
 

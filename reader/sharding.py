@@ -26,6 +26,7 @@ class ReadPlan:
     mode: str = ALL
     pipeline: int = 0
     pipelines: int = 1
+    counts: tuple[int, ...] = ()   # records this pipeline reads of each of ``files``
 
     def describe(self, split: str, total_files: int) -> str:
         if self.mode == BY_FILE:
@@ -43,10 +44,10 @@ def plan_reads(paths: list[str], records: list[int], input_context=None) -> Read
     total = sum(records)
     pipelines = getattr(input_context, "num_input_pipelines", 1) if input_context else 1
     if pipelines <= 1:
-        return ReadPlan(tuple(paths), total)
+        return ReadPlan(tuple(paths), total, counts=tuple(records))
     index = input_context.input_pipeline_id
     if len(paths) >= pipelines:
         return ReadPlan(tuple(paths[index::pipelines]), sum(records[index::pipelines]),
-                        BY_FILE, index, pipelines)
-    kept = sum(len(range(index, r, pipelines)) for r in records)
-    return ReadPlan(tuple(paths), kept, BY_RECORD, index, pipelines)
+                        BY_FILE, index, pipelines, tuple(records[index::pipelines]))
+    kept = [len(range(index, r, pipelines)) for r in records]
+    return ReadPlan(tuple(paths), sum(kept), BY_RECORD, index, pipelines, tuple(kept))

@@ -1,0 +1,226 @@
+"""``RandomAccess``: record ``i`` of a split as NumPy arrays, without TensorFlow.
+
+Every shard has a DALI-format ``.idx`` next to it (offset and size of each
+record) and dataset.json gives each shard's record count, so record ``i`` is
+one ranged read: find its shard by the cumulative counts, its bytes by the
+index, check the TFRecord CRCs, parse the ``tf.train.Example`` with the
+protobuf runtime, decode the pixels with NumPy. This makes a split
+
+- a PyTorch map-style dataset as it is (``len``, ``[i]``; duck-typed, no torch
+  import), picklable for ``DataLoader`` workers;
+- a Grain ``RandomAccessDataSource``: ``grain.python.DataLoader`` with an
+  ``IndexSampler`` shuffles globally and checkpoints its position exactly;
+- a plain sequence for NumPy/JAX code.
+
+Imports neither TensorFlow nor Beam. Gzip shards are refused: their ``.idx``
+offsets address the uncompressed stream, and a gzip stream cannot be entered
+at an offset without decompressing everything before it.
+"""
+from __future__ import annotations
+
+import bisect
+import io
+import json
+import operator
+import threading
+from typing import Mapping, Optional
+
+import numpy as np
+
+from reader import names, storage
+from reader.example_proto import parse_features
+from reader.schema import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
+from reader.tfrecord import CorruptRecordError, parse_index, scan_index, unframe
+
+__all__ = ["RandomAccess", "CorruptRecordError"]
+
+_NUMPY = {"int64": np.int64, "float": np.float32}
+
+
+def _read_manifest(dataset_dir: str, version) -> tuple[dict, str]:
+    directory = names.resolve(dataset_dir, version, storage.exists, storage.read_text)
+    path = names.join(directory, names.MANIFEST_NAME)
+    if not storage.exists(path):
+        raise names.missing_manifest(path, directory)
+    return json.loads(storage.read_text(path)), directory
+
+
+def _is_gzip(manifest: Mapping) -> bool:
+    if manifest.get("options", {}).get("compression") == "gzip":
+        return True
+    files = [s["file"] for entry in manifest["splits"].values() for s in entry["shards"]]
+    return bool(files) and all(f.endswith(".gz") for f in files)
+
+
+class _Feature:
+    """How one feature comes out of a record: a scalar, a fixed-shape array or a 1-D run."""
+
+    def __init__(self, name: str, description: Mapping):
+        self.name = name
+        self.kind = description.get("dtype", "bytes")
+        if self.kind not in ("bytes", "int64", "float"):
+            raise ValueError(f"feature {name!r}: dtype {self.kind!r} is not bytes, int64 or float")
+        self.shape = tuple(int(x) if x is not None else -1 for x in description.get("shape", []))
+        self.variable = any(x < 0 for x in self.shape)
+        self.required = name in REQUIRED
+
+    def value(self, values, record: str):
+        if not values and not self.variable:
+            if self.required:
+                raise ValueError(f"{record}: feature {self.name!r} is missing")
+            values = [MISSING[self.kind]] * int(np.prod(self.shape, dtype=np.int64))
+        if self.kind == "bytes":
+            if not self.shape:
+                return values[0]
+            return np.array(list(values), dtype=object).reshape(self.shape if not self.variable else -1)
+        dtype = _NUMPY[self.kind]
+        if not self.shape:
+            return dtype(values[0])
+        array = np.array(values, dtype=dtype)
+        return array if self.variable else array.reshape(self.shape)
+
+
+class RandomAccess:
+    """The records of one split, by index, as dicts of NumPy arrays.
+
+    ``ra[i]`` is keyed like ``reader.load(..., output="dict")``: ``image``
+    (``[h, w, c]``, or ``[d, h, w, c]`` in splits holding volumes, in the
+    split's dtype: the stored one, or for mixed splits the smallest that holds
+    all exactly), ``label``, ``id``, the shape features and every other
+    feature dataset.json declares (absent ones as ``b""``, -1 or NaN,
+    variable-length ones as 1-D arrays). Record ``i`` is the ``i``-th in the
+    manifest's shard order (the write-time order, a global shuffle).
+
+    - ``verify``: check both TFRecord CRCs of every record read (a corrupt
+      record raises ``CorruptRecordError`` naming its shard and index).
+    - ``version``: for a root written with ``convert --incremental``.
+
+    Thread-safe; picklable (open files are not carried, each process opens
+    its own), so it works in ``torch.utils.data.DataLoader`` workers and
+    Grain's multi-process loader.
+    """
+
+    def __init__(self, dataset_dir: str, split: str = "train", *, version=None, verify: bool = True):
+        self._init(dataset_dir, split, version, verify)
+
+    def _init(self, dataset_dir, split, version, verify, manifest=None, directory=None):
+        if manifest is None:
+            manifest, directory = _read_manifest(dataset_dir, version)
+        self._args = (dataset_dir, split, version, verify, manifest, directory)
+        self.dataset_dir = directory
+        self.split = split
+        self.verify = verify
+        if split not in manifest.get("splits", {}):
+            known = ", ".join(sorted(manifest.get("splits", {}))) or "none"
+            raise ValueError(f"split {split!r} not in {directory} (splits: {known})")
+        if _is_gzip(manifest):
+            raise ValueError(
+                f"{directory} holds gzip shards, which RandomAccess cannot read: their .idx "
+                "offsets address the uncompressed stream, and a gzip stream cannot be entered "
+                "at an offset without decompressing all that precedes it. Read them with "
+                "reader.load, or convert with --compression none for random access.")
+        entry = manifest["splits"][split]
+        self.manifest = manifest
+        self.layout: Layout = split_layout(manifest, split, entry)
+        shards = entry["shards"]
+        self._paths = [names.shard_path(directory, s["file"]) for s in shards]
+        self._index_paths = [names.shard_path(directory, s.get("index_file") or s["file"] + names.INDEX_SUFFIX)
+                             for s in shards]
+        counts = [int(s["num_records"]) for s in shards]
+        self._starts = list(np.cumsum([0] + counts[:-1]).tolist())
+        self._counts = counts
+        self._len = int(sum(counts))
+        self._readers = [storage.RangeReader(p) for p in self._paths]
+        self._indexes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._lock = threading.Lock()
+        features = dict(manifest.get("features", {}))
+        features.setdefault("label", DEFAULT_LABEL)
+        self._features = {}
+        for name in sorted(set(features) | set(REQUIRED)):
+            description = features.get(name, {"dtype": "int64" if name in SHAPE_FEATURES else "bytes",
+                                              "shape": []})
+            self._features[name] = _Feature(name, description)
+
+    def __getstate__(self):
+        return self._args
+
+    def __setstate__(self, state):
+        self._init(*state)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __repr__(self) -> str:
+        return (f"RandomAccess({self.dataset_dir!r}, split={self.split!r}: {self._len} records "
+                f"in {len(self._paths)} shards)")
+
+    def locate(self, index) -> tuple[int, int]:
+        """``(shard number, record number in that shard)`` of record ``index``."""
+        i = operator.index(index)
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(f"record {index} out of range for {self._len} records")
+        shard = bisect.bisect_right(self._starts, i) - 1
+        return shard, i - self._starts[shard]
+
+    def _index(self, shard: int) -> tuple[np.ndarray, np.ndarray]:
+        found = self._indexes.get(shard)
+        if found is None:
+            with self._lock:
+                found = self._indexes.get(shard)
+                if found is None:
+                    path = self._index_paths[shard]
+                    if storage.exists(path):
+                        found = parse_index(storage.read_text(path), self._paths[shard])
+                    else:                # a dataset written by hand without .idx files
+                        found = scan_index(self._readers[shard])
+                    if len(found[0]) != self._counts[shard]:
+                        raise ValueError(f"{path} lists {len(found[0])} records, dataset.json "
+                                         f"says {self._counts[shard]}")
+                    self._indexes[shard] = found
+        return found
+
+    def serialized(self, index) -> bytes:
+        """The serialized ``tf.train.Example`` of record ``index`` (CRC-checked with ``verify``)."""
+        shard, k = self.locate(index)
+        offsets, sizes = self._index(shard)
+        offset, size = int(offsets[k]), int(sizes[k])
+        record = self._readers[shard].read(offset, size)
+        return unframe(record, self._paths[shard], k, self.verify)
+
+    def __getitem__(self, index) -> dict:
+        shard, k = self.locate(index)
+        where = f"{self._paths[shard]} record {k}"
+        serialized = self.serialized(index)
+        try:
+            values = parse_features(serialized)
+        except Exception as error:       # protobuf's DecodeError: say which record
+            raise CorruptRecordError(f"{where}: not a tf.train.Example ({error})") from error
+        out = {}
+        for name, feature in self._features.items():
+            if name != "image_raw":
+                out[name] = feature.value(values.get(name, ()), where)
+        raw = values.get("image_raw")
+        if not raw:
+            raise ValueError(f"{where}: feature 'image_raw' is missing")
+        out["image"] = self._image(raw[0], out, where)
+        return out
+
+    def _image(self, raw: bytes, features: dict, where: str) -> np.ndarray:
+        layout = self.layout
+        shape = tuple(int(features[k]) for k in SHAPE_FEATURES)     # (d, h, w, c)
+        stored = features["dtype"].decode() if isinstance(features["dtype"], bytes) else features["dtype"]
+        if layout.encoding == RAW:
+            pixels = np.frombuffer(raw, dtype=np.dtype(stored).newbyteorder("<"))
+            if pixels.size != int(np.prod(shape)):
+                raise CorruptRecordError(f"{where}: {pixels.size} {stored} values for shape {list(shape)}")
+            image = pixels.reshape(shape)
+        else:
+            from PIL import Image        # PNG/JPEG records only
+            with Image.open(io.BytesIO(raw)) as decoded:
+                image = np.asarray(decoded).reshape(shape)
+        out = np.dtype(layout.dtype)
+        # astype copies: a writable array in native byte order (torch wants one).
+        image = image.astype(out) if image.dtype != out or not image.flags.writeable else image
+        return image if layout.volume else image[0]

@@ -1,0 +1,95 @@
+"""A split's record layout from dataset.json, without TensorFlow.
+
+What ``reader.load`` (through ``reader.layout``) and ``reader.RandomAccess``
+both need to know before reading: the stored dtypes, the common dtype images
+come out in, whether records are volumes, the shape all records share.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional
+
+import numpy as np
+
+RAW = "raw"
+IMAGE_ENCODINGS = ("png", "jpeg")
+
+# Features every record carries; the reader fails loudly when one is missing.
+REQUIRED = ("image_raw", "label", "depth", "height", "width", "channels", "dtype")
+SHAPE_FEATURES = ("depth", "height", "width", "channels")
+MISSING = {"bytes": b"", "int64": -1, "float": float("nan")}
+DEFAULT_LABEL = {"dtype": "int64", "shape": []}
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Record layout of one split."""
+    split: str
+    stored_dtypes: tuple[str, ...]
+    dtype: str                                # dtype images come out in, before any conversion
+    volume: bool                              # any record with depth > 1: images are 5-D
+    fixed_shape: Optional[tuple[int, ...]]    # (depth, height, width, channels) shared by all
+    known_dims: tuple[Optional[int], ...]     # static sizes the manifest guarantees, else None
+    encoding: str
+    num_records: int
+
+    @property
+    def batchable(self) -> bool:
+        """Records stack into a batch without padding."""
+        return self.fixed_shape is not None
+
+    @property
+    def vectorized(self) -> bool:
+        """One ``decode_raw`` decodes a whole batch: one shape, one dtype, raw pixels."""
+        return self.batchable and len(self.stored_dtypes) == 1 and self.encoding == RAW
+
+    def image_shape(self) -> list[Optional[int]]:
+        """Per-record image shape: ``[d, h, w, c]`` for volumes, else ``[h, w, c]``."""
+        dims = list(self.known_dims)
+        return dims if self.volume else dims[1:]
+
+    def variable_size_error(self, shapes: list) -> ValueError:
+        return ValueError(
+            f"split {self.split!r} holds images of several shapes [depth, height, width, "
+            f"channels] (e.g. {shapes[:3]}) and cannot be stacked into "
+            "batches: convert with --resize HxW so that all records share one size (with "
+            "--channels 1|3 for mixed gray/colour, --frames split for volumes of several "
+            "depths), or load with pad=True (zero-padded to the largest image of each batch) "
+            "or batch_size=1")
+
+
+def common_dtype(dtypes) -> str:
+    """The stored dtype, or for mixed splits the smallest dtype that holds all values exactly."""
+    dtypes = list(dtypes)
+    if not dtypes:
+        return "uint8"
+    return np.result_type(*[np.dtype(d) for d in dtypes]).name
+
+
+def _known_dims(entry: Mapping) -> tuple[Optional[int], ...]:
+    """Static (depth, height, width, channels) where the manifest guarantees them.
+
+    The listed shapes are a capped sample when there are several, so apart from
+    a single shape only ``max_depth`` (over all records) fixes a dimension.
+    """
+    shapes = entry.get("shapes") or []
+    if entry.get("fixed_shape") and shapes:
+        return tuple(int(x) for x in shapes[0])
+    return (1 if int(entry.get("max_depth", 1)) == 1 else None, None, None, None)
+
+
+def split_layout(manifest: Mapping, split: str, entry: Mapping) -> Layout:
+    image = manifest.get("features", {}).get("image_raw", {})
+    encoding = str(image.get("encoding", RAW))
+    if encoding != RAW and encoding not in IMAGE_ENCODINGS:
+        raise ValueError(f"image_raw encoding {encoding!r} is not one this reader decodes "
+                         f"({RAW}, {', '.join(IMAGE_ENCODINGS)})")
+    stored = tuple(entry.get("dtypes") or ("uint8",))
+    shapes = entry.get("shapes") or []
+    fixed = tuple(int(x) for x in shapes[0]) if entry.get("fixed_shape") and shapes else None
+    volume = int(entry.get("max_depth", 1)) > 1
+    if volume and encoding != RAW:
+        raise ValueError(f"split {split!r} holds volumes, which {encoding} encoding cannot store")
+    return Layout(split=split, stored_dtypes=stored, dtype=common_dtype(stored), volume=volume,
+                  fixed_shape=fixed, known_dims=_known_dims(entry), encoding=encoding,
+                  num_records=int(entry.get("num_records", 0)))

@@ -1,0 +1,103 @@
+"""Byte-range reads of local files and ``gs://`` objects, without TensorFlow.
+
+Local files are read with ``os.pread`` (no shared file position, so one open
+file serves every thread); ``gs://`` objects with ranged GETs through
+``google-cloud-storage`` (which honours ``STORAGE_EMULATOR_HOST``). Handles
+are opened lazily and per process: an object holding them pickles without
+them and reopens after a fork or in a spawned worker.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+GS = "gs://"
+
+
+def is_gcs(path: str) -> bool:
+    return str(path).startswith(GS)
+
+
+def _split_gcs(path: str) -> tuple[str, str]:
+    bucket, _, name = str(path)[len(GS):].partition("/")
+    return bucket, name
+
+
+_clients: dict = {}
+_clients_lock = threading.Lock()
+
+
+def _gcs_bucket(bucket: str):
+    """One storage client per process (clients are not fork-safe)."""
+    key = (os.getpid(), bucket)
+    with _clients_lock:
+        if key not in _clients:
+            from google.cloud import storage
+            _clients[key] = storage.Client().bucket(bucket)
+        return _clients[key]
+
+
+def exists(path: str) -> bool:
+    if is_gcs(path):
+        bucket, name = _split_gcs(path)
+        return _gcs_bucket(bucket).blob(name).exists()
+    return os.path.exists(path)
+
+
+def read_bytes(path: str) -> bytes:
+    if is_gcs(path):
+        bucket, name = _split_gcs(path)
+        return _gcs_bucket(bucket).blob(name).download_as_bytes()
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def read_text(path: str) -> str:
+    return read_bytes(path).decode("utf-8")
+
+
+class RangeReader:
+    """``read(offset, size)`` on one file or object, opened on first use in each process."""
+
+    def __init__(self, path: str):
+        self.path = str(path)
+        self._pid = None
+        self._handle = None
+
+    def __getstate__(self):
+        return {"path": self.path}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"])
+
+    def _open(self):
+        if is_gcs(self.path):
+            bucket, name = _split_gcs(self.path)
+            self._handle = _gcs_bucket(bucket).blob(name)
+        else:
+            self._handle = os.open(self.path, os.O_RDONLY)
+        self._pid = os.getpid()
+
+    def read(self, offset: int, size: int) -> bytes:
+        if self._pid != os.getpid():
+            self._open()
+        if is_gcs(self.path):
+            return self._handle.download_as_bytes(start=offset, end=offset + size - 1, checksum=None)
+        data = os.pread(self._handle, size, offset)
+        while len(data) < size:          # a short read: only at end of file, or a signal
+            more = os.pread(self._handle, size - len(data), offset + len(data))
+            if not more:
+                break
+            data += more
+        return data
+
+    def close(self):
+        if self._pid == os.getpid() and isinstance(self._handle, int):
+            os.close(self._handle)
+        self._handle, self._pid = None, None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
