@@ -1,0 +1,108 @@
+"""The pure rules the Beam steps only route: label joining and the commit policy."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from pipeline.options import ConvertOptions
+from transforms import reasons
+from transforms.labels import join
+from transforms.labels.table import LabelRow, LabelSpaceAccumulator
+from transforms.output.commit import accounting_verdict, empty_verdict, failure_verdict
+from transforms.records.values import Identifiers, ImageSpec, Outcome, ProbedRecord, SourceFile
+
+
+def _record(rel: str, patient: str = "P1") -> ProbedRecord:
+    return ProbedRecord(source=SourceFile(f"/in/{rel}", rel, 10, 1.0), record_id=rel, kind="dicom",
+                        spec=ImageSpec(1, 2, 2, 1, "uint8"), ids=Identifiers(patient_id=patient))
+
+
+def _settings(**options):
+    return ConvertOptions(inputs=("/in",), output="/out", id_salt="s" * 8, **options).settings()
+
+
+def _space(*values, multi=False):
+    acc = LabelSpaceAccumulator(multi)
+    for value in values:
+        acc.add(value)
+    return acc.result()
+
+
+def test_join_key_per_label_key():
+    record = _record("a/b.dcm", patient="P7")
+    assert join.join_key(record, "path") == "a/b.dcm"
+    assert join.join_key(record, "patient_id") == "P7"
+    assert join.join_key(dataclasses.replace(record, ids=None), "patient_id") == ""
+
+
+def test_the_row_labels_every_record_of_its_key():
+    settings, space = _settings(labels=None), _space("cat", "dog")
+    rows = [LabelRow("P1", "dog", None, 2)]
+    results = join.join_rows("P1", rows, [_record("a.dcm"), _record("b.dcm")], space, settings)
+    assert [r.label for r in results] == [1, 1]
+
+
+@pytest.mark.parametrize("missing_label,status", [("skip", reasons.SKIPPED), ("error", reasons.FAILED)])
+def test_a_record_without_a_row_follows_missing_label(missing_label, status):
+    settings = _settings(missing_label=missing_label)
+    [result] = join.join_rows("P1", [], [_record("a.dcm")], _space("cat"), settings)
+    assert isinstance(result, Outcome) and result.status == status
+    assert result.reason == reasons.MISSING_LABEL
+
+
+def test_unlabeled_keeps_the_record_with_the_kinds_missing_value():
+    settings = _settings(missing_label="unlabeled")
+    [record] = join.join_rows("P1", [], [_record("a.dcm")], _space("cat"), settings)
+    assert record.label == -1
+    [record] = join.join_rows("P1", [], [_record("a.dcm")], _space("0.5", "1.5"), settings)
+    assert math.isnan(record.label)
+
+
+def test_a_value_outside_the_label_space_is_invalid_label():
+    settings = _settings()
+    [result] = join.join_rows("P1", [LabelRow("P1", "7.5", None, 2)], [_record("a.dcm")],
+                              _space("1", "2"), settings)
+    assert isinstance(result, Outcome) and result.reason == reasons.INVALID_LABEL
+
+
+@pytest.mark.parametrize("split,ok", [("train", True), ("fold-2", True), ("../x", False), ("", False),
+                                      ("a/b", False), (".hidden", False)])
+def test_split_column_values_are_checked_before_they_name_anything(split, ok):
+    settings = _settings(split_column="fold")
+    [result] = join.join_rows("P1", [LabelRow("P1", "cat", split, 2)], [_record("a.dcm")],
+                              _space("cat"), settings)
+    if ok:
+        assert result.split == split
+    else:
+        assert isinstance(result, Outcome) and result.reason == reasons.INVALID_SPLIT
+
+
+def test_failure_threshold_by_ratio_and_by_count():
+    assert failure_verdict(5, 100, 0.05, None) == ""
+    assert "6 of 100 inputs failed" in failure_verdict(6, 100, 0.05, None)
+    assert failure_verdict(3, 100, 1.0, 3) == ""
+    assert "--max_failures 3" in failure_verdict(4, 100, 1.0, 3)
+    assert failure_verdict(0, 0, 0.0, None) == ""
+
+
+def _counts(matched, written, skipped=None, failed=None, records=None):
+    skipped, failed = skipped or {}, failed or {}
+    return {"matched": matched, "written": written, "skipped": skipped, "failed": failed,
+            "records": written if records is None else records,
+            "unaccounted": matched - written - sum(skipped.values()) - sum(failed.values())}
+
+
+def test_counts_must_add_up_to_commit():
+    assert accounting_verdict(_counts(10, 8, {"duplicate": 1}, {"decode_error": 1})) == ""
+    assert "+2 unaccounted" in accounting_verdict(_counts(10, 8))
+    assert "-1 unaccounted" in accounting_verdict(_counts(10, 11))
+
+
+def test_nothing_converted_is_no_dataset_unless_allowed():
+    counts = _counts(2, 0, {"unsupported_format": 2})
+    assert "none of the 2 matched inputs" in empty_verdict(counts, False)
+    assert "unsupported_format: 2" in empty_verdict(counts, False)
+    assert empty_verdict(counts, True) == ""
+    assert empty_verdict(_counts(0, 0), False) == ""      # no input at all: refused before any work
