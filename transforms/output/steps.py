@@ -4,17 +4,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Optional
 
-import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
 from dataset import dataset_json, progress, versions
 from dataset.shard_writer import write_shard
-from transforms.dicom.header import silence_pydicom
 from transforms.counters import OUTCOMES, count, count_outcome
-from transforms.output.commit import accounting_verdict, empty_verdict, failure_verdict, run_manifest
+from transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
+                                      run_manifest)
 from transforms.records.values import ShardPlan
-from transforms.settings import OUTAGE_INPUTS, ConversionSettings, DecodeSettings, with_salt
-from transforms.sources.read import OutageBreaker, configure_storage_retry
+from transforms.settings import ConversionSettings, DecodeSettings
+from transforms.sources.steps import ReadsSourcesFn
 
 
 def record_plan(_, layouts: Mapping, output_dir: str) -> str:
@@ -22,23 +21,16 @@ def record_plan(_, layouts: Mapping, output_dir: str) -> str:
     return progress.write_plan(output_dir, layouts)
 
 
-class WriteShardFn(beam.DoFn):
+class WriteShardFn(ReadsSourcesFn):
     """ShardPlan -> ShardResult, plus an Outcome per record that did not convert."""
 
     def __init__(self, output_dir: str, compression: str = "none",
                  settings: DecodeSettings = DecodeSettings(), records_files: bool = False,
                  tag: str = "", storage_retry_s: float = 0.0):
-        super().__init__()
-        self.output_dir, self.compression, self.settings = output_dir, compression, settings
+        super().__init__(settings, storage_retry_s)
+        self.output_dir, self.compression = output_dir, compression
         self.records_files = records_files   # --incremental: <shard>.records.json beside each shard
         self.tag = tag                       # --incremental: "v0002" in the new shards' names
-        self.storage_retry_s = storage_retry_s
-
-    def setup(self):
-        silence_pydicom()
-        configure_storage_retry(self.storage_retry_s)
-        self.settings = with_salt(self.settings)
-        self.breaker = OutageBreaker(OUTAGE_INPUTS)
 
     def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None):
         # plan_recorded: a side input that only orders this step after record_plan

@@ -7,29 +7,21 @@ import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
 from transforms import reasons
-from transforms.dicom.header import silence_pydicom
 from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.errors import ConversionError
 from transforms.records.probe import expand_frames, probe_file
 from transforms.records.values import Outcome, ProbedRecord, SourceFile
-from transforms.settings import DEFAULT_MAX_PIXELS, OUTAGE_INPUTS, DecodeSettings, with_salt
-from transforms.sources.read import OutageBreaker, configure_storage_retry
+from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
+from transforms.sources.steps import ReadsSourcesFn
 
 
-class ProbeFn(beam.DoFn):
+class ProbeFn(ReadsSourcesFn):
     """SourceFile -> ProbedRecord (one per frame with --frames split), or an Outcome."""
 
     def __init__(self, max_pixels: int = DEFAULT_MAX_PIXELS, max_record_bytes: Optional[int] = None,
                  settings: DecodeSettings = DecodeSettings(), storage_retry_s: float = 0.0):
-        super().__init__()
-        self.max_pixels, self.max_record_bytes, self.settings = max_pixels, max_record_bytes, settings
-        self.storage_retry_s = storage_retry_s
-
-    def setup(self):
-        silence_pydicom()
-        configure_storage_retry(self.storage_retry_s)
-        self.settings = with_salt(self.settings)
-        self.breaker = OutageBreaker(OUTAGE_INPUTS)
+        super().__init__(settings, storage_retry_s)
+        self.max_pixels, self.max_record_bytes = max_pixels, max_record_bytes
 
     def process(self, source: SourceFile):
         count("files_probed")

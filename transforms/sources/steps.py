@@ -9,7 +9,25 @@ from transforms import reasons
 from transforms.counters import count, count_outcome
 from transforms.records.values import Outcome, SourceFile
 from transforms.sources.match import broken_links, expand_pattern, uri_key
-from transforms.sources.read import configure_storage_retry
+from transforms.dicom.header import silence_pydicom
+from transforms.settings import OUTAGE_INPUTS, DecodeSettings, with_salt
+from transforms.sources.read import OutageBreaker, configure_storage_retry
+
+
+class ReadsSourcesFn(beam.DoFn):
+    """Base of the steps that open source files (probe, write): on each worker, pydicom kept
+    quiet, the storage retry budget applied, the salt read from its file, and a breaker that
+    stops the run when storage stops answering."""
+
+    def __init__(self, settings: DecodeSettings, storage_retry_s: float = 0.0):
+        super().__init__()
+        self.settings, self.storage_retry_s = settings, storage_retry_s
+
+    def setup(self):
+        silence_pydicom()
+        configure_storage_retry(self.storage_retry_s)
+        self.settings = with_salt(self.settings)
+        self.breaker = OutageBreaker(OUTAGE_INPUTS)
 
 
 class ExpandPatternFn(beam.DoFn):
