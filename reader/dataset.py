@@ -23,7 +23,7 @@ import math
 import os
 from typing import Callable, Optional, Union
 
-import tensorflow as tf
+from reader.tfquiet import tf
 
 from reader.decode import batch_parser, conversion
 from reader.manifest import DatasetInfo, info

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Mapping, Optional
 
-import tensorflow as tf
+from reader.tfquiet import tf
 
 from reader.layout import Layout, parse_spec
 

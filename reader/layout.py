@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
-import tensorflow as tf
+from reader.tfquiet import tf
 
 from reader.schema import (DEFAULT_LABEL, IMAGE_ENCODINGS, MISSING, RAW, REQUIRED,  # noqa: F401
                            SHAPE_FEATURES, Layout, common_dtype, split_layout)

@@ -10,7 +10,7 @@ import json
 import math
 from typing import Optional
 
-import tensorflow as tf
+from reader.tfquiet import tf
 
 from reader import names
 from reader.layout import Layout, label_spec, split_layout
