@@ -16,7 +16,8 @@ def read_back(dataset_dir: str) -> dict:
     import reader
     started = time.time()
     records, pixels = 0, 0
-    for image, _ in reader.load(dataset_dir, batch_size=1, shuffle=False):
+    exact = reader.info(dataset_dir).layout("train").dtype   # the sample mixes dtypes: say which
+    for image, _ in reader.load(dataset_dir, batch_size=1, shuffle=False, dtype=exact):
         records += int(image.shape[0])
         pixels += int(image.shape.num_elements())
     return {"records": records, "pixels": pixels, "seconds": time.time() - started}

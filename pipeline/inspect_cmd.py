@@ -224,7 +224,9 @@ def format_dataset(manifest: Mapping, dataset_dir: str, all_shards: bool = False
 def read_record(dataset_dir: str, split: str, index: int) -> dict:
     """Record ``index`` of ``split`` as {feature: numpy value}, the image under ``image``."""
     import reader
-    ds = reader.load(dataset_dir, split=split, batch_size=1, shuffle=False, output="dict", pad=True)
+    exact = reader.info(dataset_dir).layout(split).dtype      # stored values, shown as they are
+    ds = reader.load(dataset_dir, split=split, batch_size=1, shuffle=False, output="dict", pad=True,
+                     dtype=exact)
     for batch in ds.skip(index).take(1):
         return {name: _first(value) for name, value in batch.items()}
     raise UsageError(f"--record {index}: split {split!r} has fewer records")

@@ -157,8 +157,9 @@ def draw_sheet(tiles: Sequence[tuple[np.ndarray, list[str]]], thumb: int, cols: 
 def sample_records(dataset_dir: str, split: str, count: int, seed: int) -> list[dict]:
     """``count`` records of ``split`` in ``reader.load``'s seeded shuffled order."""
     import reader
+    exact = reader.info(dataset_dir).layout(split).dtype      # stored values, shown as they are
     ds = reader.load(dataset_dir, split=split, batch_size=1, shuffle=True, seed=seed,
-                     output="dict", pad=True)
+                     output="dict", pad=True, dtype=exact)
     records = []
     for batch in ds.take(count):
         records.append({name: (value.to_list()[0] if hasattr(value, "to_list") else value.numpy()[0])

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from dataset.names import MANIFEST_NAME
+from dataset.names import MANIFEST_NAME, SHARD_GLOB
 from dataset.verify import verify_dataset
 from dataset.versions import DamagedLatest, resolve_dataset_dir
 
@@ -30,6 +30,14 @@ def parse_verify(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+def _has_shards(folder: str) -> bool:
+    """Shard files without a dataset.json are a damaged dataset (CORRUPT), not "no dataset"."""
+    try:
+        return bool(FileSystems.match([FileSystems.join(folder, SHARD_GLOB)], limits=[1])[0].metadata_list)
+    except Exception:  # noqa: BLE001 - a folder that does not exist holds none
+        return False
+
+
 def main(argv: Sequence[str]) -> int:
     args = parse_verify(argv)
     started = time.time()
@@ -39,7 +47,7 @@ def main(argv: Sequence[str]) -> int:
     except DamagedLatest as exc:
         print(f"dcm2tfrecord verify: error: {exc}", file=sys.stderr)
         return 2
-    if not FileSystems.exists(FileSystems.join(dataset_dir, MANIFEST_NAME)):
+    if not FileSystems.exists(FileSystems.join(dataset_dir, MANIFEST_NAME)) and not _has_shards(dataset_dir):
         print(f"dcm2tfrecord verify: error: {target} is not a dataset (no {MANIFEST_NAME}: nothing was "
               "committed there); give the --output of a finished conversion", file=sys.stderr)
         return 2

@@ -56,7 +56,20 @@ def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", d
     layout = manifest.layout(split)
     if not layout.batchable and not pad:
         raise layout.variable_size_error(manifest.split(split).get("shapes", []))
+    check_no_silent_float64(manifest.split(split), split, layout.dtype, dtype, scale)
     return batch_parser(manifest, layout, output, dtype, scale)
+
+
+def check_no_silent_float64(entry: dict, split: str, common: str, dtype, scale) -> None:
+    """A split of several stored dtypes whose only exact common dtype is float64 (int32 with
+    float32, say) would read back at 8 bytes a value without a word: ask for a dtype instead."""
+    stored = sorted(entry.get("dtypes") or [])
+    if dtype is None and scale is None and common == "float64" and "float64" not in stored:
+        raise ValueError(
+            f"split {split!r} holds {', '.join(stored)} records; the only dtype holding all their "
+            "values exactly is float64, which doubles memory: pass dtype= to reader.load (e.g. "
+            "dtype='float32', or dtype='float64' to keep every value), or convert with "
+            "--dicom_values window for one uint8/uint16 dtype")
 
 
 def _shuffle_buffer(entry: dict, budget: int = SHUFFLE_BUFFER_BYTES) -> int:
@@ -162,6 +175,7 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     layout = manifest.layout(split)
     if not layout.batchable and batch_size > 1 and not pad:
         raise layout.variable_size_error(entry.get("shapes", []))
+    check_no_silent_float64(entry, split, layout.dtype, dtype, scale)
     conversion(layout.dtype, dtype, scale)        # argument errors now, not at iteration
     if resumable and (cache or (shuffle and seed is None)):
         raise ValueError("resumable=True needs a seed (or shuffle=False) and no cache")

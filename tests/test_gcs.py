@@ -150,7 +150,9 @@ def test_reader_reads_the_gs_result_back(converted):
     copy = converted["copy"]
     ids = {}
     for split in sorted(reader.info(copy)["splits"]):
-        for batch in reader.load(copy, split=split, batch_size=1, shuffle=False, output="dict"):
+        exact = reader.info(copy).layout(split).dtype
+        for batch in reader.load(copy, split=split, batch_size=1, shuffle=False, output="dict",
+                                 dtype=exact):
             ids[batch["id"][0].numpy().decode()] = batch["image"][0].numpy()
     with open(os.path.join(copy, "dataset.json")) as handle:
         assert len(ids) == json.load(handle)["counts"]["records"]

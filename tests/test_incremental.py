@@ -172,7 +172,9 @@ def test_reader_verify_and_versions_read_latest_or_a_given_version(chain, capsys
     root = chain["root"]
     assert reader.info(root).num_records("train") + reader.info(root).num_records("test") == 22
     assert sum(reader.info(root, version=1).num_records(s) for s in ("train", "test")) == 20
-    images = sum(int(x.shape[0]) for x, _ in reader.load(root, "train", batch_size=4, shuffle=False))
+    exact = reader.info(root).layout("train").dtype
+    images = sum(int(x.shape[0]) for x, _ in reader.load(root, "train", batch_size=4, shuffle=False,
+                                                         dtype=exact))
     assert images == reader.info(root).num_records("train")
     report = verify_dataset(root)       # the version LATEST names, reused shards included
     assert report.ok, report.problems

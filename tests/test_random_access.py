@@ -35,7 +35,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _by_id_from_load(dataset_dir: str, split: str) -> dict:
     """id -> one record of reader.load(output="dict"), as NumPy values."""
     out = {}
-    for batch in reader.load(dataset_dir, split=split, batch_size=1, shuffle=False, output="dict"):
+    exact = reader.info(dataset_dir).layout(split).dtype     # explicit for mixed (float64) splits
+    for batch in reader.load(dataset_dir, split=split, batch_size=1, shuffle=False, output="dict",
+                             dtype=exact):
         record = {k: (v.to_list()[0] if isinstance(v, tf.RaggedTensor) else v.numpy()[0])
                   for k, v in batch.items()}
         out[record["id"]] = record

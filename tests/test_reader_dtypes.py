@@ -224,11 +224,16 @@ def test_mixed_dtypes_and_sizes_come_back_padded_in_a_common_dtype(converted):
         reader.load(dataset, split="mixed", batch_size=2)
     wanted = {label: v for label, v in expected.items() if v[0] == "mixed"}
     common = np.result_type(*[np.dtype(d) for _, d, _ in wanted.values()])   # float64 here
-    one_by_one = _by_label(reader.load(dataset, split="mixed", batch_size=1, shuffle=False))
+    assert common == np.float64
+    with pytest.raises(ValueError, match=r"float64, which doubles memory: pass dtype=.*--dicom_values window"):
+        reader.load(dataset, split="mixed", batch_size=1)               # never a silent float64
+    one_by_one = _by_label(reader.load(dataset, split="mixed", batch_size=1, shuffle=False,
+                                       dtype="float64"))
     for label, (_, _, values) in wanted.items():
         assert one_by_one[label].dtype == common
         np.testing.assert_array_equal(one_by_one[label], values[0].astype(common))
-    padded = reader.load(dataset, split="mixed", batch_size=len(wanted), pad=True, shuffle=False)
+    padded = reader.load(dataset, split="mixed", batch_size=len(wanted), pad=True, shuffle=False,
+                         dtype="float64")
     images, labels = next(iter(padded))
     assert images.shape[1:] == (6, 7, 1)
     for image, label in zip(images.numpy(), labels.numpy()):

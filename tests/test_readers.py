@@ -81,6 +81,6 @@ def test_reader_fast_path_has_static_shapes_and_all_records(gray_dataset):
 def test_reader_rejects_variable_shapes_with_a_clear_message(sample_dataset):
     with pytest.raises(ValueError, match="--resize"):
         reader.load(sample_dataset, batch_size=4)
-    padded = reader.load(sample_dataset, batch_size=4, pad=True, shuffle=False)
+    padded = reader.load(sample_dataset, batch_size=4, pad=True, shuffle=False, dtype="float64")
     images, labels = next(iter(padded))
     assert images.shape.rank == 5 and images.shape[0] == 4
