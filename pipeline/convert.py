@@ -209,7 +209,7 @@ def build(pipeline: beam.Pipeline, opts: ConvertOptions,
 
 def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
     """Converts; returns the run summary (see pipeline.summary)."""
-    opts = ConvertOptions(**{**opts.__dict__, "output": absolute(opts.output)})
+    opts = opts.replace(output=absolute(opts.output))
     validate(opts)
     options = make_pipeline_options(beam_args)
     check_salt_stays_out_of_the_job(opts, beam_args)
@@ -231,7 +231,7 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool) -> dict:
     root, version, base = opts.output, None, None
     if opts.incremental:
         version, target, base = prepare_version(opts, launch_only == "dry_run")
-        opts = ConvertOptions(**{**opts.__dict__, "output": target})
+        opts = opts.replace(output=target)
     if launch_only != "dry_run":   # a dry run leaves --output untouched
         prepare_output(opts)
         remove_progress(opts.output)   # left by an interrupted run

@@ -18,6 +18,7 @@ from pipeline.options import PLACEMENT_OPTIONS, ConvertOptions, UsageError
 
 def prepare_output(opts: ConvertOptions) -> None:
     """Refuses to replace a committed dataset unless --overwrite; then uncommits it.
+    (An output that is a file or not writable was refused before, by check_writable.)
 
     A report of an earlier refused run (run_failed.json) is removed first.
     """
@@ -30,8 +31,6 @@ def prepare_output(opts: ConvertOptions) -> None:
             raise UsageError(f"--output {opts.output} already holds a dataset (dataset.json); "
                              "pass --overwrite to replace it or choose another --output")
         FileSystems.delete([manifest])
-    if "://" not in opts.output and os.path.isfile(opts.output):
-        raise UsageError(f"--output {opts.output} is a file; give a directory")
 
 
 def check_writable(output: str) -> None:

@@ -51,7 +51,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"dcm2tfrecord verify: error: {target} is not a dataset (no {MANIFEST_NAME}: nothing was "
               "committed there); give the --output of a finished conversion", file=sys.stderr)
         return 2
-    report = verify_dataset(target)
+    report = verify_dataset(dataset_dir)      # resolved once: LATEST read once
     print(f"{report.verdict()} [{time.time() - started:.1f} s]")
     for problem in report.problems[:args.max_problems]:
         print(f"  {problem}", file=sys.stderr)
