@@ -65,6 +65,7 @@ from apache_beam.pvalue import AsDict                                     # noqa
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner     # noqa: E402
 
 from transforms.counters import NAMESPACE                               # noqa: E402
+from transforms.planning.shards import PLANNING_BUCKETS, for_planning  # noqa: E402
 from transforms.planning.steps import BUCKET_RECORDS, PlanShards, bucket_key  # noqa: E402
 from transforms.hashing import record_id                                  # noqa: E402
 from transforms.records.values import (Identifiers, ImageSpec, ProbedRecord,   # noqa: E402
@@ -236,14 +237,14 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
          | "CollectPlanStats" >> beam.combiners.ToList()
          | "WritePlanStats" >> beam.Map(_write_json, plans_path))
     _ = (layouts
-         | "LayoutRows" >> beam.MapTuple(lambda split, lay: (split, lay.num_shards, lay.num_buckets,
+         | "LayoutRows" >> beam.MapTuple(lambda split, lay: (split, lay.num_shards, PLANNING_BUCKETS,
                                                              lay.num_records, lay.total_bytes))
          | "CollectLayouts" >> beam.combiners.ToList()
          | "WriteLayouts" >> beam.Map(_write_json, layouts_path))
     # Parallel branch: the same bucket key on the same records, counted per key.
     if measure:
         _ = (records
-             | "BenchBucketKey" >> beam.Map(bucket_key, AsDict(layouts), seed)
+             | "BenchBucketKey" >> beam.Map(lambda r: bucket_key(for_planning(r, seed), seed))
              | "BenchPlannedBytes" >> beam.MapTuple(lambda key, r: (key, r.planned_bytes))
              | "BenchCountPerBucket" >> beam.CombinePerKey(_BucketCountFn())
              | "BenchCollectBuckets" >> beam.combiners.ToList()

@@ -41,9 +41,11 @@ from transforms.sources.read import configure_storage_retry
 from transforms.counters import OUTCOMES
 from transforms.labels.steps import AttachLabels
 from transforms.output.steps import WriteShardFn, commit_dataset, record_plan
+from transforms.planning.shards import for_planning
 from transforms.planning.steps import PlanShards, ReuseShards
 from transforms.records.steps import DropDuplicateInstances, ProbeFn
 from transforms.series.steps import GroupSeries
+from transforms.sources.match import survey_local
 from transforms.sources.steps import MatchSources
 from transforms.splits.steps import CountGroups, with_split
 
@@ -57,17 +59,38 @@ class ConversionFailed(Exception):
     """The run finished but refused to commit (too many failures): exit code 1."""
 
 
-def make_pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
-    """Beam options; local runs default to one worker process per core."""
+# Local runs of at most this many input files and bytes run in one process: starting a
+# worker process per core costs ~3 s of CPU each (imports, Beam set-up) before its
+# first element, more than small archives take to convert (docs/BENCHMARKS.md §2).
+IN_PROCESS_MAX_FILES = 256
+IN_PROCESS_MAX_BYTES = 256 << 20
+
+
+def make_pipeline_options(beam_args: Sequence[str], patterns: Sequence[str] = ()) -> PipelineOptions:
+    """Beam options. Local runs default to one worker process per core, or to one process
+    (in_memory) when the local inputs are small (``local_execution`` says which)."""
     options = PipelineOptions(list(beam_args))
     if options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
         direct = options.view_as(DirectOptions)
-        cores = os.cpu_count() or 1
-        if not _given(beam_args, "--direct_num_workers"):
-            direct.direct_num_workers = cores
+        workers_given = _given(beam_args, "--direct_num_workers")
+        if not workers_given and not _given(beam_args, "--direct_running_mode"):
+            small = survey_local(patterns, IN_PROCESS_MAX_FILES, IN_PROCESS_MAX_BYTES) if patterns else None
+            direct.direct_num_workers = 1 if small is not None else (os.cpu_count() or 1)
+        elif not workers_given:
+            direct.direct_num_workers = os.cpu_count() or 1
         if not _given(beam_args, "--direct_running_mode"):
             direct.direct_running_mode = "multi_processing" if direct.direct_num_workers != 1 else "in_memory"
     return options
+
+
+def local_execution(options: PipelineOptions) -> str:
+    """How a local run executes, for the summary ("" on other runners)."""
+    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
+        return ""
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "in_memory" or direct.direct_num_workers == 1:
+        return "one process"
+    return f"{direct.direct_num_workers} worker processes ({direct.direct_running_mode})"
 
 
 def make_runner(options: PipelineOptions):
@@ -159,9 +182,10 @@ class ConvertArchive(beam.PTransform):
             records = records | "AssignSplits" >> beam.Map(with_split, settings)
         # ProbedRecord with label and split
         group_counts, leaking = records | "CountGroups" >> CountGroups(settings)
-        to_write = records
+        # from here on: no raw identifiers, the order key computed once
+        to_write = records | "KeepWhatPlanningNeeds" >> beam.Map(for_planning, settings.seed)
         if self.base is not None:
-            to_write, reused = records | "ReuseShards" >> ReuseShards(self.base, settings.bounds)
+            to_write, reused = to_write | "ReuseShards" >> ReuseShards(self.base, settings.bounds)
             # to_write: ProbedRecord not held by a reused shard; reused: ShardResult
         plans, layouts = to_write | "PlanShards" >> PlanShards(settings.bounds, settings.seed,
                                                                settings.min_shards)
@@ -211,7 +235,7 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     """Converts; returns the run summary (see pipeline.summary)."""
     opts = opts.replace(output=absolute(opts.output))
     validate(opts)
-    options = make_pipeline_options(beam_args)
+    options = make_pipeline_options(beam_args, opts.inputs)
     check_salt_stays_out_of_the_job(opts, beam_args)
     configure_storage_retry(opts.gcs_retry_s)     # the launcher's own gs:// calls too
     launch_only = job_not_run_here(options)
@@ -255,6 +279,7 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool) -> dict:
     if version is not None:
         versions.set_latest(root, version)   # only now do readers of the root see it
     summary = summarize(manifest, opts.output, wall)
+    summary["execution"] = local_execution(options)
     if version is not None:
         summary["version"] = {"root": root, "name": version, **manifest["incremental"]}
     if opts.summary_json:

@@ -437,7 +437,8 @@ CONVERT_EPILOG = """examples:
       --splits train=0.8,validation=0.1,test=0.1
 
 Beam options pass through, e.g. --direct_num_workers=4 (local worker processes; default:
-one per core), --direct_running_mode=in_memory, --runner=DataflowRunner (see
+one per core, or one process for local inputs of at most 256 files and 256 MiB),
+--direct_running_mode=in_memory, --runner=DataflowRunner (see
 run_dataflow.sh). An option that neither convert nor Beam knows is refused."""
 
 

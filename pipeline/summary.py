@@ -90,7 +90,8 @@ def format_summary(summary: dict, list_shards: bool = True) -> str:
         lines.append(f"    which files and why: {summary['errors_file']}")
     for note in summary.get("notes", []):
         lines.append(f"note: {note}")
-    lines.append(f"wall time {summary['wall_seconds']:.1f} s, {summary['bytes_written'] / MB:.1f} MB "
+    ran = f" ({summary['execution']})" if summary.get("execution") else ""
+    lines.append(f"wall time {summary['wall_seconds']:.1f} s{ran}, {summary['bytes_written'] / MB:.1f} MB "
                  f"written, {summary['mb_per_second']:.1f} MB/s, "
                  f"{summary['records_per_second']:.1f} records/s")
     return "\n".join(lines)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from transforms.records.values import ImageSpec, ProbedRecord, SourceFile
-from transforms.planning.shards import (BUCKETS_PER_SHARD, MB, ShardBounds, assign_shards, bucket_of,
-                                   bucket_starts, choose_num_shards, layout)
+from transforms.planning.shards import (MB, ShardBounds, assign_shards, bucket_of, bucket_starts,
+                                        choose_num_shards, for_planning, layout)
 
 
 def _records(sizes):
@@ -21,7 +21,7 @@ def _plan(records, bounds):
     lay = layout(total, len(records), max(r.planned_bytes for r in records), bounds)
     buckets = {}
     for r in records:
-        buckets.setdefault(("train", bucket_of(r, lay.num_buckets)), []).append(r)
+        buckets.setdefault(("train", bucket_of(r)), []).append(r)
     starts = bucket_starts([(k, sum(r.planned_bytes for r in v)) for k, v in buckets.items()])
     shards = {}
     for key, recs in buckets.items():
@@ -55,12 +55,38 @@ def test_planned_shards_respect_bounds_and_have_no_gaps(seed):
         assert bounds.min_bytes <= size <= bounds.max_bytes
 
 
-def test_every_record_planned_exactly_once_and_buckets_smaller_than_shards():
+def test_every_record_planned_exactly_once():
     records = _records(np.full(1000, 10_000))
     lay, shards = _plan(records, ShardBounds.from_mb(1, 0.5, 2))
     planned = [r.record_id for recs in shards.values() for r in recs]
     assert sorted(planned) == sorted(r.record_id for r in records)
-    assert lay.num_buckets == lay.num_shards * BUCKETS_PER_SHARD
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_buckets_do_not_change_the_shards(seed):
+    """Bucketing only splits the work: the shards are those of one global sort of the split."""
+    rng = np.random.default_rng(seed)
+    records = _records(rng.integers(20_000, 400_000, size=600))
+    bounds = ShardBounds.from_mb(2, 1, 3)
+    lay, shards = _plan(records, bounds)
+    one_bucket = dict.fromkeys(range(lay.num_shards))
+    for index, r in assign_shards(records, 0, lay):
+        one_bucket[index] = (one_bucket[index] or []) + [r]
+    assert {i: sorted(r.record_id for r in recs) for i, recs in shards.items()} == \
+        {i: sorted(r.record_id for r in recs) for i, recs in one_bucket.items()}
+    assert len({bucket_of(r) for r in records}) > lay.num_shards     # several buckets per shard
+
+
+def test_for_planning_keeps_what_planning_and_writing_use():
+    from transforms.records.values import Identifiers, SliceInfo
+    import dataclasses
+    record = dataclasses.replace(_records([100])[0], ids=Identifiers("p", "st", "se", "sop"),
+                                 slice_info=SliceInfo(position=(1.0, 2.0, 3.0)), label=3, split="test")
+    slim = for_planning(record, seed=5)
+    assert slim.ids is None and slim.slice_info is None and slim.order is not None
+    assert dataclasses.replace(slim, ids=record.ids, slice_info=record.slice_info, order=None) == record
+    assert for_planning(slim, seed=5) is slim
+    assert bucket_of(slim, 5) == bucket_of(record, 5)
 
 
 def test_huge_record_never_leaves_an_empty_shard():

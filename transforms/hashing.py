@@ -6,7 +6,6 @@ from the file's path relative to its input root, never from patient data.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 
@@ -42,13 +41,11 @@ def identifier_hash(value: str, salt: str) -> str:
     return hmac.new(salt.encode("utf-8"), value.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-@functools.lru_cache(maxsize=1 << 15)
 def order_key(record_id_: str, seed: int = 0) -> int:
     """A 64-bit position in the global shuffle order, uniform over records.
 
-    Planning asks for it three times per record (hash bucket, shard, order in
-    the shard); a bounded cache (~6 MB at most) answers the repeats within a
-    worker process.
+    Computed once per record, when planning starts
+    (transforms.planning.shards.for_planning), and carried with it.
     """
     msg = f"{seed}:{record_id_}".encode("utf-8")
     digest = hmac.new(_ORDER_KEY, msg, hashlib.sha256).digest()

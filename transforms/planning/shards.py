@@ -5,9 +5,15 @@ into shards by cumulative planned bytes: shard i holds the records whose
 start offset falls in [i*T/n, (i+1)*T/n), T the split's planned bytes. Each
 shard is then T/n +- one record, so choosing n keeps every shard inside
 [min, max]. The cumulative offsets are computed without any step holding a
-whole split: records are first grouped into hash buckets (each smaller than
-a shard), bucket sizes are summed, and prefix sums over buckets give each
-bucket's start.
+whole split: records are first grouped into hash buckets (contiguous ranges
+of the order key), bucket sizes are summed, and prefix sums over buckets give
+each bucket's start.
+
+The bucket count is fixed (PLANNING_BUCKETS per split), not derived from the
+shard count: a record's bucket is then known before the split's totals are,
+so keying records by bucket needs no side input and adds no stage boundary.
+Offsets do not depend on how the order is cut into buckets, so neither do
+the shards.
 """
 from __future__ import annotations
 
@@ -19,7 +25,9 @@ from transforms.hashing import ORDER_KEY_SPACE, order_key
 from transforms.records.values import ProbedRecord
 
 MB = 1 << 20
-BUCKETS_PER_SHARD = 8
+# Hash buckets per split: the side input of bucket starts holds at most this many
+# numbers per split (~2.5 MB); a bucket of a 16 M record split holds ~250 records.
+PLANNING_BUCKETS = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +53,6 @@ class SplitLayout:
     @property
     def min_shards_honoured(self) -> bool:
         return self.num_shards >= self.min_shards_requested
-
-    @property
-    def num_buckets(self) -> int:
-        return self.num_shards * BUCKETS_PER_SHARD
 
 
 def choose_num_shards(total_bytes: int, max_record_bytes: int, bounds: ShardBounds) -> int:
@@ -90,12 +94,26 @@ def layout(total_bytes: int, num_records: int, max_record_bytes: int,
     return SplitLayout(total_bytes, num_records, max_record_bytes, max(n, 1), min_shards)
 
 
+def for_planning(record: ProbedRecord, seed: int = 0) -> ProbedRecord:
+    """The record as planning and writing need it: its order key computed once, and
+    without the raw identifiers and slice geometry (used before planning only: duplicate,
+    label and split keys, series volumes), which would otherwise cross every shuffle."""
+    if record.order is not None and record.ids is None and record.slice_info is None:
+        return record                                       # done before (ConvertArchive)
+    return dataclasses.replace(record, ids=None, slice_info=None,
+                               order=order_key(record.record_id, seed))
+
+
+def _order(record: ProbedRecord, seed: int) -> int:
+    return record.order if record.order is not None else order_key(record.record_id, seed)
+
+
 def sort_key(record: ProbedRecord, seed: int = 0) -> tuple[int, str]:
-    return order_key(record.record_id, seed), record.record_id
+    return _order(record, seed), record.record_id
 
 
-def bucket_of(record: ProbedRecord, num_buckets: int, seed: int = 0) -> int:
-    return order_key(record.record_id, seed) * num_buckets // ORDER_KEY_SPACE
+def bucket_of(record: ProbedRecord, seed: int = 0) -> int:
+    return _order(record, seed) * PLANNING_BUCKETS // ORDER_KEY_SPACE
 
 
 def bucket_starts(bucket_bytes: Iterable[tuple[tuple[str, int], int]]) -> dict:

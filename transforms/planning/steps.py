@@ -22,8 +22,8 @@ from apache_beam.pvalue import AsDict, AsSingleton
 from dataset.versions import (BaseVersion, PreviousShard, choose_reused, read_records_file,
                               record_fingerprint, shard_result_from_json)
 from transforms.counters import distribution
-from transforms.planning.shards import (ShardBounds, assign_shards, bucket_of, bucket_starts, layout,
-                                        sort_key)
+from transforms.planning.shards import (ShardBounds, assign_shards, bucket_of, bucket_starts,
+                                        for_planning, layout, sort_key)
 from transforms.records.values import ProbedRecord, ShardPlan
 
 RESULTS = "results"
@@ -117,9 +117,9 @@ class SplitTotalsFn(beam.CombineFn):
         return acc
 
 
-def bucket_key(record: ProbedRecord, layouts: Mapping, seed: int):
+def bucket_key(record: ProbedRecord, seed: int):
     """((split, hash bucket), record): the key GroupHashBuckets groups by."""
-    return (record.split, bucket_of(record, layouts[record.split].num_buckets, seed)), record
+    return (record.split, bucket_of(record, seed)), record
 
 
 def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping, seed: int):
@@ -149,6 +149,7 @@ class PlanShards(beam.PTransform):
 
     def expand(self, records):
         bounds, seed, min_shards = self.bounds, self.seed, self.min_shards
+        records = records | "OrderKeyOnce" >> beam.Map(for_planning, seed)
         layouts = (records
                    | "KeyPlannedBytesBySplit" >> beam.Map(lambda r: (r.split, r.planned_bytes))
                    | "SumSplitBytes" >> beam.CombinePerKey(SplitTotalsFn())
@@ -158,7 +159,7 @@ class PlanShards(beam.PTransform):
                    # (split, SplitLayout)
         layouts_by_split = AsDict(layouts)
         bucketed = (records
-                    | "AssignHashBucket" >> beam.Map(bucket_key, layouts_by_split, seed))
+                    | "AssignHashBucket" >> beam.Map(bucket_key, seed))
                     # ((split, bucket), ProbedRecord)
         starts = (bucketed
                   | "BucketPlannedBytes" >> beam.MapTuple(lambda key, r: (key, r.planned_bytes))

@@ -2,6 +2,12 @@
 
 Only metadata travels between stages (a few hundred bytes per record); pixel
 payload never crosses a shuffle. See ../shared/DESIGN.md, "plan, then write".
+
+The values that cross a stage boundary once per record (SourceFile, ImageSpec,
+ProbedRecord) pickle as one flat tuple of their fields (``__reduce__``): Beam
+encodes them with pickle at every boundary, and pickle's default for a
+dataclass writes its class and a dict of field names per object, nested five
+deep for a record (1.4 KB for a CT slice; see docs/BENCHMARKS.md §3).
 """
 from __future__ import annotations
 
@@ -10,6 +16,10 @@ from typing import Optional
 
 import numpy as np
 
+def _fields_tuple(value) -> tuple:
+    return tuple(getattr(value, f.name) for f in dataclasses.fields(value))
+
+
 @dataclasses.dataclass(frozen=True)
 class SourceFile:
     """One matched input file."""
@@ -17,6 +27,20 @@ class SourceFile:
     rel_path: str        # relative to the --input root it was matched under
     size: int
     mtime: float
+
+    def __reduce__(self):
+        # the uri usually ends with rel_path: sent once, not twice
+        if self.rel_path and self.uri.endswith(self.rel_path):
+            return _source_file, (self.uri[:-len(self.rel_path)], self.rel_path, self.size, self.mtime)
+        return SourceFile, (self.uri, self.rel_path, self.size, self.mtime)
+
+
+def _source_file(prefix: str, rel_path: str, size: int, mtime: float) -> SourceFile:
+    return SourceFile(prefix + rel_path, rel_path, size, mtime)
+
+
+_ITEMSIZE = {"uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "uint32": 4, "int32": 4,
+             "float32": 4, "float64": 8, "int64": 8, "uint64": 8}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,9 +52,12 @@ class ImageSpec:
     channels: int
     dtype: str           # numpy dtype name of the stored pixels, e.g. "int16"
 
+    def __reduce__(self):
+        return ImageSpec, _fields_tuple(self)
+
     @property
     def num_pixel_bytes(self) -> int:
-        itemsize = np.dtype(self.dtype).itemsize
+        itemsize = _ITEMSIZE.get(self.dtype) or np.dtype(self.dtype).itemsize
         return self.depth * self.height * self.width * self.channels * itemsize
 
     @property
@@ -46,6 +73,9 @@ class Identifiers:
     series_uid: str = ""
     sop_uid: str = ""
 
+    def __reduce__(self):
+        return Identifiers, _fields_tuple(self)
+
 
 @dataclasses.dataclass(frozen=True)
 class SliceInfo:
@@ -54,6 +84,9 @@ class SliceInfo:
     position: tuple[float, ...] = ()      # Image Position (Patient), 3 mm
     instance: Optional[int] = None        # Instance Number, the fallback order
     pixel_spacing: tuple[float, ...] = ()
+
+    def __reduce__(self):
+        return SliceInfo, _fields_tuple(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +106,12 @@ class ProbedRecord:
     # transforms.dicom.native.NativePixels when the writer may read the pixels
     # straight from the file (uncompressed little-endian grayscale DICOM); None otherwise
     native: object = None
+    # the planning order key (transforms.hashing.order_key of record_id and --seed), set once
+    # by transforms.planning.shards.for_planning; None before
+    order: Optional[int] = None
+
+    def __reduce__(self):
+        return ProbedRecord, _fields_tuple(self)
 
     @property
     def sources(self) -> tuple[SourceFile, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from typing import Iterator
+from typing import Optional, Iterator
 
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
@@ -80,6 +80,35 @@ def _walk(root: str) -> Iterator[str]:
         dirs[:] = kept
         for name in sorted(files):
             yield os.path.join(folder, name)
+
+
+def survey_local(patterns, max_files: int, max_bytes: int) -> Optional[tuple[int, int]]:
+    """(files, bytes) the local ``patterns`` hold, or None once either passes its limit
+    or a pattern is remote.
+
+    For choosing how to run before anything runs: stops walking at the first
+    file past a limit, so a large archive costs a short partial walk. Counts
+    what ``expand_pattern`` would match (a file matched by two patterns
+    twice: an upper bound).
+    """
+    files = size = 0
+    for pattern in patterns:
+        if "://" in pattern:
+            return None
+        pattern = pattern.rstrip("/") or "/"
+        if os.path.isdir(pattern):
+            paths = _walk(pattern)
+        else:
+            paths = _local_paths(pattern)[1]
+        for path in paths:
+            try:
+                size += os.stat(path).st_size
+            except OSError:
+                pass
+            files += 1
+            if files > max_files or size > max_bytes:
+                return None
+    return files, size
 
 
 def _source(path: str, root: str) -> SourceFile:
