@@ -3,6 +3,8 @@
 ``info(dataset_dir)`` returns the parsed manifest as a dict, with the
 questions a training script asks of it as methods: how many records and
 steps a split holds, the class names, the element spec ``load`` produces.
+Wherever a method takes a split, it also takes a split spec (``"train[:10%]"``,
+``"train+validation"``; see ``reader.splits``).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Optional
 
 from reader.tfquiet import tf
 
-from reader import names
+from reader import names, splits
 from reader.layout import Layout, label_spec, split_layout
 from reader.names import LATEST_NAME, MANIFEST_NAME, PARENT, VERSIONS_DIR  # noqa: F401
 from reader.sharding import ReadPlan, plan_reads
@@ -40,12 +42,35 @@ class DatasetInfo(dict):
             known = ", ".join(self.split_names) or "none"
             raise ValueError(f"split {split!r} not in {self.dataset_dir} (splits: {known})") from None
 
+    def slices(self, spec: str = "train") -> tuple[splits.Slice, ...]:
+        """The ``(split, start, stop)`` record ranges a split spec names."""
+        sizes = {name: int(entry["num_records"]) for name, entry in self["splits"].items()}
+        return splits.resolve(spec, sizes, self.dataset_dir)
+
+    def pieces(self, spec: str = "train") -> list[splits.Piece]:
+        """The shards ``spec`` reads, in order, with the run of records it reads of each."""
+        slices = self.slices(spec)
+        records = {s.split: [int(shard["num_records"]) for shard in self.split(s.split)["shards"]]
+                   for s in slices}
+        return splits.pieces(slices, records)
+
+    def entry(self, spec: str = "train") -> dict:
+        """The manifest entry of ``spec``: the split's own, or for a slice or union one computed
+        like it (counts, dtypes, shapes; see ``reader.splits.selection_entry``)."""
+        return splits.selection_entry(self, spec, self.slices(spec))
+
     def shard_paths(self, split: str = "train") -> list[str]:
-        """Shard files from the manifest, never from a glob: stale files are not read."""
-        return [shard_path(self.dataset_dir, s["file"]) for s in self.split(split)["shards"]]
+        """Shard files from the manifest, never from a glob: stale files are not read.
+
+        For a slice, the shards holding its records (one per piece, in reading order)."""
+        return [self._piece_path(p) for p in self.pieces(split)]
 
     def shard_records(self, split: str = "train") -> list[int]:
-        return [int(s["num_records"]) for s in self.split(split)["shards"]]
+        """Records read of each of ``shard_paths(split)``."""
+        return [p.count for p in self.pieces(split)]
+
+    def _piece_path(self, piece: splits.Piece) -> str:
+        return shard_path(self.dataset_dir, self["splits"][piece.split]["shards"][piece.shard]["file"])
 
     @property
     def compression(self) -> str:
@@ -57,12 +82,14 @@ class DatasetInfo(dict):
 
     def read_plan(self, split: str = "train", input_context=None) -> ReadPlan:
         """Which shards (and which records of them) one input pipeline reads."""
-        return plan_reads(self.shard_paths(split), self.shard_records(split), input_context)
+        pieces = self.pieces(split)
+        return plan_reads([self._piece_path(p) for p in pieces], [p.count for p in pieces],
+                          input_context, [p.start for p in pieces], [p.whole for p in pieces])
 
     def num_records(self, split: str = "train", input_context=None) -> int:
-        """Records in ``split``, or in the part of it one input pipeline reads."""
+        """Records in ``split`` (or spec), or in the part of it one input pipeline reads."""
         if input_context is None:
-            return int(self.split(split)["num_records"])
+            return sum(s.num_records for s in self.slices(split))
         return self.read_plan(split, input_context).num_records
 
     def steps_per_epoch(self, split: str = "train", batch_size: int = 32,
@@ -77,7 +104,7 @@ class DatasetInfo(dict):
         return list(self.get("labels", {}).get("class_names") or [])
 
     def layout(self, split: str = "train") -> Layout:
-        return split_layout(self, split, self.split(split))
+        return split_layout(self, split, self.entry(split))
 
     @property
     def element_spec(self) -> dict:
