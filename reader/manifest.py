@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from typing import Optional
 
 from reader.tfquiet import tf
@@ -101,7 +102,37 @@ class DatasetInfo(dict):
     @property
     def class_names(self) -> list[str]:
         """Label index -> class name (empty when labels are numbers or absent)."""
-        return list(self.get("labels", {}).get("class_names") or [])
+        return list((self.get("labels") or {}).get("class_names") or [])
+
+    def int2str(self, index) -> str:
+        """The class name of label ``index`` (a Python or NumPy integer), like TFDS's ClassLabel."""
+        names_ = self._class_names_or_error()
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise TypeError(f"int2str takes an integer label, not {type(index).__name__} {index!r}") from None
+        if not 0 <= i < len(names_):
+            unlabeled = " (-1 marks an unlabeled record)" if i == -1 else ""
+            raise ValueError(f"label {i} is not a class index of {self.dataset_dir}{unlabeled}: "
+                             f"0..{len(names_) - 1} for {_listed(names_)}")
+        return names_[i]
+
+    def str2int(self, name: str) -> int:
+        """The label index of class ``name``, like TFDS's ClassLabel."""
+        names_ = self._class_names_or_error()
+        try:
+            return names_.index(name)
+        except ValueError:
+            raise ValueError(f"{name!r} is not a class of {self.dataset_dir}: {_listed(names_)}") from None
+
+    def _class_names_or_error(self) -> list[str]:
+        if not self.class_names:
+            kind = (self.get("labels") or {}).get("kind") or "none"
+            what = "no labels" if kind == "none" else f"{kind} labels"
+            raise ValueError(f"{self.dataset_dir} has {what}, not class names: int2str and str2int "
+                             "need a dataset converted with class labels (--labels_from_dirs, or "
+                             "--labels with class names)")
+        return self.class_names
 
     def layout(self, split: str = "train") -> Layout:
         return split_layout(self, split, self.entry(split))
@@ -118,6 +149,12 @@ class DatasetInfo(dict):
         label = label_spec(self)
         return (tf.TensorSpec([None] + layout.image_shape(), out),
                 tf.TensorSpec([None] + list(label.shape), label.dtype))
+
+
+def _listed(class_names: list[str], limit: int = 20) -> str:
+    """The classes for an error message, the first ``limit`` of many."""
+    shown = ", ".join(map(repr, class_names[:limit]))
+    return f"{len(class_names)} classes ({shown}{', ...' if len(class_names) > limit else ''})"
 
 
 def shard_path(dataset_dir: str, file: str) -> str:
