@@ -128,6 +128,14 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     as dataset.json declares them (int64 class index, float, or multi-hot); -1
     (NaN for float labels) when unlabeled.
 
+    - ``split``: a split name, or a TFDS split spec: ``"train[:10%]"``, ``"train[10%:20%]"``,
+      ``"train[-1000:]"``, ``"train[100:200]"``, ``"train+validation"``,
+      ``"train[:50%]+validation[:10]"`` (``reader.splits``). A slice selects records by
+      position in the split's stored order before any shuffling, so it holds the same
+      records whatever the seed; percents round to the closest record as in TFDS, negative
+      boundaries count from the end, out-of-range ones clamp. Cardinality, ``start_step``
+      and ``input_context`` apply to the selected records; a union needs splits whose images
+      share one shape (mixed dtypes read in their common dtype, as within a split).
     - ``shuffle``: shard order reshuffled every epoch, records through a buffer of
       ``shuffle_buffer`` (default: as many as fit in 64 MiB, 2..10,000; the
       shards are already shuffled as a whole when written).
@@ -167,6 +175,10 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     The dataset's cardinality is the manifest's record count (or this pipeline's
     share of it), so Keras shows steps per epoch; a shard holding a different
     number of records than the manifest says fails the epoch.
+
+    ``reader.as_numpy(ds)`` yields the batches as NumPy arrays (for JAX or NumPy
+    loops), and ``reader.info(dataset_dir).int2str(label)`` / ``str2int(name)`` map
+    class indices to class names and back.
     """
     if output not in ("tuple", "dict"):
         raise ValueError(f"output must be 'tuple' or 'dict', not {output!r}")
