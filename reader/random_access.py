@@ -121,7 +121,8 @@ class RandomAccess:
                 "at an offset without decompressing all that precedes it. Read them with "
                 "reader.load, or convert with --compression none for random access.")
         self.manifest = manifest
-        self.layout: Layout = split_layout(manifest, split, splits.selection_entry(manifest, split, slices))
+        entry = splits.selection_entry(manifest, split, slices)
+        self.layout: Layout = split_layout(manifest, split, entry)
         pieces = splits.pieces(slices, {s.split: [int(shard["num_records"]) for shard in
                                                   manifest["splits"][s.split]["shards"]] for s in slices})
         shards = [manifest["splits"][p.split]["shards"][p.shard] for p in pieces]

@@ -153,7 +153,7 @@ def selection_entry(manifest: Mapping, spec: str, slices: Sequence[Slice]) -> Ma
     A union of splits whose images differ in shape is refused here, by name.
     """
     splits = manifest["splits"]
-    if len(slices) == 1 and slices[0].start == 0 and slices[0].stop == int(splits[slices[0].split]["num_records"]):
+    if len(slices) == 1 and slices[0].num_records == int(splits[slices[0].split]["num_records"]):
         return splits[slices[0].split]
     names = list(dict.fromkeys(s.split for s in slices))
     layouts = {name: split_layout(manifest, name, splits[name]) for name in names}

@@ -2,10 +2,16 @@
 reader.splits, then reader.load, RandomAccess and DatasetInfo on slices of a real dataset."""
 from __future__ import annotations
 
-import pytest
+import math
 
+import pytest
+import tensorflow as tf
+
+import reader
 from reader import splits
 from reader.splits import Piece, Slice
+from tests.conftest import run_convert
+from tests.test_reader_training import SMALL_SHARDS, archive  # noqa: F401  (fixture)
 
 SIZES = {"train": 48, "validation": 10, "test": 5}
 
@@ -109,23 +115,14 @@ def test_a_union_of_splits_with_different_image_shapes_is_refused_by_name():
     with pytest.raises(ValueError, match=r"split 'train\+validation': a union needs splits whose images "
                                          r"share one shape, but 'train' holds images of 8x8x3 and "
                                          r"'validation' holds images of 16x16x3"):
-        splits.selection_entry(manifest, "train+validation", [Slice("train", 0, 4), Slice("validation", 0, 4)])
+        splits.selection_entry(manifest, "train+validation",
+                               [Slice("train", 0, 4), Slice("validation", 0, 4)])
 
 
 # --- end to end: the two-class archive of test_reader_training, split 70/30 into small shards ---
 
-import math  # noqa: E402
-
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import reader  # noqa: E402
-from tests.conftest import run_convert  # noqa: E402
-from tests.test_reader_training import SMALL_SHARDS, archive  # noqa: E402,F401  (fixture)
-
-
 @pytest.fixture(scope="module")
-def two_splits(archive, tmp_path_factory):  # noqa: F811
+def two_splits(archive, tmp_path_factory):  # noqa: F811  (the fixture)
     out = tmp_path_factory.mktemp("two_splits") / "dataset"
     run_convert(archive, out, labels_from_dirs=True, splits="train=0.7,validation=0.3", **SMALL_SHARDS)
     return str(out)
