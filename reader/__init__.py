@@ -8,15 +8,17 @@ or Grain, and imports neither TensorFlow nor Beam::
     meta = reader.info("/data/ct_tfr")       # dataset.json, plus num_records(),
                                              # steps_per_epoch(), class_names, element_spec
     records = reader.RandomAccess("/data/ct_tfr", "train")    # len(), [i] -> dict of arrays
+    val = reader.load("/data/ct_tfr", split="train[-10%:]")   # TFDS split slicing (reader.splits)
+    for images, labels in reader.as_numpy(val): ...          # NumPy batches
 
-TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn`` or
-``DatasetInfo``, not by ``import reader``.
+TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn``,
+``as_numpy`` or ``DatasetInfo``, not by ``import reader``.
 """
 from reader.random_access import CorruptRecordError, RandomAccess
 
-__all__ = ["load", "info", "parse_fn", "DatasetInfo", "RandomAccess", "CorruptRecordError"]
+__all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "RandomAccess", "CorruptRecordError"]
 
-_LAZY = {"load": "reader.dataset", "parse_fn": "reader.dataset",
+_LAZY = {"load": "reader.dataset", "parse_fn": "reader.dataset", "as_numpy": "reader.arrays",
          "info": "reader.manifest", "DatasetInfo": "reader.manifest"}
 
 

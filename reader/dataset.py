@@ -25,6 +25,7 @@ from typing import Callable, Optional, Union
 
 from reader.tfquiet import tf
 
+from reader import splits
 from reader.decode import batch_parser, conversion
 from reader.manifest import DatasetInfo, info
 from reader.schedule import Order
@@ -53,10 +54,11 @@ def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", d
     Splits holding several image sizes need ``pad=True`` (see ``load``).
     """
     manifest = info(dataset_dir, version)
+    entry = manifest.entry(split)
     layout = manifest.layout(split)
     if not layout.batchable and not pad:
-        raise layout.variable_size_error(manifest.split(split).get("shapes", []))
-    check_no_silent_float64(manifest.split(split), split, layout.dtype, dtype, scale)
+        raise layout.variable_size_error(entry.get("shapes", []))
+    check_no_silent_float64(entry, split, layout.dtype, dtype, scale)
     return batch_parser(manifest, layout, output, dtype, scale)
 
 
@@ -126,6 +128,14 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     as dataset.json declares them (int64 class index, float, or multi-hot); -1
     (NaN for float labels) when unlabeled.
 
+    - ``split``: a split name, or a TFDS split spec: ``"train[:10%]"``, ``"train[10%:20%]"``,
+      ``"train[-1000:]"``, ``"train[100:200]"``, ``"train+validation"``,
+      ``"train[:50%]+validation[:10]"`` (``reader.splits``). A slice selects records by
+      position in the split's stored order before any shuffling, so it holds the same
+      records whatever the seed; percents round to the closest record as in TFDS, negative
+      boundaries count from the end, out-of-range ones clamp. Cardinality, ``start_step``
+      and ``input_context`` apply to the selected records; a union needs splits whose images
+      share one shape (mixed dtypes read in their common dtype, as within a split).
     - ``shuffle``: shard order reshuffled every epoch, records through a buffer of
       ``shuffle_buffer`` (default: as many as fit in 64 MiB, 2..10,000; the
       shards are already shuffled as a whole when written).
@@ -165,13 +175,17 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     The dataset's cardinality is the manifest's record count (or this pipeline's
     share of it), so Keras shows steps per epoch; a shard holding a different
     number of records than the manifest says fails the epoch.
+
+    ``reader.as_numpy(ds)`` yields the batches as NumPy arrays (for JAX or NumPy
+    loops), and ``reader.info(dataset_dir).int2str(label)`` / ``str2int(name)`` map
+    class indices to class names and back.
     """
     if output not in ("tuple", "dict"):
         raise ValueError(f"output must be 'tuple' or 'dict', not {output!r}")
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     manifest: DatasetInfo = info(dataset_dir, version)
-    entry = manifest.split(split)
+    entry = manifest.entry(split)
     layout = manifest.layout(split)
     if not layout.batchable and batch_size > 1 and not pad:
         raise layout.variable_size_error(entry.get("shapes", []))
@@ -191,24 +205,27 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
         deterministic = seed is not None or not shuffle
     plan = manifest.read_plan(split, input_context)
     if plan.mode != ALL:
-        logger.info(plan.describe(split, len(entry["shards"])))
+        logger.info(plan.describe(split, len(manifest.pieces(split))))
+    key = splits.canonical(split)             # seeds the order: a split name is itself
     compression = manifest.compression
     read_buffer = _read_buffer(entry, compression, plan.files)
     cycle = max(1, min(cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
 
     if ordered:
         window = (shuffle_buffer or _shuffle_buffer(entry, SHUFFLE_WINDOW_BYTES)) if shuffle else 1
-        records = _ordered_records(plan, split, seed if shuffle else None, window, cycle, compression,
+        records = _ordered_records(plan, key, seed if shuffle else None, window, cycle, compression,
                                    read_buffer, repeat, batch_size, drop_remainder, start_step)
         return _batch_and_parse(records, manifest, layout, batch_size, drop_remainder, output, dtype,
                                 scale, True, input_context)
 
-    files = tf.data.Dataset.from_tensor_slices(tf.constant(plan.files, dtype=tf.string))
+    files = tf.data.Dataset.from_tensor_slices((tf.constant(plan.files, dtype=tf.string),
+                                                tf.constant(plan.starts, dtype=tf.int64),
+                                                tf.constant(plan.lengths, dtype=tf.int64)))
     if shuffle:
-        files = files.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
+        files = files.shuffle(max(len(plan.files), 1), seed=seed, reshuffle_each_iteration=True)
 
-    def read(path):
-        return _read_shard(path, plan, compression, read_buffer)
+    def read(path, start, length):
+        return _read_shard(path, plan, compression, read_buffer, start=start, length=length)
 
     records = files.interleave(read, cycle_length=cycle, block_length=1,
                                num_parallel_calls=AUTOTUNE, deterministic=deterministic)
@@ -239,17 +256,23 @@ def _batch_and_parse(records, manifest, layout, batch_size, drop_remainder, outp
     return batches.with_options(options).prefetch(AUTOTUNE)
 
 
-def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0) -> tf.data.Dataset:
+def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0, start=0,
+                length=-1) -> tf.data.Dataset:
     """One shard's records in this pipeline's view, from its ``skip``-th on.
 
-    ``skip`` uses TFRecordDataset's own skip, which walks the 12-byte length
-    headers and seeks past the data: the skipped records are neither read
-    nor checked.
+    In a slice, the shard's piece only: records ``start .. start + length - 1``
+    of the file (``length`` -1: to its end, where a shard holding more records
+    than the manifest says fails the epoch's cardinality check). Both skips use
+    TFRecordDataset's own skip, which walks the 12-byte length headers and
+    seeks past the data: the skipped records are neither read nor checked.
     """
     records = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=read_buffer)
-    if plan.mode == BY_RECORD:
-        return records.skip(skip * plan.pipelines).shard(plan.pipelines, plan.pipeline)
-    return records.skip(skip)
+    step = plan.pipelines if plan.mode == BY_RECORD else 1
+    records = records.skip(start + skip * step)
+    if plan.partial:            # traced only for slices: whole-shard reads keep their graph
+        rest = tf.maximum(tf.cast(length, tf.int64) - skip * step, 0)
+        records = records.take(tf.where(length < 0, tf.constant(-1, tf.int64), rest))
+    return records.shard(step, plan.pipeline) if plan.mode == BY_RECORD else records
 
 
 def _window_seed(seed: int, split: str, epoch, window) -> tf.Tensor:
@@ -282,6 +305,7 @@ def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: in
     if total == 0:       # e.g. a pipeline of more pipelines than records: endless epochs of nothing
         return tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
     files = tf.constant(plan.files, dtype=tf.string)
+    starts, lengths = tf.constant(plan.starts, tf.int64), tf.constant(plan.lengths, tf.int64)
     epochs_per_pass = None if repeat is True else (int(repeat) if repeat else 1)
     if epochs_per_pass is None:                           # one endless pass
         first_pass = 0
@@ -300,7 +324,8 @@ def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: in
     # is most of the cost of starting a pipeline).
     @tf.autograph.experimental.do_not_convert
     def read(shard, skip):
-        return _read_shard(tf.gather(files, shard), plan, compression, read_buffer, skip)
+        return _read_shard(tf.gather(files, shard), plan, compression, read_buffer, skip,
+                           tf.gather(starts, shard), tf.gather(lengths, shard))
 
     @tf.autograph.experimental.do_not_convert
     def epoch_records(epoch, position):

@@ -3,16 +3,19 @@
 ``info(dataset_dir)`` returns the parsed manifest as a dict, with the
 questions a training script asks of it as methods: how many records and
 steps a split holds, the class names, the element spec ``load`` produces.
+Wherever a method takes a split, it also takes a split spec (``"train[:10%]"``,
+``"train+validation"``; see ``reader.splits``).
 """
 from __future__ import annotations
 
 import json
 import math
+import operator
 from typing import Optional
 
 from reader.tfquiet import tf
 
-from reader import names
+from reader import names, splits
 from reader.layout import Layout, label_spec, split_layout
 from reader.names import LATEST_NAME, MANIFEST_NAME, PARENT, VERSIONS_DIR  # noqa: F401
 from reader.sharding import ReadPlan, plan_reads
@@ -40,12 +43,35 @@ class DatasetInfo(dict):
             known = ", ".join(self.split_names) or "none"
             raise ValueError(f"split {split!r} not in {self.dataset_dir} (splits: {known})") from None
 
+    def slices(self, spec: str = "train") -> tuple[splits.Slice, ...]:
+        """The ``(split, start, stop)`` record ranges a split spec names."""
+        sizes = {name: int(entry["num_records"]) for name, entry in self["splits"].items()}
+        return splits.resolve(spec, sizes, self.dataset_dir)
+
+    def pieces(self, spec: str = "train") -> list[splits.Piece]:
+        """The shards ``spec`` reads, in order, with the run of records it reads of each."""
+        slices = self.slices(spec)
+        records = {s.split: [int(shard["num_records"]) for shard in self.split(s.split)["shards"]]
+                   for s in slices}
+        return splits.pieces(slices, records)
+
+    def entry(self, spec: str = "train") -> dict:
+        """The manifest entry of ``spec``: the split's own, or for a slice or union one computed
+        like it (counts, dtypes, shapes; see ``reader.splits.selection_entry``)."""
+        return splits.selection_entry(self, spec, self.slices(spec))
+
     def shard_paths(self, split: str = "train") -> list[str]:
-        """Shard files from the manifest, never from a glob: stale files are not read."""
-        return [shard_path(self.dataset_dir, s["file"]) for s in self.split(split)["shards"]]
+        """Shard files from the manifest, never from a glob: stale files are not read.
+
+        For a slice, the shards holding its records (one per piece, in reading order)."""
+        return [self._piece_path(p) for p in self.pieces(split)]
 
     def shard_records(self, split: str = "train") -> list[int]:
-        return [int(s["num_records"]) for s in self.split(split)["shards"]]
+        """Records read of each of ``shard_paths(split)``."""
+        return [p.count for p in self.pieces(split)]
+
+    def _piece_path(self, piece: splits.Piece) -> str:
+        return shard_path(self.dataset_dir, self["splits"][piece.split]["shards"][piece.shard]["file"])
 
     @property
     def compression(self) -> str:
@@ -57,12 +83,14 @@ class DatasetInfo(dict):
 
     def read_plan(self, split: str = "train", input_context=None) -> ReadPlan:
         """Which shards (and which records of them) one input pipeline reads."""
-        return plan_reads(self.shard_paths(split), self.shard_records(split), input_context)
+        pieces = self.pieces(split)
+        return plan_reads([self._piece_path(p) for p in pieces], [p.count for p in pieces],
+                          input_context, [p.start for p in pieces], [p.whole for p in pieces])
 
     def num_records(self, split: str = "train", input_context=None) -> int:
-        """Records in ``split``, or in the part of it one input pipeline reads."""
+        """Records in ``split`` (or spec), or in the part of it one input pipeline reads."""
         if input_context is None:
-            return int(self.split(split)["num_records"])
+            return sum(s.num_records for s in self.slices(split))
         return self.read_plan(split, input_context).num_records
 
     def steps_per_epoch(self, split: str = "train", batch_size: int = 32,
@@ -74,10 +102,40 @@ class DatasetInfo(dict):
     @property
     def class_names(self) -> list[str]:
         """Label index -> class name (empty when labels are numbers or absent)."""
-        return list(self.get("labels", {}).get("class_names") or [])
+        return list((self.get("labels") or {}).get("class_names") or [])
+
+    def int2str(self, index) -> str:
+        """The class name of label ``index`` (a Python or NumPy integer), like TFDS's ClassLabel."""
+        names_ = self._class_names_or_error()
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise TypeError(f"int2str takes an integer label, not {type(index).__name__} {index!r}") from None
+        if not 0 <= i < len(names_):
+            unlabeled = " (-1 marks an unlabeled record)" if i == -1 else ""
+            raise ValueError(f"label {i} is not a class index of {self.dataset_dir}{unlabeled}: "
+                             f"0..{len(names_) - 1} for {_listed(names_)}")
+        return names_[i]
+
+    def str2int(self, name: str) -> int:
+        """The label index of class ``name``, like TFDS's ClassLabel."""
+        names_ = self._class_names_or_error()
+        try:
+            return names_.index(name)
+        except ValueError:
+            raise ValueError(f"{name!r} is not a class of {self.dataset_dir}: {_listed(names_)}") from None
+
+    def _class_names_or_error(self) -> list[str]:
+        if not self.class_names:
+            kind = (self.get("labels") or {}).get("kind") or "none"
+            what = "no labels" if kind == "none" else f"{kind} labels"
+            raise ValueError(f"{self.dataset_dir} has {what}, not class names: int2str and str2int "
+                             "need a dataset converted with class labels (--labels_from_dirs, or "
+                             "--labels with class names)")
+        return self.class_names
 
     def layout(self, split: str = "train") -> Layout:
-        return split_layout(self, split, self.split(split))
+        return split_layout(self, split, self.entry(split))
 
     @property
     def element_spec(self) -> dict:
@@ -91,6 +149,12 @@ class DatasetInfo(dict):
         label = label_spec(self)
         return (tf.TensorSpec([None] + layout.image_shape(), out),
                 tf.TensorSpec([None] + list(label.shape), label.dtype))
+
+
+def _listed(class_names: list[str], limit: int = 20) -> str:
+    """The classes for an error message, the first ``limit`` of many."""
+    shown = ", ".join(map(repr, class_names[:limit]))
+    return f"{len(class_names)} classes ({shown}{', ...' if len(class_names) > limit else ''})"
 
 
 def shard_path(dataset_dir: str, file: str) -> str:

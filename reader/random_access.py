@@ -27,7 +27,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from reader import names, storage
+from reader import names, splits, storage
 from reader.example_proto import parse_features
 from reader.schema import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
 from reader.tfrecord import CorruptRecordError, parse_index, scan_index, unframe
@@ -90,6 +90,8 @@ class RandomAccess:
     feature dataset.json declares (absent ones as ``b""``, -1 or NaN,
     variable-length ones as 1-D arrays). Record ``i`` is the ``i``-th in the
     manifest's shard order (the write-time order, a global shuffle).
+    ``split`` may be a split spec (``"train[:10%]"``, ``"train+validation"``;
+    see ``reader.splits``): record ``i`` is then the ``i``-th it selects.
 
     - ``verify``: check both TFRecord CRCs of every record read (a corrupt
       record raises ``CorruptRecordError`` naming its shard and index).
@@ -110,25 +112,27 @@ class RandomAccess:
         self.dataset_dir = directory
         self.split = split
         self.verify = verify
-        if split not in manifest.get("splits", {}):
-            known = ", ".join(sorted(manifest.get("splits", {}))) or "none"
-            raise ValueError(f"split {split!r} not in {directory} (splits: {known})")
+        sizes = {name: int(entry["num_records"]) for name, entry in manifest.get("splits", {}).items()}
+        slices = splits.resolve(split, sizes, directory)
         if _is_gzip(manifest):
             raise ValueError(
                 f"{directory} holds gzip shards, which RandomAccess cannot read: their .idx "
                 "offsets address the uncompressed stream, and a gzip stream cannot be entered "
                 "at an offset without decompressing all that precedes it. Read them with "
                 "reader.load, or convert with --compression none for random access.")
-        entry = manifest["splits"][split]
         self.manifest = manifest
+        entry = splits.selection_entry(manifest, split, slices)
         self.layout: Layout = split_layout(manifest, split, entry)
-        shards = entry["shards"]
+        pieces = splits.pieces(slices, {s.split: [int(shard["num_records"]) for shard in
+                                                  manifest["splits"][s.split]["shards"]] for s in slices})
+        shards = [manifest["splits"][p.split]["shards"][p.shard] for p in pieces]
         self._paths = [names.shard_path(directory, s["file"]) for s in shards]
         self._index_paths = [names.shard_path(directory, s.get("index_file") or s["file"] + names.INDEX_SUFFIX)
                              for s in shards]
-        counts = [int(s["num_records"]) for s in shards]
+        self._firsts = [p.start for p in pieces]      # records of each shard before its piece
+        self._sizes = [p.size for p in pieces]
+        counts = [p.count for p in pieces]
         self._starts = list(np.cumsum([0] + counts[:-1]).tolist())
-        self._counts = counts
         self._len = int(sum(counts))
         self._readers = [storage.RangeReader(p) for p in self._paths]
         self._indexes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -155,14 +159,16 @@ class RandomAccess:
                 f"in {len(self._paths)} shards)")
 
     def locate(self, index) -> tuple[int, int]:
-        """``(shard number, record number in that shard)`` of record ``index``."""
+        """``(shard number, record number in that shard)`` of record ``index``.
+
+        Shards are numbered in reading order (for a slice: the shards it covers)."""
         i = operator.index(index)
         if i < 0:
             i += self._len
         if not 0 <= i < self._len:
             raise IndexError(f"record {index} out of range for {self._len} records")
         shard = bisect.bisect_right(self._starts, i) - 1
-        return shard, i - self._starts[shard]
+        return shard, self._firsts[shard] + i - self._starts[shard]
 
     def _index(self, shard: int) -> tuple[np.ndarray, np.ndarray]:
         found = self._indexes.get(shard)
@@ -175,9 +181,9 @@ class RandomAccess:
                         found = parse_index(storage.read_text(path), self._paths[shard])
                     else:                # a dataset written by hand without .idx files
                         found = scan_index(self._readers[shard])
-                    if len(found[0]) != self._counts[shard]:
+                    if len(found[0]) != self._sizes[shard]:
                         raise ValueError(f"{path} lists {len(found[0])} records, dataset.json "
-                                         f"says {self._counts[shard]}")
+                                         f"says {self._sizes[shard]}")
                     self._indexes[shard] = found
         return found
 

@@ -89,6 +89,10 @@ def test_the_readme_reading_example_runs_as_written_on_the_demo_dataset(tmp_path
     assert namespace["ds"].element_spec[0].shape.as_list() == [None, 64, 64, 3]
     history = model.history.history
     assert len(history["loss"]) == 10 and len(history["val_loss"]) == 10
+    slices = {}
+    exec(compile(_python_blocks("Reading")[1], "README.md#slices", "exec"), slices)
+    assert slices["names"] and set(slices["names"]) <= set(slices["info"].class_names)
+    assert len(slices["folds"]) == 5
 
 
 def test_the_demo_prints_no_tensorflow_start_up_lines(tmp_path):
