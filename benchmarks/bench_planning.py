@@ -65,7 +65,7 @@ from apache_beam.pvalue import AsDict                                     # noqa
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner     # noqa: E402
 
 from transforms.counters import NAMESPACE                               # noqa: E402
-from transforms.planning.shards import PLANNING_BUCKETS, for_planning  # noqa: E402
+from transforms.planning.shards import PLANNED_BYTES, PLANNING_BUCKETS, planning_entry  # noqa: E402
 from transforms.planning.steps import BUCKET_RECORDS, PlanShards, bucket_key  # noqa: E402
 from transforms.hashing import record_id                                  # noqa: E402
 from transforms.records.values import (Identifiers, ImageSpec, ProbedRecord,   # noqa: E402
@@ -201,9 +201,10 @@ def per_record_bytes(sample: int = 2000) -> dict:
         "probed_record": mean([len(CODER.encode(r)) for r in records]),
         "probed_record_pickle": mean([len(pickle.dumps(r, pickle.HIGHEST_PROTOCOL))
                                       for r in records]),
-        "group_hash_buckets_kv": mean([len(CODER.encode(((r.split, 12345), r)))
+        "group_hash_buckets_kv": mean([len(CODER.encode(bucket_key(*planning_entry(r))))
                                        for r in records]),
-        "group_shards_kv": mean([len(CODER.encode(((r.split, 1234), r))) for r in records]),
+        "group_shards_kv": mean([len(CODER.encode(((r.split, 1234), planning_entry(r)[1])))
+                                 for r in records]),
         "split_bytes_kv": mean([len(CODER.encode((r.split, r.planned_bytes)))
                                 for r in records]),
         "shard_result_per_shard": len(CODER.encode(result)),
@@ -244,8 +245,8 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
     # Parallel branch: the same bucket key on the same records, counted per key.
     if measure:
         _ = (records
-             | "BenchBucketKey" >> beam.Map(lambda r: bucket_key(for_planning(r, seed), seed))
-             | "BenchPlannedBytes" >> beam.MapTuple(lambda key, r: (key, r.planned_bytes))
+             | "BenchBucketKey" >> beam.Map(lambda r: bucket_key(*planning_entry(r, seed)))
+             | "BenchPlannedBytes" >> beam.MapTuple(lambda key, e: (key, e[PLANNED_BYTES]))
              | "BenchCountPerBucket" >> beam.CombinePerKey(_BucketCountFn())
              | "BenchCollectBuckets" >> beam.combiners.ToList()
              | "BenchSummarize" >> beam.Map(_bucket_summary)
@@ -340,8 +341,8 @@ def print_report(rows: list[dict], per_record: dict) -> None:
         ("ProbedRecord alone", per_record["probed_record"]),
         ("  (plain pickle, protocol 5)", per_record["probed_record_pickle"]),
         ("plan: (split, bytes) into SumSplitBytes (lifted combine)", per_record["split_bytes_kv"]),
-        ("plan: ((split, bucket), ProbedRecord) GroupHashBuckets", per_record["group_hash_buckets_kv"]),
-        ("plan: ((split, shard), ProbedRecord) GroupShards", per_record["group_shards_kv"]),
+        ("plan: ((split, bucket), entry) GroupHashBuckets", per_record["group_hash_buckets_kv"]),
+        ("plan: ((split, shard), entry) GroupShards", per_record["group_shards_kv"]),
     ]
     for r in rows:
         if not r["measured"]:

@@ -22,7 +22,7 @@ import math
 from typing import Iterable, Iterator
 
 from transforms.hashing import ORDER_KEY_SPACE, order_key
-from transforms.records.values import ProbedRecord
+from transforms.records.values import ProbedRecord, from_bytes, to_bytes
 
 MB = 1 << 20
 # Hash buckets per split: the side input of bucket starts holds at most this many
@@ -112,8 +112,28 @@ def sort_key(record: ProbedRecord, seed: int = 0) -> tuple[int, str]:
     return _order(record, seed), record.record_id
 
 
+def bucket_of_order(order: int) -> int:
+    return order * PLANNING_BUCKETS // ORDER_KEY_SPACE
+
+
 def bucket_of(record: ProbedRecord, seed: int = 0) -> int:
-    return _order(record, seed) * PLANNING_BUCKETS // ORDER_KEY_SPACE
+    return bucket_of_order(_order(record, seed))
+
+
+# A planning entry: what the planning shuffles move per record, a plain tuple
+# (order key, record id, planned bytes, the record as opaque bytes). Planning reads
+# the first three; the record itself is unpickled once, in front of the writer.
+ORDER, RECORD_ID, PLANNED_BYTES, PAYLOAD = range(4)
+
+
+def planning_entry(record: ProbedRecord, seed: int = 0) -> tuple[str, tuple]:
+    """(split, entry) of a record (see for_planning)."""
+    record = for_planning(record, seed)
+    return record.split, (record.order, record.record_id, record.planned_bytes, to_bytes(record))
+
+
+def entry_record(entry: tuple) -> ProbedRecord:
+    return from_bytes(entry[PAYLOAD])
 
 
 def bucket_starts(bucket_bytes: Iterable[tuple[tuple[str, int], int]]) -> dict:
@@ -130,11 +150,20 @@ def bucket_starts(bucket_bytes: Iterable[tuple[tuple[str, int], int]]) -> dict:
     return starts
 
 
-def assign_shards(records: Iterable[ProbedRecord], start: int, split_layout: SplitLayout,
-                  seed: int = 0) -> Iterator[tuple[int, ProbedRecord]]:
-    """(shard index, record) for one bucket's records, given the bucket's start offset."""
+def assign_entries(entries: Iterable[tuple], start: int,
+                   split_layout: SplitLayout) -> Iterator[tuple[int, tuple]]:
+    """(shard index, entry) for one bucket's entries, given the bucket's start offset:
+    in (order key, record id) order, shard ``offset * n // total``."""
     n, total = split_layout.num_shards, max(split_layout.total_bytes, 1)
     offset = start
-    for record in sorted(records, key=lambda r: sort_key(r, seed)):
-        yield min(n - 1, offset * n // total), record
-        offset += record.planned_bytes
+    for entry in sorted(entries, key=lambda e: (e[ORDER], e[RECORD_ID])):
+        yield min(n - 1, offset * n // total), entry
+        offset += entry[PLANNED_BYTES]
+
+
+def assign_shards(records: Iterable[ProbedRecord], start: int, split_layout: SplitLayout,
+                  seed: int = 0) -> Iterator[tuple[int, ProbedRecord]]:
+    """(shard index, record) for one bucket's records: ``assign_entries`` on records."""
+    entries = [(_order(r, seed), r.record_id, r.planned_bytes, r) for r in records]
+    for index, entry in assign_entries(entries, start, split_layout):
+        yield index, entry[PAYLOAD]

@@ -22,8 +22,9 @@ from apache_beam.pvalue import AsDict, AsSingleton
 from dataset.versions import (BaseVersion, PreviousShard, choose_reused, read_records_file,
                               record_fingerprint, shard_result_from_json)
 from transforms.counters import distribution
-from transforms.planning.shards import (ShardBounds, assign_shards, bucket_of, bucket_starts,
-                                        for_planning, layout, sort_key)
+from transforms.planning.shards import (ORDER, PLANNED_BYTES, RECORD_ID, ShardBounds,
+                                        assign_entries, bucket_of_order, bucket_starts, entry_record,
+                                        layout, planning_entry)
 from transforms.records.values import ProbedRecord, ShardPlan
 
 RESULTS = "results"
@@ -117,23 +118,24 @@ class SplitTotalsFn(beam.CombineFn):
         return acc
 
 
-def bucket_key(record: ProbedRecord, seed: int):
-    """((split, hash bucket), record): the key GroupHashBuckets groups by."""
-    return (record.split, bucket_of(record, seed)), record
+def bucket_key(split: str, entry: tuple):
+    """((split, hash bucket), entry): the key GroupHashBuckets groups by."""
+    return (split, bucket_of_order(entry[ORDER])), entry
 
 
-def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping, seed: int):
-    (split, bucket), records = keyed
-    records = list(records)
-    distribution(BUCKET_RECORDS, len(records))   # the largest group planning holds
-    for index, record in assign_shards(records, starts[(split, bucket)], layouts[split], seed):
-        yield (split, index), record
+def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping):
+    (split, bucket), entries = keyed
+    entries = list(entries)
+    distribution(BUCKET_RECORDS, len(entries))   # the largest group planning holds
+    for index, entry in assign_entries(entries, starts[(split, bucket)], layouts[split]):
+        yield (split, index), entry
 
 
-def _to_plan(keyed, layouts: Mapping, seed: int) -> ShardPlan:
-    (split, index), records = keyed
-    ordered = tuple(sorted(records, key=lambda r: sort_key(r, seed)))
-    return ShardPlan(split=split, index=index, num_shards=layouts[split].num_shards, records=ordered)
+def _to_plan(keyed, layouts: Mapping) -> ShardPlan:
+    (split, index), entries = keyed
+    ordered = sorted(entries, key=lambda e: (e[ORDER], e[RECORD_ID]))
+    return ShardPlan(split=split, index=index, num_shards=layouts[split].num_shards,
+                     records=tuple(entry_record(e) for e in ordered))
 
 
 class PlanShards(beam.PTransform):
@@ -149,31 +151,31 @@ class PlanShards(beam.PTransform):
 
     def expand(self, records):
         bounds, seed, min_shards = self.bounds, self.seed, self.min_shards
-        records = records | "OrderKeyOnce" >> beam.Map(for_planning, seed)
-        layouts = (records
-                   | "KeyPlannedBytesBySplit" >> beam.Map(lambda r: (r.split, r.planned_bytes))
+        entries = records | "PlanningEntries" >> beam.Map(planning_entry, seed)
+        # (split, (order key, record id, planned bytes, record as bytes)), see planning.shards
+        layouts = (entries
+                   | "KeyPlannedBytesBySplit" >> beam.MapTuple(lambda split, e: (split, e[PLANNED_BYTES]))
                    | "SumSplitBytes" >> beam.CombinePerKey(SplitTotalsFn())
                    # (split, (bytes, records, largest record))
                    | "ChooseShardCounts" >> beam.MapTuple(
                        lambda split, t: (split, layout(t[0], t[1], t[2], bounds, min_shards))))
                    # (split, SplitLayout)
         layouts_by_split = AsDict(layouts)
-        bucketed = (records
-                    | "AssignHashBucket" >> beam.Map(bucket_key, seed))
-                    # ((split, bucket), ProbedRecord)
+        bucketed = entries | "AssignHashBucket" >> beam.MapTuple(bucket_key)
+                   # ((split, bucket), entry)
         starts = (bucketed
-                  | "BucketPlannedBytes" >> beam.MapTuple(lambda key, r: (key, r.planned_bytes))
+                  | "BucketPlannedBytes" >> beam.MapTuple(lambda key, e: (key, e[PLANNED_BYTES]))
                   | "SumBucketBytes" >> beam.CombinePerKey(sum)
                   | "CollectBucketSizes" >> beam.combiners.ToList()
                   | "PrefixSumBuckets" >> beam.Map(bucket_starts))
                   # {(split, bucket): start offset}
         plans = (bucketed
                  | "GroupHashBuckets" >> beam.GroupByKey()
-                 # ((split, bucket), [ProbedRecord]): smaller than a shard
+                 # ((split, bucket), [entry]): a contiguous range of the order
                  | "AssignShards" >> beam.FlatMap(_shards_of_bucket, AsSingleton(starts),
-                                                  layouts_by_split, seed)
-                 # ((split, shard index), ProbedRecord)
+                                                  layouts_by_split)
+                 # ((split, shard index), entry)
                  | "GroupShards" >> beam.GroupByKey()
-                 | "OrderShardRecords" >> beam.Map(_to_plan, layouts_by_split, seed))
+                 | "OrderShardRecords" >> beam.Map(_to_plan, layouts_by_split))
                  # ShardPlan
         return plans, layouts

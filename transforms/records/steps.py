@@ -10,7 +10,7 @@ from transforms import reasons
 from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.errors import ConversionError
 from transforms.records.probe import expand_frames, probe_file
-from transforms.records.values import Outcome, ProbedRecord, SourceFile
+from transforms.records.values import Outcome, ProbedRecord, SourceFile, from_bytes, to_bytes
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 from transforms.sources.steps import ReadsSourcesFn
 
@@ -69,7 +69,7 @@ def keep_first_instance(records) -> tuple[list[ProbedRecord], list[Outcome]]:
 
 
 def _keep_first_sop(keyed):
-    kept, skipped = keep_first_instance(keyed[1])
+    kept, skipped = keep_first_instance(from_bytes(data) for data in keyed[1])
     yield from kept
     for outcome in skipped:
         count_outcome(outcome)
@@ -82,8 +82,8 @@ class DropDuplicateInstances(beam.PTransform):
     def expand(self, records):
         plain, dicom = records | "HasSopUid" >> beam.Partition(lambda r, _: 1 if sop_key(r) else 0, 2)
         kept = (dicom
-                | "KeyBySopUid" >> beam.Map(lambda r: (sop_key(r), r))
+                | "KeyBySopUid" >> beam.Map(lambda r: (sop_key(r), to_bytes(r)))
                 | "GroupBySopUid" >> beam.GroupByKey()
-                # (raw SOP Instance UID, [ProbedRecord]): one file's (frames), almost always
+                # (raw SOP Instance UID, [ProbedRecord as bytes]): one file's (frames), almost always
                 | "KeepFirstByUri" >> beam.FlatMap(_keep_first_sop).with_outputs(OUTCOMES, main="kept"))
         return (plain, kept.kept) | "AllInstances" >> beam.Flatten(), kept[OUTCOMES]

@@ -12,12 +12,29 @@ deep for a record (1.4 KB for a CT slice; see docs/BENCHMARKS.md §3).
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from typing import Optional
 
 import numpy as np
 
+_FIELD_NAMES: dict = {}
+
+
 def _fields_tuple(value) -> tuple:
-    return tuple(getattr(value, f.name) for f in dataclasses.fields(value))
+    names = _FIELD_NAMES.get(type(value))
+    if names is None:
+        names = _FIELD_NAMES[type(value)] = tuple(f.name for f in dataclasses.fields(value))
+    return tuple([getattr(value, name) for name in names])
+
+
+def to_bytes(value) -> bytes:
+    """``value`` as opaque bytes, for a shuffle: Beam's local runner then passes the value
+    through its GroupByKey buffers as bytes, without unpickling and pickling it again."""
+    return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+
+
+def from_bytes(data: bytes):
+    return pickle.loads(data)
 
 
 @dataclasses.dataclass(frozen=True)
