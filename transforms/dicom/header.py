@@ -16,6 +16,7 @@ from typing import BinaryIO, Optional
 import numpy as np
 import pydicom
 from pydicom.dataelem import RawDataElement
+from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
@@ -135,6 +136,54 @@ def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False) -> Non
     except Exception as exc:
         raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: "
                                                      f"{type(exc).__name__}: {exc}") from exc
+
+
+class HeaderValues:
+    """Keyword reads of one parsed header, each element looked up and converted at most once.
+
+    Stands in for the Dataset where the probe reads it (``get``, ``in``,
+    attribute access, as image_spec, metadata and native_layout do): the
+    answers are the Dataset's own, but a value is taken from the element
+    the first time (``ds[tag].value``, converting it as pydicom does) and
+    kept, so the seventy-odd keyword reads of a probe do not each go through
+    pydicom's keyword and tag machinery. A failed conversion is not kept: it
+    fails again when read again, as it would on the Dataset. Names that are
+    not DICOM keywords go to the Dataset itself.
+    """
+    __slots__ = ("ds", "_dict", "_values")
+
+    def __init__(self, ds: Dataset):
+        self.ds = ds
+        self._dict = ds._dict
+        self._values: dict = {}
+
+    def _value(self, tag: int):
+        try:
+            return self._values[tag]
+        except KeyError:
+            value = self._values[tag] = self.ds[tag].value
+            return value
+
+    def get(self, keyword: str, default=None):
+        tag = tag_for_keyword(keyword)
+        if tag is None:
+            return self.ds.get(keyword, default)
+        if tag not in self._dict:
+            return default
+        try:
+            return self._value(tag)
+        except AttributeError:      # as Dataset.get, which reads through getattr
+            return default
+
+    def __contains__(self, keyword: str) -> bool:
+        tag = tag_for_keyword(keyword)
+        return self.ds.__contains__(keyword) if tag is None else tag in self._dict
+
+    def __getattr__(self, name: str):
+        tag = tag_for_keyword(name)
+        if tag is not None and tag in self._dict:
+            return self._value(tag)
+        return getattr(self.ds, name)
 
 
 def check_native_length(ds: Dataset) -> None:

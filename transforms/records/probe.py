@@ -55,6 +55,7 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
         raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
     if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
+    ds = dicom_header.HeaderValues(ds)   # every keyword read below, once per element
     if not dicom_header.has_pixel_data(ds):
         sop = str(ds.get("SOPClassUID", "") or "unknown SOP class")
         raise ConversionError(reasons.NO_PIXEL_DATA, f"no pixel data ({sop})", skipped=True)
