@@ -85,9 +85,13 @@ def read_probe_header(fileobj: BinaryIO) -> tuple["HeaderValues", Optional[RawDa
 
 # Raw elements whose conversion is a pure function of their own bytes: explicit,
 # concrete VRs (no SQ, no UN, no ambiguous "US or SS"), public tags outside the
-# Image Pixel group and Specific Character Set (whose conversion also sets state
-# on the dataset). pydicom converts one of these from (tag, VR, length, value,
-# endianness, implicitness) and the dataset's character set alone.
+# file meta group, and not Specific Character Set (whose conversion also sets
+# state on the dataset). pydicom converts one of these from (tag, VR, length,
+# value, endianness, implicitness) and the dataset's character set alone: its
+# Dataset.__getitem__ consults the dataset only for SQ (pixel representation
+# of the items), ambiguous VRs and private tags, none of which qualify. That
+# holds for the Image Pixel group (0028) too, whose Rows, Columns, Bits and
+# rescale elements are the same in every slice of a series.
 _PURE_VRS = frozenset("AE AS AT CS DA DS DT FD FL IS LO LT OB OD OF OL OV OW PN SH SL SS ST SV "
                       "TM UC UI UL UR US UT UV".split())
 _CONVERTED: dict = {}      # conversion key -> the value it converted to
@@ -102,7 +106,7 @@ def _conversion_key(elem: RawDataElement, encoding) -> Optional[tuple]:
     tag, value = int(elem.tag), elem.value
     group = tag >> 16
     if elem.VR not in _PURE_VRS or value is None or len(value) > _CONVERTED_VALUE_MAX \
-            or group & 1 or group == 0x0002 or group == 0x0028 or tag == 0x00080005:
+            or group & 1 or group == 0x0002 or tag == 0x00080005:
         return None
     return (tag, elem.VR, elem.length, bytes(value), elem.is_little_endian, elem.is_implicit_VR,
             encoding)
