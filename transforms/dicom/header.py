@@ -16,6 +16,7 @@ from typing import BinaryIO, Optional
 import numpy as np
 import pydicom
 from pydicom.dataelem import RawDataElement
+from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
@@ -58,6 +59,16 @@ def read_header_and_pixel_element(fileobj: BinaryIO) -> tuple[Dataset, Optional[
     and its length, which lets transforms.dicom.native read native pixels
     straight from the file bytes at write time.
     """
+    header, raw = read_probe_header(fileobj)
+    return header.ds, raw
+
+
+def read_probe_header(fileobj: BinaryIO) -> tuple["HeaderValues", Optional[RawDataElement]]:
+    """read_header_and_pixel_element, the header wrapped in the HeaderValues the probe reads.
+
+    The values that convert_all_elements converted (or found in its memo) are
+    the HeaderValues' from the start, so no element is converted twice.
+    """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -67,33 +78,42 @@ def read_header_and_pixel_element(fileobj: BinaryIO) -> tuple[Dataset, Optional[
     raw = ds._dict.get(_PIXEL_DATA_TAG)
     if not (isinstance(raw, RawDataElement) and raw.value is None and raw.length):
         raw = None     # not deferred (small or empty): the general path handles it
-    convert_all_elements(ds, skip_deferred_pixels=True)
-    return ds, raw
+    values: dict = {}
+    convert_all_elements(ds, skip_deferred_pixels=True, values=values)
+    return HeaderValues(ds, values), raw
 
 
 # Raw elements whose conversion is a pure function of their own bytes: explicit,
 # concrete VRs (no SQ, no UN, no ambiguous "US or SS"), public tags outside the
-# Image Pixel group and Specific Character Set (whose conversion also sets state
-# on the dataset). pydicom converts one of these from (tag, VR, length, value,
-# endianness, implicitness) and the dataset's character set alone.
+# file meta group, and not Specific Character Set (whose conversion also sets
+# state on the dataset). pydicom converts one of these from (tag, VR, length,
+# value, endianness, implicitness) and the dataset's character set alone: its
+# Dataset.__getitem__ consults the dataset only for SQ (pixel representation
+# of the items), ambiguous VRs and private tags, none of which qualify. That
+# holds for the Image Pixel group (0028) too, whose Rows, Columns, Bits and
+# rescale elements are the same in every slice of a series.
 _PURE_VRS = frozenset("AE AS AT CS DA DS DT FD FL IS LO LT OB OD OF OL OV OW PN SH SL SS ST SV "
                       "TM UC UI UL UR US UT UV".split())
-_CONVERTED: set = set()
+_CONVERTED: dict = {}      # conversion key -> the value it converted to
 _CONVERTED_MAX = 50_000
 _CONVERTED_VALUE_MAX = 256
+_PIXEL_TAG_INTS = frozenset(int(tag) for tag in _PIXEL_TAGS)
+_MISSING = object()
 
 
 def _conversion_key(elem: RawDataElement, encoding) -> Optional[tuple]:
     """A key under which a successful conversion of ``elem`` may be remembered, or None."""
-    tag, value = elem.tag, elem.value
+    tag, value = int(elem.tag), elem.value
+    group = tag >> 16
     if elem.VR not in _PURE_VRS or value is None or len(value) > _CONVERTED_VALUE_MAX \
-            or tag.group & 1 or tag.group in (0x0002, 0x0028) or tag == 0x00080005:
+            or group & 1 or group == 0x0002 or tag == 0x00080005:
         return None
-    return (int(tag), elem.VR, elem.length, bytes(value), elem.is_little_endian, elem.is_implicit_VR,
+    return (tag, elem.VR, elem.length, bytes(value), elem.is_little_endian, elem.is_implicit_VR,
             encoding)
 
 
-def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False) -> None:
+def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False,
+                         values: Optional[dict] = None) -> None:
     """Converts every top-level element now, so a mangled VR or value fails here, classified.
 
     pydicom parses element values lazily, on first access; without this, an
@@ -104,8 +124,10 @@ def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False) -> Non
     checks them. Probing also skips an element whose exact bytes (same tag,
     VR, value, encoding) already converted without error in this process
     (see _conversion_key): the slices of a series share most of their
-    header, and converting the same bytes again cannot fail differently. A
-    skipped element is converted, with the same result, when it is read.
+    header, and converting the same bytes again cannot fail differently, nor
+    give a different value. A skipped element stays raw in ``ds`` (converted,
+    with the same result, when read there); ``values`` (int tag -> value),
+    when given, receives every value converted here or remembered.
     """
     try:
         with warnings.catch_warnings():
@@ -114,27 +136,94 @@ def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False) -> Non
                 for _ in ds:
                     pass
                 return
+            if values is None:
+                values = {}
+            elements = ds._dict
             encoding = None
-            for tag in sorted(ds._dict):
-                elem = ds._dict[tag]
+            for tag in sorted(elements, key=int):     # the order of sorted(elements), int compares
+                elem = elements[tag]
                 if not isinstance(elem, RawDataElement):
                     continue
-                if elem.value is None and elem.length and tag in _PIXEL_TAGS:
+                if elem.value is None and elem.length and int(tag) in _PIXEL_TAG_INTS:
                     continue
                 if encoding is None:
                     encoding = ds.original_character_set or ds._character_set
                     encoding = tuple(encoding) if isinstance(encoding, list) else encoding
                 key = _conversion_key(elem, encoding)
-                if key is not None and key in _CONVERTED:
-                    continue   # the same bytes converted before: they convert again, when read
-                ds[tag]
+                if key is not None:
+                    value = _CONVERTED.get(key, _MISSING)
+                    if value is not _MISSING:
+                        values[int(tag)] = value   # the same bytes converted before, to this value
+                        continue
+                value = values[int(tag)] = ds[tag].value
                 if key is not None:
                     if len(_CONVERTED) >= _CONVERTED_MAX:
                         _CONVERTED.clear()
-                    _CONVERTED.add(key)
+                    _CONVERTED[key] = value
     except Exception as exc:
         raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: "
                                                      f"{type(exc).__name__}: {exc}") from exc
+
+
+_KEYWORD_TAGS: dict = {}
+
+
+def _tag_for_keyword(keyword: str) -> Optional[int]:
+    tag = _KEYWORD_TAGS.get(keyword)
+    if tag is None:
+        tag = tag_for_keyword(keyword)
+        if tag is not None:
+            _KEYWORD_TAGS[keyword] = tag
+    return tag
+
+
+class HeaderValues:
+    """Keyword reads of one parsed header, each element looked up and converted at most once.
+
+    Stands in for the Dataset where the probe reads it (``get``, ``in``,
+    attribute access, as image_spec, metadata and native_layout do): the
+    answers are the Dataset's own, but a value is taken from the element
+    the first time (``ds[tag].value``, converting it as pydicom does) and
+    kept, so the seventy-odd keyword reads of a probe do not each go through
+    pydicom's keyword and tag machinery. ``values`` holds those known already
+    (convert_all_elements'). A failed conversion is not kept: it fails again
+    when read again, as it would on the Dataset. Names that are not DICOM
+    keywords go to the Dataset itself.
+    """
+    __slots__ = ("ds", "_tags", "_values")
+
+    def __init__(self, ds: Dataset, values: Optional[dict] = None):
+        self.ds = ds
+        self._tags = frozenset(map(int, ds._dict))
+        self._values: dict = {} if values is None else values
+
+    def _value(self, tag: int):
+        try:
+            return self._values[tag]
+        except KeyError:
+            value = self._values[tag] = self.ds[tag].value
+            return value
+
+    def get(self, keyword: str, default=None):
+        tag = _tag_for_keyword(keyword)
+        if tag is None:
+            return self.ds.get(keyword, default)
+        if tag not in self._tags:
+            return default
+        try:
+            return self._value(tag)
+        except AttributeError:      # as Dataset.get, which reads through getattr
+            return default
+
+    def __contains__(self, keyword: str) -> bool:
+        tag = _tag_for_keyword(keyword)
+        return self.ds.__contains__(keyword) if tag is None else tag in self._tags
+
+    def __getattr__(self, name: str):
+        tag = _tag_for_keyword(name)
+        if tag is not None and tag in self._tags:
+            return self._value(tag)
+        return getattr(self.ds, name)
 
 
 def check_native_length(ds: Dataset) -> None:

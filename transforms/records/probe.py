@@ -50,11 +50,13 @@ def _slice_info(ds) -> SliceInfo:
 
 def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
                  file_size: int) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels]]:
-    ds, raw_pixels = dicom_header.read_header_and_pixel_element(fileobj)
+    header, raw_pixels = dicom_header.read_probe_header(fileobj)
+    ds = header.ds
     if sniffed == sniff.DICOM and len(ds) == 0:
         raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
     if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
+    ds = header     # every keyword read below, each element converted once
     if not dicom_header.has_pixel_data(ds):
         sop = str(ds.get("SOPClassUID", "") or "unknown SOP class")
         raise ConversionError(reasons.NO_PIXEL_DATA, f"no pixel data ({sop})", skipped=True)

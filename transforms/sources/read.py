@@ -65,17 +65,31 @@ class TrackedReader:
             self.error = self.error or exc
             raise
 
+    # read, seek and tell spelled out rather than through _call: pydicom calls them a few
+    # hundred times per header, and the extra frame was a tenth of a probe's CPU
     def read(self, *args):
-        return self._call("read", *args)
+        try:
+            return self._raw.read(*args)
+        except Exception as exc:
+            self.error = self.error or exc
+            raise
 
     def readinto(self, *args):
         return self._call("readinto", *args)
 
     def seek(self, *args):
-        return self._call("seek", *args)
+        try:
+            return self._raw.seek(*args)
+        except Exception as exc:
+            self.error = self.error or exc
+            raise
 
     def tell(self):
-        return self._call("tell")
+        try:
+            return self._raw.tell()
+        except Exception as exc:
+            self.error = self.error or exc
+            raise
 
     def __getattr__(self, name):
         return getattr(self._raw, name)

@@ -1,0 +1,148 @@
+# Frozen copy of transforms/records/probe.py as of commit 006df5e (before the lean probe), kept
+# only as the reference that tests/test_lean_probe.py compares the probe against.
+# Not used by the pipeline; do not edit except to follow renamed imports.
+"""Probing: header-only inspection that plans a record without decoding pixels."""
+from __future__ import annotations
+
+import dataclasses
+
+from typing import BinaryIO, Callable, Optional
+
+from transforms import reasons
+from tests.reference_v0 import header as dicom_header
+from transforms.images import raster
+from transforms.sources import sniff
+from transforms.errors import ConversionError
+from transforms.hashing import record_id
+from tests.reference_v0.native import NativePixels, native_layout
+from transforms.images.geometry import plan_spec
+from transforms.records.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
+from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
+from transforms.sources.read import open_checked, open_source
+
+
+
+
+def _identifiers(ds) -> Identifiers:
+    def text(keyword: str) -> str:
+        try:
+            return str(ds.get(keyword, "") or "").strip()
+        except Exception:
+            return ""
+    return Identifiers(patient_id=text("PatientID"), study_uid=text("StudyInstanceUID"),
+                       series_uid=text("SeriesInstanceUID"), sop_uid=text("SOPInstanceUID"))
+
+
+def _floats(ds, keyword: str) -> tuple[float, ...]:
+    try:
+        value = ds.get(keyword)
+        return tuple(float(v) for v in value) if value else ()
+    except Exception:
+        return ()
+
+
+def _slice_info(ds) -> SliceInfo:
+    try:
+        instance = int(ds.get("InstanceNumber")) if ds.get("InstanceNumber") not in (None, "") else None
+    except Exception:
+        instance = None
+    return SliceInfo(orientation=_floats(ds, "ImageOrientationPatient"),
+                     position=_floats(ds, "ImagePositionPatient"), instance=instance,
+                     pixel_spacing=_floats(ds, "PixelSpacing"))
+
+
+def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
+                 file_size: int) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels]]:
+    ds, raw_pixels = dicom_header.read_header_and_pixel_element(fileobj)
+    if sniffed == sniff.DICOM and len(ds) == 0:
+        raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
+    if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
+        raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
+    if not dicom_header.has_pixel_data(ds):
+        sop = str(ds.get("SOPClassUID", "") or "unknown SOP class")
+        raise ConversionError(reasons.NO_PIXEL_DATA, f"no pixel data ({sop})", skipped=True)
+    if dicom_header.burned_in_annotation(ds) and not settings.allow_burned_in:
+        raise ConversionError(reasons.BURNED_IN_ANNOTATION,
+                              "Burned In Annotation is YES: text (possibly patient identity) is part "
+                              "of the pixels; pass --allow_burned_in to convert it anyway", skipped=True)
+    spec = dicom_header.image_spec(ds, settings)
+    native = None
+    if raw_pixels is not None and settings.dicom_values == "modality":
+        native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size)
+    return spec, _identifiers(ds), _slice_info(ds), native
+
+
+def _probe_image(fileobj: BinaryIO) -> ImageSpec:
+    return raster.image_spec(raster.open_image(fileobj))
+
+
+def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
+                     opener: Callable[[str], BinaryIO]) -> tuple[ImageSpec, str, Optional[Identifiers],
+                                                                 Optional[SliceInfo], Optional[NativePixels]]:
+    with open_checked(source.uri, opener) as fileobj:
+        try:
+            head = fileobj.read(sniff.HEAD_BYTES)
+            fileobj.seek(0)
+        except Exception as exc:
+            raise fileobj.checked(ConversionError(reasons.UNREADABLE, f"read failed: {exc}")) from exc
+        kind = sniff.sniff(head, source.uri)
+        if kind == sniff.OTHER:
+            raise ConversionError(reasons.UNSUPPORTED_FORMAT,
+                                  f"not DICOM or a raster image ({sniff.extension(source.uri) or 'no extension'})",
+                                  skipped=True)
+        try:
+            if kind == sniff.IMAGE:
+                return _probe_image(fileobj), "image", None, None, None
+            spec, ids, info, native = _probe_dicom(fileobj, kind, settings, source.size)
+            return spec, "dicom", ids, info, native
+        except ConversionError as exc:
+            if fileobj.error is not None:      # a read failed underneath the parser
+                raise fileobj.checked(exc) from exc
+            named_dicom = sniff.extension(source.uri) in sniff.DICOM_EXTENSIONS
+            if kind == sniff.MAYBE_DICOM and exc.reason == reasons.INVALID_DICOM and not named_dicom:
+                raise ConversionError(reasons.UNSUPPORTED_FORMAT,
+                                      "not DICOM (no preamble, no DICOM elements) and not an image",
+                                      skipped=True) from exc
+            raise
+
+
+def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
+               max_record_bytes: Optional[int] = None,
+               opener: Callable[[str], BinaryIO] = open_source,
+               settings: DecodeSettings = DecodeSettings()) -> ProbedRecord:
+    """Plans the record of one file from its header, or raises ConversionError.
+
+    ``expand_frames`` turns it into one record per frame with ``--frames split``. Non-DICOM,
+    non-image files are skipped unless their name says DICOM, in which case
+    they failed: a ``.dcm`` that does not parse is a broken file.
+    """
+    if source.size == 0:
+        raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
+    spec, kind, ids, info, native = _sniff_and_probe(source, settings, opener)
+    pixels = spec.depth * spec.height * spec.width
+    if pixels > max_pixels:
+        raise ConversionError(reasons.TOO_MANY_PIXELS,
+                              f"header claims {spec.depth}x{spec.height}x{spec.width} = {pixels} pixels "
+                              f"> --max_pixels {max_pixels}")
+    if pixels == 0:
+        raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
+    spec = plan_spec(spec, settings.resize, settings.channels)
+    record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
+                          kind=kind, spec=spec, ids=ids, slice_info=info, native=native)
+    largest = expand_frames(record, settings)[0]
+    if max_record_bytes is not None and largest.planned_bytes > max_record_bytes:
+        raise ConversionError(reasons.RECORD_TOO_LARGE,
+                              f"record of {largest.planned_bytes / (1 << 20):.2f} MB {largest.spec.shape} "
+                              f"{spec.dtype} exceeds --max_shard_mb {max_record_bytes / (1 << 20):g}")
+    return record
+
+
+def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[ProbedRecord]:
+    """With ``--frames split``, one record per frame of a multi-frame DICOM; else the record."""
+    if settings.frames != "split" or record.kind != "dicom" or record.spec.depth == 1:
+        return [record]
+    spec = dataclasses.replace(record.spec, depth=1)
+    rel = record.source.rel_path
+    return [dataclasses.replace(record, spec=spec, frame=i,
+                                record_id=record_id(f"{rel}#frame={i}", settings.id_salt))
+            for i in range(record.spec.depth)]
