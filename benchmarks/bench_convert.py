@@ -176,6 +176,7 @@ def measure(kind: str, method: str, archive: Archive, args, extra: list[str], ta
     """
     name = f"conv_{kind}_{method}{'_' + tag if tag else ''}"
     out = os.path.join(CACHE_DIR, "out", name) + (SHARD_SUFFIX if method == "baseline" else "")
+    os.makedirs(os.path.dirname(out), exist_ok=True)   # the baseline's TFRecordWriter does not create it
     cmd = command(method, archive, out, args.workers, extra)
     print(f"$ {' '.join(cmd)}", flush=True)
     cwd, env = REPO, bench_env()
