@@ -1,6 +1,6 @@
 """Deterministic, cached benchmark archives.
 
-Three kinds, each written under ``benchmarks/.cache/<name>/`` (git-ignored):
+Five kinds, each written under ``benchmarks/.cache/<name>/`` (git-ignored):
 
 * ``ct_archive(total_mb)``: uncompressed 512x512 int16 CT slices (Explicit VR
   Little Endian, Modality CT, RescaleSlope 1, RescaleIntercept -1024,
@@ -13,13 +13,23 @@ Three kinds, each written under ``benchmarks/.cache/<name>/`` (git-ignored):
   archive itself is ~10x smaller.
 * ``png_archive(total_mb)``: 224x224 RGB PNG photo-like images; ``total_mb`` is
   the decoded pixel size (147 KiB per image).
+* ``mf_archive(total_mb)``: few large files: multi-frame CT volumes, 80 frames
+  of 512x512 int16 (40 MiB of pixels each), CT Image Storage with
+  NumberOfFrames, Explicit VR Little Endian, one top-level RescaleSlope 1 /
+  RescaleIntercept -1024; frame k is ``ct_pixels`` at height k/79 of the
+  file's own series (own anatomy parameters, own noise per frame), spread
+  over 4 patients. ``total_mb`` is the *decoded* pixel size (40 MiB per file);
+  the files are that size plus a ~2 KiB header.
+* ``mf_rle_archive(total_mb)``: the same volumes, pixel for pixel, in RLE
+  Lossless (1.2.840.10008.1.2.5), encoded by pydicom (``Dataset.compress``);
+  ~17 MiB per file (2.4x).
 
 Every file depends only on (kind, parameters, index), so generation is
 resumable: files are written to a temp name and renamed, existing ones are
 kept, and a marker ``<name>.complete`` next to the archive directory (JSON:
 parameters, counts, bytes) is written last. An archive whose marker matches its parameters is reused as is.
 
-CLI: ``python -m benchmarks.archives ct 500`` (kinds: ct, jpeg, png).
+CLI: ``python -m benchmarks.archives ct 500`` (kinds: ct, jpeg, png, mf, mf_rle).
 """
 from __future__ import annotations
 
@@ -44,6 +54,7 @@ MARKER = ".complete"
 
 CT_SIZE = 512
 CT_SLICE_BYTES = CT_SIZE * CT_SIZE * 2
+MF_FRAMES = 80                          # frames per multi-frame volume: 40 MiB decoded
 JPEG_SIZE = 1024
 PNG_SIZE = 224
 
@@ -151,27 +162,23 @@ def _uid(*parts) -> str:
     return generate_uid(entropy_srcs=["dcm2tfrecord-bench"] + [str(p) for p in parts])
 
 
-def ct_file_bytes(seed: int, patient: int, series: int, slice_index: int, num_slices: int,
-                  index: int) -> bytes:
+def _ct_dataset(seed: int, patient: int, series: int, sop: str, sop_class: str, syntax: str):
+    """The header shared by the CT kinds: patient, study, series, equipment, image pixel module."""
     from pydicom.dataset import FileDataset, FileMetaDataset
-    from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, PYDICOM_IMPLEMENTATION_UID
+    from pydicom.uid import PYDICOM_IMPLEMENTATION_UID
 
-    z = slice_index / max(1, num_slices - 1)
-    pixels = ct_pixels(seed, series, z, index)
-    sop = _uid(seed, "sop", index)
     meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = CTImageStorage
+    meta.MediaStorageSOPClassUID = sop_class
     meta.MediaStorageSOPInstanceUID = sop
-    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    meta.TransferSyntaxUID = syntax
     meta.ImplementationClassUID = PYDICOM_IMPLEMENTATION_UID
     ds = FileDataset("", {}, file_meta=meta, preamble=b"\0" * 128)
     ds.SpecificCharacterSet = "ISO_IR 100"
     ds.ImageType = ["ORIGINAL", "PRIMARY", "AXIAL"]
-    ds.SOPClassUID = CTImageStorage
+    ds.SOPClassUID = sop_class
     ds.SOPInstanceUID = sop
     ds.StudyDate = ds.SeriesDate = ds.ContentDate = f"2024{1 + patient % 12:02d}{1 + series % 28:02d}"
     ds.StudyTime = ds.SeriesTime = "101500"
-    ds.ContentTime = f"1015{slice_index % 60:02d}"
     ds.AccessionNumber = f"ACC{seed:02d}{patient:04d}"
     ds.Modality = "CT"
     ds.Manufacturer = "BenchCorp"
@@ -194,11 +201,8 @@ def ct_file_bytes(seed: int, patient: int, series: int, slice_index: int, num_sl
     ds.SeriesInstanceUID = _uid(seed, "series", series)
     ds.StudyID = str(patient + 1)
     ds.SeriesNumber = series + 1
-    ds.InstanceNumber = slice_index + 1
-    ds.ImagePositionPatient = ["-180", "-180", f"{-1.25 * slice_index:.2f}"]
     ds.ImageOrientationPatient = ["1", "0", "0", "0", "1", "0"]
     ds.FrameOfReferenceUID = _uid(seed, "for", series)
-    ds.SliceLocation = f"{-1.25 * slice_index:.2f}"
     ds.SamplesPerPixel = 1
     ds.PhotometricInterpretation = "MONOCHROME2"
     ds.Rows = ds.Columns = CT_SIZE
@@ -212,10 +216,65 @@ def ct_file_bytes(seed: int, patient: int, series: int, slice_index: int, num_sl
     ds.RescaleIntercept = "-1024"
     ds.RescaleSlope = "1"
     ds.RescaleType = "HU"
-    ds.PixelData = pixels.tobytes()
+    return ds
+
+
+def _save(ds) -> bytes:
     buf = io.BytesIO()
     ds.save_as(buf, enforce_file_format=True)
     return buf.getvalue()
+
+
+def ct_file_bytes(seed: int, patient: int, series: int, slice_index: int, num_slices: int,
+                  index: int) -> bytes:
+    from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian
+
+    z = slice_index / max(1, num_slices - 1)
+    pixels = ct_pixels(seed, series, z, index)
+    ds = _ct_dataset(seed, patient, series, _uid(seed, "sop", index), CTImageStorage, ExplicitVRLittleEndian)
+    ds.ContentTime = f"1015{slice_index % 60:02d}"
+    ds.InstanceNumber = slice_index + 1
+    ds.ImagePositionPatient = ["-180", "-180", f"{-1.25 * slice_index:.2f}"]
+    ds.SliceLocation = f"{-1.25 * slice_index:.2f}"
+    ds.PixelData = pixels.tobytes()
+    return _save(ds)
+
+
+def mf_pixels(seed: int, volume: int, frames: int) -> np.ndarray:
+    """(frames, 512, 512) int16 stored values: one CT series from top to bottom, a
+    ``ct_pixels`` slice per frame (own noise per frame), so it compresses like real CT."""
+    out = np.empty((frames, CT_SIZE, CT_SIZE), dtype="<i2")
+    for k in range(frames):
+        out[k] = ct_pixels(seed, volume, k / max(1, frames - 1), volume * frames + k)
+    return out
+
+
+def mf_file_bytes(seed: int, patient: int, volume: int, frames: int, rle: bool) -> bytes:
+    """One multi-frame CT volume: CT Image Storage with NumberOfFrames (the legacy
+    multi-frame layout: a single top-level Rescale Slope/Intercept for all frames, which
+    the converter applies), Explicit VR Little Endian or RLE Lossless.
+
+    RLE is encoded by pydicom (``Dataset.compress``: its pylibjpeg-rle plugin when
+    installed, else its own numpy encoder; both give the same bytes).
+    """
+    from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, RLELossless
+
+    pixels = mf_pixels(seed, volume, frames)
+    ds = _ct_dataset(seed, patient, volume, _uid(seed, "mf-sop", volume), CTImageStorage,
+                     ExplicitVRLittleEndian)
+    ds.ContentTime = "101500"
+    ds.InstanceNumber = 1
+    ds.ImagePositionPatient = ["-180", "-180", "0.00"]
+    ds.SliceLocation = "0.00"
+    ds.SpacingBetweenSlices = "1.25"
+    ds.NumberOfFrames = frames
+    ds.FrameIncrementPointer = 0x00182005          # Slice Location Vector below
+    ds.SliceLocationVector = [f"{-1.25 * k:.2f}" for k in range(frames)]
+    if rle:
+        ds.compress(RLELossless, pixels, generate_instance_uid=False)   # keep the deterministic UID
+    else:
+        ds.PixelData = pixels.tobytes()
+    return _save(ds)
 
 
 def _ct_layout(n: int, series: int) -> list[tuple[int, int, int]]:
@@ -305,6 +364,8 @@ def _make_item(task: tuple) -> int:
     seed = params["seed"]
     if kind == "ct":
         data = ct_file_bytes(seed, *extra, index)
+    elif kind in ("mf", "mf_rle"):
+        data = mf_file_bytes(seed, *extra, params["frames"], kind == "mf_rle")
     elif kind == "jpeg":
         data = _image_bytes(radiograph_pixels(seed, index, params["size"]), "jpeg")
     else:
@@ -322,6 +383,10 @@ def _tasks(kind: str, root: str, params: dict, n: int) -> list[tuple]:
                 rel = os.path.join(f"patient_{patient:03d}", f"series_{series:03d}", f"slice_{k:05d}.dcm")
                 tasks.append((kind, root, params, start + k, rel, (patient, series, k, count)))
         return tasks
+    if kind in ("mf", "mf_rle"):
+        patients = params["patients"]
+        return [(kind, root, params, i, os.path.join(f"patient_{i * patients // n:03d}", f"volume_{i:05d}.dcm"),
+                 (i * patients // n, i)) for i in range(n)]
     ext = "jpg" if kind == "jpeg" else "png"
     return [(kind, root, params, i, os.path.join(f"part_{i // 1000:03d}", f"img_{i:06d}.{ext}"), None)
             for i in range(n)]
@@ -356,8 +421,10 @@ def _build(kind: str, name: str, params: dict, n: int, pixel_bytes_each: int,
         os.makedirs(root, exist_ok=True)
         workers = workers or os.cpu_count() or 1
         if workers > 1:
+            # small chunks when there are few files (multi-frame: 40 MiB each) so both cores work
+            chunksize = max(1, min(16, len(tasks) // (4 * workers)))
             with multiprocessing.get_context("spawn").Pool(workers) as pool:
-                sizes = pool.map(_make_item, tasks, chunksize=16)
+                sizes = pool.map(_make_item, tasks, chunksize=chunksize)
         else:
             sizes = [_make_item(t) for t in tasks]
         marker = {"params": params, "files": n, "source_bytes": int(sum(sizes)),
@@ -401,12 +468,36 @@ def png_archive(total_mb: float, seed: int = 0, size: int = PNG_SIZE,
                   size * size * 3, workers, log)
 
 
-BUILDERS = {"ct": ct_archive, "jpeg": jpeg_archive, "png": png_archive}
+def _mf_archive(kind: str, total_mb: float, seed: int, frames: int, patients: int,
+                workers: Optional[int], log: Callable[[str], None]) -> Archive:
+    params = {"kind": kind, "total_mb": total_mb, "seed": seed, "frames": frames, "patients": patients,
+              "v": GENERATOR_VERSION}
+    each = frames * CT_SLICE_BYTES
+    n = _count(total_mb, each)
+    return _build(kind, f"{kind}{frames}_{total_mb:g}MB_s{seed}_v{GENERATOR_VERSION}", params, n, each,
+                  workers, log)
+
+
+def mf_archive(total_mb: float, seed: int = 0, frames: int = MF_FRAMES, patients: int = 4,
+               workers: Optional[int] = None, log: Callable[[str], None] = print) -> Archive:
+    """Uncompressed multi-frame CT volumes (frames x 512 x 512 int16, 40 MiB each at 80
+    frames) whose decoded pixels total ~total_mb MiB."""
+    return _mf_archive("mf", total_mb, seed, frames, patients, workers, log)
+
+
+def mf_rle_archive(total_mb: float, seed: int = 0, frames: int = MF_FRAMES, patients: int = 4,
+                   workers: Optional[int] = None, log: Callable[[str], None] = print) -> Archive:
+    """The same volumes as mf_archive, pixel for pixel, in RLE Lossless (~17 MiB each)."""
+    return _mf_archive("mf_rle", total_mb, seed, frames, patients, workers, log)
+
+
+BUILDERS = {"ct": ct_archive, "jpeg": jpeg_archive, "png": png_archive,
+            "mf": mf_archive, "mf_rle": mf_rle_archive}
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in BUILDERS:
-        print("usage: python -m benchmarks.archives {ct|jpeg|png} TOTAL_MB", file=sys.stderr)
+        print(f"usage: python -m benchmarks.archives {{{'|'.join(BUILDERS)}}} TOTAL_MB", file=sys.stderr)
         return 2
     archive = BUILDERS[argv[0]](float(argv[1]))
     print(f"{archive.path}: {archive.files} files, {archive.source_mb:.1f} MiB on disk, "

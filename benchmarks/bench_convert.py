@@ -1,13 +1,17 @@
 """Conversion throughput: classic single loop vs decode-only vs `dcm2tfrecord convert`.
 
-For each archive kind (CT DICOM, JPEG 1024x1024, PNG 224x224 RGB; see
-benchmarks/archives.py), in one run, three subprocesses are measured (wall
+For each archive kind (CT DICOM, JPEG 1024x1024, PNG 224x224 RGB and, on
+request, few large files: multi-frame CT volumes of 80 x 512^2 int16, 40 MiB
+each, uncompressed (mf) or RLE Lossless (mf_rle); see benchmarks/archives.py),
+in one run, three subprocesses are measured (wall
 time and peak RSS of the largest process of their tree, /proc VmHWM):
 
   a. baseline  - the classic converter: one Python loop,
                  ``pydicom.dcmread(path).pixel_array`` (PIL for images) ->
                  ``tf.train.Example`` (image_raw, label, height, width,
-                 channels) -> one ``tf.io.TFRecordWriter``.
+                 channels) -> one ``tf.io.TFRecordWriter``. A multi-frame
+                 file is one record holding all its frames (plus a depth
+                 feature), as ``convert`` writes it by default (--frames stack).
   b. decode    - decode-only on all cores: a multiprocessing Pool over the
                  files, decode to numpy (same decoder calls as a), drop;
                  nothing is written. A reference, not a ceiling: the
@@ -34,6 +38,7 @@ not pay for cold reads the later ones skip.
     .venv/bin/python -m benchmarks.bench_convert                # 2000 MiB (2.1 GB) decoded per kind
     .venv/bin/python -m benchmarks.bench_convert --scale 0.25   # 500 MiB per kind
     .venv/bin/python -m benchmarks.bench_convert --kinds ct --methods baseline,pipeline
+    .venv/bin/python -m benchmarks.bench_convert --kinds mf,mf_rle   # 60 volumes of 40 MiB each (2400 MiB)
 
 Arguments after ``--`` go to the convert command (shard bounds, Beam options).
 """
@@ -57,21 +62,30 @@ from dataset.names import SHARD_SUFFIX  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL_MB = 2000.0          # MiB of decoded pixels per archive at --scale 1 (2.1 GB)
+# kinds of few large files: 2400 MiB = 60 multi-frame volumes of 40 MiB at --scale 1
+KIND_FULL_MB = {"mf": 2400.0, "mf_rle": 2400.0}
+TINY_MB_EACH = {"ct": 0.5, "jpeg": 1.0, "png": 0.144, "mf": 40.0, "mf_rle": 40.0}
 STARTUP_FILES = 2         # the tiny archive that measures fixed (start-up) cost
 METHODS = ("baseline", "decode", "pipeline")
 
 
 # ---------------------------------------------------------------- the measured programs
 
-def _decode(path: str):
-    """The classic decoder call: pixel_array for DICOM, Pillow for images."""
+def _decode_frames(path: str):
+    """(pixels, frames): the classic decoder call, pixel_array for DICOM (all frames
+    of a multi-frame file, as one (frames, rows, columns) array), Pillow for images."""
     if path.endswith(".dcm"):
         import pydicom
-        return pydicom.dcmread(path).pixel_array
+        ds = pydicom.dcmread(path)
+        return ds.pixel_array, int(ds.get("NumberOfFrames", 1) or 1)
     import numpy as np
     from PIL import Image
     with Image.open(path) as image:
-        return np.asarray(image)
+        return np.asarray(image), 1
+
+
+def _decode(path: str):
+    return _decode_frames(path)[0]
 
 
 def _files(input_dir: str) -> list[str]:
@@ -92,14 +106,18 @@ def run_baseline(input_dir: str, output_file: str) -> None:
     labels = {d: i for i, d in enumerate(sorted({os.path.dirname(p) for p in files}))}
     with tf.io.TFRecordWriter(output_file) as writer:
         for path in files:
-            arr = _decode(path)
-            example = tf.train.Example(features=tf.train.Features(feature={
+            arr, frames = _decode_frames(path)
+            shape = arr.shape[1:] if frames > 1 else arr.shape   # multi-frame: one record, whole volume
+            feature = {
                 "image_raw": _bytes(arr.tobytes()),
                 "label": _int64(labels[os.path.dirname(path)]),
-                "height": _int64(arr.shape[0]),
-                "width": _int64(arr.shape[1]),
-                "channels": _int64(arr.shape[2] if arr.ndim == 3 else 1),
-            }))
+                "height": _int64(shape[0]),
+                "width": _int64(shape[1]),
+                "channels": _int64(shape[2] if len(shape) == 3 else 1),
+            }
+            if frames > 1:
+                feature["depth"] = _int64(frames)
+            example = tf.train.Example(features=tf.train.Features(feature=feature))
             writer.write(example.SerializeToString())
     print(f"baseline: {len(files)} records -> {output_file}")
 
@@ -112,15 +130,17 @@ def run_decode_only(input_dir: str, workers: int) -> None:
     """(b) Decode every file on all cores, drop the pixels."""
     import multiprocessing
     files = _files(input_dir)
+    # chunks of 8 small files; one file at a time when there are few (multi-frame, startup archive)
+    chunksize = max(1, min(8, len(files) // (4 * workers)))
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        total = sum(pool.imap_unordered(_decode_nbytes, files, chunksize=8))
+        total = sum(pool.imap_unordered(_decode_nbytes, files, chunksize=chunksize))
     print(f"decode-only: {len(files)} files, {total / MIB:.1f} MiB of pixels, {workers} processes")
 
 
 # ---------------------------------------------------------------- the harness
 
 def archive_for(kind: str, scale: float) -> Archive:
-    return BUILDERS[kind](round(FULL_MB * scale, 1))
+    return BUILDERS[kind](round(KIND_FULL_MB.get(kind, FULL_MB) * scale, 1))
 
 
 def warm_page_cache(archive: Archive) -> float:
@@ -135,8 +155,7 @@ def warm_page_cache(archive: Archive) -> float:
 
 def tiny_archive(kind: str) -> Archive:
     """Two files: its wall time is the method's fixed cost (start-up, imports, workers)."""
-    each = {"ct": 0.5, "jpeg": 1.0, "png": 0.144}[kind]
-    return BUILDERS[kind](each * STARTUP_FILES)
+    return BUILDERS[kind](TINY_MB_EACH[kind] * STARTUP_FILES)
 
 
 def command(method: str, archive: Archive, out: str, workers: int, extra: list[str]) -> list[str]:
@@ -157,6 +176,7 @@ def measure(kind: str, method: str, archive: Archive, args, extra: list[str], ta
     """
     name = f"conv_{kind}_{method}{'_' + tag if tag else ''}"
     out = os.path.join(CACHE_DIR, "out", name) + (SHARD_SUFFIX if method == "baseline" else "")
+    os.makedirs(os.path.dirname(out), exist_ok=True)   # the baseline's TFRecordWriter does not create it
     cmd = command(method, archive, out, args.workers, extra)
     print(f"$ {' '.join(cmd)}", flush=True)
     cwd, env = REPO, bench_env()
@@ -198,8 +218,11 @@ def main(argv: list[str]) -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0,
-                        help=f"fraction of {FULL_MB:g} MiB of decoded pixels per archive (default 1)")
-    parser.add_argument("--kinds", default="ct,jpeg,png", help="archives: ct, jpeg, png")
+                        help=f"fraction of {FULL_MB:g} MiB of decoded pixels per archive (mf, mf_rle: "
+                             f"{KIND_FULL_MB['mf']:g}) (default 1)")
+    parser.add_argument("--kinds", default="ct,jpeg,png",
+                        help=f"archives: {', '.join(BUILDERS)} (default ct,jpeg,png; mf and mf_rle are "
+                             f"{KIND_FULL_MB['mf']:g} MiB at --scale 1: 60 volumes of 40 MiB)")
     parser.add_argument("--methods", default=",".join(METHODS), help="baseline, decode, pipeline")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes for decode-only (default: all cores)")
