@@ -28,7 +28,10 @@ TFRecord output (raw pixels plus ~0.1 % framing; the JSON has both). Wall time i
 waits for. Because that fixed cost weighs heavily on small archives, each
 method is also run on a two-file archive first (column "fixed s"), and a
 steady-state rate is derived: decoded MiB / (wall - fixed), with its own
-ratios (c/a steady, c/b steady). Skip it with --no-startup. "CPU ms/file"
+ratios (c/a steady, c/b steady). Skip it with --no-startup. convert runs a
+two-file archive in one process but a benchmark archive on worker processes,
+so for c the steady rate and CPU per file subtract a second two-file run
+forced onto worker processes (JSON "fixed_workers_s"). "CPU ms/file"
 is user+system CPU of the whole process tree beyond that fixed cost, per
 file: on a shared machine it moves far less than wall time, and divided by
 the cores it bounds the best wall time a method can reach. Every archive is
@@ -251,7 +254,7 @@ def main(argv: list[str]) -> int:
         print(f"\n== {kind}: {archive.files} files, {archive.source_mb:.1f} MiB on disk, "
               f"{archive.pixel_mb:.1f} MiB decoded ({archive.path})", flush=True)
         print(f"  page cache warmed in {warm_page_cache(archive):.1f} s", flush=True)
-        fixed, fixed_cpu = {}, {}
+        fixed, fixed_cpu, steady_fixed = {}, {}, {}
         if not args.no_startup:
             tiny = tiny_archive(kind)
             for method in methods:
@@ -260,6 +263,16 @@ def main(argv: list[str]) -> int:
                     fixed[method] = round(r.wall_s, 2)
                     fixed_cpu[method] = round(r.cpu_s, 2)
             print(f"  fixed cost (2 files): {fixed}", flush=True)
+            if "pipeline" in methods and not any(a.startswith("--direct_") for a in extra):
+                # convert runs two files in one process, the archive on worker processes: the
+                # per-file and steady figures subtract the fixed cost of the archive's own mode
+                mode = [f"--direct_num_workers={args.workers}", "--direct_running_mode=multi_processing"]
+                r, _ = measure(kind, "pipeline", tiny, args, extra + mode, tag="startup_workers")
+                if r is not None:
+                    steady_fixed["pipeline"] = round(r.wall_s, 2)
+                    fixed_cpu["pipeline"] = round(r.cpu_s, 2)
+                    print(f"  fixed cost of convert on {args.workers} worker processes (2 files): "
+                          f"{r.wall_s:.2f} s wall, {r.cpu_s:.2f} s CPU", flush=True)
         results = {}
         for method in methods:
             r, out_bytes = measure(kind, method, archive, args, extra)
@@ -272,8 +285,10 @@ def main(argv: list[str]) -> int:
                 "pixel_mb_per_s": round(archive.pixel_mb / r.wall_s, 1),
                 "output_mb_per_s": round(out_bytes / MIB / r.wall_s, 1) if out_bytes else None,
                 "fixed_s": fixed.get(method),
-                "steady_mb_per_s": (round(archive.pixel_mb / (r.wall_s - fixed[method]), 1)
-                                    if method in fixed and r.wall_s > fixed[method] else None),
+                "fixed_workers_s": steady_fixed.get(method),
+                "steady_mb_per_s": (round(archive.pixel_mb / (r.wall_s - base), 1)
+                                    if (base := steady_fixed.get(method, fixed.get(method))) is not None
+                                    and r.wall_s > base else None),
                 "fixed_cpu_s": fixed_cpu.get(method),
                 # CPU per file beyond the fixed cost: barely moved by other load on the machine
                 "cpu_ms_per_file": (round(1000 * (r.cpu_s - fixed_cpu[method]) / archive.files, 2)

@@ -396,12 +396,13 @@ def convert_bytes(data: bytes, name: str, deadline_s: float = DEADLINE_S) -> str
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    if shape != record.spec.shape:
-        # shard sizes are planned from the probed shape
-        raise ShapeMismatch(f"decoded {shape} {dtype}, probed {record.spec.shape} {record.spec.dtype}")
     if size_mismatch(record, dtype, shape):
-        # a wider dtype than probed (a CT slice whose values leave int16): the writer refuses it
+        # a wider dtype than probed (a CT slice whose values leave int16), or a header whose
+        # Rows/Columns disagree with the codestream: the writer refuses it, classified
         return reasons.DECODED_SIZE_MISMATCH
+    if shape != record.spec.shape:
+        # the same bytes in another shape: shard sizes hold, but the manifest's shapes would lie
+        raise ShapeMismatch(f"decoded {shape} {dtype}, probed {record.spec.shape} {record.spec.dtype}")
     return "written"
 
 
@@ -453,6 +454,11 @@ FOUND_BY_FUZZING = [
     # found by the shape oracle: a stored -32768 minus the intercept 1024 leaves int16, so the
     # slice decodes to int32 where the probe planned int16 (now decoded_size_mismatch)
     Case(seed="dicom/CT_small.dcm", name="x.dcm", mutations=(("dicom_int", "PixelData", 0, 32768, 2),)),
+    # Columns replaced by text (read as US 11825) over a 256-wide JPEG codestream: the writer
+    # refuses it as decoded_size_mismatch (the oracle wrongly called it a shape bug before
+    # checking sizes)
+    Case(seed="dicom/SC_jpeg_no_color_transform.dcm", name="x.dcm",
+         mutations=(("dicom_string", "Columns", "1.2.840.10008.1.2", False),)),
 ]
 
 # Inputs whose decoding never returned: pydicom's get_j2k_parameters loops forever on a JP2
