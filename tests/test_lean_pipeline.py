@@ -107,3 +107,71 @@ def test_pixel_bytes_without_numpy_lookups_match_numpy():
     for dtype in ("uint8", "int8", "uint16", "int16", "int32", "uint32", "float32", "float64"):
         spec = ImageSpec(2, 3, 5, 3, dtype)
         assert spec.num_pixel_bytes == 2 * 3 * 5 * 3 * np.dtype(dtype).itemsize
+
+
+# ---------------------------------------------------------------- Enhanced rescale
+
+
+def _enhanced_ct(path, slope=None, intercept=None, per_frame=False):
+    """A small 2-frame Enhanced-CT-like file: rescale only in the functional groups."""
+    import numpy as np
+    from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
+    from pydicom.sequence import Sequence
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.2.1"    # Enhanced CT Image Storage
+    meta.MediaStorageSOPInstanceUID = generate_uid(entropy_srcs=[str(path)])
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = FileDataset(str(path), {}, file_meta=meta, preamble=b"\0" * 128)
+    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
+    ds.Modality, ds.PatientID = "CT", "P1"
+    ds.Rows = ds.Columns = 4
+    ds.NumberOfFrames = 2
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 12, 11, 0
+    if slope is not None:
+        transform = Dataset()
+        transform.RescaleSlope, transform.RescaleIntercept, transform.RescaleType = slope, intercept, "HU"
+        group = Dataset()
+        group.PixelValueTransformationSequence = Sequence([transform])
+        if per_frame:
+            ds.PerFrameFunctionalGroupsSequence = Sequence([group, group])
+        else:
+            ds.SharedFunctionalGroupsSequence = Sequence([group])
+    ds.PixelData = (np.arange(32, dtype=np.uint16) + 1000).tobytes()
+    ds.save_as(str(path), enforce_file_format=True)
+    return str(path)
+
+
+@pytest.mark.parametrize("per_frame", [False, True])
+def test_enhanced_rescale_in_functional_groups_is_never_silently_dropped(tmp_path, per_frame):
+    path = _enhanced_ct(tmp_path / "enh.dcm", slope="1", intercept="-1024", per_frame=per_frame)
+    source = SourceFile(path, "enh.dcm", os.path.getsize(path), 1.0)
+    from transforms import reasons
+    from transforms.errors import ConversionError
+    for values in ("modality", "window"):
+        with pytest.raises(ConversionError) as caught:
+            probe_file(source, settings=DecodeSettings(id_salt=TEST_SALT, dicom_values=values))
+        assert caught.value.reason == reasons.FUNCTIONAL_GROUP_RESCALE
+        assert "intercept -1024" in str(caught.value) and "--dicom_values stored" in str(caught.value)
+    stored = probe_file(source, settings=DecodeSettings(id_salt=TEST_SALT, dicom_values="stored"))
+    assert stored.spec.depth == 2
+
+
+def test_identity_rescale_in_functional_groups_converts(tmp_path):
+    for name, kwargs in (("identity.dcm", dict(slope="1", intercept="0")), ("none.dcm", {})):
+        path = _enhanced_ct(tmp_path / name, **kwargs)
+        record = probe_file(SourceFile(path, name, os.path.getsize(path), 1.0),
+                            settings=DecodeSettings(id_salt=TEST_SALT))
+        assert record.spec.shape == (2, 4, 4, 1)
+
+
+def test_enhanced_rescale_is_a_named_failure_in_a_run(tmp_path):
+    import json
+    _enhanced_ct(tmp_path / "in" / "enh.dcm" if (tmp_path / "in").mkdir() is None else None,
+                 slope="2", intercept="-1024")
+    write_png_archive(tmp_path / "in", 1, 8, 8)
+    summary = run_convert(tmp_path / "in", tmp_path / "out")
+    assert summary["failed"] == {"functional_group_rescale": 1} and summary["written"] == 1
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [e["reason"] for e in errors] == ["functional_group_rescale"]

@@ -514,3 +514,30 @@ def metadata(ds: Dataset, settings: DecodeSettings, window: dict) -> dict:
         except Exception:
             out[f"dicom/{keyword}"] = ""
     return out
+
+
+FUNCTIONAL_GROUPS = ("SharedFunctionalGroupsSequence", "PerFrameFunctionalGroupsSequence")
+
+
+def functional_group_rescale(ds) -> Optional[tuple[float, float]]:
+    """A non-identity (slope, intercept) that only the functional groups of an Enhanced
+    image hold, or None.
+
+    pydicom's modality LUT and ours read the top-level Rescale Slope/Intercept; an
+    Enhanced CT/MR/PET object keeps them in each frame's (or the shared) Pixel Value
+    Transformation Sequence instead, so without this check its stored values would be
+    written as if they were modality values.
+    """
+    if any(ds.get(k) is not None for k in ("RescaleSlope", "RescaleIntercept", "ModalityLUTSequence")):
+        return None
+    for group in FUNCTIONAL_GROUPS:
+        for item in ds.get(group) or ():
+            for transform in item.get("PixelValueTransformationSequence") or ():
+                try:
+                    slope = float(transform.get("RescaleSlope", 1) or 1)
+                    intercept = float(transform.get("RescaleIntercept", 0) or 0)
+                except (TypeError, ValueError):
+                    return (float("nan"), float("nan"))
+                if (slope, intercept) != (1.0, 0.0):
+                    return slope, intercept
+    return None

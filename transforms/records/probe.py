@@ -56,6 +56,13 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
         raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
     if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
+    if settings.dicom_values != "stored" and any(g in ds for g in dicom_header.FUNCTIONAL_GROUPS):
+        rescale = dicom_header.functional_group_rescale(ds)
+        if rescale is not None:
+            raise ConversionError(reasons.FUNCTIONAL_GROUP_RESCALE,
+                                  f"rescale slope {rescale[0]:g}, intercept {rescale[1]:g} is only in the "
+                                  "Enhanced functional groups, which this version does not apply; "
+                                  "--dicom_values stored converts the stored values")
     ds = header     # every keyword read below, each element converted once
     if not dicom_header.has_pixel_data(ds):
         sop = str(ds.get("SOPClassUID", "") or "unknown SOP class")
