@@ -168,8 +168,8 @@ def test_identity_rescale_in_functional_groups_converts(tmp_path):
 
 def test_enhanced_rescale_is_a_named_failure_in_a_run(tmp_path):
     import json
-    _enhanced_ct(tmp_path / "in" / "enh.dcm" if (tmp_path / "in").mkdir() is None else None,
-                 slope="2", intercept="-1024")
+    (tmp_path / "in").mkdir()
+    _enhanced_ct(tmp_path / "in" / "enh.dcm", slope="2", intercept="-1024")
     write_png_archive(tmp_path / "in", 1, 8, 8)
     summary = run_convert(tmp_path / "in", tmp_path / "out")
     assert summary["failed"] == {"functional_group_rescale": 1} and summary["written"] == 1
