@@ -319,6 +319,13 @@ OPTIONS: tuple[Option, ...] = (
            Template("Split column", "Take each record's split from this labels CSV column instead of "
                     "hashing."),
            setting="conversion.split_column"),
+    Option("allow_split_leak", "commit although --split_column puts one group (patient, by default) "
+           "in several splits; otherwise such a run fails with exit 1, naming the count and the splits",
+           _LABELS,
+           Template("Allow a group in several splits", "true: commit although split_column puts one group "
+                    "(a patient, by default) in several splits. false (default): such a run fails and "
+                    "says how many groups and which splits.", (_BOOL,)),
+           kind="switch", setting="conversion.allow_split_leak", recorded=False),
     Option("summary_json", "also write the end-of-run summary as JSON here (local or gs://)", _REPORT,
            Template("Summary file", "Optional Cloud Storage path where the end-of-run summary is written "
                     "as JSON (for schedulers).", (_GCS,)),

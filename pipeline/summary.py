@@ -34,9 +34,11 @@ def summarize(manifest: dict, output_dir: str, wall_seconds: float) -> dict:
     notes = [f"--min_shards {v['requested']} not honoured for split {k!r}: it would push shards "
              f"under --min_shard_mb; the minimum size won ({splits.get(k, {}).get('shards', 0)} shards)"
              for k, v in manifest.get("min_shards", {}).items() if not v["honoured"]]
-    leaking = manifest.get("groups", {}).get("groups_in_several_splits", 0)
-    if leaking:
-        notes.append(f"WARNING: {leaking} group(s) appear in more than one split (check --split_column)")
+    groups = manifest.get("groups", {})
+    leaking = groups.get("groups_in_several_splits", 0)
+    if leaking:   # committed only with --allow_split_leak
+        notes.append(f"WARNING: {leaking} group(s) appear in more than one split "
+                     f"({', '.join(groups.get('splits_sharing_groups', []))}; --allow_split_leak)")
     return {
         "notes": notes,
         "output": output_dir,

@@ -176,7 +176,7 @@ def test_a_run_whose_counts_do_not_add_up_commits_nothing(tmp_path):
     os.makedirs(tmp_path / "out")
     settings = opts.settings()
     lay = {"train": layout(0, 0, 0, settings.bounds, 1)}
-    commit_dataset(None, [], [], 20, None, {}, 0, lay, settings, opts.recorded(), "test")
+    commit_dataset(None, [], [], 20, None, {}, (0, ()), lay, settings, opts.recorded(), "test")
     assert not os.path.exists(tmp_path / "out" / names.MANIFEST_NAME)
     with open(tmp_path / "out" / names.FAILED_RUN_NAME) as handle:
         report = json.load(handle)

@@ -10,7 +10,7 @@ from pipeline.options import ConvertOptions
 from transforms import reasons
 from transforms.labels import join
 from transforms.labels.table import LabelRow, LabelSpaceAccumulator
-from transforms.output.commit import accounting_verdict, empty_verdict, failure_verdict
+from transforms.output.commit import accounting_verdict, empty_verdict, failure_verdict, leak_verdict
 from transforms.records.values import Identifiers, ImageSpec, Outcome, ProbedRecord, SourceFile
 
 
@@ -106,3 +106,26 @@ def test_nothing_converted_is_no_dataset_unless_allowed():
     assert "unsupported_format: 2" in empty_verdict(counts, False)
     assert empty_verdict(counts, True) == ""
     assert empty_verdict(_counts(0, 0), False) == ""      # no input at all: refused before any work
+
+
+def test_a_group_in_several_splits_is_refused_unless_allowed():
+    assert leak_verdict((0, ()), "patient", False) == ""
+    verdict = leak_verdict((3, ("test", "train")), "patient", False)
+    assert verdict.startswith("3 group(s) (split by patient) appear in more than one split")
+    assert "across splits test, train" in verdict and "--allow_split_leak" in verdict
+    assert leak_verdict((3, ("test", "train")), "patient", True) == ""
+
+
+def test_splits_of_a_group_merge_by_union_whatever_the_partial_results():
+    from transforms.splits.steps import LeakSummary, SplitsOfGroup
+    fn = SplitsOfGroup()
+    parts = [fn.add_input(fn.create_accumulator(), s) for s in ("train", "test", "train")]
+    assert fn.extract_output(fn.merge_accumulators(parts)) == ("test", "train")
+    nested = fn.merge_accumulators([fn.merge_accumulators(parts[:2]), fn.merge_accumulators(parts[2:])])
+    assert fn.extract_output(nested) == ("test", "train")
+    leak = LeakSummary()
+    a = leak.add_input(leak.create_accumulator(), ("g1", ("test", "train")))
+    b = leak.add_input(leak.create_accumulator(), ("g2", ("train", "validation")))
+    assert leak.extract_output(leak.merge_accumulators([a, b, leak.create_accumulator()])) == (
+        2, ("test", "train", "validation"))
+    assert leak.extract_output(leak.create_accumulator()) == (0, ())

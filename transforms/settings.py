@@ -53,6 +53,7 @@ class ConversionSettings:
     duplicates: str = "skip"           # skip | keep: files sharing a SOPInstanceUID
     storage_retry_s: float = 60.0      # how long one gs:// request is retried (Beam's default: 120)
     allow_empty: bool = False          # commit a dataset of no records (inputs matched, none written)
+    allow_split_leak: bool = False     # commit although --split_column put a group in several splits
 
     def split_by_for(self, kind: str) -> str:
         if self.split_by:

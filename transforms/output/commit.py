@@ -37,6 +37,23 @@ def accounting_verdict(counts: Mapping) -> str:
             "nothing is committed, rerun (a rerun with the same arguments is safe)")
 
 
+def leak_verdict(leaking, split_by: str, allow_split_leak: bool) -> str:
+    """Why a run that put one group in several splits must not commit ("" if it may).
+
+    ``leaking``: (groups found in more than one split, the splits they are in), as
+    transforms.splits.steps.CountGroups gives it. Only --split_column can do this
+    (hashed splits follow the group key); a patient in both train and test would
+    leak test data into training, so it takes --allow_split_leak. ``split_by``:
+    what a group is (dataset.json's ``groups.split_by``).
+    """
+    groups, splits = leaking
+    if not groups or allow_split_leak:
+        return ""
+    return (f"{groups} group(s) (split by {split_by}) appear in more than one split, across splits "
+            f"{', '.join(splits)}: check the --split_column values of those records' rows; nothing is "
+            "committed (--allow_split_leak commits such a dataset anyway)")
+
+
 def empty_verdict(counts: Mapping, allow_empty: bool) -> str:
     """Why a run that matched inputs but wrote no record must not commit ("" if it may)."""
     if counts["records"] or not counts["matched"] or allow_empty:
@@ -65,7 +82,7 @@ def labels_entry(space, settings: ConversionSettings, source: Optional[str] = No
 
 
 def run_manifest(results: list, outcomes: list, matched: int, space, group_counts: Mapping,
-                 leaking: int, layouts: Mapping, settings: ConversionSettings, options: Mapping,
+                 leaking: tuple, layouts: Mapping, settings: ConversionSettings, options: Mapping,
                  version: str, base=None) -> dict:
     """dataset.json of a run: shards, counts, labels, groups, shard policy, incremental notes."""
     if base is not None:   # a version never lists a shard that holds nothing
@@ -75,7 +92,8 @@ def run_manifest(results: list, outcomes: list, matched: int, space, group_count
         "labels": labels_entry(space, settings, options.get("labels")),
         "groups": {"split_by": settings.split_by or "patient for DICOM, record otherwise",
                    "num_groups": dict(sorted(group_counts.items())),
-                   "groups_in_several_splits": leaking},
+                   "groups_in_several_splits": leaking[0],
+                   **({"splits_sharing_groups": list(leaking[1])} if leaking[0] else {})},
         "min_shards": {split: {"requested": lay.min_shards_requested,
                                "honoured": lay.min_shards_honoured}
                        for split, lay in sorted(layouts.items())},

@@ -10,7 +10,7 @@ from dataset import dataset_json, progress, versions
 from dataset.shard_writer import write_shard
 from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
-                                      run_manifest)
+                                      leak_verdict, run_manifest)
 from transforms.records.values import ShardPlan
 from transforms.settings import ConversionSettings, DecodeSettings
 from transforms.sources.steps import ReadsSourcesFn
@@ -61,15 +61,17 @@ class WriteShardFn(ReadsSourcesFn):
 
 
 def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_counts: dict,
-                   leaking: int, layouts: dict, settings: ConversionSettings, options: dict,
+                   leaking: tuple, layouts: dict, settings: ConversionSettings, options: dict,
                    version: str, base: Optional[versions.BaseVersion] = None) -> str:
-    """Writes errors.jsonl and dataset.json (last), or run_failed.json when too many failed."""
+    """Writes errors.jsonl and dataset.json (last), or run_failed.json when the run must not
+    commit (inputs lost, too many failed, nothing converted, a group in several splits)."""
     manifest = run_manifest(results, outcomes, matched, space, group_counts, leaking, layouts,
                             settings, options, version, base)
     failed = sum(manifest["counts"]["failed"].values())
     refusal = (accounting_verdict(manifest["counts"])
                or failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures)
-               or empty_verdict(manifest["counts"], settings.allow_empty))
+               or empty_verdict(manifest["counts"], settings.allow_empty)
+               or leak_verdict(leaking, manifest["groups"]["split_by"], settings.allow_split_leak))
     if refusal:
         return dataset_json.refuse_commit(settings.output_dir, manifest, outcomes, refusal)
     return dataset_json.commit(settings.output_dir, manifest, outcomes)

@@ -20,12 +20,58 @@ def with_split(record: ProbedRecord, settings: ConversionSettings) -> ProbedReco
                                                                  settings.splits))
 
 
-def _splits_of_group(groups):
-    return len(set(groups))
+class SplitsOfGroup(beam.CombineFn):
+    """split names -> the sorted distinct splits of one group.
+
+    The accumulator is the set of splits seen, merged by union: Beam combines
+    partial results again (per bundle, per worker, after a shuffle), so a count
+    of distinct values per partial result would undercount a group split across
+    bundles (len({2}) == 1).
+    """
+
+    def create_accumulator(self):
+        return set()
+
+    def add_input(self, accumulator, split):
+        accumulator.add(split)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = set()
+        for accumulator in accumulators:
+            merged |= accumulator
+        return merged
+
+    def extract_output(self, accumulator):
+        return tuple(sorted(accumulator))
+
+
+class LeakSummary(beam.CombineFn):
+    """(group, its splits) of groups in more than one split -> (how many, the splits involved)."""
+
+    def create_accumulator(self):
+        return 0, set()
+
+    def add_input(self, accumulator, group_splits):
+        groups, splits = accumulator
+        splits.update(group_splits[1])
+        return groups + 1, splits
+
+    def merge_accumulators(self, accumulators):
+        groups, splits = 0, set()
+        for count, names in accumulators:
+            groups += count
+            splits |= names
+        return groups, splits
+
+    def extract_output(self, accumulator):
+        groups, splits = accumulator
+        return groups, tuple(sorted(splits))
 
 
 class CountGroups(beam.PTransform):
-    """ProbedRecord -> ({split: distinct groups}, groups found in more than one split)."""
+    """ProbedRecord -> ({split: distinct groups},
+    (groups found in more than one split, the splits those groups are in))."""
 
     def __init__(self, settings: ConversionSettings):
         super().__init__()
@@ -40,7 +86,7 @@ class CountGroups(beam.PTransform):
         per_split = pairs | "CountGroupsPerSplit" >> beam.combiners.Count.PerKey()
         leaking = (pairs
                    | "GroupFirst" >> beam.KvSwap()
-                   | "SplitsPerGroup" >> beam.CombinePerKey(_splits_of_group)
-                   | "GroupsInSeveralSplits" >> beam.Filter(lambda kv: kv[1] > 1)
-                   | "CountLeakingGroups" >> beam.combiners.Count.Globally())
+                   | "SplitsPerGroup" >> beam.CombinePerKey(SplitsOfGroup())
+                   | "GroupsInSeveralSplits" >> beam.Filter(lambda kv: len(kv[1]) > 1)
+                   | "CountLeakingGroups" >> beam.CombineGlobally(LeakSummary()))
         return per_split, leaking
