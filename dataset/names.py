@@ -62,6 +62,8 @@ class BadName(ValueError):
 
 
 _SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]*$")
+# "{split}-v{NNNN}-{i}-of-{n}" is a versioned shard: a split name ending so would be ambiguous
+_VERSION_TAIL = re.compile(r"-v\d{4,}$")
 
 
 def check_component(name: str, what: str) -> str:
@@ -69,8 +71,11 @@ def check_component(name: str, what: str) -> str:
 
     Refused: empty names, ``.`` and ``..``, separators (``/``, ``\\``), absolute
     paths, control characters and anything outside letters, digits and
-    ``_ . = + -`` (a leading ``.`` too: it would hide the file). ``what`` names
-    where the value came from, for the message.
+    ``_ . = + -`` (a leading ``.`` too: it would hide the file), and names ending
+    like a version tag (``fold-v0001``: ``fold-v0001-00000-of-00001.tfrecord``
+    would parse as split ``fold`` of version 0001). So every accepted name parses
+    back from its shard names. ``what`` names where the value came from, for the
+    message.
     """
     text = str(name)
     if not text:
@@ -78,6 +83,11 @@ def check_component(name: str, what: str) -> str:
     if not _SAFE.fullmatch(text) or text in (".", ".."):
         raise BadName(f"{what}: {text!r} cannot be part of a file name (use letters, digits "
                       "and _ . = + -, not starting with '.', no '/' or '..')")
+    tail = _VERSION_TAIL.search(text)
+    if tail:
+        raise BadName(f"{what}: {text!r} ends like a version tag ('-v' and 4 or more digits): its "
+                      f"shard names would read as split {text[:tail.start()]!r} of version "
+                      f"{tail.group()[2:]}; rename it (e.g. {text[:tail.start()] + '_' + tail.group()[1:]!r})")
     return text
 
 

@@ -29,7 +29,7 @@ def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
     """``train=0.8,validation=0.1,test=0.1`` -> ordered (name, fraction) pairs summing to 1."""
     pairs = []
     for part in text.split(","):
-        name, sep, value = part.partition("=")
+        name, sep, value = part.rpartition("=")   # a name may hold "=" (a fraction never does)
         name = name.strip()
         if not sep or not name:
             raise SplitSpecError(f"--splits: {part!r} is not NAME=FRACTION "
