@@ -60,7 +60,8 @@ def choose_num_shards(total_bytes: int, max_record_bytes: int, bounds: ShardBoun
 
     A shard is T/n +- one record, so n must satisfy
     T/n + r <= max  and  T/n - r >= min. A split below the minimum is one shard.
-    Where both cannot hold, the maximum wins. n never exceeds T/r, so every
+    Where no n satisfies both, a split within the maximum is one shard (exactly
+    T, inside both bounds); else the maximum wins. n never exceeds T/r, so every
     shard interval holds at least one record start: no empty shard, no gap in
     the ``-of-n`` names.
     """
@@ -80,6 +81,8 @@ def _bounded_num_shards(total_bytes: int, max_record_bytes: int, bounds: ShardBo
     highest = math.floor(total_bytes / room_min) if room_min > 0 else n
     if lowest <= highest:
         return min(max(n, lowest), highest)
+    if total_bytes <= bounds.max_bytes:   # one shard holds the split exactly, within both bounds
+        return 1
     return max(1, lowest)
 
 
