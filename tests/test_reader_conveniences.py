@@ -98,3 +98,24 @@ def test_as_numpy_is_exported_without_importing_tensorflow_before_use():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": REPO})
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_int2str_names_the_class_of_every_record_of_a_real_conversion(tmp_path):
+    """--labels_from_dirs on folders whose names sort otherwise than they were written:
+    int2str of each record's label is the folder it came from (--keep_source_path says which)."""
+    from tests.conftest import run_convert, write_png_archive
+    folders = {"zebra": 2, "Ant": 1, "moth": 3}
+    for seed, (name, count) in enumerate(folders.items()):
+        write_png_archive(tmp_path / "in" / name, count, 8, 8, seed=seed)
+    run_convert(tmp_path / "in", tmp_path / "out", labels_from_dirs=True, keep_source_path=True,
+                target_shard_mb=1, min_shard_mb=0.5, max_shard_mb=4)
+    info = reader.info(str(tmp_path / "out"))
+    assert info.class_names == sorted(folders)
+    seen = []
+    for batch in reader.as_numpy(reader.load(str(tmp_path / "out"), batch_size=2, shuffle=False,
+                                             output="dict")):
+        for label, path in zip(batch["label"], batch["source_path"]):
+            folder = os.path.basename(os.path.dirname(path.decode()))
+            assert info.int2str(label) == folder and info.str2int(folder) == label
+            seen.append(folder)
+    assert sorted(seen) == sorted(n for n, c in folders.items() for _ in range(c))

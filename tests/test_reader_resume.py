@@ -206,3 +206,22 @@ def test_the_order_is_tf_data_interleave_and_resumes_at_every_position():
             shards, skips = order.inputs_from(1, position)
             assert _interleaved(shards, skips, counts, order.cycle, parallel=True) == full[position:], \
                 (counts, order.cycle, position)
+
+
+@pytest.mark.parametrize("repeat", [False, 2], ids=["epoch-per-iteration", "two-epochs-per-iteration"])
+def test_resume_with_drop_remainder_counts_only_whole_batches(plain, repeat):  # noqa: F811
+    """drop_remainder=True: a pass of 48 * epochs records is 48 * epochs // 5 steps, not one more;
+    start_step counts those steps, so resuming at a pass end starts the next pass."""
+    ds = _load(plain, batch_size=5, seed=4, drop_remainder=True, repeat=repeat, **SMALL)
+    passes = [_batches(ds) for _ in range(3)]
+    per_pass = RECORDS * (repeat or 1) // 5
+    assert [len(p) for p in passes] == [per_pass] * 3
+    assert reader.info(plain).steps_per_epoch("train", 5, drop_remainder=True) == RECORDS // 5
+    full = [b for p in passes for b in p]
+    for k in (1, per_pass - 1, per_pass, per_pass + 1, 2 * per_pass):
+        resumed = _load(plain, batch_size=5, seed=4, drop_remainder=True, repeat=repeat, start_step=k,
+                        **SMALL)
+        got = _batches(resumed)
+        while len(got) < len(full) - k:                # the next iterations: the next passes
+            got += _batches(resumed)
+        assert got == full[k:], k

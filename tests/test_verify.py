@@ -156,6 +156,54 @@ def test_deleted_shard_is_named(png_datasets, tmp_path, capsys):
     assert f"{shard['file']}: listed in dataset.json but missing" in verdict
 
 
+def _replace_record(path: str, shard_position: int, record: int, payload: bytes) -> None:
+    """Rewrites one shard with record ``record`` replaced by ``payload``, and its index,
+    sha256 and sizes in dataset.json with it: a consistent dataset but for that record."""
+    import hashlib
+    manifest = _manifest(path)
+    shard = manifest["splits"]["train"]["shards"][shard_position]
+    with open(os.path.join(path, shard["file"]), "rb") as handle:
+        payloads = [bytes(r.data) for r in framed_records(handle)]
+    payloads[record] = payload
+    data = _stream(*payloads)
+    with open(os.path.join(path, shard["file"]), "wb") as handle:
+        handle.write(data)
+    with open(os.path.join(path, shard["index_file"]), "w") as handle:
+        offset = 0
+        for p in payloads:
+            handle.write(f"{offset} {len(p) + 16}\n")
+            offset += len(p) + 16
+    grown = len(data) - shard["num_bytes"]
+    shard["num_bytes"], shard["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    manifest["splits"]["train"]["num_bytes"] += grown
+    with open(os.path.join(path, "dataset.json"), "w") as handle:
+        json.dump(manifest, handle)
+
+
+def _payload(path: str, shard_position: int, record: int) -> bytes:
+    shard = _manifest(path)["splits"]["train"]["shards"][shard_position]
+    with open(os.path.join(path, shard["file"]), "rb") as handle:
+        return bytes(list(framed_records(handle))[record].data)
+
+
+@pytest.mark.parametrize("where", ["same shard", "other shard"])
+def test_a_record_in_the_dataset_twice_is_named(png_datasets, tmp_path, capsys, where):
+    path = _copy(png_datasets["none"], tmp_path)
+    first = _manifest(path)["splits"]["train"]["shards"][0]["file"]
+    source = 1 if where == "other shard" else 0
+    _replace_record(path, 0, 2, _payload(path, source, 0))
+    problems = verify_dataset(path).problems
+    messages = [str(p) for p in problems]
+    assert len(problems) == 1, messages
+    origin = _manifest(path)["splits"]["train"]["shards"][source]["file"]
+    copy, original = f"{first}: record 2", f"{origin}: record 0"     # either may be read first
+    assert any(messages[0].startswith(f"{a}: record id") and f"repeats record {b.split(': record ')[1]} "
+               f"of {b.split(':')[0]}: a record is in the dataset twice" in messages[0]
+               for a, b in ((copy, original), (original, copy))), messages[0]
+    code, verdict = _verify_cli(path, capsys)
+    assert code == 1 and "in the dataset twice" in verdict
+
+
 def _edit_num_records(m):
     m["splits"]["train"]["shards"][0]["num_records"] += 1
     return f"{m['splits']['train']['shards'][0]['file']}: holds"
