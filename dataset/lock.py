@@ -15,7 +15,9 @@ both claim the same version.
   ``HEARTBEAT_S``. A run refuses a lock whose heartbeat is younger than
   ``STALE_S``; it takes over an older one (its holder died). After writing
   its own lock a run waits ``SETTLE_S`` and reads it back: of two runs that
-  wrote at once, only the one whose token is there goes on.
+  wrote at once, only the one whose token is there goes on. A holder that finds
+  another token in the lock (it paused past ``STALE_S`` and was taken over) stops
+  renewing it, and does not remove it when it ends.
 """
 from __future__ import annotations
 
@@ -135,6 +137,9 @@ class OutputLock:
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
+            holder = self._read_remote()
+            if holder is not None and holder.get("token") != self.token:
+                return   # taken over (this run was thought dead): never write over the new holder
             with contextlib.suppress(Exception):
                 self._write_remote()
 
