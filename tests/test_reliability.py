@@ -183,6 +183,28 @@ def test_a_run_whose_counts_do_not_add_up_commits_nothing(tmp_path):
     assert "do not add up" in report["reason"] and report["counts"]["unaccounted"] == 20
 
 
+@pytest.mark.parametrize("beam_args", [IN_MEMORY, ["--direct_num_workers=2",
+                                                    "--direct_running_mode=multi_threading"]],
+                         ids=["in_memory", "multi_threading"])
+def test_a_record_lost_between_steps_is_caught_by_the_accounting_and_nothing_is_committed(
+        tmp_path, monkeypatch, beam_args):
+    """A real loss fed through the pipeline: a test-only step drops one record silently."""
+    from pipeline.convert import TEST_LOSE_ENV, ConversionFailed
+    from tests.conftest import rid
+    write_png_archive(tmp_path / "in", 5, 8, 8)
+    monkeypatch.setenv(TEST_LOSE_ENV, rid("img_0003.png"))
+    out = tmp_path / "out"
+    with pytest.raises(ConversionFailed, match=r"5 inputs matched, 4 written, 0 skipped, 0 failed "
+                                               r"\(\+1 unaccounted\)"):
+        run_convert(tmp_path / "in", out, beam_args=beam_args, **SMALL)
+    assert not os.path.exists(out / names.MANIFEST_NAME)
+    with open(out / names.FAILED_RUN_NAME) as handle:
+        assert json.load(handle)["counts"]["unaccounted"] == 1
+    monkeypatch.delenv(TEST_LOSE_ENV)
+    run_convert(tmp_path / "in", out, beam_args=beam_args, **SMALL)   # the rerun commits all five
+    assert reader.info(str(out))["counts"]["written"] == 5
+
+
 # ---------------------------------------------------------------- 5. inputs lost for their name or place
 
 

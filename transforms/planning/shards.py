@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Iterable, Iterator
 
 from transforms.hashing import ORDER_KEY_SPACE, order_key
@@ -27,7 +28,9 @@ from transforms.records.values import ProbedRecord, from_bytes, to_bytes
 MB = 1 << 20
 # Hash buckets per split: the side input of bucket starts holds at most this many
 # numbers per split (~2.5 MB); a bucket of a 16 M record split holds ~250 records.
-PLANNING_BUCKETS = 1 << 16
+# Test-only: $DCM2TFRECORD_TEST_PLANNING_BUCKETS sets fewer, so that a test archive of
+# tens of records puts many in each bucket (the shards do not depend on the count).
+PLANNING_BUCKETS = int(os.environ.get("DCM2TFRECORD_TEST_PLANNING_BUCKETS") or 1 << 16)
 
 
 @dataclasses.dataclass(frozen=True)
