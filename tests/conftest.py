@@ -15,6 +15,12 @@ from pipeline.options import ConvertOptions  # noqa: E402
 from pipeline.sample_archive import build_sample_archive, synthetic_image  # noqa: E402
 
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+# Every local runner mode, each with more than one worker where it can have them.
+RUNNER_MODES = {
+    "in_memory": IN_MEMORY,
+    "multi_threading": ["--direct_num_workers=3", "--direct_running_mode=multi_threading"],
+    "multi_processing": ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+}
 TEST_SALT = "dcm2tfrecord-tests"
 
 

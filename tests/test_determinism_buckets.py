@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import write_png_archive
+from tests.conftest import RUNNER_MODES, run_convert, write_png_archive
 from tests.test_output_bytes_pinned import shard_hashes
-from tests.conftest import run_convert
 from transforms.planning import shards
 
 BUCKETS = 3
@@ -25,11 +24,7 @@ OPTION_SETS = {
                         splits="train=0.5,validation=0.3,test=0.2", compression="gzip", min_shards=3,
                         resize="10x12", resize_mode="pad", channels="3"),
 }
-MODES = {
-    "in_memory": ["--direct_num_workers=1", "--direct_running_mode=in_memory"],
-    "multi_threading": ["--direct_num_workers=3", "--direct_running_mode=multi_threading"],
-    "multi_processing": ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-}
+MODES = RUNNER_MODES
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,12 @@ import reader
 from dataset import names
 from pipeline import convert
 from pipeline.sample_archive import pydicom_test_files
-from tests.conftest import TEST_SALT
+from tests.conftest import RUNNER_MODES, TEST_SALT
 
 # patient -> the split of each of its slices (from the CSV): P0 in train and test,
 # P1 in train and validation, P2 and P3 each in one split
 SLICES = {0: ("train", "test", "train"), 1: ("validation", "train"), 2: ("test", "test"), 3: ("train",)}
-MODES = {
-    "in_memory": ["--direct_num_workers=1", "--direct_running_mode=in_memory"],
-    "multi_threading": ["--direct_num_workers=3", "--direct_running_mode=multi_threading"],
-    "multi_processing": ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-}
+MODES = RUNNER_MODES
 
 
 @pytest.fixture(scope="module")
