@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
+import time
 from typing import BinaryIO, Callable, Optional
 
 import numpy as np
@@ -27,6 +29,36 @@ from transforms.records.values import Outcome, ProbedRecord, ShardPlan, ShardRes
 from transforms.settings import DecodeSettings
 
 MAX_SHAPES_REPORTED = 8
+
+# Test-only: "POINT:DIR" stops every shard writer at POINT, so that kill tests stop a run
+# at an exact moment instead of polling for it. Each writer that stops creates
+# DIR/POINT-<shard file> and waits until DIR/go exists. POINT is
+#   half_written:  half of the shard's records (at least one) framed and flushed to its
+#                  temp file (shards of one record do not stop);
+#   partly_final:  the first writer done with its temp files renames them into place, then
+#                  stops; every other writer stops before its rename.
+# Unset (always, outside tests): one environment lookup per shard.
+TEST_PAUSE_ENV = "DCM2TFRECORD_TEST_PAUSE"
+
+
+def _test_pause() -> tuple[str, str]:
+    point, _, folder = os.environ.get(TEST_PAUSE_ENV, "").partition(":")
+    return (point, folder) if folder else ("", "")
+
+
+def _stop_here(point: str, folder: str, file_name: str, announce: bool = True) -> None:
+    if announce:
+        open(os.path.join(folder, f"{point}-{file_name}"), "w").close()
+    while not os.path.exists(os.path.join(folder, "go")):
+        time.sleep(0.05)
+
+
+def _first_to_rename(folder: str) -> bool:
+    try:
+        os.close(os.open(os.path.join(folder, "first"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
 
 
 class _HashingWriter:
@@ -88,6 +120,9 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
     max_depth = 1
     file_name = shard_file_name(plan.split, plan.index, plan.num_shards, plan.tag, compression == "gzip")
     final_path = FileSystems.join(output_dir, file_name)
+    pause, pause_dir = _test_pause()
+    pause_after = (len(plan.records) // 2 or -1) if pause == "half_written" else -1
+    first = False
     with incomplete_file(final_path, output_dir) as tmp:
         with FileSystems.create(tmp, mime_type="application/octet-stream",
                                 compression_type=CompressionTypes.UNCOMPRESSED) as raw:
@@ -126,6 +161,9 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                     shapes.append(shape)
                 for key in label_keys(record.label):
                     labels[key] = labels.get(key, 0) + 1
+                if len(offsets) == pause_after:
+                    raw.flush()
+                    _stop_here(pause, pause_dir, file_name)
             if target is not sink:
                 target.close()
         index_path = FileSystems.join(output_dir, index_file_name(file_name))
@@ -133,6 +171,12 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
             with FileSystems.create(index_tmp, mime_type="text/plain",
                                     compression_type=CompressionTypes.UNCOMPRESSED) as handle:
                 handle.write(_index_lines(offsets))
+        if pause == "partly_final":
+            first = _first_to_rename(pause_dir)
+            if not first:
+                _stop_here(pause, pause_dir, file_name, announce=False)
+    if first:
+        _stop_here(pause, pause_dir, file_name)
     result = ShardResult(
         split=plan.split, index=plan.index, num_shards=plan.num_shards, file=file_name,
         num_records=len(offsets), num_bytes=sink.num_bytes, sha256=sink.sha256.hexdigest(),

@@ -12,6 +12,10 @@ alike — at several points of one chain of runs on the same output directory:
 3. ``shards_partly_final``: once this run has renamed some of its shards into
    place and not yet the others (so before dataset.json).
 
+Points 2 and 3 are exact: the writer's test-only pause point
+(``dataset.shard_writer.TEST_PAUSE_ENV``) stops every shard writer there and
+says so with a file; the kill follows that file, not a race against polling.
+
 At every kill no file under a final shard or index name differs from the
 uninterrupted run's (none is half-written) and no dataset.json exists; each
 rerun needs no --overwrite; the last one completes and its output — shards,
@@ -21,6 +25,7 @@ byte-identical to the uninterrupted run's, and passes ``verify``.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,12 +34,13 @@ from typing import Callable, Optional
 
 import pytest
 
-from tests.conftest import write_png_archive
+from dataset.shard_writer import TEST_PAUSE_ENV
 from dataset.verify import verify_dataset
+from tests.conftest import write_png_archive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TIMEOUT_S = 600
-POLL_S = 0.002
+POLL_S = 0.05
 INCOMPLETE = ".incomplete"
 SHARD_ARGS = ["--target_shard_mb", "1", "--min_shard_mb", "0.5", "--max_shard_mb", "2"]
 BEAM_ARGS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
@@ -52,11 +58,11 @@ def archive(tmp_path_factory) -> str:
     return str(root)
 
 
-def _env() -> dict:
+def _env(extra: Optional[dict] = None) -> dict:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.setdefault("DCM2TFRECORD_ID_SALT", "crash-safety-test")
-    return env
+    return {**env, **(extra or {})}
 
 
 def _command(archive: str, output: str) -> list[str]:
@@ -121,15 +127,15 @@ def _kill_run(proc: subprocess.Popen, family: set[int]) -> None:
         f"processes of the killed run still alive: {_living(family, proc.pid)}"
 
 
-def run_until(command: list[str], log_path: str, kill_when: Optional[Callable[[], Optional[str]]]
-              ) -> Optional[str]:
+def run_until(command: list[str], log_path: str, kill_when: Optional[Callable[[], Optional[str]]],
+              env: Optional[dict] = None) -> Optional[str]:
     """Runs ``command``; SIGKILLs it the moment ``kill_when()`` returns a description.
 
     Returns that description, or None when the run finished first (it must
     then have succeeded).
     """
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command, cwd=ROOT, env=_env(env), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     started = family_at = time.time()
     family = {proc.pid}
@@ -215,39 +221,25 @@ def test_sigkill_at_several_points_then_rerun_gives_identical_bytes(archive, tmp
             return "output directory populated (planning / first writes)"
         return None
 
-    def shard_half_written():
-        for entry in _temp_files(output):
-            shard = _shard_temp(entry.name)
-            if shard is None or entry.name in seen_temps:
-                continue
-            try:
-                size = entry.stat().st_size
-            except FileNotFoundError:
-                continue
-            if 0 < size < len(reference[shard]):
-                return f"{INCOMPLETE}/{entry.name}: {size} of {len(reference[shard])} bytes"
-        return None
+    pauses = tmp_path / "pauses"
 
-    def some_shards_final():
-        if os.path.exists(os.path.join(output, "dataset.json")):
-            return None
-        renamed = []
-        for name in shard_names:
-            try:
-                renamed.append(os.stat(os.path.join(output, name)).st_mtime_ns >= launched["ns"])
-            except FileNotFoundError:
-                renamed.append(False)
-        if any(renamed) and not all(renamed):
-            return f"{sum(renamed)} of {len(renamed)} shards renamed into place by this run"
-        return None
+    def stopped_at(point):
+        def reached():
+            found = sorted(n for n in os.listdir(pauses) if n.startswith(point + "-"))
+            return f"{point}: {found[0][len(point) + 1:]} stopped there" if found else None
+        return reached
 
-    kill_points = [("planned", anything_written), ("half_written", shard_half_written),
-                   ("shards_partly_final", some_shards_final)]
+    kill_points = [("planned", anything_written, ""), ("half_written", stopped_at("half_written"),
+                                                          "half_written"),
+                   ("shards_partly_final", stopped_at("partly_final"), "partly_final")]
     hits = {}
-    for number, (moment, kill_when) in enumerate(kill_points):
+    for number, (moment, kill_when, pause) in enumerate(kill_points):
         seen_temps.update(e.name for e in _temp_files(output))
         launched["ns"] = time.time_ns() - 1_000_000_000   # mtime granularity, clock skew
-        hit = run_until(command, str(tmp_path / f"run{number}_{moment}.log"), kill_when)
+        shutil.rmtree(pauses, ignore_errors=True)
+        os.makedirs(pauses)
+        env = {TEST_PAUSE_ENV: f"{pause}:{pauses}"} if pause else None
+        hit = run_until(command, str(tmp_path / f"run{number}_{moment}.log"), kill_when, env)
         if hit is None or os.path.exists(os.path.join(output, "dataset.json")):
             # The run committed before the kill point came: a rerun without --overwrite
             # would rightly be refused, so the chain ends here.
@@ -255,9 +247,13 @@ def test_sigkill_at_several_points_then_rerun_gives_identical_bytes(archive, tmp
         hits[moment] = hit
         assert_no_partial_final_files(output, reference, f"after the kill at {moment} ({hit})")
         if moment == "half_written":
-            partial = [e for e in _temp_files(output) if _shard_temp(e.name)
+            partial = [e for e in _temp_files(output) if _shard_temp(e.name) and e.name not in seen_temps
                        and 0 < e.stat().st_size < len(reference[_shard_temp(e.name)])]
             assert partial, "the half-written shard temp file should still be there after the kill"
+        if moment == "shards_partly_final":
+            final = [n for n in shard_names if os.path.exists(os.path.join(output, n))
+                     and os.stat(os.path.join(output, n)).st_mtime_ns >= launched["ns"]]
+            assert 1 <= len(final) < len(shard_names), (final, shard_names)
     assert _temp_files(output), "the killed runs should have left temp files for the rerun to remove"
     assert run_until(command, str(tmp_path / "final.log"), None) is None
 

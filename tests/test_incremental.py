@@ -25,6 +25,7 @@ import reader
 from pipeline import cli
 from pipeline.summary import format_summary
 from tests.conftest import run_convert, write_png_archive
+from dataset.shard_writer import TEST_PAUSE_ENV
 from tests.test_crash_safety import ROOT, run_until
 from dataset.verify import verify_dataset
 
@@ -195,9 +196,12 @@ def test_killed_run_leaves_latest_on_the_old_version_and_a_rerun_commits(chain, 
     root, archive = chain["root"], chain["archive"]
     write_png_archive(os.path.join(archive, "dog", "more"), 2, 96, 96, channels=3, seed=9)
     v3_dir = os.path.join(root, "versions", "0003")
+    pauses = tmp_path / "pauses"
+    os.makedirs(pauses)
 
-    def writing() -> str | None:
-        if os.path.isdir(os.path.join(v3_dir, ".incomplete")) and \
+    def writing() -> str | None:      # a shard writer of version 3 stopped half-way (pause point)
+        if any(n.startswith("half_written-") for n in os.listdir(pauses)) and \
+                os.path.isdir(os.path.join(v3_dir, ".incomplete")) and \
                 not os.path.exists(os.path.join(v3_dir, "dataset.json")):
             return "writing version 3"
         return None
@@ -207,7 +211,8 @@ def test_killed_run_leaves_latest_on_the_old_version_and_a_rerun_commits(chain, 
                "--target_shard_mb", "0.2", "--min_shard_mb", "0.1", "--max_shard_mb", "0.4",
                "--id_salt", "dcm2tfrecord-tests", "--direct_num_workers=1",
                "--direct_running_mode=in_memory"]
-    hit = run_until(command, str(tmp_path / "killed.log"), writing)
+    hit = run_until(command, str(tmp_path / "killed.log"), writing,
+                    env={TEST_PAUSE_ENV: f"half_written:{pauses}"})
     assert hit == "writing version 3", "the run finished before it could be killed"
     assert _latest(root) == "0002"
     assert not os.path.exists(os.path.join(v3_dir, "dataset.json"))
