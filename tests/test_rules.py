@@ -129,3 +129,15 @@ def test_splits_of_a_group_merge_by_union_whatever_the_partial_results():
     assert leak.extract_output(leak.merge_accumulators([a, b, leak.create_accumulator()])) == (
         2, ("test", "train", "validation"))
     assert leak.extract_output(leak.create_accumulator()) == (0, ())
+
+
+def test_split_fractions_are_met_to_sampling_precision():
+    """200,000 groups: each split's share within 5 standard deviations of its fraction."""
+    from collections import Counter
+    from transforms.splits.assign import assign_split
+    fractions = (("train", 0.7), ("validation", 0.15), ("test", 0.1), ("empty", 0.0), ("rest", 0.05))
+    n = 200_000
+    got = Counter(assign_split(f"patient_id:P{i:07d}", fractions) for i in range(n))
+    assert got["empty"] == 0
+    for name, fraction in fractions:
+        assert abs(got[name] / n - fraction) <= 5 * math.sqrt(fraction * (1 - fraction) / n), (name, got)
