@@ -50,8 +50,10 @@ PIXEL_KEYWORDS = ("Modality", "SamplesPerPixel", "PhotometricInterpretation", "R
                   "BitsAllocated", "BitsStored", "HighBit", "PixelRepresentation")
 VALUE_KEYWORDS = ("RescaleSlope", "RescaleIntercept", "RescaleType", "ModalityLUTSequence",
                   "WindowCenter", "WindowWidth", "VOILUTFunction", "VOILUTSequence")
-# Dimension Index Pointers that say where a frame lies in its stack, not which stack
-_SPATIAL_POINTERS = {0x00209057, 0x00200032}     # In-Stack Position Number, Image Position (Patient)
+# Dimension Index Pointers that say where a frame lies in its stack, not which stack it is in:
+# In-Stack Position Number, Image Position (Patient), Instance Number, Slice Location; and
+# Stack ID and Temporal Position Index, which the stack key holds already
+_NOT_STACK_POINTERS = {0x00209057, 0x00200032, 0x00200013, 0x00201041, 0x00209056, 0x00209128}
 _ORIENTATION_DECIMALS = 3
 _POSITION_TOLERANCE = 1e-3   # mm, as transforms.series.volumes
 
@@ -133,7 +135,8 @@ def value_views(ds) -> Optional[list[Dataset]]:
     out = []
     for attrs in frame_attributes(ds):
         values = tuple((k, attrs[k]) for k in VALUE_KEYWORDS if k in attrs)
-        key = tuple((k, repr(v)) for k, v in values)
+        # a LUT sequence is told apart by identity (its repr does not show its items)
+        key = tuple((k, id(v) if k.endswith("Sequence") else repr(v)) for k, v in values)
         view = views.get(key)
         if view is None:
             view = views[key] = Dataset()
@@ -192,8 +195,7 @@ def _stack_key(attrs: dict, pointers: list[int]) -> tuple:
     values = attrs.get("DimensionIndexValues")
     if values is not None and pointers:
         values = list(values) if not isinstance(values, (int, float)) else [values]
-        other = tuple(int(v) for p, v in zip(pointers, values)
-                      if p not in _SPATIAL_POINTERS and p != 0x00209056 and p != 0x00209128)
+        other = tuple(int(v) for p, v in zip(pointers, values) if p not in _NOT_STACK_POINTERS)
         key.append(("dimension", other or None))
     orientation = _floats(attrs.get("ImageOrientationPatient"))
     key.append(("orientation", tuple(round(v, _ORIENTATION_DECIMALS) + 0.0 for v in orientation) or None))
