@@ -58,9 +58,18 @@ _ORIENTATION_DECIMALS = 3
 _POSITION_TOLERANCE = 1e-3   # mm, as transforms.series.volumes
 
 
+# Segmentations (binary or fractional, and label maps) have functional groups too, but their
+# frames are segments x positions and their values labels: converted as before, frames as
+# stored, no functional group read (see docs/DICOM.md)
+SEGMENTATION_CLASSES = {"1.2.840.10008.5.1.4.1.1.66.4", "1.2.840.10008.5.1.4.1.1.66.7"}
+
+
 def present(ds) -> bool:
-    """Whether ``ds`` has functional groups (an Enhanced or Legacy Converted Enhanced object)."""
-    return any(ds.get(group) is not None for group in GROUPS)
+    """Whether ``ds`` is an image whose functional groups are applied: an Enhanced or Legacy
+    Converted Enhanced object, not a Segmentation."""
+    if not any(ds.get(group) is not None for group in GROUPS):
+        return False
+    return str(ds.get("SOPClassUID", "") or "").strip() not in SEGMENTATION_CLASSES
 
 
 def _frames(ds) -> int:
