@@ -310,3 +310,22 @@ def test_pydicom_enhanced_mr_files_under_every_value_mode(values):
         np.testing.assert_array_equal(have[..., 0], want)
         first = have if first is None else first
         np.testing.assert_array_equal(have, first)
+
+
+# ---------------------------------------------------------------- other pydicom test files
+
+
+def test_jpeg2000_with_a_corrupt_size_marker_fails_with_that_reason():
+    """JPEG2000-embedded-sequence-delimiter.dcm is JPEG2000.dcm with 4 bytes of the codestream's SIZ
+    marker overwritten by a Sequence Delimiter (pydicom's README says so): its image would be
+    3722445056 columns wide. GDCM's gdcmconv --raw fails on it too ("Invalid number of tiles"); the
+    DICOM structure around it parses, and the intact JPEG2000.dcm still decodes."""
+    from pipeline.sample_archive import pydicom_test_files
+    settings = DecodeSettings(id_salt=TEST_SALT)
+    broken = os.path.join(pydicom_test_files(), "JPEG2000-embedded-sequence-delimiter.dcm")
+    with open(broken, "rb") as handle, pytest.raises(ConversionError) as caught:
+        decode_dicom(handle, settings)
+    assert caught.value.reason == reasons.DECODE_ERROR
+    assert "SIZ) describes a 3722445056 x 1024 image" in str(caught.value)
+    with open(os.path.join(pydicom_test_files(), "JPEG2000.dcm"), "rb") as handle:
+        assert decode_dicom(handle, settings)[0].shape == (1, 1024, 256, 1)

@@ -84,6 +84,28 @@ def check_jp2_boxes(frame: bytes) -> None:
     raise ConversionError(reasons.DECODE_ERROR, "JPEG 2000 header with too many boxes")
 
 
+_SIZ = b"\xff\x4f\xff\x51"        # start of codestream, then the image and tile size marker
+
+
+def check_j2k_size(frame: bytes) -> None:
+    """Rejects a JPEG 2000 codestream whose SIZ marker (ISO/IEC 15444-1 A.5.1) describes an
+    image no DICOM file holds (over 65535 columns or rows): its header is corrupt.
+
+    pydicom's test file JPEG2000-embedded-sequence-delimiter.dcm has 4 bytes of its SIZ
+    overwritten so; OpenJPEG (through pylibjpeg, and through GDCM's gdcmconv) fails on it
+    with an opaque message, Pillow takes it for a decompression bomb. Named here instead.
+    """
+    start = frame.find(_SIZ, 0, 4096)
+    if start < 0 or len(frame) < start + 22:
+        return
+    x, y, x0, y0 = (int.from_bytes(frame[start + 8 + 4 * k:start + 12 + 4 * k], "big") for k in range(4))
+    columns, rows = x - x0, y - y0
+    if not (0 < columns <= 65535 and 0 < rows <= 65535):
+        raise ConversionError(reasons.DECODE_ERROR,
+                              f"JPEG 2000 codestream header (SIZ) describes a {columns} x {rows} image: "
+                              f"the codestream is corrupt, no decoder reads it")
+
+
 def _check_encapsulated(ds: Dataset) -> None:
     syntax = str(ds.file_meta.get("TransferSyntaxUID", "")) if hasattr(ds, "file_meta") else ""
     if syntax not in _J2K_SYNTAXES or "PixelData" not in ds:
@@ -93,6 +115,7 @@ def _check_encapsulated(ds: Dataset) -> None:
     try:
         for frame in generate_frames(ds.PixelData, number_of_frames=frames):
             check_jp2_boxes(frame)
+            check_j2k_size(frame)
     except ConversionError:
         raise
     except Exception as exc:
