@@ -25,6 +25,7 @@ import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
+from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 
 from transforms import reasons
@@ -79,19 +80,34 @@ def _frames(ds) -> int:
         raise ConversionError(reasons.INVALID_VALUE, f"NumberOfFrames: {exc}") from exc
 
 
-def _lift(item, out: dict) -> None:
-    for macro, keywords in MACROS.items():
-        macro_items = item.get(macro)
+_MACRO_TAGS = tuple((tag_for_keyword(macro), tuple((keyword, tag_for_keyword(keyword)) for keyword in keywords))
+                    for macro, keywords in MACROS.items())
+_MODALITY_LUT_TAG = tag_for_keyword("ModalityLUTSequence")
+
+
+def _lift(item: Dataset, out: dict) -> None:
+    """The macros' attributes of one functional group item into ``out``, by tag (the items of
+    a 1000-frame file are read once each, converting only the macros listed)."""
+    elements = item._dict
+    for macro_tag, keywords in _MACRO_TAGS:
+        if macro_tag not in elements:
+            continue
+        macro_items = item[macro_tag].value
         if not macro_items:
             continue
-        for keyword in keywords:
-            value = macro_items[0].get(keyword)
-            if value is not None and value != "":
-                out[keyword] = value
+        first = macro_items[0]
+        for keyword, tag in keywords:
+            if tag in first._dict:
+                value = first[tag].value
+                if value is not None and value != "":
+                    out[keyword] = value
     # a Modality LUT given in the group item itself rather than in its transformation macro
-    lut = item.get("ModalityLUTSequence")
-    if lut:
-        out["ModalityLUTSequence"] = lut
+    if _MODALITY_LUT_TAG in elements and item[_MODALITY_LUT_TAG].value:
+        out["ModalityLUTSequence"] = item[_MODALITY_LUT_TAG].value
+
+
+# the last file's (shared sequence, per-frame sequence, frame count) and its result, as one tuple
+_CACHE: list = [(None, None, 0, None)]
 
 
 def frame_attributes(ds) -> list[dict]:
@@ -102,8 +118,19 @@ def frame_attributes(ds) -> list[dict]:
     per-frame item. A Per-frame Functional Groups Sequence must hold one item
     per frame.
     """
+    frames = _frames(ds)
+    shared, per_frame = ds.get("SharedFunctionalGroupsSequence"), ds.get("PerFrameFunctionalGroupsSequence")
+    cached_shared, cached_per_frame, cached_frames, cached = _CACHE[0]
+    if cached is not None and cached_shared is shared and cached_per_frame is per_frame \
+            and cached_frames == frames:
+        return cached      # the same sequence objects: probe and write read them several times
+    result = _frame_attributes(ds, frames)
+    _CACHE[0] = (shared, per_frame, frames, result)   # holding the sequences keeps their identity theirs
+    return result
+
+
+def _frame_attributes(ds, frames: int) -> list[dict]:
     try:
-        frames = _frames(ds)
         base = {}
         for keyword in VALUE_KEYWORDS + ("ImagePositionPatient", "ImageOrientationPatient", "PixelSpacing",
                                          "SliceThickness", "SpacingBetweenSlices"):
