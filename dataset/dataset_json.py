@@ -10,15 +10,25 @@ import json
 from collections import Counter
 from typing import Iterable, Mapping
 
-from apache_beam.io.filesystems import FileSystems
+from dataset.storage import FileSystems
 
+from dataset import reasons
+from dataset.features import CORE_FEATURES, FORMAT_VERSION
 from dataset.files import read_json, write_atomically
 from dataset.names import ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, index_file_name
-from transforms import reasons
-from transforms.records.features import CORE_FEATURES, FORMAT_VERSION
-from transforms.records.values import Outcome, ShardResult
+from dataset.results import Outcome, ShardResult
 
 MAX_SHAPES_LISTED = 16
+
+
+def label_count_keys(label) -> list[str]:
+    """What a record adds to its split's ``label_counts``: its class, or each class of a
+    multi-hot; a float label (regression) adds nothing."""
+    if isinstance(label, tuple):
+        return [str(i) for i, v in enumerate(label) if v == 1] or ["unlabeled" if -1 in label else "none"]
+    if isinstance(label, float):
+        return []
+    return [str(label) if label != -1 else "unlabeled"]
 
 
 def _split_entry(shards: list[ShardResult]) -> dict:

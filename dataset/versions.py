@@ -14,16 +14,14 @@ version commits, so readers never see a half-made version.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from typing import Iterable, Mapping, Optional
-
-from apache_beam.io.filesystems import FileSystems
 
 from dataset.files import read_json, remove_empty_incomplete_dir, write_atomically
 from dataset.names import (LATEST_NAME, MANIFEST_NAME, PARENT, VERSIONS_DIR, is_version_name,
                            parse_version, records_file_name, reused_file, strip_parent, version_name)
-from transforms.records.values import ProbedRecord, ShardResult
+from dataset.results import ShardResult
+from dataset.storage import FileSystems
 
 
 
@@ -80,10 +78,10 @@ def committed_versions(root: str) -> list[str]:
     """Version names under ``root/versions`` that hold a dataset.json, in order."""
     pattern = FileSystems.join(root, VERSIONS_DIR, "*", MANIFEST_NAME)
     try:
-        found = FileSystems.match([pattern])[0].metadata_list
+        found = FileSystems.match(pattern)
     except Exception:   # noqa: BLE001 - no versions directory yet
         return []
-    names = {m.path.rstrip("/").split("/")[-2] for m in found}
+    names = {path.rstrip("/").split("/")[-2] for path in found}
     return sorted(n for n in names if is_version_name(n))
 
 
@@ -124,19 +122,7 @@ def shard_uri(dataset_dir: str, file: str) -> str:
     return FileSystems.join(dataset_dir, file)
 
 
-# ---------------------------------------------------------------- fingerprints
-
-
-def record_fingerprint(record: ProbedRecord) -> str:
-    """What a written record was made of; equal fingerprints mean an equal record.
-
-    Sources are identified by uri plus size and mtime (on GCS the object's
-    update time, which changes with every new generation).
-    """
-    label = list(record.label) if isinstance(record.label, tuple) else record.label
-    content = [record.record_id, record.frame, record.split, label,
-               [[s.uri, s.size, s.mtime] for s in record.sources]]
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+# ---------------------------------------------------------------- records files
 
 
 def shard_result_json(result: ShardResult) -> dict:

@@ -27,10 +27,10 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from dataset.example import decode_example
+from dataset.tfrecord import CorruptRecordError, parse_index, scan_index, unframe
 from reader import names, splits, storage
-from reader.example_proto import parse_features
 from reader.schema import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
-from reader.tfrecord import CorruptRecordError, parse_index, scan_index, unframe
 
 __all__ = ["RandomAccess", "CorruptRecordError"]
 
@@ -200,7 +200,7 @@ class RandomAccess:
         where = f"{self._paths[shard]} record {k}"
         serialized = self.serialized(index)
         try:
-            values = parse_features(serialized)
+            values = {name: found for name, (_, found) in decode_example(serialized).items()}
         except Exception as error:       # protobuf's DecodeError: say which record
             raise CorruptRecordError(f"{where}: not a tf.train.Example ({error})") from error
         out = {}

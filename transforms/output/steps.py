@@ -7,10 +7,10 @@ from typing import Mapping, Optional
 from apache_beam.pvalue import TaggedOutput
 
 from dataset import dataset_json, progress, versions
-from dataset.shard_writer import write_shard
 from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
                                       run_manifest)
+from transforms.output.write import record_fingerprint, write_shard
 from transforms.records.values import ShardPlan
 from transforms.settings import ConversionSettings, DecodeSettings
 from transforms.sources.steps import ReadsSourcesFn
@@ -49,7 +49,7 @@ class WriteShardFn(ReadsSourcesFn):
                                        on_written=on_written, on_error=on_error)
         if self.records_files:
             versions.write_records_file(self.output_dir, result,
-                                        [versions.record_fingerprint(r) for r in written])
+                                        [record_fingerprint(r) for r in written])
         progress.write_done(self.output_dir, result, len(plan.records))
         count("records_written", result.num_records)
         count("bytes_written", result.num_bytes)

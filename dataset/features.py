@@ -10,7 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from transforms.records.example_proto import encode_example
+from dataset.example import encode_example
 
 FORMAT_VERSION = 1
 ENCODING_RAW = "raw"
