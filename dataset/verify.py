@@ -32,7 +32,7 @@ from typing import BinaryIO, Optional
 import numpy as np
 
 from dataset import reasons
-from dataset.dataset_json import label_count_keys
+from dataset.manifest import label_count_keys
 from dataset.example import ProtoError, decode_example
 from dataset.files import read_json
 from dataset.names import (ERRORS_NAME, GZIP_SUFFIX, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB,

@@ -6,7 +6,8 @@ from typing import Mapping, Optional
 
 from apache_beam.pvalue import TaggedOutput
 
-from dataset import dataset_json, progress, versions
+from dataset import progress, versions
+from dataset.manifest import commit, refuse_commit
 from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
                                       run_manifest)
@@ -71,5 +72,5 @@ def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_
                or failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures)
                or empty_verdict(manifest["counts"], settings.allow_empty))
     if refusal:
-        return dataset_json.refuse_commit(settings.output_dir, manifest, outcomes, refusal)
-    return dataset_json.commit(settings.output_dir, manifest, outcomes)
+        return refuse_commit(settings.output_dir, manifest, outcomes, refusal)
+    return commit(settings.output_dir, manifest, outcomes)

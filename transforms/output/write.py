@@ -15,7 +15,7 @@ from typing import BinaryIO, Callable, Optional
 import numpy as np
 
 from dataset import reasons
-from dataset.dataset_json import label_count_keys
+from dataset.manifest import label_count_keys
 from dataset.names import shard_file_name
 from dataset.results import Outcome, ShardResult
 from dataset.shard_writer import open_shard
