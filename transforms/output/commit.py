@@ -25,8 +25,9 @@ def accounting_verdict(counts: Mapping) -> str:
     """Why a run whose counts do not add up must not commit ("" if they do).
 
     Every matched input ends written, skipped or failed; an input that is none
-    of these was lost between steps (see ../shared/notes/beam-local-runner-loss.md),
-    and a dataset missing it must not be committed as if complete.
+    of these was lost between steps (Beam's local runner has dropped large elements
+    without an error: docs/ARCHITECTURE.md, "Why plan, then write"), and a dataset
+    missing it must not be committed as if complete.
     """
     unaccounted = counts["unaccounted"]
     if unaccounted == 0:

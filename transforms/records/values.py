@@ -1,7 +1,7 @@
 """Small frozen values that cross pipeline stages.
 
 Only metadata travels between stages (a few hundred bytes per record); pixel
-payload never crosses a shuffle. See ../shared/DESIGN.md, "plan, then write".
+payload never crosses a shuffle (docs/ARCHITECTURE.md, "Why plan, then write").
 
 The values that cross a stage boundary once per record (SourceFile, ImageSpec,
 ProbedRecord) pickle as one flat tuple of their fields (``__reduce__``): Beam
