@@ -22,7 +22,7 @@ from pydicom.pixels import apply_modality_lut
 import reader
 from tests import enhanced_objects as eo
 from tests.conftest import TEST_SALT, run_convert
-from transforms import reasons
+from dataset import reasons
 from transforms.dicom import functional_groups
 from transforms.dicom.pixels import decode_dicom
 from transforms.errors import ConversionError

@@ -28,7 +28,7 @@ import numpy as np
 from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 
-from transforms import reasons
+from dataset import reasons
 from transforms.errors import ConversionError
 
 GROUPS = ("SharedFunctionalGroupsSequence", "PerFrameFunctionalGroupsSequence")
