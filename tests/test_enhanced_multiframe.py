@@ -329,3 +329,40 @@ def test_jpeg2000_with_a_corrupt_size_marker_fails_with_that_reason():
     assert "SIZ) describes a 3722445056 x 1024 image" in str(caught.value)
     with open(os.path.join(pydicom_test_files(), "JPEG2000.dcm"), "rb") as handle:
         assert decode_dicom(handle, settings)[0].shape == (1, 1024, 256, 1)
+
+
+def test_frame_voi_lut_sequence_is_applied_per_frame(tmp_path):
+    """A VOI LUT Sequence in each frame's Frame VOI LUT: each frame as its single-frame original
+    with the same VOI LUT at its top level (the classic path) decodes."""
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence as Seq
+    originals = eo.slices("voilut", 2)
+    luts = []
+    for n in range(2):
+        lut = Dataset()
+        lut.LUTDescriptor = [2048, -1024 if n else -1000, 8]
+        lut.add_new("LUTData", "US", [(v // 8 + 40 * n) % 256 for v in range(2048)])
+        luts.append(lut)
+    made = eo.legacy_enhanced(originals, "voilut")
+    shared = made.SharedFunctionalGroupsSequence[0]
+    if "FrameVOILUTSequence" in shared:
+        del shared.FrameVOILUTSequence
+    by_sop = {ds.SOPInstanceUID: n for n, ds in enumerate(originals)}
+    for item, sop in zip(made.PerFrameFunctionalGroupsSequence, eo.source_of_frames(made)):
+        voi = Dataset()
+        voi.VOILUTSequence = Seq([luts[by_sop[sop]]])
+        item.FrameVOILUTSequence = Seq([voi])
+    path = eo.save(made, tmp_path / "voilut.dcm")
+    settings = DecodeSettings(id_salt=TEST_SALT, dicom_values="window")
+    record = probe_file(SourceFile(path, "voilut.dcm", os.path.getsize(path), 1.0), settings=settings)
+    with open(path, "rb") as handle:
+        have, _, _ = decode_dicom(handle, settings, frames=record.stacks[0].frames)
+    for n, ds in enumerate(originals):
+        ds.VOILUTSequence = Seq([luts[n]])
+        buffer = io.BytesIO()
+        ds.save_as(buffer)
+        buffer.seek(0)
+        want, _, window = decode_dicom(buffer, settings)
+        assert window["source"] == "lut"
+        np.testing.assert_array_equal(have[n], want[0])
+    assert not np.array_equal(have[0], have[1])
