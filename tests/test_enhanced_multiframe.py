@@ -366,3 +366,61 @@ def test_frame_voi_lut_sequence_is_applied_per_frame(tmp_path):
         assert window["source"] == "lut"
         np.testing.assert_array_equal(have[n], want[0])
     assert not np.array_equal(have[0], have[1])
+
+
+def _frames_dataset(frames: list[dict], pointers=()):
+    """A header with one Per-frame Functional Groups item per ``frames`` entry: keys ``z`` (position
+    along an axial normal), ``stack``, ``in_stack``, ``echo``, ``dim`` (Dimension Index Values)."""
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence as Seq
+
+    def item(**values):
+        out = Dataset()
+        for keyword, value in values.items():
+            setattr(out, keyword, value)
+        return out
+    ds = Dataset()
+    ds.NumberOfFrames = len(frames)
+    ds.SharedFunctionalGroupsSequence = Seq([item(PlaneOrientationSequence=Seq([item(
+        ImageOrientationPatient=[1, 0, 0, 0, 1, 0])]))])
+    items = []
+    for frame in frames:
+        group = item(PlanePositionSequence=Seq([item(ImagePositionPatient=[0, 0, frame["z"]])]))
+        content = Dataset()
+        if "stack" in frame:
+            content.StackID, content.InStackPositionNumber = frame["stack"], frame["in_stack"]
+        if "dim" in frame:
+            content.DimensionIndexValues = frame["dim"]
+        group.FrameContentSequence = Seq([content])
+        if "echo" in frame:
+            group.MREchoSequence = Seq([item(EffectiveEchoTime=frame["echo"])])
+        items.append(group)
+    ds.PerFrameFunctionalGroupsSequence = Seq(items)
+    if pointers:
+        ds.DimensionIndexSequence = Seq([item(DimensionIndexPointer=p) for p in pointers])
+    return ds
+
+
+def test_stack_id_echo_and_dimension_indices_separate_stacks():
+    # Stack ID: two stacks interleaved, each ordered along the normal, not by storage
+    ds = _frames_dataset([{"z": z, "stack": s, "in_stack": 1} for z, s in
+                          ((5, "2"), (0, "1"), (5, "1"), (0, "2"), (10, "1"))])
+    stacks = functional_groups.plan_stacks(ds)
+    assert [(s.label, s.frames, s.spacing) for s in stacks] == [("stack=1", (1, 2, 4), 5.0), ("stack=2", (3, 0), 5.0)]
+    # echoes at the same positions
+    ds = _frames_dataset([{"z": z, "echo": e} for z, e in ((0, 9.5), (0, 20), (3, 9.5), (3, 20))])
+    assert [(s.label, s.frames) for s in functional_groups.plan_stacks(ds)] == [("echo=9.5", (0, 2)),
+                                                                                  ("echo=20", (1, 3))]
+    # a b-value dimension (Diffusion b-value pointer) beside the position dimension
+    ds = _frames_dataset([{"z": z, "dim": [p, b]} for z, p, b in ((2, 2, 1), (2, 2, 2), (0, 1, 2), (0, 1, 1))],
+                         pointers=(0x00200032, 0x00189087))
+    assert [(s.label, s.frames) for s in functional_groups.plan_stacks(ds)] == [("dimension=1", (3, 0)),
+                                                                                  ("dimension=2", (2, 1))]
+    # the same positions twice with nothing to tell them apart: not ordered
+    ds = _frames_dataset([{"z": 0}, {"z": 0}])
+    with pytest.raises(ConversionError) as caught:
+        functional_groups.plan_stacks(ds)
+    assert caught.value.reason == reasons.FRAMES_UNORDERED
+    # stacks come in the order of their values: echo 9 before 9.5 before 20
+    ds = _frames_dataset([{"z": 0, "echo": e} for e in (20, 9.5, 9)])
+    assert [s.label for s in functional_groups.plan_stacks(ds)] == ["echo=9", "echo=9.5", "echo=20"]

@@ -239,8 +239,16 @@ def _stack_key(attrs: dict, pointers: list[int]) -> tuple:
 
 
 def _sortable(key: tuple) -> tuple:
-    return tuple((value is not None, str(type(value)), value if value is not None else 0)
-                 for _, value in key)
+    """Stacks in a stable order: absent first, numbers by value, then text, tuples by their items."""
+    def rank(value):
+        if value is None:
+            return (0, 0.0, "")
+        if isinstance(value, (int, float)):
+            return (1, float(value), "")
+        if isinstance(value, tuple):
+            return (2, 0.0, "") + tuple(rank(v) for v in value)
+        return (3, 0.0, str(value))
+    return tuple(rank(value) for _, value in key)
 
 
 def _order(frames: list[int], attrs: list[dict], what: str) -> tuple[tuple[int, ...], float]:
