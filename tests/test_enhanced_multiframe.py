@@ -424,3 +424,31 @@ def test_stack_id_echo_and_dimension_indices_separate_stacks():
     # stacks come in the order of their values: echo 9 before 9.5 before 20
     ds = _frames_dataset([{"z": 0, "echo": e} for e in (20, 9.5, 9)])
     assert [s.label for s in functional_groups.plan_stacks(ds)] == ["echo=9", "echo=9.5", "echo=20"]
+
+
+def test_colour_frames_are_reordered_and_keep_their_values(tmp_path):
+    """Functional groups on an RGB file: no rescale or window applies to colour, the order does."""
+    from pipeline.sample_archive import pydicom_test_files
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence as Seq
+    ds = pydicom.dcmread(os.path.join(pydicom_test_files(), "SC_rgb_rle_2frame.dcm"))
+    orientation, shared = Dataset(), Dataset()
+    orientation.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+    shared.PlaneOrientationSequence = Seq([orientation])
+    ds.SharedFunctionalGroupsSequence = Seq([shared])
+    items = []
+    for z in (5.0, 0.0):             # stored frame 0 lies above frame 1
+        position, item = Dataset(), Dataset()
+        position.ImagePositionPatient = [0, 0, z]
+        item.PlanePositionSequence = Seq([position])
+        items.append(item)
+    ds.PerFrameFunctionalGroupsSequence = Seq(items)
+    path = tmp_path / "rgb.dcm"
+    ds.save_as(path)
+    for values in ("modality", "window", "stored"):
+        settings = DecodeSettings(id_salt=TEST_SALT, dicom_values=values)
+        record = probe_file(SourceFile(str(path), "rgb.dcm", os.path.getsize(path), 1.0), settings=settings)
+        assert record.stacks[0].frames == (1, 0) and record.spec.dtype == "uint8"
+        with open(path, "rb") as handle:
+            have, _, _ = decode_dicom(handle, settings, frames=record.stacks[0].frames)
+        np.testing.assert_array_equal(have, ds.pixel_array[::-1])

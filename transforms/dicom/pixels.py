@@ -271,10 +271,13 @@ def decode_dicom(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
         spec = image_spec(ds, settings)
         check_native_length(ds)
         decoded = _decode(ds, frame)
-        views = functional_groups.value_views(ds)
+        # the functional groups' rescale and VOI are grayscale's; colour frames are only reordered
+        views = functional_groups.value_views(ds) if _grayscale(ds) else None
         try:
             if views is None:
                 values, window = map_values(decoded, ds, settings)
+                if frames is not None and frame is None:
+                    values = (values if spec.depth > 1 else values[None])[list(frames)]
             else:
                 values, windows = map_frames(decoded, ds, views, settings, frame, frames)
                 window = dict(windows[0], frames=windows) if windows[0] else {}
