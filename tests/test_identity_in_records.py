@@ -142,13 +142,21 @@ def test_records_hold_exactly_the_allowlist_and_no_other_value(archive, tmp_path
     assert len(seen) == len(TEMPLATES)
 
 
-def test_identifier_hashes_change_with_the_salt(archive, tmp_path):
+# README: "record ids are salted hashes of them" (the paths relative to the input root);
+# the key is restated here, not imported from the code under test
+RECORD_ID_KEY = b"dcm2tfrecord/record-id/v1"
+
+
+def test_identifier_hashes_and_record_ids_change_with_the_salt(archive, tmp_path):
     hashes = {}
     for salt in (SALT, SALT + "-other"):
         run_convert(archive, tmp_path / salt, id_salt=salt, target_shard_mb=1, min_shard_mb=0.5,
                     max_shard_mb=16)
         hashes[salt] = {k: {v for f in _records(str(tmp_path / salt)) for v in _strings(f[f"dicom/{k}_hash"])}
                         for k in ("patient_id", "study_uid", "sop_uid")}
+        ids = {v for f in _records(str(tmp_path / salt)) for v in _strings(f["id"])}
+        assert ids == {hmac.new(RECORD_ID_KEY + salt.encode(), name.encode(), hashlib.sha256).hexdigest()[:32]
+                       for name in TEMPLATES}, "record ids are not HMAC(key + salt, relative path)"
     for key in hashes[SALT]:
         assert len(hashes[SALT][key]) == len(TEMPLATES) and not hashes[SALT][key] & hashes[SALT + "-other"][key]
         plain = {hashlib.sha256(str(getattr(pydicom.dcmread(str(archive / n)), HASHED[key])).encode()).hexdigest()
