@@ -240,6 +240,22 @@ def _drop_shard_entry(m):
     return "dataset.json: split 'train': num_shards"
 
 
+def test_a_versioned_shard_name_in_a_plain_dataset_is_named(png_datasets, tmp_path):
+    """A plain dataset's shards are {split}-{i}-of-{n}: one named like a version's
+    ({split}-v0001-...) is listed as wrong even with its file renamed to match."""
+    path = _copy(png_datasets["none"], tmp_path)
+    manifest = _manifest(path)
+    shard = manifest["splits"]["train"]["shards"][0]
+    renamed = shard["file"].replace("train-", "train-v0001-", 1)
+    for old, new in ((shard["file"], renamed), (shard["index_file"], renamed + ".idx")):
+        os.rename(os.path.join(path, old), os.path.join(path, new))
+    shard["file"], shard["index_file"] = renamed, renamed + ".idx"
+    with open(os.path.join(path, "dataset.json"), "w") as handle:
+        json.dump(manifest, handle)
+    problems = [str(p) for p in verify_dataset(path).problems]
+    assert any(f"shard 0 is named '{renamed}', expected train-00000-of-" in p for p in problems), problems
+
+
 @pytest.mark.parametrize("edit", [_edit_num_records, _edit_sha256, _edit_num_bytes, _edit_schema,
                                   _edit_counts, _edit_split_total, _drop_shard_entry])
 def test_edited_manifest_fails_naming_what_is_wrong(png_datasets, tmp_path, capsys, edit):
