@@ -162,7 +162,7 @@ def _replace_record(path: str, shard_position: int, record: int, payload: bytes)
     manifest = _manifest(path)
     shard = manifest["splits"]["train"]["shards"][shard_position]
     with open(os.path.join(path, shard["file"]), "rb") as handle:
-        payloads = [bytes(r.data) for r in framed_records(handle)]
+        payloads = [bytes(r.data) for r in read_records(handle)]
     payloads[record] = payload
     data = _stream(*payloads)
     with open(os.path.join(path, shard["file"]), "wb") as handle:
@@ -182,7 +182,7 @@ def _replace_record(path: str, shard_position: int, record: int, payload: bytes)
 def _payload(path: str, shard_position: int, record: int) -> bytes:
     shard = _manifest(path)["splits"]["train"]["shards"][shard_position]
     with open(os.path.join(path, shard["file"]), "rb") as handle:
-        return bytes(list(framed_records(handle))[record].data)
+        return bytes(list(read_records(handle))[record].data)
 
 
 @pytest.mark.parametrize("where", ["same shard", "other shard"])
