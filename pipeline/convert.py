@@ -90,7 +90,8 @@ def local_execution(options: PipelineOptions) -> str:
     direct = options.view_as(DirectOptions)
     if direct.direct_running_mode == "in_memory" or direct.direct_num_workers == 1:
         return "one process"
-    return f"{direct.direct_num_workers} worker processes ({direct.direct_running_mode})"
+    kind = "threads" if direct.direct_running_mode == "multi_threading" else "processes"
+    return f"{direct.direct_num_workers} worker {kind} ({direct.direct_running_mode})"
 
 
 def make_runner(options: PipelineOptions):
