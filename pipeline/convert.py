@@ -26,7 +26,8 @@ from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from pipeline import tool_version
 from dataset.lock import OutputBusy, OutputLock
-from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_salt_stays_out_of_the_job,
+from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_runner,
+                              check_salt_stays_out_of_the_job,
                               parse_convert, scan_label_csv, validate)
 
 from dataset import dataset_json, versions
@@ -208,6 +209,10 @@ class ConvertArchive(beam.PTransform):
         shards = written.shards
         if self.base is not None:
             shards = (written.shards, reused) | "WrittenAndReused" >> beam.Flatten()
+        # No side input is read straight off a step with several outputs: runners differ in
+        # how they keep those apart (BundleBasedDirectRunner mixes every output of such a
+        # step into the view of its first), so the shard results are gathered by a combine.
+        shard_list = shards | "CollectShardResults" >> beam.combiners.ToList()
         outcome_parts.append(written[OUTCOMES])
         outcomes = tuple(outcome_parts) | "CollectOutcomes" >> beam.Flatten()
         matched = ((sources | "CountFiles" >> beam.combiners.Count.Globally(),
@@ -219,7 +224,7 @@ class ConvertArchive(beam.PTransform):
         return (pbegin
                 | "CommitOnce" >> beam.Create([None])
                 | "CommitDataset" >> beam.Map(
-                    commit_dataset, AsList(shards), AsList(outcomes), AsSingleton(matched),
+                    commit_dataset, AsSingleton(shard_list), AsList(outcomes), AsSingleton(matched),
                     space_side, AsDict(group_counts), AsSingleton(leaking), AsDict(layouts),
                     settings, self.options, self.version, self.base))
                 # path of dataset.json
@@ -236,6 +241,7 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     """Converts; returns the run summary (see pipeline.summary)."""
     opts = opts.replace(output=absolute(opts.output))
     validate(opts)
+    check_runner(beam_args)
     options = make_pipeline_options(beam_args, opts.inputs)
     check_salt_stays_out_of_the_job(opts, beam_args)
     configure_storage_retry(opts.gcs_retry_s)     # the launcher's own gs:// calls too

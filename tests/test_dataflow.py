@@ -48,6 +48,7 @@ SHUFFLING_STEPS = {
     "PlanShards": "(split, planned bytes), bucket sizes, ProbedRecord keyed by bucket/shard",
     "DistributeShards": "ShardPlan (the record list of one shard: uris and header metadata)",
     "ReuseShards": "ProbedRecord and base shard names keyed by record fingerprint; counts, bytes",
+    "CollectShardResults": "ShardResult (a shard's name, counts, sizes, hash) per shard",
 }
 
 
