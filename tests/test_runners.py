@@ -34,6 +34,7 @@ from pipeline.sample_archive import pydicom_test_files
 from tests.conftest import TEST_SALT, write_png_archive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "run_portable.sh")
 LOOPBACK = ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"]
 
 
@@ -59,13 +60,6 @@ def _opts(archive, output, **extra) -> ConvertOptions:
     values = {"labels": labels, "id_salt_file": salt, "splits": "train=0.5,validation=0.5",
               "max_failure_ratio": 1.0, **extra}
     return ConvertOptions(inputs=(root,), output=str(output), **values)
-
-
-def _convert_args(archive, output) -> list[str]:
-    root, labels, salt, _ = archive
-    return ["convert", "--input", root, "--output", str(output), "--labels", labels,
-            "--id_salt_file", salt, "--splits", "train=0.5,validation=0.5", "--max_failure_ratio", "1",
-            "--progress", "none"]
 
 
 def _shards(output) -> dict:
@@ -176,10 +170,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_portable_runner_with_an_external_worker_pool_writes_the_reference_bytes(archive, reference,
-                                                                                tmp_path):
-    """EXTERNAL: Beam's worker pool runs as its own process on 127.0.0.1 and starts the SDK
-    workers (with the `python` first on PATH), as a Flink or Spark task manager's sidecar does."""
+def test_run_portable_with_an_external_worker_pool_writes_the_reference_bytes(archive, reference,
+                                                                             tmp_path):
+    """run_portable.sh, EXTERNAL (its default): Beam's worker pool runs as its own process on
+    127.0.0.1 and starts the SDK workers (with the `python` first on PATH), as a Flink or Spark
+    task manager's sidecar does; the job goes through the embedded job service."""
     port = _free_port()
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
            "PYTHONPATH": ROOT, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -198,11 +193,14 @@ def test_portable_runner_with_an_external_worker_pool_writes_the_reference_bytes
                 assert pool.poll() is None and time.time() < deadline, \
                     (tmp_path / "pool.log").read_text()[-2000:]
                 time.sleep(0.2)
-        output = tmp_path / "out"
-        proc = subprocess.run([sys.executable, "-m", "pipeline", *_convert_args(archive, output),
-                               "--runner=PortableRunner", "--job_endpoint=embed",
-                               "--environment_type=EXTERNAL", f"--environment_config=127.0.0.1:{port}"],
-                              env=env, capture_output=True, text=True, cwd=ROOT, timeout=240)
+        output = tmp_path / "out"        # given relative: the script makes it absolute
+        root, labels, salt, _ = archive
+        proc = subprocess.run([SCRIPT, "--job_endpoint", "embed", "--input", root, "--output", "out",
+                               "--id_salt_file", salt, "--labels", labels, "--max_failure_ratio=1",
+                               "--splits", "train=0.5,validation=0.5", "--progress", "none",
+                               f"--environment_config=127.0.0.1:{port}"],
+                              env={**env, "DCM2TFRECORD_PYTHON": sys.executable}, capture_output=True,
+                              text=True, cwd=tmp_path, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:] + (tmp_path / "pool.log").read_text()[-2000:]
         assert _shards(output) == reference[0]
         assert TEST_SALT not in proc.stdout + proc.stderr
@@ -275,3 +273,35 @@ def test_on_other_runners_the_salt_file_may_be_a_path_each_worker_reads(archive,
         check_salt_stays_out_of_the_job(opts, ["--runner=DataflowRunner"])
     check_salt_stays_out_of_the_job(opts.replace(id_salt_file=None, id_salt=TEST_SALT),
                                     ["--runner=BundleBasedDirectRunner"])   # in this process
+
+
+# ---------------------------------------------------------------- run_portable.sh, before Python
+
+
+def _script(*args, **env) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("JOB_ENDPOINT", "INPUT", "OUTPUT", "ID_SALT_FILE", "DCM2TFRECORD_ID_SALT")}
+    return subprocess.run([SCRIPT, *args], env={**base, "DCM2TFRECORD_PYTHON": sys.executable, **env},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_run_portable_names_each_missing_setting_in_one_line():
+    proc = _script()
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert [line.split()[3] for line in lines] == \
+        ["--job_endpoint", "--input", "--output", "--id_salt_file"], proc.stderr
+    for name in ("JOB_ENDPOINT", "INPUT", "OUTPUT", "ID_SALT_FILE"):
+        assert f"env {name})" in proc.stderr
+    assert _script("--job_endpoint").stderr.strip() == "run_portable.sh: error: --job_endpoint needs a value"
+
+
+def test_run_portable_refuses_what_would_break_the_job_before_python():
+    settings = ["--job_endpoint", "h:8099", "--input", "/a", "--output", "/o", "--id_salt_file", "/s"]
+    for extra, said in ((["--id_salt", "x"], "--id_salt would travel inside the job"),
+                        (["--runner=FlinkRunner"], "always uses --runner=PortableRunner"),
+                        (["--environment_type=DOKCER"], "--environment_type DOKCER: give EXTERNAL")):
+        proc = _script(*settings, *extra)
+        assert proc.returncode == 2 and said in proc.stderr and len(proc.stderr.splitlines()) == 1, \
+            proc.stderr
+    assert os.access(SCRIPT, os.X_OK) and subprocess.run(["bash", "-n", SCRIPT]).returncode == 0
