@@ -447,7 +447,8 @@ CONVERT_EPILOG = """examples:
 Beam options pass through, e.g. --direct_num_workers=4 (local worker processes; default:
 one per core, or one process for local inputs of at most 256 files and 256 MiB),
 --direct_running_mode=in_memory, --runner=DataflowRunner (see
-run_dataflow.sh). An option that neither convert nor Beam knows is refused."""
+run_dataflow.sh), --runner=PortableRunner --job_endpoint=HOST:8099 for Flink or Spark (see
+run_portable.sh). An option that neither convert nor Beam knows is refused."""
 
 
 def _unknown_message(flag: str) -> str:
