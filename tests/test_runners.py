@@ -305,3 +305,12 @@ def test_run_portable_refuses_what_would_break_the_job_before_python():
         assert proc.returncode == 2 and said in proc.stderr and len(proc.stderr.splitlines()) == 1, \
             proc.stderr
     assert os.access(SCRIPT, os.X_OK) and subprocess.run(["bash", "-n", SCRIPT]).returncode == 0
+
+
+@pytest.mark.parametrize("beam_args", [[], ["--runner=DirectRunner"],
+                                       ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]])
+def test_local_runs_go_straight_to_the_in_process_runner_never_to_prism(beam_args):
+    """Beam's DirectRunner would first try to download and start Prism (waiting on the network
+    when offline): local runs get FnApiRunner itself."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    assert isinstance(convert.make_runner(convert.make_pipeline_options(beam_args)), FnApiRunner)
