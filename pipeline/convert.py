@@ -45,6 +45,7 @@ from transforms.output.steps import WriteShardFn, commit_dataset, record_plan
 from transforms.planning.shards import for_planning
 from transforms.planning.steps import PlanShards, ReuseShards
 from transforms.records.steps import DropDuplicateInstances, ProbeFn
+from transforms.records.values import Outcome, ShardResult
 from transforms.series.steps import GroupSeries
 from transforms.sources.match import survey_local
 from transforms.sources.steps import MatchSources
@@ -203,17 +204,14 @@ class ConvertArchive(beam.PTransform):
                                                               records_files=self.base is not None,
                                                               tag=self.version_tag,
                                                               storage_retry_s=settings.storage_retry_s),
-                                                 AsSingleton(plan_recorded))
-                   .with_outputs(OUTCOMES, main="shards"))
-        # shards: ShardResult; outcomes: Outcome
-        shards = written.shards
+                                                 AsSingleton(plan_recorded)))
+        # ShardResult and Outcome on one output, split by type here: no side input reads off a
+        # step with several outputs (runners differ in how they keep those apart:
+        # BundleBasedDirectRunner mixes every output of such a step into the view of its first)
+        shards = written | "ShardResults" >> beam.Filter(lambda item: isinstance(item, ShardResult))
         if self.base is not None:
-            shards = (written.shards, reused) | "WrittenAndReused" >> beam.Flatten()
-        # No side input is read straight off a step with several outputs: runners differ in
-        # how they keep those apart (BundleBasedDirectRunner mixes every output of such a
-        # step into the view of its first), so the shard results are gathered by a combine.
-        shard_list = shards | "CollectShardResults" >> beam.combiners.ToList()
-        outcome_parts.append(written[OUTCOMES])
+            shards = (shards, reused) | "WrittenAndReused" >> beam.Flatten()
+        outcome_parts.append(written | "WriteOutcomes" >> beam.Filter(lambda item: isinstance(item, Outcome)))
         outcomes = tuple(outcome_parts) | "CollectOutcomes" >> beam.Flatten()
         matched = ((sources | "CountFiles" >> beam.combiners.Count.Globally(),
                     broken | "CountBrokenLinks" >> beam.combiners.Count.Globally())
@@ -224,7 +222,7 @@ class ConvertArchive(beam.PTransform):
         return (pbegin
                 | "CommitOnce" >> beam.Create([None])
                 | "CommitDataset" >> beam.Map(
-                    commit_dataset, AsSingleton(shard_list), AsList(outcomes), AsSingleton(matched),
+                    commit_dataset, AsList(shards), AsList(outcomes), AsSingleton(matched),
                     space_side, AsDict(group_counts), AsSingleton(leaking), AsDict(layouts),
                     settings, self.options, self.version, self.base))
                 # path of dataset.json

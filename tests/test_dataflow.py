@@ -48,7 +48,6 @@ SHUFFLING_STEPS = {
     "PlanShards": "(split, planned bytes), bucket sizes, ProbedRecord keyed by bucket/shard",
     "DistributeShards": "ShardPlan (the record list of one shard: uris and header metadata)",
     "ReuseShards": "ProbedRecord and base shard names keyed by record fingerprint; counts, bytes",
-    "CollectShardResults": "ShardResult (a shard's name, counts, sizes, hash) per shard",
 }
 
 
@@ -265,7 +264,8 @@ def test_only_metadata_crosses_a_shuffle(dry_run):
     assert any(_step(leaves[t].unique_name) == "CommitDataset" for t in seen)
     after_write = sorted(leaves[t].unique_name for t in seen if t in shuffles)
     assert not after_write, after_write
-    assert {_step(leaves[t].unique_name) for t in seen} <= {"CollectOutcomes", "CommitDataset",
+    assert {_step(leaves[t].unique_name) for t in seen} <= {"ShardResults", "WriteOutcomes",
+                                                            "CollectOutcomes", "CommitDataset",
                                                             "WrittenAndReused"}, \
         sorted({leaves[t].unique_name for t in seen})
 

@@ -322,12 +322,12 @@ def test_a_salt_file_that_is_not_a_regular_file_is_refused_at_once_in_one_line(t
     a device or a directory: refused before anything is opened, exit 2, one line saying what it is."""
     write_png_archive(tmp_path / "in", 1, 8, 8)
     command = (f"exec {sys.executable} -m pipeline convert --input {tmp_path / 'in'} "
-               f"--output {tmp_path / 'out'} --id_salt_file <(printf secret) --progress none "
+               f"--output {tmp_path / 'out'} --id_salt_file <(printf pipe-salt-Sx9) --progress none "
                "--direct_num_workers=1 --direct_running_mode=in_memory")
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "PYTHONPATH": ROOT, "CUDA_VISIBLE_DEVICES": "-1"})
     assert proc.returncode == 2 and "is a FIFO" in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "secret" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "pipe-salt-Sx9" not in proc.stderr
     from pipeline.options import parse_convert
     for path, kind in (("/dev/null", "a device"), (str(tmp_path), "a directory")):
         with pytest.raises(UsageError, match=f"--id_salt_file {path} is {kind}: give a regular file"):

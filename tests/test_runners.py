@@ -82,7 +82,7 @@ def reference(archive):
         counts = json.load(handle)["counts"]
     with open(output / names.ERRORS_NAME) as handle:
         stages = {json.loads(line)["stage"] for line in handle if line.strip()}
-    # decoding fails while shards are written: WriteShards has two outputs to keep apart
+    # decoding fails while shards are written: WriteShards emits shard results and failures
     assert counts["failed"] and "decode" in stages, (counts, stages)
     assert len(_shards(output)) == 4, _shards(output)    # two splits, a shard and an index each
     return _shards(output), counts
