@@ -46,7 +46,7 @@ from transforms.output.steps import WriteShardFn, commit_dataset, record_plan
 from transforms.planning.shards import for_planning
 from transforms.planning.steps import PlanShards, ReuseShards
 from transforms.records.steps import DropDuplicateInstances, ProbeFn
-from transforms.records.values import Outcome, ShardResult
+from dataset.results import Outcome, ShardResult
 from transforms.series.steps import GroupSeries
 from transforms.sources.match import survey_local
 from transforms.sources.steps import MatchSources
