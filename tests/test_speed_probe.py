@@ -1,6 +1,6 @@
 """Probing remembers which header elements converted: the outcome never depends on what came before.
 
-transforms.dicom.header.convert_all_elements skips an element whose exact
+transforms.dicom.header.convert_needed_elements skips an element whose exact
 bytes (tag, VR, value, encoding) already converted without error in the
 process. Every file must probe to the same record, or fail with the same
 reason, whether the process is fresh or has probed many similar files.

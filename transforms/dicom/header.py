@@ -48,7 +48,7 @@ def silence_pydicom() -> None:
 
 
 def read_header(fileobj: BinaryIO) -> Dataset:
-    """Parses every element, leaving large values (pixel data) unread on disk."""
+    """Parses every element (converting the needed set), leaving large values (pixel data) unread on disk."""
     return read_header_and_pixel_element(fileobj)[0]
 
 
@@ -63,11 +63,14 @@ def read_header_and_pixel_element(fileobj: BinaryIO) -> tuple[Dataset, Optional[
     return header.ds, raw
 
 
-def read_probe_header(fileobj: BinaryIO) -> tuple["HeaderValues", Optional[RawDataElement]]:
+def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings()
+                      ) -> tuple["HeaderValues", Optional[RawDataElement]]:
     """read_header_and_pixel_element, the header wrapped in the HeaderValues the probe reads.
 
-    The values that convert_all_elements converted (or found in its memo) are
-    the HeaderValues' from the start, so no element is converted twice.
+    Only the elements a record is made from (needed_tags) are converted, here,
+    once: every other element stays pydicom's RawDataElement, its bytes never
+    interpreted, so a private or unused element with a mangled value does not
+    fail the file. The converted values are the HeaderValues' from the start.
     """
     try:
         with warnings.catch_warnings():
@@ -79,8 +82,53 @@ def read_probe_header(fileobj: BinaryIO) -> tuple["HeaderValues", Optional[RawDa
     if not (isinstance(raw, RawDataElement) and raw.value is None and raw.length):
         raw = None     # not deferred (small or empty): the general path handles it
     values: dict = {}
-    convert_all_elements(ds, skip_deferred_pixels=True, values=values)
-    return HeaderValues(ds, values), raw
+    convert_needed_elements(ds, settings, values=values)
+    return HeaderValues(ds, values, needed_tags(tuple(settings.keep_tags))), raw
+
+
+# ---------------------------------------------------------------- the needed set
+#
+# The one list of the header elements a record is made from: what the probe,
+# native_layout, the general write path (pydicom's decoders and LUTs included)
+# and dicom/* read. Only these are converted; everything else stays raw (a
+# mangled value there fails nothing, and is never written: dicom/* holds only
+# ALLOWED_TEXT, ALLOWED_NUMBERS, the hashed IDENTIFIERS and --keep_tags).
+# A new reader of the header adds its keywords here.
+NEEDED_KEYWORDS = (
+    "SpecificCharacterSet",                              # decodes every text value below
+    "SOPClassUID",                                       # the no_pixel_data message
+    # Image Pixel module (PS3.3 C.7.6.3), as pydicom's decoders read it
+    "SamplesPerPixel", "PhotometricInterpretation", "PlanarConfiguration", "NumberOfFrames",
+    "Rows", "Columns", "BitsAllocated", "BitsStored", "HighBit", "PixelRepresentation",
+    "PixelData", "FloatPixelData", "DoubleFloatPixelData",
+    "ExtendedOffsetTable", "ExtendedOffsetTableLengths",
+    # palette colour (C.7.9)
+    "RedPaletteColorLookupTableDescriptor", "GreenPaletteColorLookupTableDescriptor",
+    "BluePaletteColorLookupTableDescriptor", "AlphaPaletteColorLookupTableDescriptor",
+    "RedPaletteColorLookupTableData", "GreenPaletteColorLookupTableData",
+    "BluePaletteColorLookupTableData", "AlphaPaletteColorLookupTableData",
+    "SegmentedRedPaletteColorLookupTableData", "SegmentedGreenPaletteColorLookupTableData",
+    "SegmentedBluePaletteColorLookupTableData", "SegmentedAlphaPaletteColorLookupTableData",
+    # Modality LUT (C.11.1) and VOI LUT (C.11.2)
+    "ModalityLUTSequence", "RescaleSlope", "RescaleIntercept", "RescaleType",
+    "VOILUTSequence", "WindowCenter", "WindowWidth", "VOILUTFunction",
+    # Enhanced multi-frame: rescale (and more) per frame or shared (C.7.6.16)
+    "SharedFunctionalGroupsSequence", "PerFrameFunctionalGroupsSequence",
+    "BurnedInAnnotation",
+    # --unit series: slice geometry and order (transforms.records.probe._slice_info)
+    "ImageOrientationPatient", "ImagePositionPatient", "InstanceNumber", "PixelSpacing",
+)
+
+
+def _keyword_tags(keywords) -> frozenset:
+    return frozenset(t for t in map(_tag_for_keyword, keywords) if t is not None)
+
+
+@functools.lru_cache(maxsize=64)
+def needed_tags(keep_tags: tuple[str, ...] = ()) -> tuple[int, ...]:
+    """The (int) tags of the needed set with these --keep_tags, ascending."""
+    return tuple(sorted(_keyword_tags(NEEDED_KEYWORDS + ALLOWED_TEXT + ALLOWED_NUMBERS
+                                      + tuple(IDENTIFIERS.values()) + tuple(keep_tags))))
 
 
 # Raw elements whose conversion is a pure function of their own bytes: explicit,
@@ -112,57 +160,66 @@ def _conversion_key(elem: RawDataElement, encoding) -> Optional[tuple]:
             encoding)
 
 
-def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False,
-                         values: Optional[dict] = None) -> None:
-    """Converts every top-level element now, so a mangled VR or value fails here, classified.
+def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettings(),
+                            values: Optional[dict] = None) -> None:
+    """Converts the needed set's elements now (needed_tags), so a mangled one fails here, classified.
 
     pydicom parses element values lazily, on first access; without this, an
     unknown VR would surface as NotImplementedError wherever the value is used.
-    With ``skip_deferred_pixels`` (probing), pixel data values that pydicom
-    deferred stay on disk: reading them would read the whole file (once more,
-    re-opened by name) only to convert a byte string; the writer reads and
-    checks them. Probing also skips an element whose exact bytes (same tag,
-    VR, value, encoding) already converted without error in this process
-    (see _conversion_key): the slices of a series share most of their
-    header, and converting the same bytes again cannot fail differently, nor
-    give a different value. A skipped element stays raw in ``ds`` (converted,
-    with the same result, when read there); ``values`` (int tag -> value),
-    when given, receives every value converted here or remembered.
+    Elements outside the needed set are looked up by nobody and stay raw.
+    Pixel data values that pydicom deferred stay on disk: reading them would
+    read the whole file (once more, re-opened by name) only to convert a byte
+    string; the writer reads and checks them. An element whose exact bytes
+    (same tag, VR, value, encoding) already converted without error in this
+    process (see _conversion_key) is not converted again: the slices of a
+    series share most of their header, and converting the same bytes again
+    cannot fail differently, nor give a different value. Such an element stays
+    raw in ``ds`` (converted, with the same result, when read there);
+    ``values`` (int tag -> value), when given, receives every value converted
+    here or remembered.
     """
+    if values is None:
+        values = {}
+    elements = ds._dict
+    tag = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if not skip_deferred_pixels:
-                for _ in ds:
-                    pass
-                return
-            if values is None:
-                values = {}
-            elements = ds._dict
-            encoding = None
-            for tag in sorted(elements, key=int):     # the order of sorted(elements), int compares
-                elem = elements[tag]
+            encoding = _MISSING
+            for tag in needed_tags(tuple(settings.keep_tags)):
+                elem = elements.get(tag)
+                if elem is None:
+                    continue
                 if not isinstance(elem, RawDataElement):
+                    values[tag] = elem.value
                     continue
-                if elem.value is None and elem.length and int(tag) in _PIXEL_TAG_INTS:
+                if elem.value is None and elem.length and tag in _PIXEL_TAG_INTS:
                     continue
-                if encoding is None:
+                if encoding is _MISSING:
                     encoding = ds.original_character_set or ds._character_set
                     encoding = tuple(encoding) if isinstance(encoding, list) else encoding
                 key = _conversion_key(elem, encoding)
                 if key is not None:
                     value = _CONVERTED.get(key, _MISSING)
                     if value is not _MISSING:
-                        values[int(tag)] = value   # the same bytes converted before, to this value
+                        values[tag] = value      # the same bytes converted before, to this value
                         continue
-                value = values[int(tag)] = ds[tag].value
+                value = values[tag] = ds[tag].value
                 if key is not None:
                     if len(_CONVERTED) >= _CONVERTED_MAX:
                         _CONVERTED.clear()
                     _CONVERTED[key] = value
     except Exception as exc:
-        raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: "
+        name = _keyword_of(tag)
+        raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: {name}: "
                                                      f"{type(exc).__name__}: {exc}") from exc
+
+
+def _keyword_of(tag) -> str:
+    from pydicom.datadict import keyword_for_tag
+    if tag is None:
+        return "?"
+    return keyword_for_tag(tag) or str(Tag(tag))
 
 
 _KEYWORD_TAGS: dict = {}
@@ -177,6 +234,10 @@ def _tag_for_keyword(keyword: str) -> Optional[int]:
     return tag
 
 
+class NotNeededError(LookupError):
+    """A reader of the probe's header asked for an element outside the needed set."""
+
+
 class HeaderValues:
     """Keyword reads of one parsed header, each element looked up and converted at most once.
 
@@ -186,21 +247,28 @@ class HeaderValues:
     the first time (``ds[tag].value``, converting it as pydicom does) and
     kept, so the seventy-odd keyword reads of a probe do not each go through
     pydicom's keyword and tag machinery. ``values`` holds those known already
-    (convert_all_elements'). A failed conversion is not kept: it fails again
-    when read again, as it would on the Dataset. Names that are not DICOM
-    keywords go to the Dataset itself.
+    (convert_needed_elements'). Reading a present element outside the needed
+    set (``needed``, see NEEDED_KEYWORDS) is a programming error, raised as
+    NotNeededError: the probe would otherwise depend on, and fail on, an
+    element that the rule says stays raw. A failed conversion is not kept: it
+    fails again when read again, as it would on the Dataset. Names that are
+    not DICOM keywords go to the Dataset itself.
     """
-    __slots__ = ("ds", "_tags", "_values")
+    __slots__ = ("ds", "_tags", "_values", "_needed")
 
-    def __init__(self, ds: Dataset, values: Optional[dict] = None):
+    def __init__(self, ds: Dataset, values: Optional[dict] = None, needed: tuple = ()):
         self.ds = ds
         self._tags = frozenset(map(int, ds._dict))
         self._values: dict = {} if values is None else values
+        self._needed = frozenset(needed)
 
     def _value(self, tag: int):
         try:
             return self._values[tag]
         except KeyError:
+            if tag not in self._needed:
+                raise NotNeededError(f"{_keyword_of(tag)} is read but not in "
+                                     "transforms.dicom.header.NEEDED_KEYWORDS") from None
             value = self._values[tag] = self.ds[tag].value
             return value
 
