@@ -8,6 +8,7 @@ values, so probing costs a header read even for a 1 GB multi-frame file.
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import math
 import warnings
@@ -18,6 +19,7 @@ import pydicom
 from pydicom.dataelem import RawDataElement
 from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
+from pydicom.filereader import read_dataset
 from pydicom.tag import Tag
 
 from transforms import reasons
@@ -63,19 +65,24 @@ def read_header_and_pixel_element(fileobj: BinaryIO) -> tuple[Dataset, Optional[
     return header.ds, raw
 
 
-def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings()
-                      ) -> tuple["HeaderValues", Optional[RawDataElement]]:
+def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
+                      file_size: Optional[int] = None) -> tuple["HeaderValues", Optional[RawDataElement]]:
     """read_header_and_pixel_element, the header wrapped in the HeaderValues the probe reads.
 
     Only the elements a record is made from (needed_tags) are converted, here,
     once: every other element stays pydicom's RawDataElement, its bytes never
     interpreted, so a private or unused element with a mangled value does not
     fail the file. The converted values are the HeaderValues' from the start.
+    With ``file_size`` the header is parsed from memory when it can be (see
+    _parse_from_head).
     """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ds = pydicom.dcmread(fileobj, force=True, defer_size=_DEFER_BYTES)
+            ds = _parse_from_head(fileobj, file_size) if file_size else None
+            if ds is None:
+                fileobj.seek(0)
+                ds = pydicom.dcmread(fileobj, force=True, defer_size=_DEFER_BYTES)
     except Exception as exc:  # pydicom raises many types for a broken header
         raise ConversionError(reasons.INVALID_DICOM, f"header does not parse: {exc}") from exc
     raw = ds._dict.get(_PIXEL_DATA_TAG)
@@ -84,6 +91,55 @@ def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettin
     values: dict = {}
     convert_needed_elements(ds, settings, values=values)
     return HeaderValues(ds, values, needed_tags(tuple(settings.keep_tags))), raw
+
+
+_HEAD_BYTES = 64 << 10
+
+
+def _parse_from_head(fileobj: BinaryIO, file_size: int) -> Optional[Dataset]:
+    """The file's header parsed in memory, or None where that is not provably the
+    parse of the whole file.
+
+    pydicom reads a header in a few hundred small reads and tells; from a file
+    object (a TrackedReader over a storage stream) each is a Python call or two,
+    a sixth of a vendor-header probe. From an io.BytesIO they cost nothing. The
+    head (the first 64 KiB) is the whole file's parse when it is the whole
+    file, or when the last element it parses is the deferred Pixel Data: the
+    full parse reads the same bytes up to there and skips that value too. What
+    follows the value to the end of the file (a vendor's Data Set Trailing
+    Padding, say), if at most 64 KiB, is read and parsed in the same encoding,
+    its positions moved to the file's; if any of it is deferred, or more
+    follows, or anything fails (a header longer than the head, encapsulated
+    pixel data, a parse error), the caller parses the file itself.
+    """
+    head = fileobj.read(_HEAD_BYTES)       # a read error propagates: the caller reports it
+    try:
+        ds = pydicom.dcmread(io.BytesIO(head), force=True, defer_size=_DEFER_BYTES)
+        if len(head) >= file_size:
+            return ds if len(head) == file_size else None
+        elements = ds._dict
+        last = elements[next(reversed(elements))] if elements else None    # the last one parsed
+        if not (isinstance(last, RawDataElement) and int(last.tag) == int(_PIXEL_DATA_TAG)
+                and last.value is None and last.length != 0xFFFFFFFF):
+            return None
+        end = last.value_tell + last.length
+        if end == file_size:
+            return ds
+        if end > file_size or file_size - end > _HEAD_BYTES:
+            return None
+        fileobj.seek(end)
+        tail = fileobj.read(file_size - end)
+        if len(tail) != file_size - end:
+            return None
+        trailing = read_dataset(io.BytesIO(tail), last.is_implicit_VR, last.is_little_endian,
+                                defer_size=_DEFER_BYTES)
+    except Exception:
+        return None
+    for tag, elem in trailing._dict.items():
+        if not isinstance(elem, RawDataElement) or elem.value is None:
+            return None
+        elements[tag] = elem._replace(value_tell=elem.value_tell + end)
+    return ds
 
 
 # ---------------------------------------------------------------- the needed set
