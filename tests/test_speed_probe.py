@@ -115,3 +115,26 @@ def test_header_parsed_in_memory_or_not_at_all_for_every_pydicom_file():
                 if parsed is not None:
                     assert size == len(data) and parsed._dict == _full_parse(data), name
     assert kinds == {True, False}
+
+
+def test_header_parsed_in_memory_or_not_at_all_for_the_fuzz_corpus():
+    """The same on mutated headers (tests/test_lean_probe.py's corpus): the Explicit VR Little
+    Endian walk and the tail parse give pydicom's elements, or give up."""
+    from tests.test_lean_probe import _fuzz_corpus
+    walked = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, data in _fuzz_corpus():
+            try:
+                parsed = dicom_header._parse_from_head(io.BytesIO(data), len(data))
+            except Exception:      # a read error propagates; a BytesIO has none
+                raise AssertionError(name)
+            if parsed is None:
+                continue
+            walked += 1
+            try:
+                full = _full_parse(data)
+            except Exception:
+                raise AssertionError(f"{name}: parsed in memory, but pydicom fails on it")
+            assert parsed._dict == full, name
+    assert walked > 100
