@@ -114,9 +114,13 @@ def main() -> int:
     parser.add_argument("--only", default="")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--start", type=int, default=1, help="first mutant (1-based)")
+    parser.add_argument("--pick", default="", help="only these mutants, e.g. 8,9,13 (1-based in MUTANTS)")
+    parser.add_argument("--also", action="append", default=[], help="a test to run for every mutant too")
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
-    chosen = [m for m in MUTANTS if args.only in m[0]][args.start - 1:]
+    picked = {int(n) for n in args.pick.split(",") if n}
+    chosen = [(path, old, new, tests + args.also) for number, (path, old, new, tests) in enumerate(MUTANTS, 1)
+              if args.only in path and number >= args.start and (not picked or number in picked)]
     tally: dict = collections.defaultdict(lambda: [0, 0, []])
     for number, (path, old, new, tests) in enumerate(chosen):
         if args.list:
