@@ -47,8 +47,7 @@ def _slice_info(ds) -> SliceInfo:
     except Exception:
         instance = None
     return SliceInfo(orientation=_floats(ds, "ImageOrientationPatient"),
-                     position=_floats(ds, "ImagePositionPatient"), instance=instance,
-                     pixel_spacing=_floats(ds, "PixelSpacing"))
+                     position=_floats(ds, "ImagePositionPatient"), instance=instance)
 
 
 def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,

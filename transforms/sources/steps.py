@@ -60,7 +60,7 @@ def _first_by_rel_path(sources: Iterable[SourceFile]) -> SourceFile:
     return min(sources, key=lambda s: s.rel_path)
 
 
-class MatchSources(beam.PTransform):
+class MatchInputs(beam.PTransform):
     """--input patterns -> (every matched file once, broken links as Outcomes)."""
 
     def __init__(self, patterns: list[str], storage_retry_s: float = 0.0):
