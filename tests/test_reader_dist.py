@@ -10,7 +10,9 @@ and Pillow are never importable in it.
 """
 from __future__ import annotations
 
+import ast
 import glob
+import hashlib
 import json
 import os
 import subprocess
@@ -35,16 +37,14 @@ def _clean_env() -> dict:
     return env
 
 
-def _setup_requires(tree_path: str) -> dict:
-    import ast
-    tree = ast.parse(open(tree_path).read())
+def _setup_keywords(path: str) -> dict:
+    tree = ast.parse(open(path).read())
     call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
     return {k.arg: k.value for k in call.keywords}
 
 
 def test_reader_dist_ships_the_format_and_the_reader_with_light_requirements():
-    keywords = _setup_requires(os.path.join(DIST, "setup.py"))
-    import ast
+    keywords = _setup_keywords(os.path.join(DIST, "setup.py"))
     assert ast.literal_eval(keywords["packages"]) == ["dataset", "reader"]
     requires = [r.split(">")[0].split("=")[0] for r in ast.literal_eval(keywords["install_requires"])]
     assert requires == ["numpy", "protobuf", "google-crc32c"]
@@ -106,7 +106,6 @@ def test_random_access_and_verify_from_the_fresh_venv(reader_venv, dataset_dir):
     assert all(out["absent"].values()), out["absent"]
     assert not out["tensorflow"]          # RandomAccess and verify need no TensorFlow
     records = reader.RandomAccess(dataset_dir)
-    import hashlib
     assert out["pixels"] == [hashlib.sha256(records[i]["image"].tobytes()).hexdigest()
                              for i in range(len(records))]
     assert out["records"] == 12 and out["verdict"].startswith("OK ")
