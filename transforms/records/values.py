@@ -125,6 +125,9 @@ class ProbedRecord:
     # the planning order key (transforms.hashing.order_key of record_id and --seed), set once
     # by transforms.planning.shards.for_planning; None before
     order: Optional[int] = None
+    # Enhanced multi-frame DICOM: the file's stacks (transforms.dicom.functional_groups.Stack),
+    # after expand_frames the one stack this record holds, its frames in record order; () otherwise
+    stacks: tuple = ()
 
     def __reduce__(self):
         return ProbedRecord, _fields_tuple(self)
@@ -136,8 +139,9 @@ class ProbedRecord:
 
     @property
     def counts_sources(self) -> bool:
-        """Whether writing this record accounts for its sources (frame 0 of a split file)."""
-        return self.frame in (None, 0)
+        """Whether writing this record accounts for its sources (frame 0 of a split file,
+        the first stack of an Enhanced file)."""
+        return self.frame in (None, 0) and (not self.stacks or self.stacks[0].index == 0)
 
     @property
     def planned_bytes(self) -> int:
