@@ -321,3 +321,9 @@ def test_variable_length_features_accept_any_count():
                                                  "pairs": np.asarray(pairs, np.int64)}))
         messages = [m for m in check_example(features, schema)[0] if "pairs" in m or "spacing" in m]
         assert (messages == []) == ok, messages
+    # absent: both readers read a variable-length feature as empty (Enhanced-only features)
+    absent = check_example(decode_example(encode_example({"format": "dicom"})), schema)[0]
+    assert not [m for m in absent if "pairs" in m or "spacing" in m], absent
+    fixed = dict(schema, fixed={"dtype": "int64", "shape": [2]})
+    assert "feature 'fixed' is missing" in check_example(decode_example(encode_example({"format": "dicom"})),
+                                                         fixed)[0]
