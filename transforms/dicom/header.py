@@ -19,6 +19,8 @@ from pydicom.dataelem import RawDataElement
 from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
+from pydicom.uid import (DeflatedExplicitVRLittleEndian, ExplicitVRBigEndian, ExplicitVRLittleEndian,
+                         ImplicitVRLittleEndian)
 
 from dataset import reasons
 from transforms.dicom import functional_groups
@@ -48,27 +50,16 @@ def silence_pydicom() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module=r"pydicom(\..*)?$")
 
 
-def read_header(fileobj: BinaryIO) -> Dataset:
-    """Parses every element, leaving large values (pixel data) unread on disk."""
-    return read_header_and_pixel_element(fileobj)[0]
-
-
-def read_header_and_pixel_element(fileobj: BinaryIO) -> tuple[Dataset, Optional[RawDataElement]]:
-    """read_header, plus the raw (7FE0,0010) Pixel Data element as parsed, if deferred.
+def read_probe_header(fileobj: BinaryIO) -> tuple["HeaderValues", Optional[RawDataElement]]:
+    """Every element parsed, large values (pixel data) left unread on disk, wrapped in the
+    HeaderValues the probe reads; and the raw (7FE0,0010) Pixel Data element as parsed, if
+    deferred.
 
     The raw element records where its value lies in the file (``value_tell``)
     and its length, which lets transforms.dicom.native read native pixels
-    straight from the file bytes at write time.
-    """
-    header, raw = read_probe_header(fileobj)
-    return header.ds, raw
-
-
-def read_probe_header(fileobj: BinaryIO) -> tuple["HeaderValues", Optional[RawDataElement]]:
-    """read_header_and_pixel_element, the header wrapped in the HeaderValues the probe reads.
-
-    The values that convert_all_elements converted (or found in its memo) are
-    the HeaderValues' from the start, so no element is converted twice.
+    straight from the file bytes at write time. The values that
+    convert_all_elements converted (or found in its memo) are the
+    HeaderValues' from the start, so no element is converted twice.
     """
     try:
         with warnings.catch_warnings():
@@ -252,8 +243,8 @@ def check_native_length(ds: Dataset) -> None:
                               f"x Frames x Samples x Bits Allocated = {expected}: the header is wrong")
 
 
-NATIVE_SYNTAXES = {"1.2.840.10008.1.2", "1.2.840.10008.1.2.1", "1.2.840.10008.1.2.2",
-                   "1.2.840.10008.1.2.1.99"}
+NATIVE_SYNTAXES = {ImplicitVRLittleEndian, ExplicitVRLittleEndian, ExplicitVRBigEndian,
+                   DeflatedExplicitVRLittleEndian}
 
 
 def looks_like_dicom(ds: Dataset) -> bool:
@@ -428,7 +419,6 @@ def infer_transfer_syntax(ds: Dataset) -> None:
     if implicit is None:
         return
     from pydicom.dataset import FileMetaDataset
-    from pydicom.uid import ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian
     if meta is None:
         ds.file_meta = meta = FileMetaDataset()
     meta.TransferSyntaxUID = (ImplicitVRLittleEndian if implicit
