@@ -30,8 +30,7 @@ from transforms.images.geometry import RESIZE_MODES, parse_resize
 from transforms.labels.table import LABEL_KEYS
 from transforms.dicom.voi import PRESETS, parse_window
 from transforms.hashing import location_hash
-from transforms.settings import ConversionSettings, DecodeSettings, read_salt_file
-from transforms.planning.shards import ShardBounds
+from transforms.settings import ConversionSettings, DecodeSettings, ShardBounds, read_salt_file
 from transforms.splits.assign import SPLIT_BY, SplitSpecError, parse_splits
 
 

@@ -30,7 +30,7 @@ from tests.reference_v0 import probe as reference_probe
 from transforms.dicom import header as dicom_header
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.settings import DecodeSettings
 
 SETTINGS = {

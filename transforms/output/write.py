@@ -21,7 +21,7 @@ from dataset.results import Outcome, ShardResult
 from dataset.shard_writer import open_shard
 from transforms.errors import ConversionError
 from transforms.records.build import build_record
-from transforms.records.values import ProbedRecord, ShardPlan
+from transforms.values import ProbedRecord, ShardPlan
 from transforms.settings import DecodeSettings
 from transforms.sources.read import open_source
 

@@ -22,23 +22,12 @@ import math
 from typing import Iterable, Iterator
 
 from transforms.hashing import ORDER_KEY_SPACE, order_key
-from transforms.records.values import ProbedRecord, from_bytes, to_bytes
+from transforms.settings import ShardBounds
+from transforms.values import ProbedRecord, from_bytes, to_bytes
 
-MB = 1 << 20
 # Hash buckets per split: the side input of bucket starts holds at most this many
 # numbers per split (~2.5 MB); a bucket of a 16 M record split holds ~250 records.
 PLANNING_BUCKETS = 1 << 16
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardBounds:
-    target_bytes: int
-    min_bytes: int
-    max_bytes: int
-
-    @classmethod
-    def from_mb(cls, target_mb: float, min_mb: float, max_mb: float) -> "ShardBounds":
-        return cls(int(target_mb * MB), int(min_mb * MB), int(max_mb * MB))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ from transforms.errors import ConversionError
 from transforms.hashing import record_id
 from transforms.dicom.native import NativePixels, native_layout
 from transforms.images.geometry import plan_spec
-from transforms.records.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
+from transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 from transforms.sources.read import open_checked, open_source
 

@@ -11,7 +11,7 @@ from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.errors import ConversionError
 from transforms.records.probe import expand_frames, probe_file
 from dataset.results import Outcome
-from transforms.records.values import ProbedRecord, SourceFile, from_bytes, to_bytes
+from transforms.values import ProbedRecord, SourceFile, from_bytes, to_bytes
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 from transforms.sources.steps import ReadsSourcesFn
 

@@ -8,7 +8,7 @@ from dataset import reasons
 from transforms.counters import OUTCOMES, count_outcome
 from transforms.errors import ConversionError
 from dataset.results import Outcome
-from transforms.records.values import ProbedRecord
+from transforms.values import ProbedRecord
 from transforms.series import volumes
 from transforms.settings import DecodeSettings, with_salt
 

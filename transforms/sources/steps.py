@@ -8,7 +8,7 @@ import apache_beam as beam
 from dataset import reasons
 from transforms.counters import count, count_outcome
 from dataset.results import Outcome
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.sources.match import broken_links, expand_pattern, uri_key
 from transforms.dicom.header import silence_pydicom
 from transforms.settings import OUTAGE_INPUTS, DecodeSettings, with_salt
