@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.test_shard_plan import _plan, _records
-from transforms.planning.shards import ShardBounds
+from transforms.settings import ShardBounds
 
 
 @st.composite
