@@ -399,6 +399,7 @@ class ConvertOptions:
     splits: str = _default("splits")
     split_by: Optional[str] = _default("split_by")
     split_column: Optional[str] = _default("split_column")
+    allow_split_leak: bool = _default("allow_split_leak")
     summary_json: Optional[str] = _default("summary_json")
     progress: str = _default("progress")
 
