@@ -56,14 +56,28 @@ def _outcome(probe, name: str, data: bytes, settings: DecodeSettings, max_pixels
     return ("record", repr(record))   # repr: a NaN in a slice position compares equal to itself
 
 
+# Refusals the probe gained after the reference (issue "Reliability III"): a file that
+# ends before its elements or pixel data do, frames that cannot fit their data, a
+# Deflated file inflating past its bound. Where the probe now refuses a file with one
+# of these that the reference planned or skipped, the file is in ``changed``; any other
+# difference fails.
+INTEGRITY_REASONS = {"truncated_file", "pixel_data_length_mismatch", "inflated_too_large"}
+
+
 def _check_same(inputs: list[tuple[str, bytes]], settings: DecodeSettings,
-                max_pixels: int = 1 << 40) -> dict:
+                max_pixels: int = 1 << 40, changed: dict | None = None) -> dict:
     expected = {}
+    changed = {} if changed is None else changed
     for name, data in inputs:
         reference_header._CONVERTED.clear()
         dicom_header._CONVERTED.clear()
         expected[name] = _outcome(reference_probe.probe_file, name, data, settings, max_pixels)
-        assert _outcome(probe_file, name, data, settings, max_pixels) == expected[name], ("cold", name)
+        got = _outcome(probe_file, name, data, settings, max_pixels)
+        if got != expected[name] and got[0] == "error" and got[1] in INTEGRITY_REASONS:
+            changed[name] = (expected[name][:1] if expected[name][0] == "record" else expected[name][:2],
+                             got[:2])
+            expected[name] = got
+        assert got == expected[name], ("cold", name)
     dicom_header._CONVERTED.clear()
     for order in (inputs, inputs[::-1]):
         for name, data in order:
@@ -88,9 +102,33 @@ def _pydicom_files() -> list[tuple[str, bytes]]:
     return out
 
 
+# pydicom's test files whose probe outcome changed with the integrity checks, and why
+# (README changelog): header-only stubs of image objects (no Image Pixel module, no pixel
+# data: the 50 CT stubs of dicomdirtests/TINY_ALPHA and the three below), once skipped
+# as no_pixel_data; files cut short, once skipped or planned.
+CHANGED_PYDICOM_FILES = {
+    "MR_truncated.dcm": (("record",), ("error", "truncated_file")),      # pixel data cut: failed at decode
+    "rtplan_truncated.dcm": (("error", "no_pixel_data"), ("error", "truncated_file")),
+    "no_meta_group_length.dcm": (("error", "no_pixel_data"), ("error", "truncated_file")),  # RT Image stub
+    "priv_SQ.dcm": (("error", "no_pixel_data"), ("error", "truncated_file")),               # MR Image stub
+    "UN_sequence.dcm": (("error", "no_pixel_data"), ("error", "truncated_file")),           # CT Image stub
+}
+
+
+def _tiny_alpha_stub(name: str) -> bool:
+    return name.startswith("dicomdirtests/TINY_ALPHA/PT000000/ST000000/SE000000/IM0000")
+
+
 @pytest.mark.parametrize("mode", sorted(SETTINGS))
 def test_every_pydicom_test_file_probes_as_before(mode):
-    outcomes = _check_same(_pydicom_files(), SETTINGS[mode])
+    changed: dict = {}
+    outcomes = _check_same(_pydicom_files(), SETTINGS[mode], changed=changed)
+    stubs = {n: c for n, c in changed.items() if _tiny_alpha_stub(n.removesuffix(".bin"))}
+    assert len(stubs) == 100 and set(stubs.values()) == {(("error", "no_pixel_data"),
+                                                          ("error", "truncated_file"))}
+    named = {n: c for n, c in changed.items() if n not in stubs}
+    assert named == {**CHANGED_PYDICOM_FILES,
+                     **{f"{n}.bin": c for n, c in CHANGED_PYDICOM_FILES.items()}}
     records = [o for o in outcomes.values() if o[0] == "record"]
     assert len(records) > 100 and len(outcomes) - len(records) > 50
     if mode == "default":

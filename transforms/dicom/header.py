@@ -11,7 +11,7 @@ import functools
 import logging
 import math
 import warnings
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Callable, Optional
 
 import numpy as np
 import pydicom
@@ -21,10 +21,11 @@ from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
 from transforms import reasons
+from transforms.dicom import integrity
 from transforms.dtypes import smallest_integer_dtype
 from transforms.errors import ConversionError
 from transforms.records.values import ImageSpec
-from transforms.settings import DecodeSettings
+from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 
 PIXEL_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
 _DEFER_BYTES = 2048
@@ -63,18 +64,20 @@ def read_header_and_pixel_element(fileobj: BinaryIO) -> tuple[Dataset, Optional[
     return header.ds, raw
 
 
-def read_probe_header(fileobj: BinaryIO) -> tuple["HeaderValues", Optional[RawDataElement]]:
+def read_probe_header(fileobj: BinaryIO, max_pixels: int = DEFAULT_MAX_PIXELS,
+                      check: Optional[Callable[[Dataset], None]] = None,
+                      ) -> tuple["HeaderValues", Optional[RawDataElement]]:
     """read_header_and_pixel_element, the header wrapped in the HeaderValues the probe reads.
 
     The values that convert_all_elements converted (or found in its memo) are
     the HeaderValues' from the start, so no element is converted twice.
+    ``max_pixels`` bounds what a Deflated file may inflate to; ``check`` sees the
+    dataset as parsed, before any value is converted (the probe's completeness
+    checks, transforms.dicom.integrity).
     """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ds = pydicom.dcmread(fileobj, force=True, defer_size=_DEFER_BYTES)
-    except Exception as exc:  # pydicom raises many types for a broken header
-        raise ConversionError(reasons.INVALID_DICOM, f"header does not parse: {exc}") from exc
+    ds = integrity.read_dataset(fileobj, _DEFER_BYTES, max_pixels)
+    if check is not None:
+        check(ds)
     raw = ds._dict.get(_PIXEL_DATA_TAG)
     if not (isinstance(raw, RawDataElement) and raw.value is None and raw.length):
         raw = None     # not deferred (small or empty): the general path handles it

@@ -7,6 +7,7 @@ from typing import BinaryIO, Callable, Optional
 
 from transforms import reasons
 from transforms.dicom import header as dicom_header
+from transforms.dicom import integrity
 from transforms.images import raster
 from transforms.sources import sniff
 from transforms.errors import ConversionError
@@ -48,9 +49,14 @@ def _slice_info(ds) -> SliceInfo:
                      pixel_spacing=_floats(ds, "PixelSpacing"))
 
 
-def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
-                 file_size: int) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels]]:
-    header, raw_pixels = dicom_header.read_probe_header(fileobj)
+def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file_size: int,
+                 max_pixels: int = DEFAULT_MAX_PIXELS,
+                 ) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels]]:
+    def whole(ds) -> None:     # on the elements as parsed; noise is not judged truncated
+        if sniffed == sniff.DICOM or dicom_header.looks_like_dicom(ds):
+            integrity.check_whole(ds, integrity.stream_size(ds, file_size))
+
+    header, raw_pixels = dicom_header.read_probe_header(fileobj, max_pixels, check=whole)
     ds = header.ds
     if sniffed == sniff.DICOM and len(ds) == 0:
         raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
@@ -72,6 +78,8 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
                               "Burned In Annotation is YES: text (possibly patient identity) is part "
                               "of the pixels; pass --allow_burned_in to convert it anyway", skipped=True)
     spec = dicom_header.image_spec(ds, settings)
+    if spec.depth * spec.height * spec.width <= max_pixels:   # else too_many_pixels says it
+        integrity.check_frames_fit(header.ds, fileobj, dicom_header.transfer_syntax(ds))
     native = None
     if raw_pixels is not None and settings.dicom_values == "modality":
         native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size)
@@ -83,7 +91,7 @@ def _probe_image(fileobj: BinaryIO) -> ImageSpec:
 
 
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
-                     opener: Callable[[str], BinaryIO]) -> tuple[ImageSpec, str, Optional[Identifiers],
+                     opener: Callable[[str], BinaryIO], max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[ImageSpec, str, Optional[Identifiers],
                                                                  Optional[SliceInfo], Optional[NativePixels]]:
     with open_checked(source.uri, opener) as fileobj:
         try:
@@ -99,7 +107,7 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
         try:
             if kind == sniff.IMAGE:
                 return _probe_image(fileobj), "image", None, None, None
-            spec, ids, info, native = _probe_dicom(fileobj, kind, settings, source.size)
+            spec, ids, info, native = _probe_dicom(fileobj, kind, settings, source.size, max_pixels)
             return spec, "dicom", ids, info, native
         except ConversionError as exc:
             if fileobj.error is not None:      # a read failed underneath the parser
@@ -124,7 +132,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     """
     if source.size == 0:
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
-    spec, kind, ids, info, native = _sniff_and_probe(source, settings, opener)
+    spec, kind, ids, info, native = _sniff_and_probe(source, settings, opener, max_pixels)
     pixels = spec.depth * spec.height * spec.width
     if pixels > max_pixels:
         raise ConversionError(reasons.TOO_MANY_PIXELS,
@@ -149,6 +157,6 @@ def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[Probed
         return [record]
     spec = dataclasses.replace(record.spec, depth=1)
     rel = record.source.rel_path
-    return [dataclasses.replace(record, spec=spec, frame=i,
+    return [dataclasses.replace(record, spec=spec, frame=i, source_frames=record.spec.depth,
                                 record_id=record_id(f"{rel}#frame={i}", settings.id_salt))
             for i in range(record.spec.depth)]
