@@ -47,8 +47,12 @@ def _split_entry(shards: list[ShardResult]) -> dict:
 
 def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], matched: int,
                    options: Mapping, tool_version: str, extra_features: Mapping | None = None,
-                   extra: Mapping | None = None) -> dict:
-    """dataset.json content; ``extra`` adds labels, groups and shard-policy notes."""
+                   extra: Mapping | None = None, written_also_failed: int = 0) -> dict:
+    """dataset.json content; ``extra`` adds labels, groups and shard-policy notes.
+
+    ``written_also_failed``: inputs the shards counted written that are also failed
+    outcomes (a file some of whose frames were written): each counts once, as failed.
+    """
     results, outcomes = list(results), list(outcomes)
     by_split: dict = {}
     for result in results:
@@ -56,7 +60,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     skipped = Counter(o.reason for o in outcomes if o.status == reasons.SKIPPED)
     failed = Counter(o.reason for o in outcomes if o.status == reasons.FAILED)
     rejected_rows = Counter(o.reason for o in outcomes if o.status == reasons.REJECTED)
-    written = sum(r.sources_written for r in results)
+    written = sum(r.sources_written for r in results) - written_also_failed
     features = dict(CORE_FEATURES)
     features.update(extra_features or {})
     extra = dict(extra or {})

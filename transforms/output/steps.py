@@ -10,7 +10,7 @@ from dataset import dataset_json, progress, versions
 from dataset.shard_writer import write_shard
 from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
-                                      run_manifest)
+                                      one_outcome_per_input, run_manifest)
 from transforms.records.values import ShardPlan
 from transforms.settings import ConversionSettings, DecodeSettings
 from transforms.sources.steps import ReadsSourcesFn
@@ -64,8 +64,9 @@ def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_
                    leaking: int, layouts: dict, settings: ConversionSettings, options: dict,
                    version: str, base: Optional[versions.BaseVersion] = None) -> str:
     """Writes errors.jsonl and dataset.json (last), or run_failed.json when too many failed."""
+    outcomes, written_also_failed = one_outcome_per_input(outcomes)
     manifest = run_manifest(results, outcomes, matched, space, group_counts, leaking, layouts,
-                            settings, options, version, base)
+                            settings, options, version, base, written_also_failed)
     failed = sum(manifest["counts"]["failed"].values())
     refusal = (accounting_verdict(manifest["counts"])
                or failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures)

@@ -126,6 +126,7 @@ class ProbedRecord:
     # the planning order key (transforms.hashing.order_key of record_id and --seed), set once
     # by transforms.planning.shards.for_planning; None before
     order: Optional[int] = None
+    source_frames: int = 0   # with --frames split: how many frames the source has (0 otherwise)
 
     def __reduce__(self):
         return ProbedRecord, _fields_tuple(self)
@@ -159,9 +160,15 @@ class Outcome:
     stage: str           # match / probe / decode / normalize / write
     reason: str          # stable code, see transforms.reasons
     message: str
+    # --frames split, at write: which frame of how many did not convert; the outcomes of one
+    # file's frames become one (transforms.output.commit.one_outcome_per_input). Not in
+    # errors.jsonl.
+    frame: Optional[int] = None
+    frames: int = 0
 
     def as_json(self) -> dict:
-        return dataclasses.asdict(self)
+        return {"uri": self.uri, "status": self.status, "stage": self.stage, "reason": self.reason,
+                "message": self.message}
 
 
 @dataclasses.dataclass(frozen=True)
