@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 
 from typing import BinaryIO, Callable, Optional
 
@@ -93,7 +95,7 @@ def _probe_image(fileobj: BinaryIO) -> ImageSpec:
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                      opener: Callable[[str], BinaryIO], max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[ImageSpec, str, Optional[Identifiers],
                                                                  Optional[SliceInfo], Optional[NativePixels]]:
-    with open_checked(source.uri, opener) as fileobj:
+    with open_checked(source.uri, opener, source.size) as fileobj:
         try:
             head = fileobj.read(sniff.HEAD_BYTES)
             fileobj.seek(0)
@@ -120,6 +122,22 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
             raise
 
 
+_SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_file_kind(uri: str) -> str:
+    """What a local input that is not a regular file is ("" for a regular file, a
+    storage object, or one that cannot be stat'ed: opening it then says why)."""
+    if "://" in uri:
+        return ""
+    try:
+        mode = os.stat(uri).st_mode
+    except OSError:
+        return ""
+    return next((what for test, what in _SPECIAL_FILES if test(mode)), "")
+
+
 def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
                max_record_bytes: Optional[int] = None,
                opener: Callable[[str], BinaryIO] = open_source,
@@ -131,6 +149,9 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     they failed: a ``.dcm`` that does not parse is a broken file.
     """
     if source.size == 0:
+        kind = special_file_kind(source.uri)
+        if kind:
+            raise ConversionError(reasons.NOT_A_REGULAR_FILE, f"{kind}, not a regular file: not read")
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
     spec, kind, ids, info, native = _sniff_and_probe(source, settings, opener, max_pixels)
     pixels = spec.depth * spec.height * spec.width
