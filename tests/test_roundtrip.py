@@ -137,7 +137,7 @@ def test_accounting_adds_up_with_reasons(sample_dataset, sample_archive):
         errors = [json.loads(line) for line in handle]
     assert len(errors) == sum(counts["skipped"].values()) + sum(counts["failed"].values())
     by_name = {os.path.basename(e["uri"]): e for e in errors}
-    assert by_name["MR_truncated.dcm"]["reason"] == "pixel_data_length_mismatch"
+    assert by_name["MR_truncated.dcm"]["reason"] == "truncated_file"
     assert by_name["MR_truncated.dcm"]["status"] == "failed"
     assert by_name["rtplan.dcm"]["reason"] == "no_pixel_data"
     assert by_name["rtplan.dcm"]["status"] == "skipped"
@@ -178,11 +178,12 @@ def test_no_patient_identity_in_records(sample_dataset, sample_archive):
 
 EXPECTED_FAILURES = {
     "JPEG2000-embedded-sequence-delimiter.dcm": "decode_error",   # J2K stream cut by a delimiter
-    "MR_truncated.dcm": "pixel_data_length_mismatch",
+    "MR_truncated.dcm": "truncated_file",                           # cut inside its pixel data
     "badVR.dcm": "invalid_value",                                  # Number of Frames '1A'
     "meta_missing_tsyntax.dcm": "missing_attribute",               # no Rows/Columns at all
     "nested_priv_SQ.dcm": "missing_attribute",                     # pixel data without Bits Allocated
     "no_meta.dcm": "invalid_dicom",                                # parses to no DICOM elements
+    "rtplan_truncated.dcm": "truncated_file",                       # cut inside a sequence
 }
 
 
