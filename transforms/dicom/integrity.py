@@ -221,10 +221,10 @@ def check_whole(ds, size: int) -> None:
     the file ends before the pixel data its header describes.
 
     Checked on the raw elements as parsed (before any value is converted).
-    ``size`` is the length of what the offsets refer to (stream_size). An object cut
-    exactly between two elements before its Image Pixel module ends like a whole object
-    without an image (pydicom ships such header-only stubs of CT and MR images): nothing
-    in it says it is cut, so it stays no_pixel_data.
+    ``size`` is the length of what the offsets refer to (stream_size). An object of an
+    image SOP class without pixel data is truncated too: a file cut exactly between two
+    elements before its Image Pixel module looks whole but for that (pydicom's header-only
+    stubs of CT and MR images fail the same way).
     """
     last_end, last_tag = 0, None
     for tag, elem in ds._dict.items():
@@ -251,6 +251,16 @@ def check_whole(ds, size: int) -> None:
                               f"the file ends at byte {size}, {size - last_end} bytes after its last whole "
                               f"element ({Tag(last_tag) if last_tag is not None else 'none'}): it is cut "
                               "inside the next one")
+    # An image SOP class must hold pixel data (the Image Pixel module is mandatory in every
+    # image IOD): one without it ends before its pixel data, even when it ends between two
+    # elements (a cut there leaves nothing else to see).
+    meta = getattr(ds, "file_meta", None)
+    sop = str(ds.get("SOPClassUID", "") or (meta.get("MediaStorageSOPClassUID", "") if meta else "") or "")
+    name = pydicom.uid.UID(sop).name if sop else ""
+    if "Image Storage" in name:
+        raise ConversionError(reasons.TRUNCATED_FILE,
+                              f"a {name} object without pixel data: it ends at byte {size} (cut short "
+                              "before its pixel data, or its pixel data was removed)")
 
 
 def _ends_inside_an_element(ds, size: int, last_end: int) -> bool:
