@@ -7,7 +7,7 @@ import os
 import uuid
 from typing import Iterator
 
-from apache_beam.io.filesystems import FileSystems
+from dataset.storage import FileSystems
 
 from dataset.names import INCOMPLETE_DIR, incomplete_name
 
@@ -54,6 +54,6 @@ def delete_tree(path: str) -> None:
         if os.path.exists(path):
             FileSystems.delete([path])
         return
-    found = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
+    found = FileSystems.match(FileSystems.join(path, "**"))
     if found:
-        FileSystems.delete([m.path for m in found])
+        FileSystems.delete(found)

@@ -31,7 +31,7 @@ from pydicom.encaps import encapsulate, generate_frames
 
 import reader
 from tests.conftest import run_convert, write_png_archive
-from transforms import reasons
+from dataset import reasons
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file
 from transforms.records.values import SourceFile
@@ -174,7 +174,7 @@ def test_a_damaged_multi_frame_file_is_one_input_that_fails_once(tmp_path, frame
 
 def test_every_frame_outcome_of_a_file_becomes_one_and_written_counts_it_once():
     from transforms.output.commit import one_outcome_per_input
-    from transforms.records.values import Outcome
+    from dataset.results import Outcome
 
     def frame(uri, i, n, reason="decode_error"):
         return Outcome(uri, "failed", "decode", reason, f"frame {i} broke", frame=i, frames=n)

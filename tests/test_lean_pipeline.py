@@ -147,7 +147,7 @@ def _enhanced_ct(path, slope=None, intercept=None, per_frame=False):
 def test_enhanced_rescale_in_functional_groups_is_never_silently_dropped(tmp_path, per_frame):
     path = _enhanced_ct(tmp_path / "enh.dcm", slope="1", intercept="-1024", per_frame=per_frame)
     source = SourceFile(path, "enh.dcm", os.path.getsize(path), 1.0)
-    from transforms import reasons
+    from dataset import reasons
     from transforms.errors import ConversionError
     for values in ("modality", "window"):
         with pytest.raises(ConversionError) as caught:

@@ -20,7 +20,7 @@ from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
-from transforms import reasons
+from dataset import reasons
 from transforms.dicom import integrity
 from transforms.dtypes import smallest_integer_dtype
 from transforms.errors import ConversionError

@@ -27,7 +27,7 @@ from pydicom.filebase import DicomBytesIO
 from pydicom.filereader import _read_file_meta_info, read_dataset as pydicom_read_dataset, read_preamble
 from pydicom.tag import Tag
 
-from transforms import reasons
+from dataset import reasons
 from transforms.errors import ConversionError
 
 DEFLATED = "1.2.840.10008.1.2.1.99"

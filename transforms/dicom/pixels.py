@@ -21,7 +21,7 @@ from pydicom.dataset import Dataset
 from pydicom.pixels import apply_color_lut, apply_modality_lut
 from pydicom.pixels import pixel_array as decode_pixels
 
-from transforms import reasons
+from dataset import reasons
 from transforms.dicom import voi
 from transforms.dicom.header import (check_native_length, convert_all_elements, image_spec,
                                      infer_transfer_syntax)

@@ -11,7 +11,7 @@ from transforms.dicom import native as native_dicom
 from transforms.images import raster
 from transforms.dicom.pixels import decode_dicom
 from transforms.sources.read import open_source
-from transforms.records.features import serialize_record
+from dataset.features import serialize_record
 from transforms.records.values import ProbedRecord
 from transforms.settings import DecodeSettings
 from transforms.sources.read import read_unchanged, with_timeout

@@ -7,7 +7,7 @@ import stat
 
 from typing import BinaryIO, Callable, Optional
 
-from transforms import reasons
+from dataset import reasons
 from transforms.dicom import header as dicom_header
 from transforms.dicom import integrity
 from transforms.images import raster

@@ -1,7 +1,7 @@
 """Small frozen values that cross pipeline stages.
 
 Only metadata travels between stages (a few hundred bytes per record); pixel
-payload never crosses a shuffle. See ../shared/DESIGN.md, "plan, then write".
+payload never crosses a shuffle (docs/ARCHITECTURE.md, "Why plan, then write").
 
 The values that cross a stage boundary once per record (SourceFile, ImageSpec,
 ProbedRecord) pickle as one flat tuple of their fields (``__reduce__``): Beam
@@ -153,25 +153,6 @@ RECORD_OVERHEAD_BYTES = 400
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
-    """A source file that was not written: skipped or failed, and why."""
-    uri: str
-    status: str          # "skipped" or "failed"
-    stage: str           # match / probe / decode / normalize / write
-    reason: str          # stable code, see transforms.reasons
-    message: str
-    # --frames split, at write: which frame of how many did not convert; the outcomes of one
-    # file's frames become one (transforms.output.commit.one_outcome_per_input). Not in
-    # errors.jsonl.
-    frame: Optional[int] = None
-    frames: int = 0
-
-    def as_json(self) -> dict:
-        return {"uri": self.uri, "status": self.status, "stage": self.stage, "reason": self.reason,
-                "message": self.message}
-
-
-@dataclasses.dataclass(frozen=True)
 class ShardPlan:
     """The records one shard will hold, in write order."""
     split: str
@@ -179,22 +160,3 @@ class ShardPlan:
     num_shards: int
     records: tuple[ProbedRecord, ...]
     tag: str = ""        # --incremental: the version writing it, so names never repeat across versions
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardResult:
-    """A shard as written: what the manifest says about it."""
-    split: str
-    index: int
-    num_shards: int
-    file: str
-    num_records: int
-    num_bytes: int
-    sha256: str
-    planned_bytes: int
-    dtypes: tuple[str, ...]
-    shapes: tuple[tuple[int, int, int, int], ...]   # distinct, capped
-    sources_written: int
-    label_counts: tuple[tuple[str, int], ...] = ()
-    kinds: tuple[str, ...] = ()
-    max_depth: int = 1

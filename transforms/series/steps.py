@@ -4,10 +4,11 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
-from transforms import reasons
+from dataset import reasons
 from transforms.counters import OUTCOMES, count_outcome
 from transforms.errors import ConversionError
-from transforms.records.values import Outcome, ProbedRecord
+from dataset.results import Outcome
+from transforms.records.values import ProbedRecord
 from transforms.series import volumes
 from transforms.settings import DecodeSettings, with_salt
 

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from transforms import reasons
+from dataset import reasons
 from transforms.errors import ConversionError
 from transforms.hashing import record_id
 from transforms.records.values import ProbedRecord
