@@ -192,7 +192,7 @@ def test_every_frame_outcome_of_a_file_becomes_one_and_written_counts_it_once():
         assert written_too == (0 not in failing)      # frame 0 written: its shard counted the file
     labels = [Outcome("/m.dcm", "skipped", "labels", "missing_label", "no label") for _ in range(5)]
     merged, written_too = one_outcome_per_input(labels)
-    assert len(merged) == 1 and written_too == 0 and "all 5 frames" in merged[0].message
+    assert len(merged) == 1 and written_too == 0 and "all 5 records of the file" in merged[0].message
 
 
 def test_a_volume_that_fails_at_write_fails_each_of_its_slices_once(tmp_path):

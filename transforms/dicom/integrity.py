@@ -55,7 +55,7 @@ def read_dataset(fileobj: BinaryIO, defer_size: int, max_pixels: int):
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            ds = _read_deflated(fileobj, defer_size, max_pixels) if _maybe_deflated(fileobj) else None
+            ds = _read_deflated(fileobj, defer_size, max_pixels) if maybe_deflated(fileobj) else None
             if ds is None:
                 ds = pydicom.dcmread(fileobj, force=True, defer_size=defer_size)
     except ConversionError:
@@ -112,7 +112,7 @@ def _is_end_of_file(exc: BaseException) -> bool:
 # ---------------------------------------------------------------- deflate
 
 
-def _maybe_deflated(fileobj: BinaryIO) -> bool:
+def maybe_deflated(fileobj: BinaryIO) -> bool:
     """A cheap filter: the Deflated transfer syntax UID among the first bytes (the file meta).
 
     Only a filter: the meta itself decides (_read_deflated).

@@ -55,10 +55,12 @@ def one_outcome_per_input(outcomes: Iterable[Outcome]) -> tuple[list[Outcome], i
             total = max(o.frames for o in group) or framed[-1] + 1
             if 0 not in framed:
                 counted_written += 1
-            message = (f"{len(framed)} of {total} frames did not convert (frame {_frame_list(framed)}), "
-                       f"{total - len(framed)} written; frame {first.frame}: {first.message}")
+            part = first.part
+            message = (f"{len(framed)} of {total} {part}s did not convert ({part} {_frame_list(framed)}), "
+                       f"{total - len(framed)} written; {part} {first.frame}: {first.message}")
         else:
-            message = f"all {len(group)} frames: {first.message}" if len(group) > 1 else first.message
+            message = (f"all {len(group)} records of the file (its frames or stacks): {first.message}"
+                       if len(group) > 1 else first.message)
         merged.append(Outcome(uri, status, first.stage, first.reason, message))
     return merged, counted_written
 

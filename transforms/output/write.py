@@ -59,11 +59,14 @@ def _outcomes(record: ProbedRecord, status: str, reason: str, message: str) -> l
     """A record that did not convert, one Outcome per input it is made of (each slice of a
     volume); a frame's says which of how many (one per file at commit), a volume's or a
     multi-frame file's how many slices or frames it has."""
+    part, index = "frame", record.frame
+    if record.frame is None and record.stacks and record.source_frames > 1:
+        part, index = "stack", record.stacks[0].index
     if record.frame is None and record.spec.depth > 1:
         what = f"series of {len(record.members)} slices" if record.members else f"{record.spec.depth} frames"
         message = f"{what}: {message}"
-    return [Outcome(source.uri, status, "decode", reason, message, frame=record.frame,
-                    frames=record.source_frames) for source in record.sources]
+    return [Outcome(source.uri, status, "decode", reason, message, frame=index,
+                    frames=record.source_frames, part=part) for source in record.sources]
 
 
 def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",

@@ -126,7 +126,12 @@ class ProbedRecord:
     # the planning order key (transforms.hashing.order_key of record_id and --seed), set once
     # by transforms.planning.shards.for_planning; None before
     order: Optional[int] = None
-    source_frames: int = 0   # with --frames split: how many frames the source has (0 otherwise)
+    # Enhanced multi-frame DICOM: the file's stacks (transforms.dicom.functional_groups.Stack),
+    # after expand_frames the one stack this record holds, its frames in record order; () otherwise
+    stacks: tuple = ()
+    # with --frames split: how many frames the source has; a stack of an Enhanced file of
+    # several: how many stacks (0 otherwise)
+    source_frames: int = 0
 
     def __reduce__(self):
         return ProbedRecord, _fields_tuple(self)
@@ -138,8 +143,9 @@ class ProbedRecord:
 
     @property
     def counts_sources(self) -> bool:
-        """Whether writing this record accounts for its sources (frame 0 of a split file)."""
-        return self.frame in (None, 0)
+        """Whether writing this record accounts for its sources (frame 0 of a split file,
+        the first stack of an Enhanced file)."""
+        return self.frame in (None, 0) and (not self.stacks or self.stacks[0].index == 0)
 
     @property
     def planned_bytes(self) -> int:

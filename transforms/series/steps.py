@@ -32,7 +32,7 @@ class VolumeOfSeriesFn(beam.DoFn):
         series_uid, slices = keyed
         slices = list(slices)
         try:
-            yield volumes.build_volume_record(series_uid, slices, self.settings.id_salt)
+            yield from volumes.volume_records(series_uid, slices, self.settings.id_salt)
         except ConversionError as exc:
             for member in sorted(s.source.uri for s in slices):
                 outcome = Outcome(member, reasons.FAILED, "group", exc.reason,
