@@ -254,13 +254,21 @@ def check_whole(ds, size: int) -> None:
     # An image SOP class must hold pixel data (the Image Pixel module is mandatory in every
     # image IOD): one without it ends before its pixel data, even when it ends between two
     # elements (a cut there leaves nothing else to see).
-    meta = getattr(ds, "file_meta", None)
-    sop = str(ds.get("SOPClassUID", "") or (meta.get("MediaStorageSOPClassUID", "") if meta else "") or "")
-    name = pydicom.uid.UID(sop).name if sop else ""
-    if "Image Storage" in name:
+    if "Image Storage" in _sop_class_name(ds):
         raise ConversionError(reasons.TRUNCATED_FILE,
-                              f"a {name} object without pixel data: it ends at byte {size} (cut short "
+                              f"a {_sop_class_name(ds)} object without pixel data: it ends at byte {size} (cut short "
                               "before its pixel data, or its pixel data was removed)")
+
+
+def _sop_class_name(ds) -> str:
+    """The name of the SOP class (the dataset's, else the file meta's), "" if none or unreadable
+    (a mangled value is for the checks that convert it to report)."""
+    try:
+        meta = getattr(ds, "file_meta", None)
+        sop = str(ds.get("SOPClassUID", "") or (meta.get("MediaStorageSOPClassUID", "") if meta else "") or "")
+        return pydicom.uid.UID(sop).name if sop else ""
+    except Exception:
+        return ""
 
 
 def _ends_inside_an_element(ds, size: int, last_end: int) -> bool:
@@ -287,8 +295,15 @@ def _int(ds, keyword: str, default: int) -> int:
     try:
         value = ds.get(keyword, default)
         return int(value) if value not in (None, "") else default
-    except (TypeError, ValueError):
+    except Exception:      # a value that does not convert is for image_spec to report
         return default
+
+
+def _photometric(ds) -> str:
+    try:
+        return str(ds.get("PhotometricInterpretation", "") or "").upper()
+    except Exception:
+        return ""
 
 
 def check_frames_fit(ds, fileobj: BinaryIO, syntax: str) -> None:
@@ -318,7 +333,7 @@ def check_frames_fit(ds, fileobj: BinaryIO, syntax: str) -> None:
     if syntax and syntax not in NATIVE_SYNTAXES:
         return
     frame_bits = rows * columns * samples * bits
-    if str(ds.get("PhotometricInterpretation", "") or "").upper() == "YBR_FULL_422":
+    if _photometric(ds) == "YBR_FULL_422":
         frame_bits = frame_bits // 3 * 2    # two chroma samples shared by each pair of pixels
     expected = (frame_bits * frames + 7) // 8
     frame_bytes = (frame_bits + 7) // 8
