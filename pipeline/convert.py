@@ -26,7 +26,8 @@ from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from pipeline import tool_version
 from dataset.lock import OutputBusy, OutputLock
-from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_salt_stays_out_of_the_job,
+from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_runner,
+                              check_salt_stays_out_of_the_job,
                               parse_convert, scan_label_csv, validate)
 
 from dataset import versions
@@ -44,10 +45,11 @@ from transforms.labels.steps import AttachLabels
 from transforms.output.steps import WriteShardFn, commit_dataset, record_plan
 from transforms.planning.shards import for_planning
 from transforms.planning.steps import PlanShards, ReuseShards
-from transforms.records.steps import DropDuplicateInstances, ProbeFn
-from transforms.series.steps import GroupSeries
+from transforms.records.steps import DropDuplicates, ProbeHeadersFn
+from dataset.results import Outcome, ShardResult
+from transforms.series.steps import BuildVolumes
 from transforms.sources.match import survey_local
-from transforms.sources.steps import MatchSources
+from transforms.sources.steps import MatchInputs
 from transforms.splits.steps import CountGroups, with_split
 
 
@@ -91,7 +93,8 @@ def local_execution(options: PipelineOptions) -> str:
     direct = options.view_as(DirectOptions)
     if direct.direct_running_mode == "in_memory" or direct.direct_num_workers == 1:
         return "one process"
-    return f"{direct.direct_num_workers} worker processes ({direct.direct_running_mode})"
+    kind = "threads" if direct.direct_running_mode == "multi_threading" else "processes"
+    return f"{direct.direct_num_workers} worker {kind} ({direct.direct_running_mode})"
 
 
 def make_runner(options: PipelineOptions):
@@ -159,21 +162,22 @@ class ConvertArchive(beam.PTransform):
 
     def expand(self, pbegin):
         settings = self.settings
-        sources, broken = pbegin | "MatchInputs" >> MatchSources(list(settings.patterns),
+        sources, broken = pbegin | "MatchInputs" >> MatchInputs(list(settings.patterns),
                                                                 settings.storage_retry_s)
         # SourceFile; Outcome per broken link
         probed = (sources
-                  | "ProbeHeaders" >> beam.ParDo(ProbeFn(settings.max_pixels, settings.bounds.max_bytes,
-                                                         settings.decode, settings.storage_retry_s))
+                  | "ProbeHeaders" >> beam.ParDo(ProbeHeadersFn(settings.max_pixels,
+                                                                settings.bounds.max_bytes,
+                                                                settings.decode, settings.storage_retry_s))
                   .with_outputs(OUTCOMES, main="records"))
         # records: ProbedRecord; outcomes: Outcome
         records = probed.records
         outcome_parts = [broken, probed[OUTCOMES]]
         if settings.duplicates == "skip":
-            records, duplicates = records | "DropDuplicates" >> DropDuplicateInstances()
+            records, duplicates = records | "DropDuplicates" >> DropDuplicates()
             outcome_parts.append(duplicates)
         if settings.unit == "series":
-            records, series_outcomes = records | "BuildVolumes" >> GroupSeries(settings.decode)
+            records, series_outcomes = records | "BuildVolumes" >> BuildVolumes(settings.decode)
             outcome_parts.append(series_outcomes)
         space = None
         if settings.labels_csv or settings.labels_from_dirs:
@@ -202,13 +206,14 @@ class ConvertArchive(beam.PTransform):
                                                               records_files=self.base is not None,
                                                               tag=self.version_tag,
                                                               storage_retry_s=settings.storage_retry_s),
-                                                 AsSingleton(plan_recorded))
-                   .with_outputs(OUTCOMES, main="shards"))
-        # shards: ShardResult; outcomes: Outcome
-        shards = written.shards
+                                                 AsSingleton(plan_recorded)))
+        # ShardResult and Outcome on one output, split by type here: no side input reads off a
+        # step with several outputs (runners differ in how they keep those apart:
+        # BundleBasedDirectRunner mixes every output of such a step into the view of its first)
+        shards = written | "ShardResults" >> beam.Filter(lambda item: isinstance(item, ShardResult))
         if self.base is not None:
-            shards = (written.shards, reused) | "WrittenAndReused" >> beam.Flatten()
-        outcome_parts.append(written[OUTCOMES])
+            shards = (shards, reused) | "WrittenAndReused" >> beam.Flatten()
+        outcome_parts.append(written | "WriteOutcomes" >> beam.Filter(lambda item: isinstance(item, Outcome)))
         outcomes = tuple(outcome_parts) | "CollectOutcomes" >> beam.Flatten()
         matched = ((sources | "CountFiles" >> beam.combiners.Count.Globally(),
                     broken | "CountBrokenLinks" >> beam.combiners.Count.Globally())
@@ -236,6 +241,7 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     """Converts; returns the run summary (see pipeline.summary)."""
     opts = opts.replace(output=absolute(opts.output))
     validate(opts)
+    check_runner(beam_args)
     options = make_pipeline_options(beam_args, opts.inputs)
     check_salt_stays_out_of_the_job(opts, beam_args)
     configure_storage_retry(opts.gcs_retry_s)     # the launcher's own gs:// calls too

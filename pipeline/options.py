@@ -11,8 +11,9 @@ From it come the argparse parser (:func:`add_convert_arguments`), the
 (:func:`template_metadata`; ``python -m pipeline.options --metadata`` prints
 it, and a test keeps the committed file equal to it).
 
-Adding an option: one ``Option(...)`` row below, plus the code that uses the
-value. Defaults of options that feed a settings field are those fields'
+Adding an option: one ``Option(...)`` row below and its typed field in
+:class:`ConvertOptions` (the module refuses to load until both are there), plus
+the code that uses the value. Defaults of options that feed a settings field are those fields'
 defaults in transforms/settings.py (one owner), not restated here.
 """
 from __future__ import annotations
@@ -29,13 +30,16 @@ from transforms.images.geometry import RESIZE_MODES, parse_resize
 from transforms.labels.table import LABEL_KEYS
 from transforms.dicom.voi import PRESETS, parse_window
 from transforms.hashing import location_hash
-from transforms.settings import ConversionSettings, DecodeSettings, read_salt_file
-from transforms.planning.shards import ShardBounds
+from transforms.settings import (MAX_SALT_BYTES, ConversionSettings, DecodeSettings, SaltFileError,
+                                 ShardBounds, read_salt_file)
 from transforms.splits.assign import SPLIT_BY, SplitSpecError, parse_splits
 
 
 SALT_ENV = "DCM2TFRECORD_ID_SALT"
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
+# Runners that run the job inside this process: the graph never leaves it, so the salt
+# may be given directly (--id_salt, $DCM2TFRECORD_ID_SALT).
+IN_PROCESS_RUNNERS = LOCAL_RUNNERS + ("BundleBasedDirectRunner",)
 _RANDOM_SALT = secrets.token_hex(16)
 _GCS = r"^gs:\/\/[^\n\r]+$"
 _NUMBER = r"^[0-9]+(\.[0-9]+)?$"
@@ -244,12 +248,14 @@ OPTIONS: tuple[Option, ...] = (
                     "(exit 1, nothing committed).", (_NUMBER,)),
            type=float, setting="conversion.storage_retry_s", recorded=False),
     Option("id_salt", f"secret key for hashing identifiers (or ${SALT_ENV}); never written; "
-           "local runs only (on Dataflow it would travel in the job: use --id_salt_file)", _SAFETY,
+           "local runs only (on any other runner it would travel in the job: use --id_salt_file)",
+           _SAFETY,
            None, recorded=False,
            not_in_template="launch parameters are visible to whoever can view the job: the template "
                            "takes id_salt_file"),
-    Option("id_salt_file", "file or gs:// object holding the identifier salt (a mounted secret or a "
-           "restricted object): read by each worker, so the salt never travels in the job", _SAFETY,
+    Option("id_salt_file", "regular file or gs:// object holding the identifier salt (a mounted "
+           "secret or a restricted object): read by each worker, so the salt never travels in the "
+           f"job; UTF-8 text, surrounding whitespace removed, at most {MAX_SALT_BYTES} bytes", _SAFETY,
            Template("Identifier salt file", "Cloud Storage object holding the secret key for hashing "
                     "record and patient identifiers (e.g. gs://secure-bucket/dcm2tfrecord-salt, readable "
                     "by the workers' service account only). Workers read it; the salt itself never "
@@ -328,29 +334,125 @@ OPTIONS: tuple[Option, ...] = (
                     _choices_regex(("auto", "bar", "log", "none"))),
            choices=("auto", "bar", "log", "none"), default="auto", recorded=False),
 )
-OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 # Options whose change between --incremental versions leaves earlier shards reusable.
 PLACEMENT_OPTIONS = frozenset(o.name for o in OPTIONS if o.recorded and not o.content)
 
 
-def _convert_options_class():
-    fields = [(o.name, Any, dataclasses.field(default=None if o.required else
-                                              (tuple(o.default_value) if o.kind == "list"
-                                               else o.default_value)))
-              for o in OPTIONS]
-    return dataclasses.make_dataclass("ConvertOptions", fields, frozen=True, namespace=dict(_METHODS))
+def _default(name: str):
+    """Option ``name``'s default, as its row (or the settings field it feeds) gives it."""
+    option = next(o for o in OPTIONS if o.name == name)
+    if option.required:
+        return None
+    return tuple(option.default_value) if option.kind == "list" else option.default_value
 
 
-def _salt(self) -> str:
-    """--id_salt, else the content of --id_salt_file, else $DCM2TFRECORD_ID_SALT, else (with
-    --allow_random_salt) a fresh one."""
-    salt = self.id_salt
-    if not salt and self.id_salt_file:
-        salt = _salt_file_content(absolute(self.id_salt_file))
-    salt = salt or os.environ.get(SALT_ENV, "")
-    if not salt and self.allow_random_salt:
-        salt = _RANDOM_SALT
-    return salt
+@dataclasses.dataclass(frozen=True)
+class ConvertOptions:
+    """The values of every convert option: one field per row of OPTIONS, named and defaulted by it
+    (declared here so that type checkers and editors see them; the module refuses to load when
+    the two disagree)."""
+    inputs: tuple[str, ...] = _default("inputs")
+    output: Optional[str] = _default("output")
+    overwrite: bool = _default("overwrite")
+    incremental: bool = _default("incremental")
+    duplicates: str = _default("duplicates")
+    target_shard_mb: float = _default("target_shard_mb")
+    min_shard_mb: float = _default("min_shard_mb")
+    max_shard_mb: float = _default("max_shard_mb")
+    min_shards: int = _default("min_shards")
+    compression: str = _default("compression")
+    seed: int = _default("seed")
+    max_pixels: int = _default("max_pixels")
+    dicom_values: str = _default("dicom_values")
+    window: Optional[str] = _default("window")
+    window_bits: int = _default("window_bits")
+    resize: Optional[str] = _default("resize")
+    resize_mode: str = _default("resize_mode")
+    channels: str = _default("channels")
+    frames: str = _default("frames")
+    unit: str = _default("unit")
+    decode_timeout_s: float = _default("decode_timeout_s")
+    max_failure_ratio: float = _default("max_failure_ratio")
+    max_failures: Optional[int] = _default("max_failures")
+    allow_empty: bool = _default("allow_empty")
+    gcs_retry_s: float = _default("gcs_retry_s")
+    id_salt: Optional[str] = _default("id_salt")
+    id_salt_file: Optional[str] = _default("id_salt_file")
+    allow_random_salt: bool = _default("allow_random_salt")
+    keep_tags: tuple[str, ...] = _default("keep_tags")
+    keep_source_path: bool = _default("keep_source_path")
+    allow_burned_in: bool = _default("allow_burned_in")
+    record_input_paths: bool = _default("record_input_paths")
+    labels: Optional[str] = _default("labels")
+    label_key: str = _default("label_key")
+    label_column: str = _default("label_column")
+    multi_label: bool = _default("multi_label")
+    labels_from_dirs: bool = _default("labels_from_dirs")
+    missing_label: str = _default("missing_label")
+    splits: str = _default("splits")
+    split_by: Optional[str] = _default("split_by")
+    split_column: Optional[str] = _default("split_column")
+    summary_json: Optional[str] = _default("summary_json")
+    progress: str = _default("progress")
+
+    def salt(self) -> str:
+        """--id_salt, else the content of --id_salt_file, else $DCM2TFRECORD_ID_SALT, else (with
+        --allow_random_salt) a fresh one."""
+        salt = self.id_salt
+        if not salt and self.id_salt_file:
+            salt = _salt_file_content(absolute(self.id_salt_file))
+        salt = salt or os.environ.get(SALT_ENV, "")
+        if not salt and self.allow_random_salt:
+            salt = _RANDOM_SALT
+        return salt
+
+    @property
+    def bounds(self) -> ShardBounds:
+        return ShardBounds.from_mb(self.target_shard_mb, self.min_shard_mb, self.max_shard_mb)
+
+    def settings(self) -> ConversionSettings:
+        """The settings the job graph is built from, fed by each option's ``setting``."""
+        # With --id_salt_file the salt stays out of the settings (and so out of the job graph):
+        # each worker reads the file at setup (transforms.settings.with_salt).
+        fed: dict = {"decode": {"id_salt": "" if self.id_salt_file and not self.id_salt else self.salt(),
+                                "id_salt_file": absolute(self.id_salt_file) if self.id_salt_file else ""},
+                     "conversion": {}}
+        for option in OPTIONS:
+            if option.setting:
+                target, name = option.setting.split(".")
+                value = getattr(self, option.name)
+                fed[target][name] = option.to_setting(value) if option.to_setting else (
+                    tuple(value) if option.kind == "list" else value)
+        return ConversionSettings(bounds=self.bounds, splits=parse_splits(self.splits),
+                                  decode=DecodeSettings(**fed["decode"]), **fed["conversion"])
+
+    def recorded(self) -> dict:
+        """The options that shape the output, as stored in dataset.json.
+
+        Locations (--input, --labels) only as :func:`recorded_location` unless
+        --record_input_paths.
+        """
+        out = {}
+        for option in OPTIONS:
+            if option.recorded:
+                value = getattr(self, option.name)
+                out[option.name] = list(value) if option.kind == "list" else value
+        if not self.record_input_paths:
+            out["inputs"] = [recorded_location(p, self.salt()) for p in self.inputs]
+            out["labels"] = recorded_location(self.labels, self.salt()) if self.labels else None
+        out["splits"] = dict(parse_splits(self.splits))
+        out["id_salt"] = ("random (hashes differ every run)" if self.salt() == _RANDOM_SALT
+                          else "set (not recorded)")
+        return out
+
+    def replace(self, **changes) -> "ConvertOptions":
+        return dataclasses.replace(self, **changes)
+
+
+_UNDECLARED = {o.name for o in OPTIONS} ^ {f.name for f in dataclasses.fields(ConvertOptions)}
+if _UNDECLARED:
+    raise TypeError(f"ConvertOptions and OPTIONS disagree on {sorted(_UNDECLARED)}: declare one "
+                    "ConvertOptions field per Option row")
 
 
 _SALT_FILES: dict = {}
@@ -361,31 +463,12 @@ def _salt_file_content(uri: str) -> str:
     if uri not in _SALT_FILES:
         try:
             _SALT_FILES[uri] = read_salt_file(uri)
-        except Exception as exc:  # noqa: BLE001 - missing, unreadable, empty: one line
+        except SaltFileError as exc:    # not a regular file, missing, empty, too large: one line
+            raise UsageError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - storage errors: one line
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise UsageError(f"--id_salt_file {uri}: cannot read the salt ({reason})") from None
     return _SALT_FILES[uri]
-
-
-def _bounds(self) -> ShardBounds:
-    return ShardBounds.from_mb(self.target_shard_mb, self.min_shard_mb, self.max_shard_mb)
-
-
-def _settings(self) -> ConversionSettings:
-    """The settings the job graph is built from, fed by each option's ``setting``."""
-    # With --id_salt_file the salt stays out of the settings (and so out of the job graph):
-    # each worker reads the file at setup (transforms.settings.with_salt).
-    fed: dict = {"decode": {"id_salt": "" if self.id_salt_file and not self.id_salt else self.salt(),
-                            "id_salt_file": absolute(self.id_salt_file) if self.id_salt_file else ""},
-                 "conversion": {}}
-    for option in OPTIONS:
-        if option.setting:
-            target, name = option.setting.split(".")
-            value = getattr(self, option.name)
-            fed[target][name] = option.to_setting(value) if option.to_setting else (
-                tuple(value) if option.kind == "list" else value)
-    return ConversionSettings(bounds=self.bounds, splits=parse_splits(self.splits),
-                              decode=DecodeSettings(**fed["decode"]), **fed["conversion"])
 
 
 def recorded_location(uri: str, salt: str) -> str:
@@ -399,36 +482,6 @@ def recorded_location(uri: str, salt: str) -> str:
     return f"{prefix}<hmac:{location_hash(absolute(uri), salt)}>"
 
 
-def _recorded(self) -> dict:
-    """The options that shape the output, as stored in dataset.json.
-
-    Locations (--input, --labels) only as :func:`recorded_location` unless
-    --record_input_paths.
-    """
-    out = {}
-    for option in OPTIONS:
-        if option.recorded:
-            value = getattr(self, option.name)
-            out[option.name] = list(value) if option.kind == "list" else value
-    if not self.record_input_paths:
-        out["inputs"] = [recorded_location(p, self.salt()) for p in self.inputs]
-        out["labels"] = recorded_location(self.labels, self.salt()) if self.labels else None
-    out["splits"] = dict(parse_splits(self.splits))
-    out["id_salt"] = ("random (hashes differ every run)" if self.salt() == _RANDOM_SALT
-                      else "set (not recorded)")
-    return out
-
-
-def _replace(self, **changes):
-    return dataclasses.replace(self, **changes)
-
-
-_METHODS = {"salt": _salt, "bounds": property(_bounds), "settings": _settings,
-            "recorded": _recorded, "replace": _replace,
-            "__doc__": "The values of every convert option (see OPTIONS)."}
-ConvertOptions = _convert_options_class()
-
-
 CONVERT_DESCRIPTION = "Convert DICOM/image archives into size-bounded TFRecord shards plus dataset.json."
 CONVERT_EPILOG = """examples:
   dcm2tfrecord convert --input /archive/ct --output /data/ct --id_salt_file ~/.secrets/salt
@@ -439,7 +492,8 @@ CONVERT_EPILOG = """examples:
 Beam options pass through, e.g. --direct_num_workers=4 (local worker processes; default:
 one per core, or one process for local inputs of at most 256 files and 256 MiB),
 --direct_running_mode=in_memory, --runner=DataflowRunner (see
-run_dataflow.sh). An option that neither convert nor Beam knows is refused."""
+run_dataflow.sh), --runner=PortableRunner --job_endpoint=HOST:8099 for Flink or Spark (see
+run_portable.sh). An option that neither convert nor Beam knows is refused."""
 
 
 def _unknown_message(flag: str) -> str:
@@ -604,36 +658,89 @@ def validate(opts: ConvertOptions) -> None:
                          "--allow_random_salt")
 
 
-def check_salt_stays_out_of_the_job(opts: ConvertOptions, beam_args: Sequence[str]) -> None:
-    """On a remote runner everything in the job graph and its parameters is visible to whoever
-    can view the job: there the salt must come from --id_salt_file, read by the workers."""
+def runner_name(beam_args: Sequence[str]) -> str:
+    """The --runner given ("" for none: the local runner)."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
     runner = PipelineOptions(list(beam_args)).view_as(StandardOptions).runner
-    if runner in LOCAL_RUNNERS:
+    return "" if runner is None else runner if isinstance(runner, str) else type(runner).__name__
+
+
+def _is_dataflow(runner: str) -> bool:
+    return "dataflow" in runner.lower()
+
+
+DASK_REFUSAL = ("--runner=DaskRunner is not supported: Beam's DaskRunner keeps one collection per "
+                "step, not per output (tagged outputs mix), recomputes side inputs (each file was "
+                "probed 13-15 times), computes only the last step and has no data parallelism "
+                "(Reshuffle does nothing there); run on your own cluster through Flink or Spark "
+                "instead (README, 'On your own cluster')")
+
+
+def check_runner(beam_args: Sequence[str]) -> None:
+    """Runners this job cannot run on are refused in one line, before anything is built."""
+    if runner_name(beam_args).lower().rsplit(".", 1)[-1] in ("daskrunner", "dask"):
+        raise UsageError(DASK_REFUSAL)
+
+
+def check_salt_stays_out_of_the_job(opts: ConvertOptions, beam_args: Sequence[str]) -> None:
+    """Outside this process everything in the job graph and its parameters is visible to whoever
+    can view the job: there the salt must come from --id_salt_file, read by the workers. On
+    Dataflow that is a storage object; on other runners (Flink, Spark, Prism, the portable
+    runner) also a path each worker reads, such as a mounted secret."""
+    runner = runner_name(beam_args)
+    if (runner or None) in IN_PROCESS_RUNNERS:
         return
+    dataflow = _is_dataflow(runner)
     if not opts.id_salt_file or opts.id_salt:
-        raise UsageError("on Dataflow give the salt as --id_salt_file gs://BUCKET/OBJECT (workers read "
-                         "it; --id_salt or $DCM2TFRECORD_ID_SALT would travel inside the job for anyone "
-                         "who can view it)")
-    if "://" not in opts.id_salt_file:
+        where = ("gs://BUCKET/OBJECT (workers read it" if dataflow else
+                 "PATH (a regular file at that path on this machine and on every worker, e.g. a "
+                 "mounted secret, or a storage object: workers read it")
+        raise UsageError(f"on {'Dataflow' if dataflow else runner} give the salt as --id_salt_file "
+                         f"{where}; --id_salt, ${SALT_ENV} or --allow_random_salt would travel inside "
+                         "the job for anyone who can view it)")
+    if dataflow and "://" not in opts.id_salt_file:
         raise UsageError(f"--id_salt_file {opts.id_salt_file}: Dataflow workers cannot read a local "
                          "file; give a gs:// object (readable by the workers' service account)")
+
+
+# Modules that define Beam pipeline options outside apache_beam.options.pipeline_options,
+# imported only so that their options are known; each may need an optional dependency
+# (the Dask runner needs dask), and one that cannot be imported is skipped.
+RUNNER_OPTION_MODULES = ("apache_beam.runners.dask.dask_runner", "apache_beam.runners.render",
+                         "apache_beam.yaml.options")
+
+
+def _import_runner_options() -> None:
+    import importlib
+    for module in RUNNER_OPTION_MODULES:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - ImportError, or whatever a half-installed extra raises
+            continue
+
+
+def _bad_beam_value(message: str):
+    raise UsageError(f"Beam pipeline option {message}")
 
 
 def unknown_beam_args(beam_args: Sequence[str]) -> list[str]:
     """Arguments that neither convert nor any Beam PipelineOptions class knows.
 
     Beam only warns about these and drops them; a typo like --max_shard_mbb
-    would then silently run with the default, so we refuse instead.
+    would then silently run with the default, so we refuse instead. The parser
+    is the one Beam builds from every options class (handed out by its public
+    ``add_extra_args_fn`` hook).
     """
-    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
-    parser = _BeamArgumentParser(allow_abbrev=False)
-    seen = {}
-    for cls in PipelineOptions.__subclasses__():
-        seen.setdefault(str(cls), cls)
-    for cls in seen.values():
-        cls._add_argparse_args(parser)  # pylint: disable=protected-access
-    _, unknown = parser.parse_known_args(list(beam_args))
+    from apache_beam.options.pipeline_options import PipelineOptions
+    _import_runner_options()
+    parsers: list = []
+
+    def keep(parser):
+        parser.error = _bad_beam_value      # one line, not argparse's usage of every Beam option
+        parsers.append(parser)
+
+    PipelineOptions(list(beam_args)).get_all_options(add_extra_args_fn=keep)
+    _, unknown = parsers[0].parse_known_args(list(beam_args))
     return [a for a in unknown if a.startswith("-")] or unknown
 
 
@@ -699,6 +806,7 @@ def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_convert_arguments(parser, required=False)     # a missing one is said below, after typos
     known, beam_args = parser.parse_known_args(list(argv))
+    check_runner(beam_args)
     unknown = unknown_beam_args(beam_args)
     if unknown:
         raise UsageError(_unknown_message(unknown[0]))

@@ -34,7 +34,7 @@ from tests.conftest import run_convert, write_png_archive
 from dataset import reasons
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.settings import DecodeSettings
 
 SPLIT = DecodeSettings(frames="split", id_salt="s")
@@ -287,7 +287,7 @@ def test_a_deflate_bomb_is_refused_in_bounded_memory(tmp_path):
         import json, os, resource, sys
         from transforms.errors import ConversionError
         from transforms.records.probe import probe_file
-        from transforms.records.values import SourceFile
+        from transforms.values import SourceFile
 
         def probe(path):
             st = os.stat(path)
@@ -449,7 +449,7 @@ def test_an_out_of_memory_read_says_so(tmp_path):
         import json, os, resource
         from transforms.errors import ConversionError
         from transforms.records.probe import probe_file
-        from transforms.records.values import SourceFile
+        from transforms.values import SourceFile
         from transforms.sources.read import unreadable
         with open("/proc/self/statm") as handle:
             used = int(handle.read().split()[0]) * resource.getpagesize()

@@ -182,7 +182,7 @@ def test_the_salt_is_nowhere_in_the_job_and_its_parameters(dry_run):
     its options and the launcher's output hold only the file's name."""
     job, emulator, stderr = dry_run
     blobs = list(_byte_strings(job))
-    pickled = [blob for blob in blobs if b"ProbeFn" in blob or b"WriteShardFn" in blob]
+    pickled = [blob for blob in blobs if b"ProbeHeadersFn" in blob or b"WriteShardFn" in blob]
     assert pickled, "no pickled DoFn found: the search would see nothing"
     assert any(b"secure/salt" in blob for blob in pickled)      # the file name does travel
     salt = TEST_SALT.encode()
@@ -264,7 +264,8 @@ def test_only_metadata_crosses_a_shuffle(dry_run):
     assert any(_step(leaves[t].unique_name) == "CommitDataset" for t in seen)
     after_write = sorted(leaves[t].unique_name for t in seen if t in shuffles)
     assert not after_write, after_write
-    assert {_step(leaves[t].unique_name) for t in seen} <= {"CollectOutcomes", "CommitDataset",
+    assert {_step(leaves[t].unique_name) for t in seen} <= {"ShardResults", "WriteOutcomes",
+                                                            "CollectOutcomes", "CommitDataset",
                                                             "WrittenAndReused"}, \
         sorted({leaves[t].unique_name for t in seen})
 

@@ -14,7 +14,8 @@ from pipeline import cli
 from tests.conftest import run_convert, write_png_archive
 from dataset.example import decode_example, encode_example
 from dataset.tfrecord import FramingError, frame, masked_crc, read_records
-from dataset.verify import check_example, verify_dataset
+from dataset.verify import verify_dataset
+from dataset.verify_records import check_example
 
 SMALL = dict(target_shard_mb=0.03, min_shard_mb=0.01, max_shard_mb=1.0)
 
@@ -310,6 +311,15 @@ def test_check_example_validates_kinds_counts_and_pixel_bytes():
     extra = dict(good, surprise=1)
     assert check_example(decode_example(encode_example(extra)), schema)[0] == \
         ["feature 'surprise' is not in the schema"]
+    # A feature the schema marks optional (Enhanced files' per-frame geometry) may be absent
+    # from a DICOM record; when present it is still checked against its kind.
+    optional = dict(schema, **{"dicom/image_position_patient": {"dtype": "float", "shape": [-1],
+                                                                "optional": True}})
+    spaced = dict(dicom, **{"dicom/pixel_spacing": np.asarray([0.5, 0.5], np.float32)})
+    assert check_example(decode_example(encode_example(spaced)), optional)[0] == []
+    wrong = dict(spaced, **{"dicom/image_position_patient": b"x"})
+    assert check_example(decode_example(encode_example(wrong)), optional)[0] == \
+        ["feature 'dicom/image_position_patient' is bytes, the schema says float"]
 
 
 def test_variable_length_features_accept_any_count():
