@@ -88,7 +88,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
                    num_groups: Optional[Mapping[str, int]] = None, groups_in_several_splits: int = 0,
                    splits_sharing_groups: Sequence[str] = (),
                    min_shards: Optional[Mapping[str, tuple[int, int]]] = None,
-                   base_version: Optional[tuple[str, str]] = None) -> dict:
+                   base_version: Optional[tuple[str, str]] = None,
+                   written_also_failed: int = 0) -> dict:
     """dataset.json content.
 
     ``features``: the features beyond CORE_FEATURES (``dicom/*``, ``source_path``);
@@ -96,7 +97,9 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     ``groups_in_several_splits``, ``splits_sharing_groups`` (the splits those groups are
     in): the ``groups`` block, when given a ``split_by``;
     ``min_shards``: per split, (shards requested, shards honoured); ``base_version``:
-    ``(name, rebuild reason)`` of the version an ``--incremental`` run built on.
+    ``(name, rebuild reason)`` of the version an ``--incremental`` run built on;
+    ``written_also_failed``: inputs the shards counted written that are also failed
+    outcomes (a file some of whose frames were written): each counts once, as failed.
     """
     results, outcomes = list(results), list(outcomes)
     by_split: dict = {}
@@ -105,7 +108,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     skipped = Counter(o.reason for o in outcomes if o.status == reasons.SKIPPED)
     failed = Counter(o.reason for o in outcomes if o.status == reasons.FAILED)
     rejected_rows = Counter(o.reason for o in outcomes if o.status == reasons.REJECTED)
-    written = sum(r.sources_written for r in results)
+    written = sum(r.sources_written for r in results) - written_also_failed
     all_features = dict(CORE_FEATURES)
     all_features.update(features or {})
     extra: dict = {}

@@ -15,7 +15,9 @@ DUPLICATE = "duplicate"                          # same SOPInstanceUID as an ear
 
 # Failed: the file should have converted and could not.
 EMPTY_FILE = "empty_file"
-TRUNCATED_FILE = "truncated_file"                # DICOM that ends inside its header
+TRUNCATED_FILE = "truncated_file"                # DICOM that ends before its elements or pixel data do
+NOT_A_REGULAR_FILE = "not_a_regular_file"        # a FIFO, device or socket among the inputs: never opened
+INFLATED_TOO_LARGE = "inflated_too_large"        # Deflated DICOM inflating past its header's pixel data
 BROKEN_SYMLINK = "broken_symlink"                # a link whose target does not exist
 CHANGED_DURING_RUN = "changed_during_run"        # size or mtime differs between probe and write
 DECODE_TIMEOUT = "decode_timeout"                # decoding ran past --decode_timeout_s
@@ -48,7 +50,11 @@ DOCUMENTED = {
     UNSUPPORTED_FORMAT: "not DICOM and not a raster image Pillow reads",
     BURNED_IN_ANNOTATION: "Burned In Annotation is YES (text in the pixels); --allow_burned_in converts it",
     EMPTY_FILE: "zero-byte file",
-    TRUNCATED_FILE: "a DICOM file that ends inside its header (no elements after the preamble)",
+    TRUNCATED_FILE: "a DICOM file that ends before its data does: an element's length runs past the end "
+                    "of the file, or the header describes an image and the file ends before its pixel data",
+    NOT_A_REGULAR_FILE: "a FIFO (named pipe), device or socket matched as an input: not read (local inputs)",
+    INFLATED_TOO_LARGE: "a Deflated Explicit VR Little Endian file that inflates past the pixel data its "
+                        "header describes plus 32 MiB (a decompression bomb); inflating stops there",
     BROKEN_SYMLINK: "a symbolic link whose target does not exist (local inputs)",
     DUPLICATE: "same SOPInstanceUID as another file; the first by sorted uri is kept (skipped)",
     CHANGED_DURING_RUN: "the file's size or modification time changed between probe and write",

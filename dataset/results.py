@@ -7,6 +7,7 @@ dataset (dataset/versions.py) are made of them.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,9 +18,16 @@ class Outcome:
     stage: str           # where it stopped: match, probe, labels, group or decode
     reason: str          # stable code, see dataset.reasons
     message: str
+    # --frames split (or a stack of an Enhanced file), at write: which frame (stack) of how
+    # many did not convert; the outcomes of one file's frames become one (transforms.output.commit.one_outcome_per_input). Not in
+    # errors.jsonl.
+    frame: Optional[int] = None
+    frames: int = 0
+    part: str = "frame"   # what frame counts: a frame (--frames split) or a stack (Enhanced)
 
     def as_json(self) -> dict:
-        return dataclasses.asdict(self)
+        return {"uri": self.uri, "status": self.status, "stage": self.stage, "reason": self.reason,
+                "message": self.message}
 
 
 @dataclasses.dataclass(frozen=True)

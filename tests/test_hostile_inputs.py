@@ -61,7 +61,7 @@ def _hostile_archive(root):
     bad("random.dcm", "invalid_dicom", np.random.default_rng(1).bytes(4096))
     bad("truncated_header.dcm", "truncated_file", ct[:300])
     ct_variant(1).save_as(root / "whole.dcm")
-    bad("truncated_pixels.dcm", "pixel_data_length_mismatch", (root / "whole.dcm").read_bytes()[:-2000])
+    bad("truncated_pixels.dcm", "truncated_file", (root / "whole.dcm").read_bytes()[:-2000])
     os.remove(root / "whole.dcm")
     ds = ct_variant(2)
     ds.PixelData = ds.PixelData + bytes(3 * len(ds.PixelData))

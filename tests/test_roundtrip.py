@@ -10,6 +10,7 @@ from PIL import Image
 from pydicom.pixels import apply_color_lut, apply_modality_lut
 
 import reader
+from pipeline.sample_archive import pydicom_test_files
 from tests.conftest import rid
 
 
@@ -137,7 +138,7 @@ def test_accounting_adds_up_with_reasons(sample_dataset, sample_archive):
         errors = [json.loads(line) for line in handle]
     assert len(errors) == sum(counts["skipped"].values()) + sum(counts["failed"].values())
     by_name = {os.path.basename(e["uri"]): e for e in errors}
-    assert by_name["MR_truncated.dcm"]["reason"] == "pixel_data_length_mismatch"
+    assert by_name["MR_truncated.dcm"]["reason"] == "truncated_file"
     assert by_name["MR_truncated.dcm"]["status"] == "failed"
     assert by_name["rtplan.dcm"]["reason"] == "no_pixel_data"
     assert by_name["rtplan.dcm"]["status"] == "skipped"
@@ -178,11 +179,17 @@ def test_no_patient_identity_in_records(sample_dataset, sample_archive):
 
 EXPECTED_FAILURES = {
     "JPEG2000-embedded-sequence-delimiter.dcm": "decode_error",   # J2K stream cut by a delimiter
-    "MR_truncated.dcm": "pixel_data_length_mismatch",
+    "MR_truncated.dcm": "truncated_file",                           # cut inside its pixel data
     "badVR.dcm": "invalid_value",                                  # Number of Frames '1A'
     "meta_missing_tsyntax.dcm": "missing_attribute",               # no Rows/Columns at all
     "nested_priv_SQ.dcm": "missing_attribute",                     # pixel data without Bits Allocated
     "no_meta.dcm": "invalid_dicom",                                # parses to no DICOM elements
+    "rtplan_truncated.dcm": "truncated_file",                       # cut inside a sequence
+    # header-only stubs of image objects (an image SOP class without pixel data)
+    "UN_sequence.dcm": "truncated_file", "priv_SQ.dcm": "truncated_file",
+    "no_meta_group_length.dcm": "truncated_file",
+    **{name: "truncated_file" for name in os.listdir(os.path.join(
+        pydicom_test_files(), "dicomdirtests", "TINY_ALPHA", "PT000000", "ST000000", "SE000000"))},
 }
 
 

@@ -128,6 +128,9 @@ class ProbedRecord:
     # Enhanced multi-frame DICOM: the file's stacks (transforms.dicom.functional_groups.Stack),
     # after expand_frames the one stack this record holds, its frames in record order; () otherwise
     stacks: tuple = ()
+    # with --frames split: how many frames the source has; a stack of an Enhanced file of
+    # several: how many stacks (0 otherwise)
+    source_frames: int = 0
 
     def __reduce__(self):
         return ProbedRecord, _fields_tuple(self)

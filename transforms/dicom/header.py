@@ -13,7 +13,7 @@ import logging
 import math
 import struct
 import warnings
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Callable, Optional
 
 import numpy as np
 import pydicom
@@ -29,11 +29,11 @@ from pydicom.uid import (DeflatedExplicitVRLittleEndian, ExplicitVRBigEndian, Ex
                          ImplicitVRLittleEndian)
 
 from dataset import reasons
-from transforms.dicom import functional_groups
+from transforms.dicom import functional_groups, integrity
 from transforms.dtypes import smallest_integer_dtype
 from transforms.errors import ConversionError
 from transforms.values import ImageSpec
-from transforms.settings import DecodeSettings
+from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 
 PIXEL_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
 _DEFER_BYTES = 2048
@@ -57,7 +57,9 @@ def silence_pydicom() -> None:
 
 
 def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
-                      file_size: Optional[int] = None) -> tuple["HeaderValues", Optional[RawDataElement]]:
+                      file_size: Optional[int] = None, max_pixels: int = DEFAULT_MAX_PIXELS,
+                      check: Optional[Callable[[Dataset], None]] = None,
+                      ) -> tuple["HeaderValues", Optional[RawDataElement]]:
     """Every element parsed, large values (pixel data) left unread on disk, wrapped in the
     HeaderValues the probe reads; and the raw (7FE0,0010) Pixel Data element as parsed, if
     deferred (its ``value_tell`` and length let transforms.dicom.native read native pixels
@@ -68,17 +70,23 @@ def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettin
     interpreted, so a private or unused element with a mangled value does not
     fail the file. The converted values are the HeaderValues' from the start.
     With ``file_size`` the header is parsed from memory when it can be (see
-    _parse_from_head).
+    _parse_from_head); otherwise, and always for a Deflated file, through
+    transforms.dicom.integrity (parse failures classified, inflation bounded by
+    ``max_pixels``). ``check`` sees the dataset as parsed, before any value is
+    converted (the probe's completeness checks, integrity.check_whole).
     """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ds = _parse_from_head(fileobj, file_size) if file_size else None
-            if ds is None:
-                fileobj.seek(0)
-                ds = pydicom.dcmread(fileobj, force=True, defer_size=_DEFER_BYTES)
+            ds = _parse_from_head(fileobj, file_size) \
+                if file_size and not integrity.maybe_deflated(fileobj) else None
     except Exception as exc:  # pydicom raises many types for a broken header
         raise ConversionError(reasons.INVALID_DICOM, f"header does not parse: {exc}") from exc
+    if ds is None:
+        fileobj.seek(0)
+        ds = integrity.read_dataset(fileobj, _DEFER_BYTES, max_pixels)
+    if check is not None:
+        check(ds)
     raw = ds._dict.get(_PIXEL_DATA_TAG)
     if not (isinstance(raw, RawDataElement) and raw.value is None and raw.length):
         raw = None     # not deferred (small or empty): the general path handles it

@@ -1,12 +1,68 @@
 """What a finished run commits: its dataset.json, and whether it may commit at all. Pure."""
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
-from dataset import manifest
+from dataset import manifest, reasons
 from dataset.features import SOURCE_PATH_FEATURE
+from dataset.results import Outcome
 from transforms.dicom import header as dicom_header
 from transforms.settings import ConversionSettings
+
+
+def _frame_list(frames: list[int]) -> str:
+    """0, 2-5, 9 (at most 8 ranges, then how many more)."""
+    ranges: list[list[int]] = []
+    for f in frames:
+        if ranges and f == ranges[-1][1] + 1:
+            ranges[-1][1] = f
+        else:
+            ranges.append([f, f])
+    text = [f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:8]]
+    if len(ranges) > 8:
+        text.append(f"... {len(ranges) - 8} more ranges")
+    return ", ".join(text)
+
+
+def one_outcome_per_input(outcomes: Iterable[Outcome]) -> tuple[list[Outcome], int]:
+    """Outcomes as counted: one per input file, and how many of those inputs a shard
+    also counted as written.
+
+    With --frames split one file's frames are separate records: each frame that does
+    not convert (at write) or is not labelled (before) has an Outcome. They become one,
+    whose message says how many of its frames failed, which, and why the first did.
+    A file whose frame 0 was written was counted written by its shard (frame 0 stands
+    for the file there): those are the second value, to be taken off the written count.
+    """
+    by_uri: dict = {}
+    merged: list[Outcome] = []
+    for outcome in outcomes:
+        if outcome.status == reasons.REJECTED:
+            merged.append(outcome)
+        else:
+            by_uri.setdefault(outcome.uri, []).append(outcome)
+    counted_written = 0
+    for uri, group in by_uri.items():
+        if len(group) == 1 and group[0].frame is None:
+            merged.append(group[0])
+            continue
+        group.sort(key=lambda o: (o.status != reasons.FAILED, -1 if o.frame is None else o.frame,
+                                  o.stage, o.reason))
+        first = group[0]
+        status = reasons.FAILED if first.status == reasons.FAILED else reasons.SKIPPED
+        framed = sorted({o.frame for o in group if o.frame is not None})
+        if framed and all(o.frame is not None for o in group):
+            total = max(o.frames for o in group) or framed[-1] + 1
+            if 0 not in framed:
+                counted_written += 1
+            part = first.part
+            message = (f"{len(framed)} of {total} {part}s did not convert ({part} {_frame_list(framed)}), "
+                       f"{total - len(framed)} written; {part} {first.frame}: {first.message}")
+        else:
+            message = (f"all {len(group)} records of the file (its frames or stacks): {first.message}"
+                       if len(group) > 1 else first.message)
+        merged.append(Outcome(uri, status, first.stage, first.reason, message))
+    return merged, counted_written
 
 
 def failure_verdict(failed: int, matched: int, max_failure_ratio: float,
@@ -81,8 +137,12 @@ def labels_entry(space, settings: ConversionSettings, source: Optional[str] = No
 
 def run_manifest(results: list, outcomes: list, matched: int, space, group_counts: Mapping,
                  leaking: tuple, layouts: Mapping, settings: ConversionSettings, options: Mapping,
-                 version: str, base=None) -> dict:
-    """dataset.json of a run: shards, counts, labels, groups, shard policy, incremental notes."""
+                 version: str, base=None, written_also_failed: int = 0) -> dict:
+    """dataset.json of a run: shards, counts, labels, groups, shard policy, incremental notes.
+
+    ``outcomes`` are one per input (one_outcome_per_input), ``written_also_failed`` the
+    inputs among them that a shard also counted written.
+    """
     if base is not None:   # a version never lists a shard that holds nothing
         results = [r for r in results if r.num_records > 0]
     has_dicom = any("dicom" in r.kinds for r in results)
@@ -96,4 +156,5 @@ def run_manifest(results: list, outcomes: list, matched: int, space, group_count
         num_groups=group_counts, groups_in_several_splits=leaking[0], splits_sharing_groups=leaking[1],
         min_shards={split: (lay.min_shards_requested, lay.min_shards_honoured)
                     for split, lay in layouts.items()},
-        base_version=None if base is None else (base.name, base.rebuild_reason))
+        base_version=None if base is None else (base.name, base.rebuild_reason),
+        written_also_failed=written_also_failed)

@@ -8,7 +8,7 @@ from dataset import progress, versions
 from dataset.manifest import commit, refuse_commit
 from transforms.counters import count, count_outcome
 from transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
-                                      leak_verdict, run_manifest)
+                                      leak_verdict, one_outcome_per_input, run_manifest)
 from transforms.output.write import record_fingerprint, write_shard
 from transforms.values import ShardPlan
 from transforms.settings import ConversionSettings, DecodeSettings
@@ -66,8 +66,9 @@ def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_
                    version: str, base: Optional[versions.BaseVersion] = None) -> str:
     """Writes errors.jsonl and dataset.json (last), or run_failed.json when the run must not
     commit (inputs lost, too many failed, nothing converted, a group in several splits)."""
+    outcomes, written_also_failed = one_outcome_per_input(outcomes)
     manifest = run_manifest(results, outcomes, matched, space, group_counts, leaking, layouts,
-                            settings, options, version, base)
+                            settings, options, version, base, written_also_failed)
     failed = sum(manifest["counts"]["failed"].values())
     refusal = (accounting_verdict(manifest["counts"])
                or failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures)

@@ -53,6 +53,20 @@ def record_fingerprint(record: ProbedRecord) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()[:32]
 
 
+def _outcomes(record: ProbedRecord, status: str, reason: str, message: str) -> list[Outcome]:
+    """A record that did not convert, one Outcome per input it is made of (each slice of a
+    volume); a frame's says which of how many (one per file at commit), a volume's or a
+    multi-frame file's how many slices or frames it has."""
+    part, index = "frame", record.frame
+    if record.frame is None and record.stacks and record.source_frames > 1:
+        part, index = "stack", record.stacks[0].index
+    if record.frame is None and record.spec.depth > 1:
+        what = f"series of {len(record.members)} slices" if record.members else f"{record.spec.depth} frames"
+        message = f"{what}: {message}"
+    return [Outcome(source.uri, status, "decode", reason, message, frame=index,
+                    frames=record.source_frames, part=part) for source in record.sources]
+
+
 def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                 opener: Callable[[str], BinaryIO] = open_source,
                 settings: DecodeSettings = DecodeSettings(),
@@ -79,18 +93,17 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                 if on_error is not None:
                     on_error(record, exc)
                 status = reasons.SKIPPED if exc.skipped else reasons.FAILED
-                outcomes.append(Outcome(record.source.uri, status, "decode", exc.reason, str(exc)))
+                outcomes.extend(_outcomes(record, status, exc.reason, str(exc)))
                 continue
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as exc:  # a codec bug (even a Rust panic) must not take the shard down
-                outcomes.append(Outcome(record.source.uri, reasons.FAILED, "decode",
-                                        reasons.DECODE_ERROR, f"{type(exc).__name__}: {exc}"))
+                outcomes.extend(_outcomes(record, reasons.FAILED, reasons.DECODE_ERROR,
+                                          f"{type(exc).__name__}: {exc}"))
                 continue
             mismatch = size_mismatch(record, dtype, shape)
             if mismatch:
-                outcomes.append(Outcome(record.source.uri, reasons.FAILED, "decode",
-                                        reasons.DECODED_SIZE_MISMATCH, mismatch))
+                outcomes.extend(_outcomes(record, reasons.FAILED, reasons.DECODED_SIZE_MISMATCH, mismatch))
                 continue
             shard.append(payload)
             if on_written is not None:

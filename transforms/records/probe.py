@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 
 from typing import BinaryIO, Callable, Optional
 
 from dataset import reasons
 from transforms.dicom import functional_groups
 from transforms.dicom import header as dicom_header
+from transforms.dicom import integrity
 from transforms.images import raster
 from transforms.sources import sniff
 from transforms.errors import ConversionError
@@ -48,9 +51,15 @@ def _slice_info(ds) -> SliceInfo:
                      position=_floats(ds, "ImagePositionPatient"), instance=instance)
 
 
-def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
-                 file_size: int) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels], tuple]:
-    header, raw_pixels = dicom_header.read_probe_header(fileobj, settings, file_size)
+def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file_size: int,
+                 max_pixels: int = DEFAULT_MAX_PIXELS,
+                 ) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels], tuple]:
+    def whole(ds) -> None:     # on the elements as parsed; noise is not judged truncated
+        if sniffed == sniff.DICOM or dicom_header.looks_like_dicom(ds):
+            integrity.check_whole(ds, integrity.stream_size(ds, file_size))
+
+    header, raw_pixels = dicom_header.read_probe_header(fileobj, settings, file_size, max_pixels,
+                                                        check=whole)
     ds = header.ds
     if sniffed == sniff.DICOM and len(ds) == 0:
         raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
@@ -65,6 +74,8 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
                               "Burned In Annotation is YES: text (possibly patient identity) is part "
                               "of the pixels; pass --allow_burned_in to convert it anyway", skipped=True)
     spec = dicom_header.image_spec(ds, settings)
+    if spec.depth * spec.height * spec.width <= max_pixels:   # else too_many_pixels says it
+        integrity.check_frames_fit(header.ds, fileobj, dicom_header.transfer_syntax(ds))
     stacks = functional_groups.plan_stacks(ds) if functional_groups.present(ds) else ()
     native = None
     if raw_pixels is not None and settings.dicom_values == "modality" and not stacks:
@@ -77,10 +88,10 @@ def _probe_image(fileobj: BinaryIO) -> ImageSpec:
 
 
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
-                     opener: Callable[[str], BinaryIO]) -> tuple[ImageSpec, str, Optional[Identifiers],
-                                                                 Optional[SliceInfo], Optional[NativePixels],
-                                                                 tuple]:
-    with open_checked(source.uri, opener) as fileobj:
+                     opener: Callable[[str], BinaryIO], max_pixels: int = DEFAULT_MAX_PIXELS,
+                     ) -> tuple[ImageSpec, str, Optional[Identifiers], Optional[SliceInfo],
+                                Optional[NativePixels], tuple]:
+    with open_checked(source.uri, opener, source.size) as fileobj:
         try:
             head = fileobj.read(sniff.HEAD_BYTES)
             fileobj.seek(0)
@@ -94,7 +105,7 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
         try:
             if kind == sniff.IMAGE:
                 return _probe_image(fileobj), "image", None, None, None, ()
-            spec, ids, info, native, stacks = _probe_dicom(fileobj, kind, settings, source.size)
+            spec, ids, info, native, stacks = _probe_dicom(fileobj, kind, settings, source.size, max_pixels)
             return spec, "dicom", ids, info, native, stacks
         except ConversionError as exc:
             if fileobj.error is not None:      # a read failed underneath the parser
@@ -105,6 +116,22 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                                       "not DICOM (no preamble, no DICOM elements) and not an image",
                                       skipped=True) from exc
             raise
+
+
+_SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_file_kind(uri: str) -> str:
+    """What a local input that is not a regular file is ("" for a regular file, a
+    storage object, or one that cannot be stat'ed: opening it then says why)."""
+    if "://" in uri:
+        return ""
+    try:
+        mode = os.stat(uri).st_mode
+    except OSError:
+        return ""
+    return next((what for test, what in _SPECIAL_FILES if test(mode)), "")
 
 
 def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
@@ -118,8 +145,11 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     they failed: a ``.dcm`` that does not parse is a broken file.
     """
     if source.size == 0:
+        kind = special_file_kind(source.uri)
+        if kind:
+            raise ConversionError(reasons.NOT_A_REGULAR_FILE, f"{kind}, not a regular file: not read")
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
-    spec, kind, ids, info, native, stacks = _sniff_and_probe(source, settings, opener)
+    spec, kind, ids, info, native, stacks = _sniff_and_probe(source, settings, opener, max_pixels)
     pixels = spec.depth * spec.height * spec.width
     if pixels > max_pixels:
         raise ConversionError(reasons.TOO_MANY_PIXELS,
@@ -148,7 +178,7 @@ def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[Probed
     rel = record.source.rel_path
     if settings.frames == "split" and record.kind == "dicom" and record.spec.depth > 1:
         spec = dataclasses.replace(record.spec, depth=1)
-        return [dataclasses.replace(record, spec=spec, frame=i, stacks=(),
+        return [dataclasses.replace(record, spec=spec, frame=i, stacks=(), source_frames=record.spec.depth,
                                     record_id=record_id(f"{rel}#frame={i}", settings.id_salt))
                 for i in range(record.spec.depth)]
     if len(record.stacks) <= 1:
@@ -156,6 +186,6 @@ def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[Probed
             return [dataclasses.replace(record, slice_spacing=record.stacks[0].spacing)]
         return [record]
     return [dataclasses.replace(record, spec=dataclasses.replace(record.spec, depth=len(stack.frames)),
-                                stacks=(stack,), slice_spacing=stack.spacing,
+                                stacks=(stack,), slice_spacing=stack.spacing, source_frames=len(record.stacks),
                                 record_id=record_id(f"{rel}#stack={stack.label}", settings.id_salt))
             for stack in record.stacks]

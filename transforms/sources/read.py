@@ -47,31 +47,51 @@ def is_outage(exc: BaseException) -> bool:
 
 
 def unreadable(what: str, exc: BaseException) -> ConversionError:
-    return ConversionError(reasons.UNREADABLE, f"{what}: {exc}", outage=is_outage(exc))
+    detail = str(exc) or type(exc).__name__    # MemoryError() says nothing of itself
+    if isinstance(exc, MemoryError):
+        detail = "out of memory (MemoryError)"
+    return ConversionError(reasons.UNREADABLE, f"{what}: {detail}", outage=is_outage(exc))
+
+
+# Not the storage's failure but the parser's (nesting too deep, memory): never an I/O error.
+_PARSER_ERRORS = (RecursionError, MemoryError)
+_LARGE_READ = 1 << 24
 
 
 class TrackedReader:
     """A source file object that remembers the first read error, so that a parser which
-    turns every exception into "does not parse" cannot hide an I/O failure."""
+    turns every exception into "does not parse" cannot hide an I/O failure.
 
-    def __init__(self, raw: BinaryIO):
+    With ``size`` (the file's), a read of more than 16 MiB asks for no more than is
+    left: a header declaring a 4 GB element costs what the file holds, not a 4 GB
+    buffer (the parser then finds the file too short).
+    """
+
+    def __init__(self, raw: BinaryIO, size: int | None = None):
         self._raw = raw
+        self.size = size
         self.error: BaseException | None = None
+
+    def _note(self, exc: BaseException) -> None:
+        if not isinstance(exc, _PARSER_ERRORS):
+            self.error = self.error or exc
 
     def _call(self, name, *args):
         try:
             return getattr(self._raw, name)(*args)
         except Exception as exc:
-            self.error = self.error or exc
+            self._note(exc)
             raise
 
     # read, seek and tell spelled out rather than through _call: pydicom calls them a few
     # hundred times per header, and the extra frame was a tenth of a probe's CPU
     def read(self, *args):
         try:
+            if args and self.size is not None and args[0] is not None and args[0] > _LARGE_READ:
+                args = (max(0, min(args[0], self.size - self._raw.tell())),)
             return self._raw.read(*args)
         except Exception as exc:
-            self.error = self.error or exc
+            self._note(exc)
             raise
 
     def readinto(self, *args):
@@ -81,14 +101,14 @@ class TrackedReader:
         try:
             return self._raw.seek(*args)
         except Exception as exc:
-            self.error = self.error or exc
+            self._note(exc)
             raise
 
     def tell(self):
         try:
             return self._raw.tell()
         except Exception as exc:
-            self.error = self.error or exc
+            self._note(exc)
             raise
 
     def __getattr__(self, name):
@@ -105,10 +125,11 @@ class TrackedReader:
         return unreadable("read failed", self.error) if self.error is not None else exc
 
 
-def open_checked(uri: str, opener: Callable[[str], BinaryIO]) -> TrackedReader:
-    """``opener(uri)``, with any failure (permissions, vanished file) as reason unreadable."""
+def open_checked(uri: str, opener: Callable[[str], BinaryIO], size: int | None = None) -> TrackedReader:
+    """``opener(uri)``, with any failure (permissions, vanished file) as reason unreadable;
+    ``size``: the file's, to bound what one read asks for (TrackedReader)."""
     try:
-        return TrackedReader(opener(uri))
+        return TrackedReader(opener(uri), size)
     except ConversionError:
         raise
     except Exception as exc:
