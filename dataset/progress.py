@@ -12,6 +12,7 @@ from typing import Mapping
 
 from apache_beam.io.filesystems import FileSystems
 
+from dataset.files import create_output
 from dataset.names import DONE_SUFFIX, INCOMPLETE_DIR, PLAN_NAME, PROGRESS_DIR, done_file_name
 
 
@@ -34,7 +35,7 @@ def incomplete_pattern(output_dir: str) -> str:
 def _write(output_dir: str, name: str, content: dict) -> None:
     try:
         path = FileSystems.join(output_dir, PROGRESS_DIR, name)
-        with FileSystems.create(path, mime_type="application/json") as handle:
+        with create_output(output_dir, path, "application/json") as handle:
             handle.write(json.dumps(content, sort_keys=True).encode("utf-8"))
     except Exception as exc:  # noqa: BLE001
         logging.getLogger(__name__).warning("progress file %s not written: %s", name, exc)

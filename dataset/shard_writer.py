@@ -13,10 +13,10 @@ import hashlib
 from typing import BinaryIO, Callable, Optional
 
 import numpy as np
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
 
-from dataset.files import incomplete_file
+from dataset.files import create_output, incomplete_file
 from dataset.names import index_file_name, shard_file_name
 from transforms import reasons
 from transforms.labels.table import label_keys
@@ -89,8 +89,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
     file_name = shard_file_name(plan.split, plan.index, plan.num_shards, plan.tag, compression == "gzip")
     final_path = FileSystems.join(output_dir, file_name)
     with incomplete_file(final_path, output_dir) as tmp:
-        with FileSystems.create(tmp, mime_type="application/octet-stream",
-                                compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        with create_output(output_dir, tmp) as raw:
             sink = _HashingWriter(raw)
             target = gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0) \
                 if compression == "gzip" else sink
@@ -130,8 +129,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                 target.close()
         index_path = FileSystems.join(output_dir, index_file_name(file_name))
         with incomplete_file(index_path, output_dir) as index_tmp:
-            with FileSystems.create(index_tmp, mime_type="text/plain",
-                                    compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            with create_output(output_dir, index_tmp, "text/plain") as handle:
                 handle.write(_index_lines(offsets))
     result = ShardResult(
         split=plan.split, index=plan.index, num_shards=plan.num_shards, file=file_name,

@@ -25,7 +25,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from pipeline import tool_version
-from dataset.lock import OutputBusy, OutputLock
+from dataset.lock import LockUnavailable, OutputBusy, OutputLock
 from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_salt_stays_out_of_the_job,
                               parse_convert, scan_label_csv, validate)
 
@@ -247,7 +247,7 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     try:
         with OutputLock(opts.output):
             return _run(opts, options, launch_only, quiet)
-    except OutputBusy as exc:
+    except (OutputBusy, LockUnavailable) as exc:
         raise UsageError(str(exc)) from None
 
 
