@@ -8,7 +8,6 @@ Wherever a method takes a split, it also takes a split spec (``"train[:10%]"``,
 """
 from __future__ import annotations
 
-import json
 import math
 import operator
 from typing import Optional
@@ -41,7 +40,8 @@ class DatasetInfo(dict):
             return self["splits"][split]
         except KeyError:
             known = ", ".join(self.split_names) or "none"
-            raise ValueError(f"split {split!r} not in {self.dataset_dir} (splits: {known})") from None
+            raise ValueError(f"split {splits.shown(split)} not in {self.dataset_dir} "
+                             f"(splits: {known})") from None
 
     def slices(self, spec: str = "train") -> tuple[splits.Slice, ...]:
         """The ``(split, start, stop)`` record ranges a split spec names."""
@@ -182,6 +182,12 @@ def info(dataset_dir: str, version=None) -> DatasetInfo:
     path = tf.io.gfile.join(dataset_dir, MANIFEST_NAME)
     if not tf.io.gfile.exists(path):
         raise names.missing_manifest(path, dataset_dir)
-    with tf.io.gfile.GFile(path, "r") as handle:
-        return DatasetInfo(json.load(handle), dataset_dir)
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        text = handle.read()
+    try:
+        text = text.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is incomplete or corrupt (not UTF-8 text: {error}); restore it, "
+                         "or convert again") from None
+    return DatasetInfo(names.parse_manifest(text, path), dataset_dir)
 

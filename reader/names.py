@@ -8,6 +8,7 @@ shard), as plain string functions shared by ``reader.manifest`` (through
 """
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 MANIFEST_NAME = "dataset.json"
@@ -53,6 +54,20 @@ def resolve(dataset_dir: str, version, exists: Callable[[str], bool],
     if exists(latest):
         return join(join(dataset_dir, VERSIONS_DIR), version_name(read_text(latest)))
     return dataset_dir
+
+
+def parse_manifest(text: str, path: str) -> dict:
+    """dataset.json's content; a file cut short or damaged is one ValueError naming it."""
+    try:
+        manifest = json.loads(text)
+    except ValueError as error:       # JSONDecodeError, or text that is not UTF-8
+        raise ValueError(f"{path} is incomplete or corrupt (not valid JSON: {error}); it is "
+                         "written whole at commit, so it was damaged afterwards: restore it, or "
+                         "convert again") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
+        raise ValueError(f"{path} is not a dcm2tfrecord manifest (no 'splits' object); restore "
+                         "it, or convert again")
+    return manifest
 
 
 def missing_manifest(path: str, dataset_dir: str) -> FileNotFoundError:

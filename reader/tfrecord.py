@@ -10,8 +10,11 @@ at ``offset``.
 from __future__ import annotations
 
 import struct
+from typing import Optional
 
 import numpy as np
+
+from reader.names import INDEX_SUFFIX
 
 HEADER_BYTES = 12
 FRAMING_BYTES = 16
@@ -84,13 +87,84 @@ def unframe(record: bytes, shard: str, index: int, verify: bool = True) -> memor
     return data
 
 
-def parse_index(text: str, shard: str = "") -> tuple[np.ndarray, np.ndarray]:
-    """``(offsets, sizes)`` (int64) from the text of a DALI ``.idx`` file."""
-    values = np.array(text.split(), dtype=np.int64)
-    if values.size % 2:
-        raise ValueError(f"{shard}.idx: an odd number of values; expected 'offset size' lines")
+class CorruptIndexError(CorruptRecordError):
+    """A ``.idx`` file that does not describe its shard; names the file and the line."""
+
+
+def _bad_line(text: str, where: str) -> CorruptIndexError:
+    """The first line of ``text`` that is not ``offset size`` (two whole numbers >= 0)."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        shown = line if len(line) <= 60 else line[:60] + "..."
+        if len(fields) != 2 or not all(f.isascii() and f.isdigit() for f in fields):
+            return CorruptIndexError(f"{where}: line {number} is {shown!r}, not 'offset size' "
+                                     "(two whole numbers)")
+        if any(len(f) > 19 or int(f) >= 1 << 63 for f in fields):
+            return CorruptIndexError(f"{where}: line {number} is {shown!r}: a number too large "
+                                     "for any file")
+    return CorruptIndexError(f"{where}: not a list of 'offset size' lines")
+
+
+def _line_of(text: str, pair: int) -> int:
+    """The line number of the ``pair``-th (0-based) non-blank line."""
+    seen = -1
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            seen += 1
+            if seen == pair:
+                return number
+    return pair + 1
+
+
+def parse_index(text: str, shard: str = "", shard_bytes: Optional[int] = None,
+                where: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, sizes)`` (int64) from the text of a DALI ``.idx`` file.
+
+    The lines must describe the shard as written: the first record at offset 0, each
+    next one where the one before ends (so lines out of order are found, not read as
+    the wrong record), every size at least the 16 framing bytes and, given
+    ``shard_bytes``, the last record ending at the shard's end (so no size reaches past
+    the file). Anything else is a CorruptIndexError naming the file (``where``, else
+    ``{shard}.idx``) and the line.
+    """
+    where = where or shard + INDEX_SUFFIX
+    try:
+        values = np.array(text.split(), dtype=np.int64)
+    except (ValueError, OverflowError):
+        raise _bad_line(text, where) from None
+    if values.size % 2 or (values.size and values.min() < 0):
+        raise _bad_line(text, where)
     pairs = values.reshape(-1, 2)
-    return pairs[:, 0].copy(), pairs[:, 1].copy()
+    offsets, sizes = pairs[:, 0].copy(), pairs[:, 1].copy()
+    if not len(offsets):
+        if shard_bytes:
+            raise CorruptIndexError(f"{where}: lists no record, the shard holds {shard_bytes} bytes")
+        return offsets, sizes
+    limit = shard_bytes if shard_bytes is not None else 1 << 60
+    small = sizes < FRAMING_BYTES
+    large = sizes > limit
+    ends = np.cumsum(np.minimum(sizes, limit))
+    expected = np.concatenate(([0], ends[:-1]))
+    bad = np.nonzero(small | large | (offsets != expected))[0]
+    if bad.size:
+        i = int(bad[0])
+        line = _line_of(text, i)
+        if small[i]:
+            why = f"size {sizes[i]} is less than a record's {FRAMING_BYTES} framing bytes"
+        elif large[i]:
+            why = f"size {sizes[i]} is larger than the shard ({shard_bytes} bytes)"
+        elif i == 0:
+            why = f"the first record is at offset {offsets[0]}, not 0"
+        else:
+            why = (f"offset {offsets[i]} is not where the record of line {_line_of(text, i - 1)} "
+                   f"ends ({expected[i]}): lines out of order, missing or damaged")
+        raise CorruptIndexError(f"{where}: line {line}: {why}")
+    if shard_bytes is not None and int(ends[-1]) != shard_bytes:
+        raise CorruptIndexError(f"{where}: its records end at byte {int(ends[-1])}, the shard holds "
+                                f"{shard_bytes} bytes")
+    return offsets, sizes
 
 
 def scan_index(reader) -> tuple[np.ndarray, np.ndarray]:

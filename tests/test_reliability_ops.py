@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,3 +139,119 @@ def test_the_lock_holds_no_path_and_a_killed_holders_lock_is_taken_over_and_remo
     with OutputLock(str(out)) as lock:                     # its holder is dead: taken over
         assert json.loads((out / names.LOCK_NAME).read_text())["token"] == lock.token
     assert not os.path.exists(out / names.LOCK_NAME)       # and cleaned up
+
+
+# ---------------------------------------------------------------- 8. the reader on damaged files
+
+
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory) -> str:
+    base = tmp_path_factory.mktemp("small")
+    write_png_archive(base / "in", 10, 24, 24)
+    run_convert(base / "in", base / "out", target_shard_mb=0.003, min_shard_mb=0.001, max_shard_mb=1)
+    return str(base / "out")
+
+
+def _idx_damages(lines: list[str]):
+    """(name, damaged text, line number the damage is on or None) for an index of ``lines``."""
+    n = len(lines)
+    offsets = [int(line.split()[0]) for line in lines]
+    sizes = [int(line.split()[1]) for line in lines]
+    for i in range(n):
+        for j in range(i + 1, n):
+            swapped = list(lines)
+            swapped[i], swapped[j] = swapped[j], swapped[i]
+            yield f"swap {i},{j}", swapped, i + 1
+    for i in range(n):
+        for name, line in (("huge size", f"{offsets[i]} {10 ** 15}"), ("negative", f"{offsets[i]} -5"),
+                           ("size + 1", f"{offsets[i]} {sizes[i] + 1}"),
+                           ("size - 1", f"{offsets[i]} {sizes[i] - 1}"), ("tiny", f"{offsets[i]} 3"),
+                           ("offset shifted", f"{offsets[i] + 8} {sizes[i]}"),
+                           ("past the end", f"{10 ** 12} {sizes[i]}"), ("three fields", "0 1 2"),
+                           ("words", "offset size"), ("float", f"{offsets[i]}.5 {sizes[i]}"),
+                           ("overflow", f"{offsets[i]} {10 ** 30}")):
+            damaged = list(lines)
+            damaged[i] = line
+            # a size change on the last line is caught as the shard's end instead of a line
+            yield f"{name} at {i}", damaged, (i + 1 if not (name.startswith("size") and i == n - 1) else None)
+    yield "last line lost", lines[:-1], None
+    yield "line repeated", lines + lines[-1:], n + 1
+
+
+def test_a_damaged_index_is_one_error_naming_the_file_and_line_and_never_the_wrong_record(
+        small_dataset, tmp_path):
+    manifest = reader.info(small_dataset)
+    shards = manifest["splits"]["train"]["shards"]
+    assert len(shards) >= 2 and all(s["num_records"] >= 3 for s in shards), shards
+    clean = reader.RandomAccess(small_dataset, "train")
+    want = [clean[i]["id"] for i in range(len(clean))]
+    copy = tmp_path / "copy"
+    shutil.copytree(small_dataset, copy)
+    target = shards[-1]
+    idx = copy / target["index_file"]
+    original = idx.read_text()
+    cases = list(_idx_damages(original.splitlines()))
+    cases += [("binary", b"\xff\xfe\x00garbage", None), ("empty", "", None)]
+    for name, damaged, line in cases:
+        if isinstance(damaged, bytes):
+            idx.write_bytes(damaged)
+        else:
+            idx.write_text(damaged if isinstance(damaged, str) else "\n".join(damaged) + "\n")
+        ra = reader.RandomAccess(str(copy), "train")
+        for i in range(len(ra)):
+            try:
+                got = ra[i]["id"]
+            except reader.CorruptIndexError as error:
+                assert str(idx) in str(error), (name, error)
+                if line is not None:
+                    assert re.search(rf"\bline {line}\b", str(error)), (name, error)
+                assert len(str(error)) < 400, (name, error)
+                continue
+            assert got == want[i], (name, i)        # never another record than asked for
+        assert ra.locate(len(ra) - 1)[0] == len(shards) - 1
+        with pytest.raises(reader.CorruptIndexError):
+            ra[len(ra) - 1]                     # the damaged shard's records are never read
+    idx.unlink()
+    idx.mkdir()                                    # an .idx that is a folder
+    with pytest.raises(reader.CorruptIndexError, match=str(idx)):
+        reader.RandomAccess(str(copy), "train")[len(want) - 1]
+
+
+@pytest.mark.parametrize("cut", [0.0, 0.3, 0.99])
+def test_a_truncated_or_foreign_dataset_json_is_one_error_naming_it(small_dataset, tmp_path, cut):
+    copy = tmp_path / "copy"
+    shutil.copytree(small_dataset, copy)
+    path = copy / names.MANIFEST_NAME
+    text = path.read_bytes()
+    path.write_bytes(text[:int(len(text) * cut)])
+    for call in (lambda: reader.info(str(copy)), lambda: reader.RandomAccess(str(copy), "train"),
+                 lambda: reader.load(str(copy), "train")):
+        with pytest.raises(ValueError, match="incomplete or corrupt") as error:
+            call()
+        assert str(path) in str(error.value) and not isinstance(error.value, json.JSONDecodeError)
+    for foreign in (b"[1, 2]", b'"text"', b'{"no": "splits"}', b"\xff\xfe{}"):
+        path.write_bytes(foreign)
+        with pytest.raises(ValueError) as error:
+            reader.info(str(copy))
+        assert str(path) in str(error.value) and "Traceback" not in str(error.value)
+
+
+@pytest.mark.parametrize("spec", ["x" * 10_000, "train[" + "1" * 10_000 + ":]", "train+" + "v" * 10_000,
+                                  "train[:" + "%" * 5000 + "]", "+".join(["train[:1]"] * 2000) + "+nope"])
+def test_split_spec_errors_quote_a_long_spec_shortly(small_dataset, spec):
+    for call in (lambda: reader.info(small_dataset).num_records(spec),
+                 lambda: reader.RandomAccess(small_dataset, spec)):
+        with pytest.raises(ValueError) as error:
+            call()
+        assert len(str(error.value)) < 1000, len(str(error.value))
+        assert "characters)" in str(error.value)
+
+
+@pytest.mark.parametrize("step", [True, False, 1.0, 2.5, "3", None, [1], -1, float("nan")])
+def test_start_step_of_the_wrong_type_or_sign_is_refused_before_tensorflow(small_dataset, step):
+    with pytest.raises((TypeError, ValueError), match="start_step") as error:
+        reader.load(small_dataset, "train", batch_size=2, seed=1, resumable=True, start_step=step)
+    assert "tensorflow" not in type(error.value).__module__
+    import numpy as np
+    for good in (0, 3, np.int64(2)):
+        reader.load(small_dataset, "train", batch_size=2, seed=1, resumable=True, start_step=good)
