@@ -67,15 +67,21 @@ def create_output(output_dir: str, path: str, mime_type: str = "application/octe
 @contextlib.contextmanager
 def incomplete_file(final_path: str, output_dir: str) -> Iterator[str]:
     """Yields a temp path under ``output_dir/.incomplete``; renames it to ``final_path``
-    only if the block succeeds, so a file under its final name is always whole."""
+    only if the block succeeds, so a file under its final name is always whole.
+
+    A local temp file is removed when the block fails. A gs:// one is left for the commit's
+    sweep of ``.incomplete/`` (pipeline.output_dir.remove_stale_files): the block fails
+    mostly because storage stopped answering, and a delete would wait out one more retry
+    budget before the run could end."""
     name = final_path.rsplit("/", 1)[-1]
     tmp = FileSystems.join(output_dir, incomplete_name(name, uuid.uuid4().hex))
     try:
         yield tmp
         FileSystems.rename([tmp], [final_path])
     except BaseException:
-        with contextlib.suppress(Exception):
-            FileSystems.delete([tmp])
+        if "://" not in tmp:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
         raise
 
 
