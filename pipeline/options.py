@@ -290,6 +290,12 @@ OPTIONS: tuple[Option, ...] = (
                     "sop_instance_uid, series_instance_uid, study_instance_uid or patient_id. Default "
                     "path.", _choices_regex(LABEL_KEYS)),
            choices=LABEL_KEYS, setting="conversion.label_key"),
+    Option("label_key_case", "exact (default): --label_key values match as written (after Unicode "
+           "NFC and a leading ./); fold: ignoring case", _LABELS,
+           Template("Label key case", "exact (default): label keys match as written, after Unicode NFC "
+                    "and without a leading ./; fold: ignoring upper/lower case.",
+                    _choices_regex(("exact", "fold"))),
+           choices=("exact", "fold"), setting="conversion.label_key_case"),
     Option("label_column", "CSV column holding the label", _LABELS,
            Template("Label column", "CSV column holding the label. Default label."),
            setting="conversion.label_column"),
@@ -501,13 +507,16 @@ def template_metadata() -> dict:
 def _check_label_csv(opts: ConvertOptions) -> None:
     from apache_beam.io.filesystems import FileSystems
     import io
-    from transforms.labels.table import read_header
+    from transforms.labels.table import LabelFileError, read_header
     path = absolute(opts.labels)
     if not FileSystems.exists(path):
         raise UsageError(f"--labels {opts.labels}: file not found")
     try:
         with FileSystems.open(path) as raw:
-            header = read_header(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""))
+            header = read_header(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""),
+                                 f"--labels {opts.labels}")
+    except LabelFileError as exc:
+        raise UsageError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"--labels {opts.labels}: its header is not UTF-8 text ({exc.reason}); "
                          "give a CSV file saved as UTF-8") from None
@@ -533,8 +542,11 @@ def scan_label_csv(labels: str) -> int:
     try:
         with FileSystems.open(absolute(labels)) as raw:
             rows = csv.reader(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""))
-            for _ in rows:
+            for row in rows:
                 line = rows.line_num
+                if any("\0" in cell for cell in row):
+                    raise UsageError(f"--labels {labels}: line {line} holds a NUL byte, which no "
+                                     "text CSV has; save it again as UTF-8 CSV")
     except UnicodeDecodeError as exc:
         raise UsageError(f"--labels {labels}: not UTF-8 text after line {line} ({exc.reason}); "
                          "give a CSV file saved as UTF-8") from None

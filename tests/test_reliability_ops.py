@@ -356,3 +356,95 @@ def test_an_outage_mid_write_at_default_settings_ends_within_twice_the_default_b
     _assert_failed_cleanly(code, stderr, listed)
     assert elapsed < 2 * default_retry, elapsed
     print(f"outage at default settings: the run ended {elapsed:.0f} s after storage stopped")
+
+
+# ---------------------------------------------------------------- 6. label rows that label nothing
+
+
+def _png(path, seed: int = 0) -> None:
+    import numpy as np
+    from PIL import Image
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.fromarray(np.full((8, 8), seed * 10 % 256, np.uint8)).save(path, format="PNG")
+
+
+NFD_E = "e\u0301"   # é decomposed, as macOS writes file names
+# file on disk -> the key a labels CSV gives it (None: no row); every row's label is its own class
+ON_DISK = {
+    "caf\u00e9.png": f"caf{NFD_E}.png",               # NFC on disk, NFD in the CSV
+    f"r{NFD_E}sum{NFD_E}.png": "r\u00e9sum\u00e9.png",  # NFD on disk, NFC in the CSV
+    "b.png ": "b.png ",                                # a blank that is part of the name
+    "b.png": "b.png",                                  # ... beside the name without it
+    "sub/c.png": "./sub/c.png",                        # a leading ./
+    " lead.png": "lead.png",                           # blanks only in one side, one candidate
+    "Upper.png": "upper.png",                          # case: only with --label_key_case fold
+    "nolabel.png": None,
+}
+NOTHING = ["ghost.png", "sub/ghost.png", "./ghost2.png", " ", "b.png  ", "caf\u00e9.png/x"]
+
+
+def _labels_case(tmp_path):
+    for i, name in enumerate(ON_DISK):
+        _png(str(tmp_path / "in" / name), i)
+    lines, expected = ["path,label"], {}
+    for name, key in ON_DISK.items():
+        if key is not None:
+            lines.append(f'"{key}",class_{len(lines) + 1}')
+            expected[name] = len(lines)
+    for key in NOTHING:
+        lines.append(f'"{key}",ghost_{len(lines) + 1}')
+    lines.append(f'"b.png",class_{expected["b.png"]}')       # a duplicate of an earlier row
+    (tmp_path / "labels.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return expected, len(lines)
+
+
+@pytest.mark.parametrize("case", ["exact", "fold"])
+def test_every_label_row_labels_a_record_or_is_rejected_and_only_labelling_rows_make_classes(
+        tmp_path, case):
+    from tests.conftest import rid
+    expected, last_line = _labels_case(tmp_path)
+    if case == "exact":
+        expected.pop("Upper.png")          # 'upper.png' labels nothing unless case is folded
+    out = tmp_path / "out"
+    run_convert(tmp_path / "in", out, labels=str(tmp_path / "labels.csv"), missing_label="unlabeled",
+                label_key_case=case, **SMALL)
+    manifest = reader.info(str(out))
+    names_ = manifest["labels"]["class_names"]
+    ra = reader.RandomAccess(str(out), "train")
+    label_of = {ra[i]["id"].decode(): int(ra[i]["label"]) for i in range(len(ra))}
+    labelled_lines = {}
+    for name in ON_DISK:
+        label = label_of[rid(name)]
+        if name in expected:
+            assert label >= 0 and names_[label] == f"class_{expected[name]}", (name, label, names_)
+            labelled_lines[int(names_[label].split("_")[1])] = name
+        else:
+            assert label == -1, name
+    assert sorted(names_) == sorted(f"class_{line}" for line in labelled_lines)  # no class from nothing
+    rejected = {int(e["uri"].rsplit(":", 1)[1]): e for e in errors_of(out) if e["status"] == "rejected"}
+    for line in range(2, last_line + 1):       # every data line: labels a record, or is rejected
+        assert (line in labelled_lines) != (line in rejected), line
+    assert {e["reason"] for e in rejected.values()} == {"unmatched_label_row", "duplicate_label_row",
+                                                         "malformed_label_row"}    # " ": an empty key
+    assert sum(manifest["counts"]["label_rows_rejected"].values()) == len(rejected)
+    assert all(e["message"] for e in rejected.values())
+
+
+def test_nul_bytes_and_repeated_header_columns_in_a_labels_csv_are_refused_in_one_line(tmp_path):
+    write_png_archive(tmp_path / "in", 2, 8, 8)
+    for name, text, needle in (
+            ("nul_cell", "path,label\nimg_0000.png,a\x00b\n", "NUL"),
+            ("nul_key", "path,label\nimg_0000.png,a\nimg\x00_0001.png,b\n", "NUL"),
+            ("nul_header", "pa\x00th,label\nimg_0000.png,a\n", "NUL"),
+            ("repeated", "path,label,path\nimg_0000.png,a,x\n", "more than once"),
+            ("repeated_blanks", "label, path ,path\na,img_0000.png,x\n", "more than once"),
+            ("repeated_other", "path,label,note,note\nimg_0000.png,a,x,y\n", "more than once")):
+        csv_path = tmp_path / f"{name}.csv"
+        csv_path.write_text(text, encoding="utf-8")
+        with pytest.raises(UsageError, match=needle) as error:
+            run_convert(tmp_path / "in", tmp_path / f"out_{name}", labels=str(csv_path))
+        assert "\n" not in str(error.value) and str(csv_path) in str(error.value)
+        assert not os.path.exists(tmp_path / f"out_{name}" / names.MANIFEST_NAME)
+    code, _, stderr = cli("convert", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),
+                          "--labels", str(tmp_path / "nul_cell.csv"), "--id_salt", TEST_SALT, *IN_MEMORY)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1 and "NUL" in stderr, stderr

@@ -39,6 +39,7 @@ class ConversionSettings:
     min_shards: int = 1
     labels_csv: Optional[str] = None
     label_key: str = "path"
+    label_key_case: str = "exact"      # exact | fold (see transforms.labels.table.exact_key)
     label_column: str = "label"
     multi_label: bool = False
     labels_from_dirs: bool = False
