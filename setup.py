@@ -46,7 +46,9 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",
-                 "grain>=0.2"],
+                 "grain>=0.2",
+                 # independent Enhanced multi-frame objects for tests/test_enhanced_multiframe.py
+                 "highdicom>=0.28"],
     },
     entry_points={"console_scripts": ["dcm2tfrecord=pipeline.cli:main"]},
 )

@@ -22,7 +22,7 @@ if __package__ in (None, ""):
 
 from benchmarks.archives import ct_archive  # noqa: E402
 from transforms.records.build import build_record, decode_record  # noqa: E402
-from transforms.records.features import serialize_record  # noqa: E402
+from dataset.features import serialize_record  # noqa: E402
 from transforms.records.probe import probe_file  # noqa: E402
 from transforms.records.values import SourceFile  # noqa: E402
 from transforms.settings import DecodeSettings  # noqa: E402

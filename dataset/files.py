@@ -1,4 +1,4 @@
-"""Atomic writes and tree removal, local or gs://, through Beam's FileSystems.
+"""Atomic writes and tree removal, local or gs://, through dataset/storage.py.
 
 :func:`create_output` is the one place a run opens a file of its output for
 writing. Locally it never follows a symbolic link: every folder between the
@@ -17,7 +17,7 @@ import stat
 import uuid
 from typing import BinaryIO, Iterator
 
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
+from dataset.storage import FileSystems
 
 from dataset.names import INCOMPLETE_DIR, incomplete_name
 
@@ -51,8 +51,7 @@ def _real_folders(output_dir: str, folder: str) -> None:
 def create_output(output_dir: str, path: str, mime_type: str = "application/octet-stream") -> BinaryIO:
     """``path`` (inside ``output_dir``) opened for writing, uncompressed; never through a link."""
     if "://" in path:
-        return FileSystems.create(path, mime_type=mime_type,
-                                  compression_type=CompressionTypes.UNCOMPRESSED)
+        return FileSystems.create(path, mime_type)
     _real_folders(output_dir, os.path.dirname(path))
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -112,6 +111,6 @@ def delete_tree(path: str) -> None:
         if os.path.exists(path):
             FileSystems.delete([path])
         return
-    found = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
+    found = FileSystems.match(FileSystems.join(path, "**"))
     if found:
-        FileSystems.delete([m.path for m in found])
+        FileSystems.delete(found)

@@ -40,7 +40,7 @@ import time
 import uuid
 from typing import Optional
 
-from apache_beam.io.filesystems import FileSystems
+from dataset.storage import FileSystems
 
 from dataset.names import LOCK_NAME
 

@@ -20,16 +20,16 @@ A versioned root (``convert --incremental``)::
                                           with {shard}.records.json beside each, and whose
                                           reused shards are listed as ../{MMMM}/{shard}
 
-``reader/`` keeps its own copy of the few names it reads (it never imports
-this package); tests/test_layout_contract.py pins that copy to this module.
-Any name that comes from outside (a split name from --splits or a labels
+The converter and the reader both use this module (the reader through its
+own file systems: ``tf.io.gfile``, ``reader.storage``); tests/test_layout_contract.py
+checks no other module spells these names. Any name that comes from outside (a split name from --splits or a labels
 CSV) goes through :func:`check_component` before it reaches a path.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Optional
+from typing import Callable, Optional
 
 MANIFEST_NAME = "dataset.json"
 ERRORS_NAME = "errors.jsonl"
@@ -182,3 +182,21 @@ def reused_file(version: str, file: str) -> str:
 def strip_parent(file: str) -> str:
     """``../0001/x`` -> ``0001/x`` (relative to the versions directory); ``x`` unchanged."""
     return file[len(PARENT):] if file.startswith(PARENT) else file
+
+
+# ---------------------------------------------------------------- paths
+
+
+def join(directory: str, name: str) -> str:
+    """``directory/name`` for local paths and URLs alike (gs:// object names are literal)."""
+    directory = str(directory)
+    return name if not directory else directory.rstrip("/") + "/" + name
+
+
+def shard_path(dataset_dir: str, file: str, join: Callable[[str, str], str] = join) -> str:
+    """Where a manifest's shard entry lives: in ``dataset_dir``, or ``../MMMM/`` beside it,
+    spelled out against the version's parent (gs:// object names are literal, so
+    ``versions/0002/../0001/x`` would name no object)."""
+    if file.startswith(PARENT):
+        return join(str(dataset_dir).rstrip("/").rsplit("/", 1)[0], strip_parent(file))
+    return join(dataset_dir, file)

@@ -10,7 +10,7 @@ import logging
 import os
 from typing import Mapping
 
-from apache_beam.io.filesystems import FileSystems
+from dataset.storage import FileSystems
 
 from dataset.files import create_output
 from dataset.names import DONE_SUFFIX, INCOMPLETE_DIR, PLAN_NAME, PROGRESS_DIR, done_file_name
@@ -64,7 +64,7 @@ def remove_progress(output_dir: str) -> None:
     """Deletes ``{output}/.progress`` (files first: gs:// has no directories)."""
     folder = progress_dir(output_dir)
     try:
-        files = [m.path for m in FileSystems.match([FileSystems.join(folder, "*")])[0].metadata_list]
+        files = FileSystems.match(FileSystems.join(folder, "*"))
     except Exception:  # noqa: BLE001 - nothing there
         files = []
     if files:

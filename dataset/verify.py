@@ -4,11 +4,11 @@ Every shard listed in dataset.json is re-read through Beam's FileSystems
 (local or gs://, gzip or not) and checked for:
 
 - TFRecord framing: 8-byte little-endian length, masked CRC32C of the length,
-  data, masked CRC32C of the data — both CRCs recomputed with the code of
-  Beam's TFRecord sink (``_TFRecordUtil._masked_crc32c``), which wrote them;
+  data, masked CRC32C of the data — both CRCs recomputed by the format's
+  codec (dataset/tfrecord.py), the one that wrote them;
 - record count, byte size and sha256 of the file against dataset.json;
-- every record parses as a ``tf.train.Example`` (decoded here from the
-  protobuf wire format, no TensorFlow needed) whose features have the kinds
+- every record parses as a ``tf.train.Example`` (decoded by the format's
+  Example codec, dataset/example.py, no TensorFlow needed) whose features have the kinds
   and value counts dataset.json declares, and whose ``image_raw`` holds exactly
   depth x height x width x channels x itemsize(dtype) bytes;
 - the ``{shard}.idx`` index (DALI's "offset size" lines) lists the real record
@@ -25,25 +25,23 @@ import gzip
 import hashlib
 import json
 import math
-import struct
 import zlib
 from collections import Counter
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Optional
 
 import numpy as np
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
-from apache_beam.io.tfrecordio import _TFRecordUtil
 
+from dataset import reasons
+from dataset.manifest import label_count_keys
+from dataset.example import ProtoError, decode_example
 from dataset.files import read_json
 from dataset.names import (ERRORS_NAME, GZIP_SUFFIX, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB,
                            files_of_shard, index_file_name, parse_shard_name, records_file_name)
+from dataset.storage import FileSystems
+from dataset.tfrecord import HEADER_BYTES, FramingError, parse_index, read_records
 from dataset.versions import resolve_dataset_dir, shard_uri
-from transforms import reasons
-from transforms.labels.table import label_keys
 
-HEADER_BYTES = 12           # uint64 length + masked CRC32C of it
-FOOTER_BYTES = 4            # masked CRC32C of the data
-_READ_CHUNK = 16 << 20      # a corrupt length never makes us allocate more than this at once
+_READ_CHUNK = 16 << 20      # bytes read at a time to finish a shard's sha256
 
 
 # ---------------------------------------------------------------- results
@@ -89,202 +87,6 @@ class Report:
         more = len(self.problems) - 1
         tail = f" (+{more} more problem{'s' if more != 1 else ''})" if more else ""
         return f"CORRUPT {self.dataset_dir}: {self.problems[0]}{tail}"
-
-
-# ---------------------------------------------------------------- TFRecord framing
-
-
-class FramingError(Exception):
-    """The record stream cannot be followed past this point (bad length, truncation)."""
-
-    def __init__(self, message: str, record: int, offset: int):
-        super().__init__(message)
-        self.record, self.offset = record, offset
-
-
-@dataclasses.dataclass(frozen=True)
-class FramedRecord:
-    index: int
-    offset: int          # of the record's first byte, in the (uncompressed) record stream
-    data: bytes
-    data_crc_ok: bool
-
-    @property
-    def size(self) -> int:
-        return HEADER_BYTES + len(self.data) + FOOTER_BYTES
-
-
-def _read_exact(stream: BinaryIO, n: int) -> bytes:
-    """Up to ``n`` bytes (fewer only at end of stream), read in bounded chunks."""
-    parts, got = [], 0
-    while got < n:
-        chunk = stream.read(min(n - got, _READ_CHUNK))
-        if not chunk:
-            break
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
-def framed_records(stream: BinaryIO) -> Iterator[FramedRecord]:
-    """Yields each record with its offset, checking both masked CRC32Cs.
-
-    A data CRC mismatch is reported on the record (the length was intact, so
-    the next record can still be found); a bad length CRC or a truncated
-    record raises FramingError, since nothing after it can be located.
-    """
-    masked_crc = _TFRecordUtil._masked_crc32c
-    index = offset = 0
-    while True:
-        header = _read_exact(stream, HEADER_BYTES)
-        if not header:
-            return
-        if len(header) < HEADER_BYTES:
-            raise FramingError(f"truncated: {len(header)} trailing bytes where a {HEADER_BYTES}-byte "
-                               "record header should be", index, offset)
-        length_bytes = header[:8]
-        (length,) = struct.unpack("<Q", length_bytes)
-        (length_crc,) = struct.unpack("<I", header[8:])
-        if masked_crc(length_bytes) != length_crc:
-            raise FramingError(f"length CRC32C mismatch (length field reads {length})", index, offset)
-        data = _read_exact(stream, length)
-        footer = _read_exact(stream, FOOTER_BYTES)
-        if len(data) < length or len(footer) < FOOTER_BYTES:
-            raise FramingError(f"truncated: record of {length} bytes, only {len(data)} data bytes "
-                               f"and {len(footer)} of its {FOOTER_BYTES} CRC bytes left", index, offset)
-        (data_crc,) = struct.unpack("<I", footer)
-        yield FramedRecord(index, offset, data, masked_crc(data) == data_crc)
-        index += 1
-        offset += HEADER_BYTES + length + FOOTER_BYTES
-
-
-# ---------------------------------------------------------------- tf.train.Example wire format
-
-
-class ProtoError(ValueError):
-    """Bytes that are not a well-formed tf.train.Example."""
-
-
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ProtoError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise ProtoError("varint longer than 10 bytes")
-
-
-def _fields(buf: memoryview) -> Iterator[tuple[int, int, object]]:
-    """(field number, wire type, value) of each field; LEN values as memoryview slices."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise ProtoError("field number 0")
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 1:
-            if pos + 8 > len(buf):
-                raise ProtoError("truncated fixed64")
-            value, pos = buf[pos:pos + 8], pos + 8
-        elif wire == 2:
-            size, pos = _varint(buf, pos)
-            if pos + size > len(buf):
-                raise ProtoError(f"length-delimited field {number} of {size} bytes runs past its message")
-            value, pos = buf[pos:pos + size], pos + size
-        elif wire == 5:
-            if pos + 4 > len(buf):
-                raise ProtoError("truncated fixed32")
-            value, pos = buf[pos:pos + 4], pos + 4
-        else:
-            raise ProtoError(f"wire type {wire} (field {number}) is not used by tf.train.Example")
-        yield number, wire, value
-
-
-def _signed64(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _feature_values(buf: memoryview) -> tuple[Optional[str], list]:
-    """Feature { oneof kind { BytesList 1; FloatList 2; Int64List 3 } } -> (kind, values)."""
-    kind, values = None, []
-    for number, wire, value in _fields(buf):
-        if number not in (1, 2, 3):
-            continue
-        if wire != 2:
-            raise ProtoError(f"Feature field {number} has wire type {wire}")
-        this = {1: "bytes", 2: "float", 3: "int64"}[number]
-        if this != kind:   # a later oneof member replaces the earlier one; the same one merges
-            kind, values = this, []
-        for inner_number, inner_wire, inner in _fields(value):
-            if inner_number != 1:
-                continue
-            if this == "bytes":
-                if inner_wire != 2:
-                    raise ProtoError("BytesList value is not length-delimited")
-                values.append(inner)
-            elif this == "float":
-                if inner_wire == 5:
-                    values.append(struct.unpack("<f", inner)[0])
-                elif inner_wire == 2:
-                    if len(inner) % 4:
-                        raise ProtoError("packed FloatList length is not a multiple of 4")
-                    values.extend(np.frombuffer(inner, dtype="<f4").tolist())
-                else:
-                    raise ProtoError(f"FloatList value has wire type {inner_wire}")
-            else:
-                if inner_wire == 0:
-                    values.append(_signed64(inner))
-                elif inner_wire == 2:
-                    pos = 0
-                    while pos < len(inner):
-                        item, pos = _varint(inner, pos)
-                        values.append(_signed64(item))
-                else:
-                    raise ProtoError(f"Int64List value has wire type {inner_wire}")
-    return kind, values
-
-
-def parse_example(data: bytes) -> dict[str, tuple[Optional[str], list]]:
-    """A serialized tf.train.Example -> {feature name: (kind, values)}.
-
-    Follows protobuf parsing rules (unknown fields skipped, later map entries
-    win); byte values are zero-copy memoryviews into ``data``. The layout is
-    that of tensorflow/core/example/{example,feature}.proto, mirrored by
-    transforms.records.example_proto on the write side.
-    """
-    features: dict = {}
-    for number, wire, value in _fields(memoryview(data)):
-        if number != 1:
-            continue
-        if wire != 2:
-            raise ProtoError("Example.features is not length-delimited")
-        for entry_number, entry_wire, entry in _fields(value):
-            if entry_number != 1:
-                continue
-            if entry_wire != 2:
-                raise ProtoError("Features.feature entry is not length-delimited")
-            key, feature = b"", memoryview(b"")
-            for part_number, part_wire, part in _fields(entry):
-                if part_number in (1, 2) and part_wire != 2:
-                    raise ProtoError("feature map entry field is not length-delimited")
-                if part_number == 1:
-                    key = bytes(part)
-                elif part_number == 2:
-                    feature = part
-            try:
-                name = key.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ProtoError(f"feature name is not UTF-8: {key[:40]!r}") from exc
-            features[name] = _feature_values(feature)
-    return features
 
 
 # ---------------------------------------------------------------- schema
@@ -406,7 +208,7 @@ class RecordStats:
             self.shapes.add(tuple(summary["shape"]))
         self.max_depth = max(self.max_depth, summary["shape"][0])
         if summary["label"] is not None and not isinstance(summary["label"], float):
-            self.labels.update(label_keys(summary["label"]))
+            self.labels.update(label_count_keys(summary["label"]))
 
     def merge(self, other: "RecordStats") -> None:
         self.count += other.count
@@ -488,8 +290,7 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
     """Reads one shard start to end: framing, CRCs, records against the schema, size and sha256."""
     check = ShardCheck(file=name)
     try:
-        raw = FileSystems.open(path, mime_type="application/octet-stream",
-                               compression_type=CompressionTypes.UNCOMPRESSED)
+        raw = FileSystems.open(path)
     except Exception as exc:
         check.problems.append(Problem(name, f"cannot be opened: {exc}"))
         return check
@@ -497,7 +298,7 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
         hashing = _HashingReader(raw)
         stream = gzip.GzipFile(fileobj=hashing, mode="rb") if name.endswith(GZIP_SUFFIX) else hashing
         try:
-            for framed in framed_records(stream):
+            for framed in read_records(stream):
                 check.records += 1
                 check.index.append((framed.offset, framed.size))
                 if not framed.data_crc_ok:
@@ -508,7 +309,7 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
                         framed.index, framed.offset))
                     continue
                 try:
-                    features = parse_example(framed.data)
+                    features = decode_example(framed.data)
                 except ProtoError as exc:
                     check.problems.append(Problem(name, f"not a tf.train.Example: {exc}",
                                                   framed.index, framed.offset))
@@ -533,21 +334,11 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
     return check
 
 
-def parse_index(text: str) -> list[tuple[int, int]]:
-    """DALI tfrecord2idx lines "offset size" -> pairs; raises ValueError on a bad line."""
-    pairs = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        fields = line.split()
-        if len(fields) != 2:
-            raise ValueError(f"line {number} is {line!r}, not 'offset size'")
-        pairs.append((int(fields[0]), int(fields[1])))
-    return pairs
-
-
 def check_index(path: str, name: str, actual: list[tuple[int, int]]) -> list[Problem]:
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            listed = parse_index(handle.read().decode("ascii"))
+        with FileSystems.open(path) as handle:
+            offsets, sizes = parse_index(handle.read().decode("ascii"))
+        listed = list(zip(offsets.tolist(), sizes.tolist()))
     except Exception as exc:
         return [Problem(name, f"index cannot be read: {exc}")]
     for number, (want, got) in enumerate(zip(actual, listed)):
@@ -695,7 +486,7 @@ def check_errors_file(dataset_dir: str, manifest: dict) -> list[Problem]:
         return [Problem(name, "missing (dataset.json names it)")]
     found: dict = {reasons.SKIPPED: Counter(), reasons.FAILED: Counter(), reasons.REJECTED: Counter()}
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        with FileSystems.open(path) as handle:
             lines = handle.read().decode("utf-8").splitlines()
     except Exception as exc:
         return [Problem(name, f"cannot be read: {exc}")]
@@ -721,11 +512,11 @@ def stray_files(dataset_dir: str, manifest: dict) -> list[str]:
     listed = {name for entry in manifest.get("splits", {}).values() for s in entry.get("shards", [])
               for name in (s.get("index_file"),) + files_of_shard(str(s.get("file")))}
     try:
-        found = FileSystems.match([FileSystems.join(dataset_dir, SHARD_GLOB)])[0].metadata_list
+        found = FileSystems.match(FileSystems.join(dataset_dir, SHARD_GLOB))
     except Exception:
         found = []
-    notes = [f"{m.path.rsplit('/', 1)[-1]} is not listed in dataset.json (readers ignore it)"
-             for m in sorted(found, key=lambda m: m.path) if m.path.rsplit("/", 1)[-1] not in listed]
+    notes = [f"{path.rsplit('/', 1)[-1]} is not listed in dataset.json (readers ignore it)"
+             for path in sorted(found) if path.rsplit("/", 1)[-1] not in listed]
     if FileSystems.exists(FileSystems.join(dataset_dir, INCOMPLETE_DIR)):
         notes.append(f"{INCOMPLETE_DIR}/ holds temp files of an unfinished run")
     return notes
@@ -740,7 +531,7 @@ def load_manifest(dataset_dir: str) -> tuple[Optional[dict], list[Problem]]:
         return None, [Problem(MANIFEST_NAME, "missing: not a finished dataset "
                                              "(dataset.json is written last, when a conversion commits)")]
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        with FileSystems.open(path) as handle:
             manifest = json.loads(handle.read().decode("utf-8"))
     except Exception as exc:
         return None, [Problem(MANIFEST_NAME, f"does not parse: {exc}")]

@@ -14,16 +14,15 @@ version commits, so readers never see a half-made version.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
-from apache_beam.io.filesystems import FileSystems
-
+from dataset import names
 from dataset.files import read_json, remove_empty_incomplete_dir, write_atomically
-from dataset.names import (LATEST_NAME, MANIFEST_NAME, PARENT, VERSIONS_DIR, is_version_name,
+from dataset.names import (LATEST_NAME, MANIFEST_NAME, VERSIONS_DIR, is_version_name,
                            parse_version, records_file_name, reused_file, strip_parent, version_name)
-from transforms.records.values import ProbedRecord, ShardResult
+from dataset.results import ShardResult
+from dataset.storage import FileSystems
 
 
 
@@ -80,10 +79,10 @@ def committed_versions(root: str) -> list[str]:
     """Version names under ``root/versions`` that hold a dataset.json, in order."""
     pattern = FileSystems.join(root, VERSIONS_DIR, "*", MANIFEST_NAME)
     try:
-        found = FileSystems.match([pattern])[0].metadata_list
+        found = FileSystems.match(pattern)
     except Exception:   # noqa: BLE001 - no versions directory yet
         return []
-    names = {m.path.rstrip("/").split("/")[-2] for m in found}
+    names = {path.rstrip("/").split("/")[-2] for path in found}
     return sorted(n for n in names if is_version_name(n))
 
 
@@ -97,46 +96,37 @@ def is_versioned(root: str) -> bool:
     return FileSystems.exists(latest_path(root))
 
 
-def resolve_dataset_dir(path: str, version: Optional[str] = None) -> str:
+def locate_dataset(path: str, version: Optional[str], exists: Callable[[str], bool],
+                   read_latest: Callable[[str], Optional[str]],
+                   join: Callable[[str, str], str] = names.join) -> str:
     """A dataset directory: ``path`` itself, or the version of a versioned root.
 
-    With ``version`` the root's ``versions/NNNN``; without, the version LATEST
-    names when ``path`` is a versioned root, else ``path`` unchanged.
+    With ``version`` the root's ``versions/NNNN``; without, ``path`` when it
+    holds a dataset.json, else the version ``read_latest(path)`` names (None:
+    ``path`` unchanged). The file system comes in as functions, so the reader
+    locates through its own.
     """
-    path = path.rstrip("/") or "/"
+    path = str(path).rstrip("/") or "/"
     if version is not None:
-        return version_dir(path, parse_version(version))
-    if FileSystems.exists(FileSystems.join(path, MANIFEST_NAME)):
+        return join(join(path, VERSIONS_DIR), parse_version(version))
+    if exists(join(path, MANIFEST_NAME)):
         return path
     latest = read_latest(path)
-    return version_dir(path, latest) if latest else path
+    return join(join(path, VERSIONS_DIR), latest) if latest else path
+
+
+def resolve_dataset_dir(path: str, version: Optional[str] = None) -> str:
+    """:func:`locate_dataset` through the format's file system; a LATEST naming no committed
+    version is DamagedLatest (with the repair)."""
+    return locate_dataset(path, version, FileSystems.exists, read_latest, FileSystems.join)
 
 
 def shard_uri(dataset_dir: str, file: str) -> str:
-    """Where a manifest's shard entry lives: in ``dataset_dir``, or ``../MMMM/`` beside it.
-
-    Spelled out rather than left to the file system: gs:// object names are
-    literal, so ``versions/0002/../0001/x`` would name no object.
-    """
-    if file.startswith(PARENT):
-        parent = dataset_dir.rstrip("/").rsplit("/", 1)[0]
-        return FileSystems.join(parent, strip_parent(file))
-    return FileSystems.join(dataset_dir, file)
+    """Where a manifest's shard entry lives (:func:`dataset.names.shard_path`)."""
+    return names.shard_path(dataset_dir, file, FileSystems.join)
 
 
-# ---------------------------------------------------------------- fingerprints
-
-
-def record_fingerprint(record: ProbedRecord) -> str:
-    """What a written record was made of; equal fingerprints mean an equal record.
-
-    Sources are identified by uri plus size and mtime (on GCS the object's
-    update time, which changes with every new generation).
-    """
-    label = list(record.label) if isinstance(record.label, tuple) else record.label
-    content = [record.record_id, record.frame, record.split, label,
-               [[s.uri, s.size, s.mtime] for s in record.sources]]
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+# ---------------------------------------------------------------- records files
 
 
 def shard_result_json(result: ShardResult) -> dict:

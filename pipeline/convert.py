@@ -30,7 +30,8 @@ from dataset.lock import LockUnavailable, OutputBusy, OutputLock
 from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_salt_stays_out_of_the_job,
                               parse_convert, scan_label_csv, validate)
 
-from dataset import dataset_json, versions
+from dataset import versions
+from dataset.manifest import read_failed_run, read_manifest
 from dataset.names import ERRORS_NAME, version_tag
 from dataset.progress import remove_progress
 from dataset.versions import BaseVersion
@@ -287,13 +288,13 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool) -> dict:
     with ProgressMonitor(opts.output, "none" if quiet and opts.progress == "auto" else opts.progress):
         pipeline.run().wait_until_finish()
     wall = time.time() - started
-    failed_run = dataset_json.read_failed_run(opts.output)
+    failed_run = read_failed_run(opts.output)
     if failed_run is not None:
         counts = failed_run["counts"]
         raise ConversionFailed(
             f"{failed_run['reason']}; dataset.json NOT committed. Failures by reason: "
             f"{counts['failed']}; the list is in {FileSystems.join(opts.output, ERRORS_NAME)}")
-    manifest = dataset_json.read_manifest(opts.output)
+    manifest = read_manifest(opts.output)
     remove_stale_files(opts.output, manifest)
     if version is not None:
         versions.set_latest(root, version)   # only now do readers of the root see it

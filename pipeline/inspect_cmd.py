@@ -50,7 +50,7 @@ def load_info(dataset_dir: str):
         return reader.info(dataset_dir)
     except FileNotFoundError as exc:
         import tensorflow as tf
-        from reader.names import LATEST_NAME
+        from dataset.names import LATEST_NAME
         hint = ""
         if tf.io.gfile.exists(tf.io.gfile.join(dataset_dir, LATEST_NAME)):
             hint = (f"; its {LATEST_NAME} names a version that is not committed: repair it with "

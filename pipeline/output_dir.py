@@ -8,7 +8,8 @@ import uuid
 
 from apache_beam.io.filesystems import FileSystems
 
-from dataset import dataset_json, versions
+from dataset import versions
+from dataset.manifest import read_manifest
 from dataset.files import create_output, delete_tree, remove_empty_incomplete_dir
 from dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, LOCK_NAME,
                            MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, VERSIONS_DIR, files_of_shard,
@@ -111,7 +112,7 @@ def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, vers
     if latest is None:
         base = versions.BaseVersion("", ())
     else:
-        previous = dataset_json.read_manifest(versions.version_dir(root, latest))
+        previous = read_manifest(versions.version_dir(root, latest))
         base = versions.base_version(root, latest, previous, opts.recorded(), PLACEMENT_OPTIONS)
         if base.rebuild_reason:
             logging.getLogger(__name__).warning("%s: no shard of version %s is reused",

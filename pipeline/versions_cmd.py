@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.options import UsageError
-from dataset import dataset_json
+from dataset.manifest import read_manifest
 from dataset.names import MANIFEST_NAME, parse_version
 from dataset import versions
 
@@ -43,7 +43,7 @@ def describe(root: str) -> list[dict]:
     latest, _ = current_version(root)
     rows = []
     for name in versions.committed_versions(root):
-        manifest = dataset_json.read_manifest(versions.version_dir(root, name))
+        manifest = read_manifest(versions.version_dir(root, name))
         incremental = manifest.get("incremental", {})
         rows.append({
             "version": name, "latest": name == latest,

@@ -14,9 +14,11 @@ from typing import Optional
 
 from reader.tfquiet import tf
 
-from reader import names, splits
+from dataset import names
+from dataset.manifest import missing_manifest, parse_manifest
+from dataset.versions import locate_dataset
+from reader import splits
 from reader.layout import Layout, label_spec, split_layout
-from reader.names import LATEST_NAME, MANIFEST_NAME, PARENT, VERSIONS_DIR  # noqa: F401
 from reader.sharding import ReadPlan, plan_reads
 
 
@@ -167,9 +169,14 @@ def _read_text(path: str) -> str:
         return handle.read()
 
 
+def _read_latest(root: str) -> Optional[str]:
+    path = tf.io.gfile.join(root, names.LATEST_NAME)
+    return names.parse_version(_read_text(path)) if tf.io.gfile.exists(path) else None
+
+
 def resolve(dataset_dir: str, version=None) -> str:
-    """The directory holding the dataset.json to read (see ``reader.names.resolve``)."""
-    return names.resolve(dataset_dir, version, tf.io.gfile.exists, _read_text, tf.io.gfile.join)
+    """The directory holding the dataset.json to read (see ``dataset.versions.locate_dataset``)."""
+    return locate_dataset(dataset_dir, version, tf.io.gfile.exists, _read_latest, tf.io.gfile.join)
 
 
 def info(dataset_dir: str, version=None) -> DatasetInfo:
@@ -179,15 +186,9 @@ def info(dataset_dir: str, version=None) -> DatasetInfo:
     LATEST names, or at ``version`` (a number) when given.
     """
     dataset_dir = resolve(dataset_dir, version)
-    path = tf.io.gfile.join(dataset_dir, MANIFEST_NAME)
+    path = tf.io.gfile.join(dataset_dir, names.MANIFEST_NAME)
     if not tf.io.gfile.exists(path):
-        raise names.missing_manifest(path, dataset_dir)
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        text = handle.read()
-    try:
-        text = text.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is incomplete or corrupt (not UTF-8 text: {error}); restore it, "
-                         "or convert again") from None
-    return DatasetInfo(names.parse_manifest(text, path), dataset_dir)
+        raise missing_manifest(path, dataset_dir)
+    with tf.io.gfile.GFile(path, "rb") as handle:     # bytes: text that is not UTF-8 is damage too
+        return DatasetInfo(parse_manifest(handle.read(), path), dataset_dir)
 

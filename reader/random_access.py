@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import bisect
 import io
-import json
 import operator
 import threading
 from typing import Mapping, Optional
 
 import numpy as np
 
-from reader import names, splits, storage
-from reader.example_proto import parse_features
+from dataset import names
+from dataset.example import decode_example
+from dataset.manifest import missing_manifest, parse_manifest
+from dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
+from dataset.versions import locate_dataset
+from reader import splits, storage
 from reader.schema import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
-from reader.tfrecord import CorruptIndexError, CorruptRecordError, parse_index, scan_index, unframe
 
 __all__ = ["RandomAccess", "CorruptRecordError", "CorruptIndexError"]
 
@@ -38,11 +40,15 @@ _NUMPY = {"int64": np.int64, "float": np.float32}
 
 
 def _read_manifest(dataset_dir: str, version) -> tuple[dict, str]:
-    directory = names.resolve(dataset_dir, version, storage.exists, storage.read_text)
+    def read_latest(root: str) -> Optional[str]:
+        path = names.join(root, names.LATEST_NAME)
+        return names.parse_version(storage.read_text(path)) if storage.exists(path) else None
+
+    directory = locate_dataset(dataset_dir, version, storage.exists, read_latest)
     path = names.join(directory, names.MANIFEST_NAME)
     if not storage.exists(path):
-        raise names.missing_manifest(path, directory)
-    return names.parse_manifest(storage.read_text(path), path), directory
+        raise missing_manifest(path, directory)
+    return parse_manifest(storage.read_bytes(path), path), directory
 
 
 def _is_gzip(manifest: Mapping) -> bool:
@@ -198,7 +204,7 @@ class RandomAccess:
         shard_bytes = self._shard_bytes[shard]
         if not isinstance(shard_bytes, int) or isinstance(shard_bytes, bool):
             shard_bytes = storage.size(self._paths[shard])
-        return parse_index(text, self._paths[shard], shard_bytes, where=path)
+        return checked_index(text, path, shard_bytes)
 
     def serialized(self, index) -> bytes:
         """The serialized ``tf.train.Example`` of record ``index`` (CRC-checked with ``verify``)."""
@@ -213,7 +219,7 @@ class RandomAccess:
         where = f"{self._paths[shard]} record {k}"
         serialized = self.serialized(index)
         try:
-            values = parse_features(serialized)
+            values = {name: found for name, (_, found) in decode_example(serialized).items()}
         except Exception as error:       # protobuf's DecodeError: say which record
             raise CorruptRecordError(f"{where}: not a tf.train.Example ({error})") from error
         out = {}

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from transforms.records.example_proto import encode_example
+from dataset.example import encode_example
 
 
 def _tf_example(features: dict) -> bytes:

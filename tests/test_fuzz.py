@@ -1,7 +1,7 @@
 """Fuzzing probe and decode with mutated real DICOM, PNG and JPEG bytes (issue 6, item 5).
 
 Every mutated input must end as a clean record or a ``ConversionError`` whose
-reason is documented (``transforms.reasons.DOCUMENTED``) and is not
+reason is documented (``dataset.reasons.DOCUMENTED``) and is not
 ``unexpected_error``: no other exception, no hang. Seeds are pydicom's own
 test files and PNG/JPEG images generated here; mutations are byte-level
 (flip, overwrite, truncate, insert, delete, repeat, splice another seed's
@@ -33,9 +33,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from dataset.shard_writer import size_mismatch
+from transforms.output.write import size_mismatch
 from pipeline.sample_archive import pydicom_test_files, synthetic_image
-from transforms import reasons
+from dataset import reasons
 from transforms.records.build import build_record
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file

@@ -15,7 +15,7 @@ import reader
 from pipeline.convert import ConversionFailed
 from pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert, write_png_archive
-from transforms import reasons
+from dataset import reasons
 from transforms.records.build import build_record
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file

@@ -1,10 +1,9 @@
-"""One owner of the on-disk names: dataset/names.py, and the reader's pinned copy of it.
+"""One owner of the on-disk names: dataset/names.py, which the converter and the reader import.
 
-The reader never imports dataset/ (a training job installs it without Beam),
-so it keeps its own copy of the names it reads; this test pins that copy.
 Every name literal of an output directory appears in exactly one module of
-the product (dataset/names.py) plus the reader's copy; shard names built
-by names.shard_file_name parse back to the same fields.
+the product (dataset/names.py); the reader keeps no copy (it imports the
+format package, tests/test_reader_standalone.py); shard names built by
+names.shard_file_name parse back to the same fields.
 """
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import os
 import pytest
 
 from dataset import names
-from reader import names as reader_names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("pipeline", "transforms", "dataset", "reader", "benchmarks", "tools")
@@ -23,11 +21,6 @@ LITERALS = {names.MANIFEST_NAME, names.ERRORS_NAME, names.FAILED_RUN_NAME, names
             names.PROGRESS_DIR, names.LOCK_NAME, names.PLAN_NAME, names.DONE_SUFFIX, names.VERSIONS_DIR,
             names.LATEST_NAME, names.PARENT, names.SHARD_SUFFIX, names.INDEX_SUFFIX,
             names.RECORDS_SUFFIX}
-
-
-def test_reader_copy_equals_the_owner():
-    for constant in ("MANIFEST_NAME", "LATEST_NAME", "VERSIONS_DIR", "PARENT", "INDEX_SUFFIX"):
-        assert getattr(reader_names, constant) == getattr(names, constant), constant
 
 
 def _string_constants(path: str):
@@ -50,7 +43,7 @@ def test_every_output_name_literal_lives_in_one_module():
             for value in _string_constants(path):
                 if value in owners:
                     owners[value].add(rel)
-    allowed = {os.path.join("dataset", "names.py"), os.path.join("reader", "names.py")}
+    allowed = {os.path.join("dataset", "names.py")}
     # "versions" is also a CLI subcommand's name (pipeline/cli.py), not a path
     owners[names.VERSIONS_DIR].discard(os.path.join("pipeline", "cli.py"))
     stray = {literal: sorted(where - allowed) for literal, where in owners.items() if where - allowed}
@@ -71,6 +64,12 @@ def test_shard_names_parse_back(split, index, count, tag, gzip):
     assert parsed.version == tag[1:] and parsed.file == file
     reused = names.reused_file(tag[1:] or "0001", file)
     assert names.parse_shard_name(reused).parent == (tag[1:] or "0001")
+
+
+def test_shard_paths_spell_out_reused_shards():
+    assert names.shard_path("gs://b/out/versions/0002", "../0001/train-v0001-00000-of-00001.tfrecord") == \
+        "gs://b/out/versions/0001/train-v0001-00000-of-00001.tfrecord"
+    assert names.shard_path("/out/", "train-00000-of-00001.tfrecord") == "/out/train-00000-of-00001.tfrecord"
 
 
 @pytest.mark.parametrize("bad", ["", ".", "..", "../x", "a/b", "a\\b", "/abs", ".hidden", "x\n",

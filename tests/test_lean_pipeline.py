@@ -144,18 +144,18 @@ def _enhanced_ct(path, slope=None, intercept=None, per_frame=False):
 
 
 @pytest.mark.parametrize("per_frame", [False, True])
-def test_enhanced_rescale_in_functional_groups_is_never_silently_dropped(tmp_path, per_frame):
+def test_enhanced_rescale_in_functional_groups_is_applied(tmp_path, per_frame):
+    """Once refused as functional_group_rescale: the rescale is now applied frame by frame."""
+    from transforms.records.build import decode_record
     path = _enhanced_ct(tmp_path / "enh.dcm", slope="1", intercept="-1024", per_frame=per_frame)
     source = SourceFile(path, "enh.dcm", os.path.getsize(path), 1.0)
-    from transforms import reasons
-    from transforms.errors import ConversionError
-    for values in ("modality", "window"):
-        with pytest.raises(ConversionError) as caught:
-            probe_file(source, settings=DecodeSettings(id_salt=TEST_SALT, dicom_values=values))
-        assert caught.value.reason == reasons.FUNCTIONAL_GROUP_RESCALE
-        assert "intercept -1024" in str(caught.value) and "--dicom_values stored" in str(caught.value)
-    stored = probe_file(source, settings=DecodeSettings(id_salt=TEST_SALT, dicom_values="stored"))
-    assert stored.spec.depth == 2
+    settings = DecodeSettings(id_salt=TEST_SALT)
+    record = probe_file(source, settings=settings)
+    assert record.spec.dtype == "int16" and record.native is None
+    with open(path, "rb") as handle:
+        pixels, metadata = decode_record(record, handle, settings)
+    assert pixels.reshape(-1).tolist() == [v - 24 for v in range(32)]
+    assert metadata["dicom/rescale_intercept"].tolist() == [-1024.0]
 
 
 def test_identity_rescale_in_functional_groups_converts(tmp_path):
@@ -166,12 +166,9 @@ def test_identity_rescale_in_functional_groups_converts(tmp_path):
         assert record.spec.shape == (2, 4, 4, 1)
 
 
-def test_enhanced_rescale_is_a_named_failure_in_a_run(tmp_path):
-    import json
+def test_enhanced_rescale_in_a_run(tmp_path):
     (tmp_path / "in").mkdir()
     _enhanced_ct(tmp_path / "in" / "enh.dcm", slope="2", intercept="-1024")
     write_png_archive(tmp_path / "in", 1, 8, 8)
     summary = run_convert(tmp_path / "in", tmp_path / "out")
-    assert summary["failed"] == {"functional_group_rescale": 1} and summary["written"] == 1
-    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
-    assert [e["reason"] for e in errors] == ["functional_group_rescale"]
+    assert summary["failed"] == {} and summary["written"] == 2

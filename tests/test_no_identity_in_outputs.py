@@ -87,17 +87,26 @@ def _identify(ds, name: str, patient_id: str, n: int) -> None:
 
 
 def _write_patient(root: str, name: str, patient_id: str) -> list[str]:
-    """Three CT slices of one series and one 15-frame RT dose file."""
+    """Three CT slices of one series, one 15-frame RT dose file, and the slices as one Legacy
+    Converted Enhanced CT (highdicom), whose attributes sit in functional groups too."""
+    from tests.enhanced_objects import legacy_enhanced
     src = pydicom_test_files()
     paths = [os.path.join(root, "CT_chest", f"slice_{i:02d}.dcm") for i in range(3)]
     paths.append(os.path.join(root, "RT_plan", "dose_volume.dcm"))
+    slices = []
     for i, path in enumerate(paths):
         ds = pydicom.dcmread(os.path.join(src, "rtdose.dcm" if "RT_plan" in path else "CT_small.dcm"))
         _identify(ds, name, patient_id, i if i < 3 else 10)
         if i < 3:
             ds.ImagePositionPatient, ds.InstanceNumber = [0.0, 0.0, 5.0 * i], i + 1
+            slices.append(ds)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         ds.save_as(path)
+    enhanced = legacy_enhanced(slices, f"phi-{patient_id}")
+    _identify(enhanced, name, patient_id, 20)
+    paths.append(os.path.join(root, "CT_enhanced", "volume.dcm"))
+    os.makedirs(os.path.dirname(paths[-1]), exist_ok=True)
+    enhanced.save_as(paths[-1])
     return paths
 
 
@@ -201,8 +210,9 @@ def test_no_input_value_or_path_in_any_written_byte(archive, tmp_path, case):
             run()
         assert (out / "run_failed.json").exists() and not (out / "dataset.json").exists()
     else:
-        run()
+        result = run()
         assert summary.exists()
+        assert result["failed"] == {} and result["written"] >= 6, result   # the Enhanced files too
     haystack = _written_files(str(out))
     if summary.exists():
         haystack["summary.json"] = summary.read_bytes()

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import reader
 from reader.schedule import Order
-from reader.tfrecord import parse_index
+from dataset.tfrecord import parse_index
 from tests.test_reader_training import RECORDS, archive, plain  # noqa: F401  (fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

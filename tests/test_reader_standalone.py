@@ -23,7 +23,14 @@ import reader
 from tests.conftest import run_convert, write_png_archive
 
 READER_DIR = pathlib.Path(reader.__file__).parent
-FORBIDDEN = ("apache_beam", "pipeline", "transforms")
+FORMAT_DIR = READER_DIR.parent / "dataset"
+FORBIDDEN = ("apache_beam", "pipeline", "transforms", "pydicom", "PIL")
+PRODUCT = ("dataset", "reader", "pipeline", "transforms", "benchmarks", "tools", "tests")
+# what the format package (dataset/) may import besides the standard library and itself
+FORMAT_THIRD_PARTY = ("numpy", "google.protobuf", "google_crc32c")
+# and the reader, besides those and the format package: TensorFlow for load(), Pillow for
+# PNG/JPEG records and google-cloud-storage for RandomAccess on gs://, each imported on use
+READER_THIRD_PARTY = FORMAT_THIRD_PARTY + ("tensorflow", "PIL", "google.cloud")
 
 
 @pytest.fixture(scope="module")
@@ -34,18 +41,62 @@ def small_dataset(tmp_path_factory):
     return str(root / "dataset")
 
 
-def test_reader_modules_import_nothing_of_the_writer():
-    for path in READER_DIR.glob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
+def _imports(folder: pathlib.Path):
+    """(module file, imported name) for every absolute import in ``folder``'s modules."""
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 names = [node.module or ""]
             else:
                 continue
             for name in names:
-                assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
+                if name != "__future__":
+                    yield path.name, name
+
+
+def _outside(name: str, own: tuple, third_party: tuple) -> bool:
+    top = name.split(".")[0]
+    if top in own or (top in sys.stdlib_module_names and top not in PRODUCT):
+        return False
+    return not any(name == allowed or name.startswith(allowed + ".") for allowed in third_party)
+
+
+def test_format_package_is_a_leaf():
+    """dataset/ imports nothing of the converter (transforms/, pipeline/) or the reader, and
+    nothing heavier than numpy, protobuf and crc32c: both sides stand on it."""
+    stray = [f"dataset/{module} imports {name}" for module, name in _imports(FORMAT_DIR)
+             if _outside(name, ("dataset",), FORMAT_THIRD_PARTY)]
+    assert not stray, stray
+
+
+def test_reader_modules_import_nothing_but_the_format():
+    """reader/ imports, of this project, only itself and the format package; of the rest only
+    what its own distribution installs (setup_reader.py)."""
+    stray = [f"reader/{module} imports {name}" for module, name in _imports(READER_DIR)
+             if _outside(name, ("reader", "dataset"), READER_THIRD_PARTY)]
+    assert not stray, stray
+
+
+def test_format_package_verifies_a_dataset_with_the_converter_hidden(small_dataset):
+    """Every dataset/ module imports, and verify passes, with Beam, the converter, pydicom,
+    Pillow and TensorFlow unimportable: the local file system backend serves it alone."""
+    hidden = FORBIDDEN + ("tensorflow",)
+    script = textwrap.dedent(f"""
+        import importlib, pkgutil, sys
+        for name in {hidden!r}:
+            sys.modules[name] = None          # any import of it now raises ImportError
+        import dataset
+        for info in pkgutil.iter_modules(dataset.__path__):
+            importlib.import_module("dataset." + info.name)
+        from dataset.verify import verify_dataset
+        print(verify_dataset({small_dataset!r}).verdict())
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=str(READER_DIR.parent), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("OK "), result.stdout
 
 
 def test_reader_imports_and_reads_with_beam_hidden(small_dataset):

@@ -4,7 +4,7 @@ import os
 import re
 
 from pipeline.options import add_convert_arguments
-from transforms import reasons
+from dataset import reasons
 
 README = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
 

@@ -7,11 +7,12 @@ import math
 import pytest
 
 from pipeline.options import ConvertOptions
-from transforms import reasons
+from dataset import reasons
 from transforms.labels import join
 from transforms.labels.table import LabelRow, LabelSpaceAccumulator
 from transforms.output.commit import accounting_verdict, empty_verdict, failure_verdict
-from transforms.records.values import Identifiers, ImageSpec, Outcome, ProbedRecord, SourceFile
+from dataset.results import Outcome
+from transforms.records.values import Identifiers, ImageSpec, ProbedRecord, SourceFile
 
 
 def _record(rel: str, patient: str = "P1") -> ProbedRecord:

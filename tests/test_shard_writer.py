@@ -1,4 +1,6 @@
-"""The shard writer holds records to their plan: a record that decodes to another size is refused.
+"""The shard writer: records held to their plan, and shards that standard TFRecord readers read.
+
+A record that decodes to another size than planned is refused.
 
 Shard sizes are planned from headers (README, "Shard"); the fuzz oracle
 (tests/test_fuzz.py) checks that written inputs decode to their probed shape,
@@ -6,12 +8,17 @@ and the writer itself refuses a record that does not, with a reason, instead
 of writing a shard larger or smaller than planned.
 """
 import dataclasses
+import gzip
+import hashlib
 import os
 
+import pytest
 import tensorflow as tf
 
-from dataset.shard_writer import write_shard
-from transforms import reasons
+from dataset.shard_writer import open_shard
+from dataset.tfrecord import parse_index
+from transforms.output.write import write_shard
+from dataset import reasons
 from transforms.records.probe import probe_file
 from transforms.records.values import ShardPlan, SourceFile
 from tests.conftest import write_png_archive
@@ -41,3 +48,40 @@ def test_a_record_whose_decoded_size_differs_from_its_plan_is_refused(tmp_path):
     assert len(records) == 1
     assert good.record_id.encode() in records[0]
     assert result.num_bytes <= good.planned_bytes
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_shards_are_standard_tfrecord_files_read_by_tf_data_and_beam(tmp_path, compression):
+    """The format's framing codec (dataset/tfrecord.py) is the standard one: TensorFlow's and
+    Beam's own TFRecord readers read back exactly what the writer was handed, and the .idx
+    locates every record."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    records = [b"", b"x", os.urandom(300), os.urandom(70000)]
+    name = "train-00000-of-00001.tfrecord" + (".gz" if compression == "gzip" else "")
+    with open_shard(str(tmp_path), name, compression) as shard:
+        for record in records:
+            shard.append(memoryview(record))
+    path = str(tmp_path / name)
+    assert sorted(n for n in os.listdir(tmp_path) if not n.startswith(".")) == [name, name + ".idx"]
+    assert (shard.num_records, shard.num_bytes) == (4, os.path.getsize(path))
+    assert shard.sha256 == hashlib.sha256(open(path, "rb").read()).hexdigest()
+    tf_compression = "GZIP" if compression == "gzip" else ""
+    assert [r.numpy() for r in tf.data.TFRecordDataset(path, compression_type=tf_compression)] == records
+    with beam.Pipeline() as pipeline:
+        read = pipeline | beam.io.ReadFromTFRecord(path, coder=beam.coders.BytesCoder())
+        assert_that(read, equal_to(records))
+    stream = gzip.open(path).read() if compression == "gzip" else open(path, "rb").read()
+    offsets, sizes = parse_index(open(path + ".idx").read())
+    assert [stream[o + 12:o + s - 4] for o, s in zip(offsets.tolist(), sizes.tolist())] == records
+    assert int(offsets[-1] + sizes[-1]) == len(stream)
+
+
+def test_a_shard_that_fails_midway_leaves_no_file_under_its_name(tmp_path):
+    with pytest.raises(RuntimeError):
+        with open_shard(str(tmp_path), "train-00000-of-00001.tfrecord") as shard:
+            shard.append(b"a record")
+            raise RuntimeError("the source vanished")
+    assert not [n for n in os.listdir(tmp_path) if not n.startswith(".")]
+    assert os.listdir(tmp_path / ".incomplete") == []

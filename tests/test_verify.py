@@ -9,13 +9,12 @@ import struct
 
 import numpy as np
 import pytest
-from apache_beam.io.tfrecordio import _TFRecordUtil
 
 from pipeline import cli
 from tests.conftest import run_convert, write_png_archive
-from transforms.records.example_proto import encode_example
-from dataset.verify import (FramingError, check_example, framed_records, parse_example,
-                               verify_dataset)
+from dataset.example import decode_example, encode_example
+from dataset.tfrecord import FramingError, frame, masked_crc, read_records
+from dataset.verify import check_example, verify_dataset
 
 SMALL = dict(target_shard_mb=0.03, min_shard_mb=0.01, max_shard_mb=1.0)
 
@@ -90,13 +89,13 @@ def test_wire_decoder_agrees_with_tensorflow(sample_dataset):
 
     shard = _manifest(sample_dataset)["splits"]["train"]["shards"][0]
     with open(os.path.join(sample_dataset, shard["file"]), "rb") as handle:
-        for framed in framed_records(handle):
-            ours = parse_example(framed.data)
+        for framed in read_records(handle):
+            ours = decode_example(framed.data)
             theirs = tf.train.Example.FromString(framed.data).features.feature
             assert set(ours) == set(theirs.keys())
             for name, (kind, values) in ours.items():
                 expected = list(getattr(theirs[name], f"{kind}_list").value)
-                got = [bytes(v) for v in values] if kind == "bytes" else values
+                got = [bytes(v) for v in values] if kind == "bytes" else list(values)
                 assert got == pytest.approx(expected) if kind == "float" else got == expected, name
 
 
@@ -267,28 +266,29 @@ def test_truncated_gzip_shard_is_found(png_datasets, tmp_path, capsys):
 def _stream(*payloads: bytes) -> bytes:
     out = io.BytesIO()
     for payload in payloads:
-        _TFRecordUtil.write_record(out, payload)
+        head, tail = frame(payload)
+        out.write(head + payload + tail)
     return out.getvalue()
 
 
-def test_framed_records_reports_offsets_and_both_crcs():
+def test_read_records_reports_offsets_and_both_crcs():
     data = bytearray(_stream(b"a" * 10, b"", b"b" * 100))
-    found = list(framed_records(io.BytesIO(bytes(data))))
+    found = list(read_records(io.BytesIO(bytes(data))))
     assert [(r.index, r.offset, r.size, r.data_crc_ok) for r in found] == \
         [(0, 0, 26, True), (1, 26, 16, True), (2, 42, 116, True)]
     data[42 + 12 + 50] ^= 1
-    assert [r.data_crc_ok for r in framed_records(io.BytesIO(bytes(data)))] == [True, True, False]
+    assert [r.data_crc_ok for r in read_records(io.BytesIO(bytes(data)))] == [True, True, False]
     data[26 + 8] ^= 1                       # the length CRC of record 1
     with pytest.raises(FramingError) as info:
-        list(framed_records(io.BytesIO(bytes(data))))
+        list(read_records(io.BytesIO(bytes(data))))
     assert (info.value.record, info.value.offset) == (1, 26)
 
 
-def test_framed_records_never_allocates_a_corrupt_length():
+def test_read_records_never_allocates_a_corrupt_length():
     length = struct.pack("<Q", 1 << 60)
-    header = length + struct.pack("<I", _TFRecordUtil._masked_crc32c(length))
+    header = length + struct.pack("<I", masked_crc(length))
     with pytest.raises(FramingError, match="truncated"):
-        list(framed_records(io.BytesIO(header + b"x" * 10)))
+        list(read_records(io.BytesIO(header + b"x" * 10)))
 
 
 def test_check_example_validates_kinds_counts_and_pixel_bytes():
@@ -300,15 +300,15 @@ def test_check_example_validates_kinds_counts_and_pixel_bytes():
               "dicom/pixel_spacing": {"dtype": "float", "shape": [2]}}
     good = {"image_raw": b"\0" * 2 * 3 * 4 * 2, "label": 1, "height": 3, "width": 4, "channels": 1,
             "depth": 2, "dtype": "int16", "encoding": "raw", "format": "image"}
-    problems, summary = check_example(parse_example(encode_example(good)), schema)
+    problems, summary = check_example(decode_example(encode_example(good)), schema)
     assert problems == [] and summary["shape"] == [2, 3, 4, 1] and summary["label"] == 1
     short = dict(good, image_raw=b"\0" * 47)
-    assert "image_raw holds 47 bytes" in check_example(parse_example(encode_example(short)), schema)[0][0]
+    assert "image_raw holds 47 bytes" in check_example(decode_example(encode_example(short)), schema)[0][0]
     dicom = dict(good, format="dicom")
-    assert check_example(parse_example(encode_example(dicom)), schema)[0] == \
+    assert check_example(decode_example(encode_example(dicom)), schema)[0] == \
         ["feature 'dicom/pixel_spacing' is missing"]
     extra = dict(good, surprise=1)
-    assert check_example(parse_example(encode_example(extra)), schema)[0] == \
+    assert check_example(decode_example(encode_example(extra)), schema)[0] == \
         ["feature 'surprise' is not in the schema"]
 
 
@@ -316,7 +316,7 @@ def test_variable_length_features_accept_any_count():
     schema = {"dicom/pixel_spacing": {"dtype": "float", "shape": [-1]},
               "pairs": {"dtype": "int64", "shape": [-1, 2]}}
     for spacing, pairs, ok in (([], [], True), ([0.5, 0.5], [1, 2, 3, 4], True), ([1.0], [1, 2, 3], False)):
-        features = parse_example(encode_example({"dicom/pixel_spacing": np.asarray(spacing, np.float32),
+        features = decode_example(encode_example({"dicom/pixel_spacing": np.asarray(spacing, np.float32),
                                                  "pairs": np.asarray(pairs, np.int64)}))
         messages = [m for m in check_example(features, schema)[0] if "pairs" in m or "spacing" in m]
         assert (messages == []) == ok, messages

@@ -78,8 +78,14 @@ def main() -> None:
     lines += [f"| `{r}` | {s} | {p} | {o} |" for r, s, p, o in rows]
     written = sum(1 for row in rows if row[3].startswith("written"))
     lines += ["", f"{len(rows)} files: {written} written, {len(rows) - written} skipped or failed."]
+    tail = ""     # the sections written by hand after the table (## ...) are kept
+    if os.path.exists(args.out):
+        with open(args.out) as handle:
+            text = handle.read()
+        if "\n## " in text:
+            tail = "\n" + text[text.index("\n## "):].lstrip("\n")
     with open(args.out, "w") as handle:
-        handle.write("\n".join(lines) + "\n")
+        handle.write("\n".join(lines) + "\n" + tail)
     print(f"wrote {args.out}: {len(rows)} files, {written} written")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 class ConversionError(Exception):
     """An input that cannot be converted, with a stable reason code.
 
-    ``reason`` is one of ``transforms.reasons``; the message says what in the
+    ``reason`` is one of ``dataset.reasons``; the message says what in the
     file is wrong, so a user can act on it without opening the file.
     """
 

@@ -22,7 +22,7 @@ from pydicom.dataelem import RawDataElement
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
-from transforms import reasons
+from dataset import reasons
 from transforms.dtypes import smallest_integer_dtype
 from transforms.errors import ConversionError
 from transforms.records.values import ImageSpec

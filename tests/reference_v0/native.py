@@ -35,7 +35,7 @@ from typing import Optional
 
 import numpy as np
 
-from transforms import reasons
+from dataset import reasons
 from tests.reference_v0 import header as dicom_header
 from transforms.dtypes import fit_range
 from transforms.errors import ConversionError

@@ -8,7 +8,7 @@ import dataclasses
 
 from typing import BinaryIO, Callable, Optional
 
-from transforms import reasons
+from dataset import reasons
 from tests.reference_v0 import header as dicom_header
 from transforms.images import raster
 from transforms.sources import sniff

@@ -20,7 +20,8 @@ from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
-from transforms import reasons
+from dataset import reasons
+from transforms.dicom import functional_groups
 from transforms.dtypes import smallest_integer_dtype
 from transforms.errors import ConversionError
 from transforms.records.values import ImageSpec
@@ -267,6 +268,10 @@ def looks_like_dicom(ds: Dataset) -> bool:
     return known >= 2 or any(tag.group in (0x0008, 0x0028) for tag in tags)
 
 
+def has_float_pixels(ds: Dataset) -> bool:
+    return "FloatPixelData" in ds or "DoubleFloatPixelData" in ds
+
+
 def has_pixel_data(ds: Dataset) -> bool:
     return any(keyword in ds for keyword in PIXEL_KEYWORDS)
 
@@ -328,8 +333,23 @@ def modality_dtype(ds: Dataset) -> str:
 
     Rescale with integer slope and intercept keeps integers (CT in HU is
     int16); a fractional rescale needs float32; a Modality LUT Sequence maps
-    into the LUT's bit depth. Colour images have no modality LUT.
+    into the LUT's bit depth. Colour images have no modality LUT. An Enhanced
+    image's rescale is per frame (transforms.dicom.functional_groups): the
+    dtype is the smallest exact over every frame's range.
     """
+    views = None if has_float_pixels(ds) else functional_groups.value_views(ds)
+    if not views:
+        found = modality_range(ds)
+        return found if isinstance(found, str) else smallest_integer_dtype(*found)
+    ranges = [modality_range(view) for view in {id(v): v for v in views}.values()]
+    floats = [r for r in ranges if isinstance(r, str)]
+    if floats:
+        return "float64" if "float64" in floats else "float32"
+    return smallest_integer_dtype(min(r[0] for r in ranges), max(r[1] for r in ranges))
+
+
+def modality_range(ds: Dataset):
+    """The (lo, hi) integer range of the modality-LUT output, or the float dtype it needs."""
     if "FloatPixelData" in ds:
         return "float32"
     if "DoubleFloatPixelData" in ds:
@@ -338,7 +358,7 @@ def modality_dtype(ds: Dataset) -> str:
     if _int(ds, "SamplesPerPixel", 1) == 1:
         if "ModalityLUTSequence" in ds:
             descriptor = ds.ModalityLUTSequence[0].LUTDescriptor
-            return "uint8" if int(descriptor[2]) <= 8 else "uint16"
+            return (0, 255) if int(descriptor[2]) <= 8 else (0, 65535)
         if "RescaleSlope" in ds and "RescaleIntercept" in ds:
             slope = _float(ds, "RescaleSlope", 1.0)
             intercept = _float(ds, "RescaleIntercept", 0.0)
@@ -354,7 +374,7 @@ def modality_dtype(ds: Dataset) -> str:
                 # values really exceed it decodes wider than planned, and the
                 # shard writer refuses it (decoded_size_mismatch).
                 lo, hi = max(lo, -32768), min(hi, 32767)
-    return smallest_integer_dtype(lo, hi)
+    return lo, hi
 
 
 def _stored_dtype(ds: Dataset) -> str:
@@ -472,6 +492,7 @@ def metadata_feature_names(keep_tags: tuple[str, ...] = ()) -> dict:
                            "description": "[center, width] applied with --dicom_values window"}
     out["dicom/slice_spacing"] = {"dtype": "float", "shape": [-1],
                                   "description": "--unit series: spacing between slices in mm"}
+    out.update(functional_groups.RECORD_FEATURES)
     for name in IDENTIFIERS:
         out[f"dicom/{name}_hash"] = {"dtype": "bytes", "shape": [],
                                      "description": "HMAC-SHA256 with --id_salt, hex; empty if absent"}
@@ -514,30 +535,3 @@ def metadata(ds: Dataset, settings: DecodeSettings, window: dict) -> dict:
         except Exception:
             out[f"dicom/{keyword}"] = ""
     return out
-
-
-FUNCTIONAL_GROUPS = ("SharedFunctionalGroupsSequence", "PerFrameFunctionalGroupsSequence")
-
-
-def functional_group_rescale(ds) -> Optional[tuple[float, float]]:
-    """A non-identity (slope, intercept) that only the functional groups of an Enhanced
-    image hold, or None.
-
-    pydicom's modality LUT and ours read the top-level Rescale Slope/Intercept; an
-    Enhanced CT/MR/PET object keeps them in each frame's (or the shared) Pixel Value
-    Transformation Sequence instead, so without this check its stored values would be
-    written as if they were modality values.
-    """
-    if any(ds.get(k) is not None for k in ("RescaleSlope", "RescaleIntercept", "ModalityLUTSequence")):
-        return None
-    for group in FUNCTIONAL_GROUPS:
-        for item in ds.get(group) or ():
-            for transform in item.get("PixelValueTransformationSequence") or ():
-                try:
-                    slope = float(transform.get("RescaleSlope", 1) or 1)
-                    intercept = float(transform.get("RescaleIntercept", 0) or 0)
-                except (TypeError, ValueError):
-                    return (float("nan"), float("nan"))
-                if (slope, intercept) != (1.0, 0.0):
-                    return slope, intercept
-    return None

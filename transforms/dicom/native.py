@@ -32,7 +32,7 @@ from typing import Optional
 
 import numpy as np
 
-from transforms import reasons
+from dataset import reasons
 from transforms.dicom import header as dicom_header
 from transforms.dtypes import fit_range
 from transforms.errors import ConversionError

@@ -13,7 +13,7 @@ imagecodecs' libjpeg-turbo. Then, by ``--dicom_values``:
 from __future__ import annotations
 
 import warnings
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Optional, Sequence
 
 import numpy as np
 import pydicom
@@ -21,8 +21,8 @@ from pydicom.dataset import Dataset
 from pydicom.pixels import apply_color_lut, apply_modality_lut
 from pydicom.pixels import pixel_array as decode_pixels
 
-from transforms import reasons
-from transforms.dicom import voi
+from dataset import reasons
+from transforms.dicom import functional_groups, voi
 from transforms.dicom.header import (check_native_length, convert_all_elements, image_spec,
                                      infer_transfer_syntax)
 from transforms.dtypes import fit_integer_dtype
@@ -84,6 +84,28 @@ def check_jp2_boxes(frame: bytes) -> None:
     raise ConversionError(reasons.DECODE_ERROR, "JPEG 2000 header with too many boxes")
 
 
+_SIZ = b"\xff\x4f\xff\x51"        # start of codestream, then the image and tile size marker
+
+
+def check_j2k_size(frame: bytes) -> None:
+    """Rejects a JPEG 2000 codestream whose SIZ marker (ISO/IEC 15444-1 A.5.1) describes an
+    image no DICOM file holds (over 65535 columns or rows): its header is corrupt.
+
+    pydicom's test file JPEG2000-embedded-sequence-delimiter.dcm has 4 bytes of its SIZ
+    overwritten so; OpenJPEG (through pylibjpeg, and through GDCM's gdcmconv) fails on it
+    with an opaque message, Pillow takes it for a decompression bomb. Named here instead.
+    """
+    start = frame.find(_SIZ, 0, 4096)
+    if start < 0 or len(frame) < start + 22:
+        return
+    x, y, x0, y0 = (int.from_bytes(frame[start + 8 + 4 * k:start + 12 + 4 * k], "big") for k in range(4))
+    columns, rows = x - x0, y - y0
+    if not (0 < columns <= 65535 and 0 < rows <= 65535):
+        raise ConversionError(reasons.DECODE_ERROR,
+                              f"JPEG 2000 codestream header (SIZ) describes a {columns} x {rows} image: "
+                              f"the codestream is corrupt, no decoder reads it")
+
+
 def _check_encapsulated(ds: Dataset) -> None:
     syntax = str(ds.file_meta.get("TransferSyntaxUID", "")) if hasattr(ds, "file_meta") else ""
     if syntax not in _J2K_SYNTAXES or "PixelData" not in ds:
@@ -93,6 +115,7 @@ def _check_encapsulated(ds: Dataset) -> None:
     try:
         for frame in generate_frames(ds.PixelData, number_of_frames=frames):
             check_jp2_boxes(frame)
+            check_j2k_size(frame)
     except ConversionError:
         raise
     except Exception as exc:
@@ -190,6 +213,27 @@ def map_values(arr: np.ndarray, ds: Dataset, settings: DecodeSettings) -> tuple[
     return values, {}
 
 
+def map_frames(decoded: np.ndarray, ds: Dataset, views: list, settings: DecodeSettings,
+               frame: Optional[int], frames: Optional[Sequence[int]]) -> tuple[np.ndarray, list]:
+    """An Enhanced image's frames mapped one by one, each through its own functional groups'
+    rescale, Modality LUT and VOI (transforms.dicom.functional_groups.value_views), in record
+    order: ``frames`` (stored indices), the one ``frame`` decoded, or all as stored.
+    Returns the values and the VOI used per frame."""
+    if frame is not None:
+        stored, indices = decoded[None], [frame]
+        positions = [0]
+    else:
+        stored = decoded if len(views) > 1 else decoded[None]
+        indices = list(range(len(views))) if frames is None else list(frames)
+        positions = indices
+    mapped, windows = [], []
+    for position, index in zip(positions, indices):
+        values, window = map_values(stored[position], views[index], settings)
+        mapped.append(values)
+        windows.append(window)
+    return np.stack(mapped), windows
+
+
 def to_record_array(arr: np.ndarray, planned_dtype: str, depth: int, channels: int) -> np.ndarray:
     """Casts to the planned dtype (widening when needed) and reshapes to (D, H, W, C).
 
@@ -212,9 +256,13 @@ def to_record_array(arr: np.ndarray, planned_dtype: str, depth: int, channels: i
 
 
 def decode_dicom(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
-                 frame: Optional[int] = None) -> tuple[np.ndarray, Dataset, dict]:
+                 frame: Optional[int] = None, frames: Optional[Sequence[int]] = None,
+                 ) -> tuple[np.ndarray, Dataset, dict]:
     """One DICOM file (or one frame of it) -> ((D, H, W, C) values, dataset, VOI used).
 
+    ``frames``: an Enhanced file's stored frame indices in record order (one stack),
+    default all as stored. The VOI used of an Enhanced file is that of its first frame,
+    with the list of every frame's under ``"frames"``.
     Geometry (resize, channels) is applied by the caller, after value mapping.
     """
     with warnings.catch_warnings():
@@ -223,11 +271,19 @@ def decode_dicom(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
         spec = image_spec(ds, settings)
         check_native_length(ds)
         decoded = _decode(ds, frame)
+        # the functional groups' rescale and VOI are grayscale's; colour frames are only reordered
+        views = functional_groups.value_views(ds) if _grayscale(ds) else None
         try:
-            values, window = map_values(decoded, ds, settings)
+            if views is None:
+                values, window = map_values(decoded, ds, settings)
+                if frames is not None and frame is None:
+                    values = (values if spec.depth > 1 else values[None])[list(frames)]
+            else:
+                values, windows = map_frames(decoded, ds, views, settings, frame, frames)
+                window = dict(windows[0], frames=windows) if windows[0] else {}
         except ConversionError:
             raise
         except Exception as exc:
             raise ConversionError(reasons.INVALID_VALUE, f"value mapping failed: {exc}") from exc
-    depth = 1 if frame is not None else spec.depth
+    depth = 1 if frame is not None else spec.depth if frames is None else len(frames)
     return to_record_array(values, spec.dtype, depth, spec.channels), ds, window

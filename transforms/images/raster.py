@@ -11,7 +11,7 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image
 
-from transforms import reasons
+from dataset import reasons
 from transforms.errors import ConversionError
 from transforms.records.values import ImageSpec
 

@@ -9,9 +9,10 @@ import dataclasses
 from typing import Iterable, Optional, Union
 
 from dataset.names import BadName, check_component as check_split_name
-from transforms import reasons
+from dataset import reasons
 from transforms.labels.table import LabelRow, dir_label, exact_key
-from transforms.records.values import Outcome, ProbedRecord
+from dataset.results import Outcome
+from transforms.records.values import ProbedRecord
 
 Result = Union[ProbedRecord, Outcome]
 

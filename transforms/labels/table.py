@@ -12,8 +12,8 @@ import posixpath
 import unicodedata
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
-from transforms import reasons
-from transforms.records.values import Outcome
+from dataset import reasons
+from dataset.results import Outcome
 
 LABEL_KEYS = ("path", "sop_instance_uid", "series_instance_uid", "study_instance_uid", "patient_id")
 MAX_CLASSES = 100_000
@@ -217,15 +217,6 @@ def dir_label(rel_path: str) -> str:
     """ImageNet layout: the class is the name of the file's parent folder."""
     parent = posixpath.dirname(rel_path)
     return posixpath.basename(parent) if parent else ""
-
-
-def label_keys(label) -> list[str]:
-    """What a record adds to class balance: its class, or each class of a multi-hot."""
-    if isinstance(label, tuple):
-        return [str(i) for i, v in enumerate(label) if v == 1] or ["unlabeled" if -1 in label else "none"]
-    if isinstance(label, float):
-        return []
-    return [str(label) if label != -1 else "unlabeled"]
 
 
 def first_row(rows: Iterable[LabelRow], uri: str) -> tuple[LabelRow, list[Outcome]]:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from dataset import dataset_json
-from dataset.names import PARENT
+from dataset import manifest
+from dataset.features import SOURCE_PATH_FEATURE
 from transforms.dicom import header as dicom_header
 from transforms.settings import ConversionSettings
 
@@ -25,8 +25,9 @@ def accounting_verdict(counts: Mapping) -> str:
     """Why a run whose counts do not add up must not commit ("" if they do).
 
     Every matched input ends written, skipped or failed; an input that is none
-    of these was lost between steps (see ../shared/notes/beam-local-runner-loss.md),
-    and a dataset missing it must not be committed as if complete.
+    of these was lost between steps (Beam's local runner has dropped large elements
+    without an error: docs/ARCHITECTURE.md, "Why plan, then write"), and a dataset
+    missing it must not be committed as if complete.
     """
     unaccounted = counts["unaccounted"]
     if unaccounted == 0:
@@ -49,19 +50,16 @@ def empty_verdict(counts: Mapping, allow_empty: bool) -> str:
 
 
 def labels_entry(space, settings: ConversionSettings, source: Optional[str] = None) -> dict:
-    """dataset.json's ``labels`` block (its ``feature`` becomes the ``label`` feature).
+    """dataset.json's ``labels`` block for this run's label space (None: no labels).
 
     ``source``: the labels CSV as recorded in ``options`` (a keyed hash unless
     --record_input_paths), never the path itself.
     """
     if space is None:
-        return {"source": None, "kind": "none", "class_names": [],
-                "feature": {"dtype": "int64", "shape": [], "description": "-1: unlabeled"}}
-    return {"source": "folders" if settings.labels_from_dirs else source,
-            "key": None if settings.labels_from_dirs else settings.label_key,
-            "column": None if settings.labels_from_dirs else settings.label_column,
-            "kind": space.kind, "class_names": list(space.class_names),
-            "missing_label": settings.missing_label, "feature": space.feature()}
+        return manifest.labels_block()
+    return manifest.labels_block(space.kind, space.class_names, space.feature(), source,
+                                 settings.label_key, settings.label_column, settings.missing_label,
+                                 from_dirs=settings.labels_from_dirs)
 
 
 def run_manifest(results: list, outcomes: list, matched: int, space, group_counts: Mapping,
@@ -71,22 +69,14 @@ def run_manifest(results: list, outcomes: list, matched: int, space, group_count
     if base is not None:   # a version never lists a shard that holds nothing
         results = [r for r in results if r.num_records > 0]
     has_dicom = any("dicom" in r.kinds for r in results)
-    extra = {
-        "labels": labels_entry(space, settings, options.get("labels")),
-        "groups": {"split_by": settings.split_by or "patient for DICOM, record otherwise",
-                   "num_groups": dict(sorted(group_counts.items())),
-                   "groups_in_several_splits": leaking},
-        "min_shards": {split: {"requested": lay.min_shards_requested,
-                               "honoured": lay.min_shards_honoured}
-                       for split, lay in sorted(layouts.items())},
-    }
-    if base is not None:
-        reused = [r for r in results if r.file.startswith(PARENT)]
-        extra["incremental"] = {"base_version": base.name or None, "rebuild_reason": base.rebuild_reason,
-                                "reused_shards": len(reused), "written_shards": len(results) - len(reused),
-                                "reused_records": sum(r.num_records for r in reused)}
     features = dicom_header.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
     if settings.decode.keep_source_path:
-        features["source_path"] = {"dtype": "bytes", "shape": [], "description": "--keep_source_path"}
-    return dataset_json.build_manifest(results, outcomes, matched, options, version, features,
-                                       extra=extra)
+        features["source_path"] = dict(SOURCE_PATH_FEATURE)
+    return manifest.build_manifest(
+        results, outcomes, matched, options, version, features,
+        labels=labels_entry(space, settings, options.get("labels")),
+        split_by=settings.split_by or "patient for DICOM, record otherwise",
+        num_groups=group_counts, groups_in_several_splits=leaking,
+        min_shards={split: (lay.min_shards_requested, lay.min_shards_honoured)
+                    for split, lay in layouts.items()},
+        base_version=None if base is None else (base.name, base.rebuild_reason))

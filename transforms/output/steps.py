@@ -6,11 +6,12 @@ from typing import Mapping, Optional
 
 from apache_beam.pvalue import TaggedOutput
 
-from dataset import dataset_json, progress, versions
-from dataset.shard_writer import write_shard
+from dataset import progress, versions
+from dataset.manifest import commit, refuse_commit
 from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
                                       run_manifest)
+from transforms.output.write import record_fingerprint, write_shard
 from transforms.records.values import ShardPlan
 from transforms.settings import ConversionSettings, DecodeSettings
 from transforms.errors import StorageOutage
@@ -63,7 +64,7 @@ class WriteShardFn(ReadsSourcesFn):
                                            on_error=on_error)
             if self.records_files:
                 versions.write_records_file(self.output_dir, result,
-                                            [versions.record_fingerprint(r) for r in written])
+                                            [record_fingerprint(r) for r in written])
         except StorageOutage:
             raise
         except Exception as exc:     # the shard could not be written
@@ -97,5 +98,5 @@ def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_
                or failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures)
                or empty_verdict(manifest["counts"], settings.allow_empty))
     if refusal:
-        return dataset_json.refuse_commit(settings.output_dir, manifest, outcomes, refusal)
-    return dataset_json.commit(settings.output_dir, manifest, outcomes)
+        return refuse_commit(settings.output_dir, manifest, outcomes, refusal)
+    return commit(settings.output_dir, manifest, outcomes)

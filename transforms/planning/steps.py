@@ -20,7 +20,8 @@ import apache_beam as beam
 from apache_beam.pvalue import AsDict, AsSingleton
 
 from dataset.versions import (BaseVersion, PreviousShard, choose_reused, read_records_file,
-                              record_fingerprint, shard_result_from_json)
+                              shard_result_from_json)
+from transforms.output.write import record_fingerprint
 from transforms.counters import distribution
 from transforms.planning.shards import (ORDER, PLANNED_BYTES, RECORD_ID, ShardBounds,
                                         assign_entries, bucket_of_order, bucket_starts, entry_record,

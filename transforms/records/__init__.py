@@ -1,1 +1,1 @@
-"""One record: planned from headers (probe), built from pixels (build), encoded (features, example_proto)."""
+"""One record: planned from headers (probe), built from pixels (build; encoded by dataset.features)."""

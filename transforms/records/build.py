@@ -5,13 +5,14 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
+from transforms.dicom import functional_groups
 from transforms.dicom import header as dicom_header
 from transforms.images import geometry
 from transforms.dicom import native as native_dicom
 from transforms.images import raster
 from transforms.dicom.pixels import decode_dicom
 from transforms.sources.read import open_source
-from transforms.records.features import serialize_record
+from dataset.features import serialize_record
 from transforms.records.values import ProbedRecord
 from transforms.settings import DecodeSettings
 from transforms.sources.read import read_unchanged, with_timeout
@@ -26,8 +27,15 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
         pixels = native_dicom.decode_native(native_dicom.file_bytes(fileobj), native, record.frame)
         metadata = native_dicom.unpack_metadata(native.metadata, dicom_header.metadata_keys(settings))
     elif record.kind == "dicom":
-        pixels, ds, window = decode_dicom(fileobj, settings, record.frame)
+        order = record.stacks[0].frames if record.stacks and record.frame is None else None
+        pixels, ds, window = decode_dicom(fileobj, settings, record.frame, order)
+        windows = window.pop("frames", None)
         metadata = dicom_header.metadata(ds, settings, window)
+        if functional_groups.present(ds):
+            frames = [record.frame] if record.frame is not None else \
+                order if order is not None else range(pixels.shape[0])
+            metadata = functional_groups.record_metadata(metadata, ds, list(frames), windows or [],
+                                                         record.slice_spacing)
     else:
         pixels, metadata = raster.decode_image(fileobj), {}
     return _geometry_and_path(pixels, metadata, record, settings)

@@ -5,7 +5,8 @@ import dataclasses
 
 from typing import BinaryIO, Callable, Optional
 
-from transforms import reasons
+from dataset import reasons
+from transforms.dicom import functional_groups
 from transforms.dicom import header as dicom_header
 from transforms.images import raster
 from transforms.sources import sniff
@@ -49,20 +50,13 @@ def _slice_info(ds) -> SliceInfo:
 
 
 def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
-                 file_size: int) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels]]:
+                 file_size: int) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels], tuple]:
     header, raw_pixels = dicom_header.read_probe_header(fileobj)
     ds = header.ds
     if sniffed == sniff.DICOM and len(ds) == 0:
         raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
     if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
-    if settings.dicom_values != "stored" and any(g in ds for g in dicom_header.FUNCTIONAL_GROUPS):
-        rescale = dicom_header.functional_group_rescale(ds)
-        if rescale is not None:
-            raise ConversionError(reasons.FUNCTIONAL_GROUP_RESCALE,
-                                  f"rescale slope {rescale[0]:g}, intercept {rescale[1]:g} is only in the "
-                                  "Enhanced functional groups, which this version does not apply; "
-                                  "--dicom_values stored converts the stored values")
     ds = header     # every keyword read below, each element converted once
     if not dicom_header.has_pixel_data(ds):
         sop = str(ds.get("SOPClassUID", "") or "unknown SOP class")
@@ -72,10 +66,11 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
                               "Burned In Annotation is YES: text (possibly patient identity) is part "
                               "of the pixels; pass --allow_burned_in to convert it anyway", skipped=True)
     spec = dicom_header.image_spec(ds, settings)
+    stacks = functional_groups.plan_stacks(ds) if functional_groups.present(ds) else ()
     native = None
-    if raw_pixels is not None and settings.dicom_values == "modality":
+    if raw_pixels is not None and settings.dicom_values == "modality" and not stacks:
         native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size)
-    return spec, _identifiers(ds), _slice_info(ds), native
+    return spec, _identifiers(ds), _slice_info(ds), native, stacks
 
 
 def _probe_image(fileobj: BinaryIO) -> ImageSpec:
@@ -84,7 +79,8 @@ def _probe_image(fileobj: BinaryIO) -> ImageSpec:
 
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                      opener: Callable[[str], BinaryIO]) -> tuple[ImageSpec, str, Optional[Identifiers],
-                                                                 Optional[SliceInfo], Optional[NativePixels]]:
+                                                                 Optional[SliceInfo], Optional[NativePixels],
+                                                                 tuple]:
     with open_checked(source.uri, opener) as fileobj:
         try:
             head = fileobj.read(sniff.HEAD_BYTES)
@@ -98,9 +94,9 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                                   skipped=True)
         try:
             if kind == sniff.IMAGE:
-                return _probe_image(fileobj), "image", None, None, None
-            spec, ids, info, native = _probe_dicom(fileobj, kind, settings, source.size)
-            return spec, "dicom", ids, info, native
+                return _probe_image(fileobj), "image", None, None, None, ()
+            spec, ids, info, native, stacks = _probe_dicom(fileobj, kind, settings, source.size)
+            return spec, "dicom", ids, info, native, stacks
         except ConversionError as exc:
             if fileobj.error is not None:      # a read failed underneath the parser
                 raise fileobj.checked(exc) from exc
@@ -124,7 +120,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     """
     if source.size == 0:
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
-    spec, kind, ids, info, native = _sniff_and_probe(source, settings, opener)
+    spec, kind, ids, info, native, stacks = _sniff_and_probe(source, settings, opener)
     pixels = spec.depth * spec.height * spec.width
     if pixels > max_pixels:
         raise ConversionError(reasons.TOO_MANY_PIXELS,
@@ -134,8 +130,8 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     spec = plan_spec(spec, settings.resize, settings.channels)
     record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
-                          kind=kind, spec=spec, ids=ids, slice_info=info, native=native)
-    largest = expand_frames(record, settings)[0]
+                          kind=kind, spec=spec, ids=ids, slice_info=info, native=native, stacks=stacks)
+    largest = max(expand_frames(record, settings), key=lambda r: r.planned_bytes)
     if max_record_bytes is not None and largest.planned_bytes > max_record_bytes:
         raise ConversionError(reasons.RECORD_TOO_LARGE,
                               f"record of {largest.planned_bytes / (1 << 20):.2f} MB {largest.spec.shape} "
@@ -144,11 +140,23 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
 
 
 def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[ProbedRecord]:
-    """With ``--frames split``, one record per frame of a multi-frame DICOM; else the record."""
-    if settings.frames != "split" or record.kind != "dicom" or record.spec.depth == 1:
-        return [record]
-    spec = dataclasses.replace(record.spec, depth=1)
+    """With ``--frames split``, one record per frame of a multi-frame DICOM; else one record
+    per stack of an Enhanced multi-frame file (transforms.dicom.functional_groups), or the record.
+
+    A file of one stack keeps the record id of its path; the stacks of a file holding several
+    are told apart by their label (``path#stack=...``).
+    """
     rel = record.source.rel_path
-    return [dataclasses.replace(record, spec=spec, frame=i,
-                                record_id=record_id(f"{rel}#frame={i}", settings.id_salt))
-            for i in range(record.spec.depth)]
+    if settings.frames == "split" and record.kind == "dicom" and record.spec.depth > 1:
+        spec = dataclasses.replace(record.spec, depth=1)
+        return [dataclasses.replace(record, spec=spec, frame=i, stacks=(),
+                                    record_id=record_id(f"{rel}#frame={i}", settings.id_salt))
+                for i in range(record.spec.depth)]
+    if len(record.stacks) <= 1:
+        if record.stacks:
+            return [dataclasses.replace(record, slice_spacing=record.stacks[0].spacing)]
+        return [record]
+    return [dataclasses.replace(record, spec=dataclasses.replace(record.spec, depth=len(stack.frames)),
+                                stacks=(stack,), slice_spacing=stack.spacing,
+                                record_id=record_id(f"{rel}#stack={stack.label}", settings.id_salt))
+            for stack in record.stacks]

@@ -6,11 +6,12 @@ from typing import Optional
 import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
-from transforms import reasons
+from dataset import reasons
 from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.errors import ConversionError
 from transforms.records.probe import expand_frames, probe_file
-from transforms.records.values import Outcome, ProbedRecord, SourceFile, from_bytes, to_bytes
+from dataset.results import Outcome
+from transforms.records.values import ProbedRecord, SourceFile, from_bytes, to_bytes
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 from transforms.sources.steps import ReadsSourcesFn
 

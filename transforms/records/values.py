@@ -1,7 +1,7 @@
 """Small frozen values that cross pipeline stages.
 
 Only metadata travels between stages (a few hundred bytes per record); pixel
-payload never crosses a shuffle. See ../shared/DESIGN.md, "plan, then write".
+payload never crosses a shuffle (docs/ARCHITECTURE.md, "Why plan, then write").
 
 The values that cross a stage boundary once per record (SourceFile, ImageSpec,
 ProbedRecord) pickle as one flat tuple of their fields (``__reduce__``): Beam
@@ -126,6 +126,9 @@ class ProbedRecord:
     # the planning order key (transforms.hashing.order_key of record_id and --seed), set once
     # by transforms.planning.shards.for_planning; None before
     order: Optional[int] = None
+    # Enhanced multi-frame DICOM: the file's stacks (transforms.dicom.functional_groups.Stack),
+    # after expand_frames the one stack this record holds, its frames in record order; () otherwise
+    stacks: tuple = ()
 
     def __reduce__(self):
         return ProbedRecord, _fields_tuple(self)
@@ -137,8 +140,9 @@ class ProbedRecord:
 
     @property
     def counts_sources(self) -> bool:
-        """Whether writing this record accounts for its sources (frame 0 of a split file)."""
-        return self.frame in (None, 0)
+        """Whether writing this record accounts for its sources (frame 0 of a split file,
+        the first stack of an Enhanced file)."""
+        return self.frame in (None, 0) and (not self.stacks or self.stacks[0].index == 0)
 
     @property
     def planned_bytes(self) -> int:
@@ -152,19 +156,6 @@ RECORD_OVERHEAD_BYTES = 400
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
-    """A source file that was not written: skipped or failed, and why."""
-    uri: str
-    status: str          # "skipped" or "failed"
-    stage: str           # match / probe / decode / normalize / write
-    reason: str          # stable code, see transforms.reasons
-    message: str
-
-    def as_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass(frozen=True)
 class ShardPlan:
     """The records one shard will hold, in write order."""
     split: str
@@ -172,22 +163,3 @@ class ShardPlan:
     num_shards: int
     records: tuple[ProbedRecord, ...]
     tag: str = ""        # --incremental: the version writing it, so names never repeat across versions
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardResult:
-    """A shard as written: what the manifest says about it."""
-    split: str
-    index: int
-    num_shards: int
-    file: str
-    num_records: int
-    num_bytes: int
-    sha256: str
-    planned_bytes: int
-    dtypes: tuple[str, ...]
-    shapes: tuple[tuple[int, int, int, int], ...]   # distinct, capped
-    sources_written: int
-    label_counts: tuple[tuple[str, int], ...] = ()
-    kinds: tuple[str, ...] = ()
-    max_depth: int = 1

@@ -4,10 +4,11 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
-from transforms import reasons
+from dataset import reasons
 from transforms.counters import OUTCOMES, count_outcome
 from transforms.errors import ConversionError
-from transforms.records.values import Outcome, ProbedRecord
+from dataset.results import Outcome
+from transforms.records.values import ProbedRecord
 from transforms.series import volumes
 from transforms.settings import DecodeSettings, with_salt
 
@@ -31,7 +32,7 @@ class VolumeOfSeriesFn(beam.DoFn):
         series_uid, slices = keyed
         slices = list(slices)
         try:
-            yield volumes.build_volume_record(series_uid, slices, self.settings.id_salt)
+            yield from volumes.volume_records(series_uid, slices, self.settings.id_salt)
         except ConversionError as exc:
             for member in sorted(s.source.uri for s in slices):
                 outcome = Outcome(member, reasons.FAILED, "group", exc.reason,

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from transforms import reasons
+from dataset import reasons
 from transforms.errors import ConversionError
 from transforms.hashing import record_id
 from transforms.records.values import ProbedRecord
@@ -71,3 +71,21 @@ def build_volume_record(series_key: str, slices: Sequence[ProbedRecord], salt: s
     spec = dataclasses.replace(first.spec, depth=sum(s.spec.depth for s in ordered))
     return dataclasses.replace(first, record_id=record_id(f"series:{series_key}", salt), spec=spec,
                                members=tuple(s.source for s in ordered), slice_spacing=spacing)
+
+
+def volume_records(series_key: str, slices: Sequence[ProbedRecord], salt: str) -> list[ProbedRecord]:
+    """The records of one series: its single-frame slices stacked into one volume
+    (build_volume_record), or the stack records of the one Enhanced multi-frame file that
+    makes the series, unchanged: its frames are ordered already (transforms.dicom.functional_groups).
+    Several Enhanced files, or Enhanced and classic files, in one series fail as series_enhanced."""
+    enhanced = [s for s in slices if s.stacks]
+    if not enhanced:
+        return [build_volume_record(series_key, slices, salt)]
+    files = sorted({s.source.rel_path for s in slices})
+    if len(enhanced) == len(slices) and len(files) == 1:
+        return list(slices)
+    raise ConversionError(reasons.SERIES_ENHANCED,
+                          f"the series holds {len({s.source.rel_path for s in enhanced})} Enhanced multi-frame "
+                          f"file(s) and {len({s.source.rel_path for s in slices if not s.stacks})} single-frame "
+                          f"file(s): an Enhanced file is a volume (or several) already and is not stacked with "
+                          f"others; convert them with --unit file")

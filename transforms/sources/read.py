@@ -15,7 +15,7 @@ from typing import BinaryIO, Callable, TypeVar
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
-from transforms import reasons
+from dataset import reasons
 from transforms.errors import ConversionError, StorageOutage
 from transforms.records.values import SourceFile
 

@@ -5,9 +5,10 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from transforms import reasons
+from dataset import reasons
 from transforms.counters import count, count_outcome
-from transforms.records.values import Outcome, SourceFile
+from dataset.results import Outcome
+from transforms.records.values import SourceFile
 from transforms.sources.match import broken_links, expand_pattern, uri_key
 from transforms.dicom.header import silence_pydicom
 from transforms.settings import OUTAGE_INPUTS, DecodeSettings, with_salt

