@@ -238,10 +238,11 @@ OPTIONS: tuple[Option, ...] = (
                     "false (default): such a run fails and says why.", (_BOOL,)),
            kind="switch", setting="conversion.allow_empty", recorded=False),
     Option("gcs_retry_s", "how long one gs:// request is retried before it fails (default 60; Beam's "
-           "own is 120); 5 inputs in a row that storage does not answer stop the run", _FAIL,
+           "own is 120); storage that answers nothing for that long stops the run within about "
+           "twice this", _FAIL,
            Template("Storage retry budget (s)", "How long one Cloud Storage request is retried before it "
-                    "fails. Default 60. Five inputs in a row that storage does not answer stop the run "
-                    "(exit 1, nothing committed).", (_NUMBER,)),
+                    "fails. Default 60. Storage that answers nothing for that long stops the run within "
+                    "about twice this (exit 1, nothing committed).", (_NUMBER,)),
            type=float, setting="conversion.storage_retry_s", recorded=False),
     Option("id_salt", f"secret key for hashing identifiers (or ${SALT_ENV}); never written; "
            "local runs only (on Dataflow it would travel in the job: use --id_salt_file)", _SAFETY,

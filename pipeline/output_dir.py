@@ -15,7 +15,7 @@ from dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_
                            MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, VERSIONS_DIR, files_of_shard,
                            incomplete_name)
 from dataset.progress import remove_progress
-from pipeline.options import PLACEMENT_OPTIONS, ConvertOptions, UsageError
+from pipeline.options import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions, UsageError
 
 
 def prepare_output(opts: ConvertOptions) -> None:
@@ -90,6 +90,17 @@ def remove_stale_files(output_dir: str, manifest: dict) -> None:
     remove_progress(output_dir)
 
 
+def with_new_options(manifest: dict) -> dict:
+    """``manifest`` with each option it does not record (an option newer than the version
+    that wrote it, such as --label_key_case) at its default, which is what that version
+    did: a release adding an option does not make the next version rebuild everything."""
+    recorded = dict(manifest.get("options", {}))
+    for option in OPTIONS:
+        if option.recorded and option.name not in recorded:
+            recorded[option.name] = option.default_value
+    return {**manifest, "options": recorded}
+
+
 def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, versions.BaseVersion]:
     """--incremental: (new version name, its directory, the version it builds on).
 
@@ -112,7 +123,7 @@ def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, vers
     if latest is None:
         base = versions.BaseVersion("", ())
     else:
-        previous = read_manifest(versions.version_dir(root, latest))
+        previous = with_new_options(read_manifest(versions.version_dir(root, latest)))
         base = versions.base_version(root, latest, previous, opts.recorded(), PLACEMENT_OPTIONS)
         if base.rebuild_reason:
             logging.getLogger(__name__).warning("%s: no shard of version %s is reused",

@@ -448,3 +448,19 @@ def test_nul_bytes_and_repeated_header_columns_in_a_labels_csv_are_refused_in_on
     code, _, stderr = cli("convert", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),
                           "--labels", str(tmp_path / "nul_cell.csv"), "--id_salt", TEST_SALT, *IN_MEMORY)
     assert code == 2 and len(stderr.strip().splitlines()) == 1 and "NUL" in stderr, stderr
+
+
+def test_a_version_written_before_an_option_existed_counts_it_at_its_default():
+    """--label_key_case is new: a version that did not record it used its default, so the
+    next --incremental run reuses its shards instead of rebuilding everything."""
+    from dataset.versions import changed_options
+    from pipeline.options import OPTIONS, ConvertOptions
+    from pipeline.output_dir import with_new_options
+    now = ConvertOptions(inputs=("/in",), output="/out", id_salt=TEST_SALT).recorded()
+    for option in OPTIONS:       # any option at its default, missing from an older manifest
+        if option.recorded and option.name in now and now[option.name] == option.default_value:
+            older = {k: v for k, v in now.items() if k != option.name}
+            assert changed_options(with_new_options({"options": older})["options"], now) == [], option.name
+    folded = ConvertOptions(inputs=("/in",), output="/out", id_salt=TEST_SALT, label_key_case="fold").recorded()
+    older = {k: v for k, v in now.items() if k != "label_key_case"}
+    assert changed_options(with_new_options({"options": older})["options"], folded) == ["label_key_case"]

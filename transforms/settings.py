@@ -62,7 +62,8 @@ class ConversionSettings:
 
 
 # Inputs in a row that storage does not answer for (each after storage_retry_s of retries)
-# before a step stops the run: an outage, not bad files.
+# before a step stops the run while other requests are still answered (a partial outage);
+# storage silent for the budget stops it at the first failure (transforms.sources.read.OutageBreaker).
 OUTAGE_INPUTS = 5
 
 
