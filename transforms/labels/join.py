@@ -103,14 +103,16 @@ def unmatched(row: LabelRow, settings, near: bool = False) -> Outcome:
     shown: errors.jsonl names inputs on purpose, for the operator. ``near``: records whose
     key differs from the row's only by blanks around it exist (matched elsewhere or
     ambiguous)."""
-    key = row.key if len(row.key) <= 200 else row.key[:200] + "..."
-    what = "file under an --input root" if settings.label_key == "path" else f"record's {settings.label_key}"
+    if settings.label_key == "path":      # a path, as errors.jsonl names input files
+        key = row.key if len(row.key) <= 200 else row.key[:200] + "..."
+        what = f"no converted file under an --input root is {key!r}"
+    else:                                  # a patient id or UID is not repeated here
+        what = f"no converted record has this row's {settings.label_key}"
     hint = ("; records whose key differs only by blanks around it have rows of their own or are "
             "ambiguous" if near else "; the file may not exist, or was skipped or failed (see its "
             "own line), or --label_key/--label_key_case do not fit the CSV")
     return Outcome(f"{settings.labels_csv}:{row.line}", reasons.REJECTED, "labels",
-                   reasons.UNMATCHED_LABEL_ROW,
-                   f"line {row.line}: no converted {what} is {key!r}: this row labels nothing{hint}")
+                   reasons.UNMATCHED_LABEL_ROW, f"line {row.line}: {what}: this row labels nothing{hint}")
 
 
 def encode_match(match: Match, space, settings) -> Result:
