@@ -1,6 +1,6 @@
 """Deterministic, cached benchmark archives.
 
-Five kinds, each written under ``benchmarks/.cache/<name>/`` (git-ignored):
+Six kinds, each written under ``benchmarks/.cache/<name>/`` (git-ignored):
 
 * ``ct_archive(total_mb)``: uncompressed 512x512 int16 CT slices (Explicit VR
   Little Endian, Modality CT, RescaleSlope 1, RescaleIntercept -1024,
@@ -8,6 +8,17 @@ Five kinds, each written under ``benchmarks/.cache/<name>/`` (git-ignored):
   a smooth anatomy-like phantom (body, fat, lungs, spine, ribs, organs) plus a
   little noise. ``total_mb`` is the archive size (MiB of .dcm files, about the
   same as the decoded output: 512 KiB of pixels per slice).
+* ``ct_vendor_archive(total_mb)``: the same slices (pixels, patients, series,
+  positions) under a real scanner's header: every element of pydicom's
+  ``CT_small.dcm`` (a GE HiSpeed CT/i slice: 258 top-level elements, 179 of them
+  in nine private groups, an Other Patient IDs Sequence), plus a private
+  sequence of nested items (a vendor protocol block) and a Referenced Image
+  Sequence; per slice, the UIDs, Instance Number, Image Position, Slice
+  Location, Content/Acquisition Time and every numeric private value (DS, FL,
+  FD, SL) vary, as a scanner's table position, mid-scan time and checksums do.
+  The Image Pixel module is the ``ct`` kind's (512x512, Bits Stored 12,
+  Pixel Representation 1, Rescale -1024/1), so the two kinds differ only in
+  their headers (~7.1 KiB against ~1.3 KiB).
 * ``jpeg_archive(total_mb)``: 8-bit grayscale 1024x1024 JPEG radiograph-like
   images; ``total_mb`` is the *decoded* pixel size (1 MiB per image), the
   archive itself is ~10x smaller.
@@ -29,7 +40,7 @@ resumable: files are written to a temp name and renamed, existing ones are
 kept, and a marker ``<name>.complete`` next to the archive directory (JSON:
 parameters, counts, bytes) is written last. An archive whose marker matches its parameters is reused as is.
 
-CLI: ``python -m benchmarks.archives ct 500`` (kinds: ct, jpeg, png, mf, mf_rle).
+CLI: ``python -m benchmarks.archives ct 500`` (kinds: ct, ct_vendor, jpeg, png, mf, mf_rle).
 """
 from __future__ import annotations
 
@@ -240,6 +251,78 @@ def ct_file_bytes(seed: int, patient: int, series: int, slice_index: int, num_sl
     return _save(ds)
 
 
+@functools.lru_cache(maxsize=1)
+def _vendor_template():
+    """pydicom's CT_small.dcm, parsed once per process, every element converted."""
+    import pydicom
+    import pydicom.data
+    ds = pydicom.dcmread(pydicom.data.get_testdata_file("CT_small.dcm"))
+    for _ in ds:
+        pass
+    return ds
+
+
+def _vendor_items(slice_index: int):
+    """A vendor protocol block: a private sequence of items that hold sequences themselves."""
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence
+    items = []
+    for k in range(3):
+        item = Dataset()
+        item.add_new(0x00510010, "LO", "BENCH_PROTOCOL_01")
+        item.add_new(0x00511001, "LO", f"STEP{k}")
+        item.add_new(0x00511002, "DS", f"{0.5 * k + 0.01 * slice_index:.2f}")
+        inner = Dataset()
+        inner.add_new(0x00510010, "LO", "BENCH_PROTOCOL_01")
+        inner.add_new(0x00511003, "SL", 1000 * k + slice_index)
+        inner.add_new(0x00511004, "SH", "KERNEL_B")
+        item.add_new(0x00511010, "SQ", Sequence([inner, inner.copy()]))
+        items.append(item)
+    return Sequence(items)
+
+
+def ct_vendor_file_bytes(seed: int, patient: int, series: int, slice_index: int, num_slices: int,
+                         index: int) -> bytes:
+    """A ``ct_file_bytes`` slice (same pixels, identifiers and geometry) under every element of
+    pydicom's CT_small.dcm, its per-slice values varied (see the module docstring)."""
+    import copy
+
+    from pydicom.dataset import Dataset, FileDataset
+    from pydicom.sequence import Sequence
+
+    z = slice_index / max(1, num_slices - 1)
+    pixels = ct_pixels(seed, series, z, index)
+    tidy = _ct_dataset(seed, patient, series, _uid(seed, "sop", index), _vendor_template().SOPClassUID,
+                       _vendor_template().file_meta.TransferSyntaxUID)
+    template = copy.deepcopy(_vendor_template())
+    ds = FileDataset("", {}, file_meta=tidy.file_meta, preamble=b"\0" * 128)
+    for elem in template:
+        ds.add(elem)
+    for elem in tidy:                       # identifiers, equipment, Image Pixel module of the ct kind
+        ds.add(elem)
+    for elem in list(ds):
+        if elem.tag.is_private and elem.VR in ("DS", "FL", "FD", "SL") and elem.VM == 1 \
+                and elem.value not in (None, ""):
+            if elem.VR == "DS":
+                elem.value = f"{float(elem.value) + 0.625 * slice_index:.6f}"
+            elif elem.VR == "SL":
+                elem.value = (int(elem.value) + 7 * slice_index) % (1 << 31)
+            else:
+                elem.value = float(elem.value) + 0.5 * slice_index
+    ds.add_new(0x00510010, "LO", "BENCH_PROTOCOL_01")
+    ds.add_new(0x00511000, "SQ", _vendor_items(slice_index))
+    previous = Dataset()
+    previous.ReferencedSOPClassUID = ds.SOPClassUID
+    previous.ReferencedSOPInstanceUID = _uid(seed, "sop", max(0, index - 1))
+    ds.ReferencedImageSequence = Sequence([previous])
+    ds.ContentTime = ds.AcquisitionTime = f"1015{slice_index % 60:02d}.{slice_index % 1000:03d}"
+    ds.InstanceNumber = slice_index + 1
+    ds.ImagePositionPatient = ["-180", "-180", f"{-1.25 * slice_index:.2f}"]
+    ds.SliceLocation = f"{-1.25 * slice_index:.2f}"
+    ds.PixelData = pixels.tobytes()
+    return _save(ds)
+
+
 def mf_pixels(seed: int, volume: int, frames: int) -> np.ndarray:
     """(frames, 512, 512) int16 stored values: one CT series from top to bottom, a
     ``ct_pixels`` slice per frame (own noise per frame), so it compresses like real CT."""
@@ -364,6 +447,8 @@ def _make_item(task: tuple) -> int:
     seed = params["seed"]
     if kind == "ct":
         data = ct_file_bytes(seed, *extra, index)
+    elif kind == "ct_vendor":
+        data = ct_vendor_file_bytes(seed, *extra, index)
     elif kind in ("mf", "mf_rle"):
         data = mf_file_bytes(seed, *extra, params["frames"], kind == "mf_rle")
     elif kind == "jpeg":
@@ -375,7 +460,7 @@ def _make_item(task: tuple) -> int:
 
 
 def _tasks(kind: str, root: str, params: dict, n: int) -> list[tuple]:
-    if kind == "ct":
+    if kind in ("ct", "ct_vendor"):
         tasks = []
         for series, start, count in _ct_layout(n, params["series"]):
             patient = series // params["series_per_patient"]
@@ -450,6 +535,17 @@ def ct_archive(total_mb: float, seed: int = 0, patients: int = 4, series_per_pat
                   CT_SLICE_BYTES, workers, log)
 
 
+def ct_vendor_archive(total_mb: float, seed: int = 0, patients: int = 4, series_per_patient: int = 2,
+                      workers: Optional[int] = None, log: Callable[[str], None] = print) -> Archive:
+    """The ct_archive slices under a vendor header (CT_small.dcm's elements), ~total_mb MiB."""
+    params = {"kind": "ct_vendor", "total_mb": total_mb, "seed": seed,
+              "series": patients * series_per_patient, "series_per_patient": series_per_patient,
+              "v": GENERATOR_VERSION}
+    n = _count(total_mb, CT_SLICE_BYTES)
+    return _build("ct_vendor", f"ct_vendor_{total_mb:g}MB_s{seed}_v{GENERATOR_VERSION}", params, n,
+                  CT_SLICE_BYTES, workers, log)
+
+
 def jpeg_archive(total_mb: float, seed: int = 0, size: int = JPEG_SIZE,
                  workers: Optional[int] = None, log: Callable[[str], None] = print) -> Archive:
     """8-bit grayscale size x size JPEGs whose decoded pixels total ~total_mb MiB."""
@@ -491,7 +587,7 @@ def mf_rle_archive(total_mb: float, seed: int = 0, frames: int = MF_FRAMES, pati
     return _mf_archive("mf_rle", total_mb, seed, frames, patients, workers, log)
 
 
-BUILDERS = {"ct": ct_archive, "jpeg": jpeg_archive, "png": png_archive,
+BUILDERS = {"ct": ct_archive, "ct_vendor": ct_vendor_archive, "jpeg": jpeg_archive, "png": png_archive,
             "mf": mf_archive, "mf_rle": mf_rle_archive}
 
 

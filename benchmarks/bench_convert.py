@@ -1,7 +1,8 @@
 """Conversion throughput: classic single loop vs decode-only vs `dcm2tfrecord convert`.
 
 For each archive kind (CT DICOM, JPEG 1024x1024, PNG 224x224 RGB and, on
-request, few large files: multi-frame CT volumes of 80 x 512^2 int16, 40 MiB
+request, CT slices under a real scanner's header (ct_vendor: every element of
+pydicom's CT_small.dcm, varied per slice) and few large files: multi-frame CT volumes of 80 x 512^2 int16, 40 MiB
 each, uncompressed (mf) or RLE Lossless (mf_rle); see benchmarks/archives.py),
 in one run, three subprocesses are measured (wall
 time and peak RSS of the largest process of their tree, /proc VmHWM):
@@ -42,6 +43,7 @@ not pay for cold reads the later ones skip.
     .venv/bin/python -m benchmarks.bench_convert --scale 0.25   # 500 MiB per kind
     .venv/bin/python -m benchmarks.bench_convert --kinds ct --methods baseline,pipeline
     .venv/bin/python -m benchmarks.bench_convert --kinds mf,mf_rle   # 60 volumes of 40 MiB each (2400 MiB)
+    .venv/bin/python -m benchmarks.bench_convert --kinds ct,ct_vendor --scale 0.25 --methods baseline,pipeline
 
 Arguments after ``--`` go to the convert command (shard bounds, Beam options).
 """
@@ -67,7 +69,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL_MB = 2000.0          # MiB of decoded pixels per archive at --scale 1 (2.1 GB)
 # kinds of few large files: 2400 MiB = 60 multi-frame volumes of 40 MiB at --scale 1
 KIND_FULL_MB = {"mf": 2400.0, "mf_rle": 2400.0}
-TINY_MB_EACH = {"ct": 0.5, "jpeg": 1.0, "png": 0.144, "mf": 40.0, "mf_rle": 40.0}
+TINY_MB_EACH = {"ct": 0.5, "ct_vendor": 0.5, "jpeg": 1.0, "png": 0.144, "mf": 40.0, "mf_rle": 40.0}
 STARTUP_FILES = 2         # the tiny archive that measures fixed (start-up) cost
 METHODS = ("baseline", "decode", "pipeline")
 

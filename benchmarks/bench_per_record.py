@@ -1,12 +1,14 @@
 """CPU per record without Beam: ``probe_file`` and ``build_record`` in a loop (docs/BENCHMARKS.md §3).
 
-Over the first ``--records`` slices of the generated CT archive (benchmarks/archives.py),
+Over the first ``--records`` slices of the generated CT archive (benchmarks/archives.py;
+``--kind ct_vendor``: the vendor-header one),
 files in the page cache, one process: process CPU time per record for the probe
 (header parse, spec, identifiers), the write (``build_record``: read, decode, map
 values, encode the Example) and, within it, the Example encoding alone
 (``serialize_record`` on the same decoded pixels).
 
     .venv/bin/python -m benchmarks.bench_per_record --ct-mb 500 --records 300 > per_record.json
+    .venv/bin/python -m benchmarks.bench_per_record --kind ct_vendor --ct-mb 500 --records 300
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.archives import ct_archive  # noqa: E402
+from benchmarks.archives import ct_archive, ct_vendor_archive  # noqa: E402
 from transforms.records.build import build_record, decode_record  # noqa: E402
 from dataset.features import serialize_record  # noqa: E402
 from transforms.records.probe import probe_file  # noqa: E402
@@ -61,8 +63,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ct-mb", type=float, default=500.0, help="CT archive size (MiB on disk)")
     parser.add_argument("--records", type=int, default=300)
+    parser.add_argument("--kind", choices=("ct", "ct_vendor"), default="ct",
+                        help="ct: tidy headers; ct_vendor: the same slices under CT_small.dcm's vendor header")
     args = parser.parse_args(argv)
-    print(json.dumps(measure(ct_archive(args.ct_mb, log=lambda _: None).path, args.records), indent=2))
+    build = ct_vendor_archive if args.kind == "ct_vendor" else ct_archive
+    print(json.dumps(measure(build(args.ct_mb, log=lambda _: None).path, args.records), indent=2))
     return 0
 
 

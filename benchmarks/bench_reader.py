@@ -16,7 +16,9 @@ by ``python -m pipeline convert``) and, in one process, measures images/s of:
                 ``map(read_file -> tf.io.decode_png, AUTOTUNE).batch().prefetch()``.
   d. reader   - ``reader.load(dataset, batch_size)`` with its defaults (shuffled,
                 uint8 as stored); ``d_float`` adds ``dtype="float32", scale=1/255``,
-                the same output as b.
+                the same output as b; ``d_unshuffled`` is ``shuffle=False`` (the
+                records in their stored order: a and d_unshuffled read the same
+                bytes, so d_unshuffled / a is the reader's own cost).
 
 Ratios: d/a, d_float/b and d/b_uint8 (same output), d/c (same uint8 output);
 targets d >= 0.9 a, d >= 1.5 b, d >= 5 c. Then the same a vs d for 1,000
@@ -38,6 +40,7 @@ the ratios of all three.
     .venv/bin/python -m benchmarks.bench_reader
     .venv/bin/python -m benchmarks.bench_reader --repeats 3 --png-images 2000 --json out.json
     .venv/bin/python -m benchmarks.bench_reader --breakdown
+    .venv/bin/python -m benchmarks.bench_reader --png-mb 430.67 --no-ct --repeats 5   # 3,000 images
 """
 from __future__ import annotations
 
@@ -92,10 +95,10 @@ def _seed_from_smaller(name: str, archive_params: dict) -> None:
                     os.link(src, dst)
 
 
-def png_source() -> Archive:
+def png_source(mb: float = PNG_MB) -> Archive:
     params = {"size": 224, "seed": 0, "v": 1}
-    _seed_from_smaller(f"png224_{PNG_MB:g}MB_s0_v1", params)
-    return png_archive(PNG_MB)
+    _seed_from_smaller(f"png224_{mb:g}MB_s0_v1", params)
+    return png_archive(mb)
 
 
 def converted(archive: Archive, log=print) -> str:
@@ -319,12 +322,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--png-images", type=int, default=2000,
                         help="PNG files decoded per pass of (c) (it is by far the slowest)")
     parser.add_argument("--no-ct", action="store_true", help="skip the 512x512 int16 part")
+    parser.add_argument("--png-mb", type=float, default=PNG_MB,
+                        help=f"decoded MiB of the 224x224x3 dataset (default {PNG_MB:g}: 5,002 images; "
+                             "430.67: 3,000)")
     parser.add_argument("--breakdown", action="store_true",
                         help="also measure the stages between a_unbuf and d, and a memcpy reference")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
 
-    source = png_source()
+    source = png_source(args.png_mb)
     dataset = converted(source)
     ct_dataset = None if args.no_ct else converted(ct_archive(CT_MB))
 
@@ -348,6 +354,7 @@ def main(argv: list[str]) -> int:
         "c_png": lambda: png_files(tf, pngs, b),
         "d_reader": lambda: reader.load(dataset, batch_size=b),
         "d_float": lambda: reader.load(dataset, batch_size=b, dtype="float32", scale=1 / 255),
+        "d_unshuffled": lambda: reader.load(dataset, batch_size=b, shuffle=False),
     }
     if args.breakdown:
         shape = meta.layout("train").image_shape()
@@ -361,6 +368,7 @@ def main(argv: list[str]) -> int:
     rgb = results["rgb"]["methods"]
     lines = _method_rows("224x224x3 uint8", rgb) + [""]
     lines += _ratio_rows(rgb, [("d / a", "d_reader", "a_raw", 0.9),
+                               ("d_unshuffled / a (same bytes, stored order)", "d_unshuffled", "a_raw", 0.9),
                                ("d / a_unbuf", "d_reader", "a_unbuf", None),
                                ("d_float / b (float32 out, like for like)", "d_float", "b_classic", 1.5),
                                ("d / b_uint8 (uint8 out, like for like)", "d_reader", "b_uint8", 1.5),

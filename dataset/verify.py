@@ -111,14 +111,17 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
     """Problems of one parsed record against dataset.json's ``features``; also its summary.
 
     Every declared feature must be present with its declared kind and value
-    count, except ``dicom/*`` on records whose ``format`` is not dicom. An
-    undeclared feature is a problem too: the schema is the reader's contract.
+    count, except ``dicom/*`` on records whose ``format`` is not dicom and
+    features the schema marks ``optional`` (written only by some records, e.g.
+    the per-frame geometry of Enhanced multi-frame files; variable-length, so
+    readers see an absent one as empty). An undeclared feature is a problem
+    too: the schema is the reader's contract.
     """
     problems = []
     is_dicom = _text(features.get("format", (None, []))[1]) == "dicom"
     for name, spec in sorted(schema.items()):
         if name not in features:
-            if name.startswith("dicom/") and not is_dicom:
+            if name.startswith("dicom/") and not is_dicom or spec.get("optional"):
                 continue
             problems.append(f"feature {name!r} is missing")
             continue

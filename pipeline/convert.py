@@ -27,7 +27,8 @@ from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from pipeline import tool_version
 from dataset.lock import LockUnavailable, OutputBusy, OutputLock
-from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_salt_stays_out_of_the_job,
+from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_runner,
+                              check_salt_stays_out_of_the_job,
                               parse_convert, scan_label_csv, validate)
 
 from dataset import versions
@@ -46,6 +47,7 @@ from transforms.output.steps import WriteShardFn, commit_dataset, record_plan
 from transforms.planning.shards import for_planning
 from transforms.planning.steps import PlanShards, ReuseShards
 from transforms.records.steps import DropDuplicateInstances, ProbeFn
+from dataset.results import Outcome, ShardResult
 from transforms.series.steps import GroupSeries
 from transforms.sources.match import survey_local
 from transforms.sources.steps import MatchSources
@@ -96,7 +98,8 @@ def local_execution(options: PipelineOptions) -> str:
     direct = options.view_as(DirectOptions)
     if direct.direct_running_mode == "in_memory" or direct.direct_num_workers == 1:
         return "one process"
-    return f"{direct.direct_num_workers} worker processes ({direct.direct_running_mode})"
+    kind = "threads" if direct.direct_running_mode == "multi_threading" else "processes"
+    return f"{direct.direct_num_workers} worker {kind} ({direct.direct_running_mode})"
 
 
 def make_runner(options: PipelineOptions):
@@ -210,13 +213,14 @@ class ConvertArchive(beam.PTransform):
                                                               tag=self.version_tag,
                                                               storage_retry_s=settings.storage_retry_s,
                                                               run=self.run),
-                                                 AsSingleton(plan_recorded))
-                   .with_outputs(OUTCOMES, main="shards"))
-        # shards: ShardResult; outcomes: Outcome
-        shards = written.shards
+                                                 AsSingleton(plan_recorded)))
+        # ShardResult and Outcome on one output, split by type here: no side input reads off a
+        # step with several outputs (runners differ in how they keep those apart:
+        # BundleBasedDirectRunner mixes every output of such a step into the view of its first)
+        shards = written | "ShardResults" >> beam.Filter(lambda item: isinstance(item, ShardResult))
         if self.base is not None:
-            shards = (written.shards, reused) | "WrittenAndReused" >> beam.Flatten()
-        outcome_parts.append(written[OUTCOMES])
+            shards = (shards, reused) | "WrittenAndReused" >> beam.Flatten()
+        outcome_parts.append(written | "WriteOutcomes" >> beam.Filter(lambda item: isinstance(item, Outcome)))
         outcomes = tuple(outcome_parts) | "CollectOutcomes" >> beam.Flatten()
         matched = ((sources | "CountFiles" >> beam.combiners.Count.Globally(),
                     broken | "CountBrokenLinks" >> beam.combiners.Count.Globally())
@@ -244,6 +248,7 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     """Converts; returns the run summary (see pipeline.summary)."""
     opts = opts.replace(output=absolute(opts.output))
     validate(opts)
+    check_runner(beam_args)
     options = make_pipeline_options(beam_args, opts.inputs)
     check_salt_stays_out_of_the_job(opts, beam_args)
     configure_storage_retry(opts.gcs_retry_s)     # the launcher's own gs:// calls too

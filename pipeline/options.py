@@ -29,13 +29,17 @@ from transforms.images.geometry import RESIZE_MODES, parse_resize
 from transforms.labels.table import LABEL_KEYS
 from transforms.dicom.voi import PRESETS, parse_window
 from transforms.hashing import location_hash
-from transforms.settings import ConversionSettings, DecodeSettings, read_salt_file
+from transforms.settings import (MAX_SALT_BYTES, ConversionSettings, DecodeSettings, SaltFileError,
+                                 read_salt_file)
 from transforms.planning.shards import ShardBounds
 from transforms.splits.assign import SPLIT_BY, SplitSpecError, parse_splits
 
 
 SALT_ENV = "DCM2TFRECORD_ID_SALT"
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
+# Runners that run the job inside this process: the graph never leaves it, so the salt
+# may be given directly (--id_salt, $DCM2TFRECORD_ID_SALT).
+IN_PROCESS_RUNNERS = LOCAL_RUNNERS + ("BundleBasedDirectRunner",)
 _RANDOM_SALT = secrets.token_hex(16)
 _GCS = r"^gs:\/\/[^\n\r]+$"
 _NUMBER = r"^[0-9]+(\.[0-9]+)?$"
@@ -245,12 +249,14 @@ OPTIONS: tuple[Option, ...] = (
                     "about twice this (exit 1, nothing committed).", (_NUMBER,)),
            type=float, setting="conversion.storage_retry_s", recorded=False),
     Option("id_salt", f"secret key for hashing identifiers (or ${SALT_ENV}); never written; "
-           "local runs only (on Dataflow it would travel in the job: use --id_salt_file)", _SAFETY,
+           "local runs only (on any other runner it would travel in the job: use --id_salt_file)",
+           _SAFETY,
            None, recorded=False,
            not_in_template="launch parameters are visible to whoever can view the job: the template "
                            "takes id_salt_file"),
-    Option("id_salt_file", "file or gs:// object holding the identifier salt (a mounted secret or a "
-           "restricted object): read by each worker, so the salt never travels in the job", _SAFETY,
+    Option("id_salt_file", "regular file or gs:// object holding the identifier salt (a mounted "
+           "secret or a restricted object): read by each worker, so the salt never travels in the "
+           f"job; UTF-8 text, surrounding whitespace removed, at most {MAX_SALT_BYTES} bytes", _SAFETY,
            Template("Identifier salt file", "Cloud Storage object holding the secret key for hashing "
                     "record and patient identifiers (e.g. gs://secure-bucket/dcm2tfrecord-salt, readable "
                     "by the workers' service account only). Workers read it; the salt itself never "
@@ -368,7 +374,9 @@ def _salt_file_content(uri: str) -> str:
     if uri not in _SALT_FILES:
         try:
             _SALT_FILES[uri] = read_salt_file(uri)
-        except Exception as exc:  # noqa: BLE001 - missing, unreadable, empty: one line
+        except SaltFileError as exc:    # not a regular file, missing, empty, too large: one line
+            raise UsageError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - storage errors: one line
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise UsageError(f"--id_salt_file {uri}: cannot read the salt ({reason})") from None
     return _SALT_FILES[uri]
@@ -446,7 +454,8 @@ CONVERT_EPILOG = """examples:
 Beam options pass through, e.g. --direct_num_workers=4 (local worker processes; default:
 one per core, or one process for local inputs of at most 256 files and 256 MiB),
 --direct_running_mode=in_memory, --runner=DataflowRunner (see
-run_dataflow.sh). An option that neither convert nor Beam knows is refused."""
+run_dataflow.sh), --runner=PortableRunner --job_endpoint=HOST:8099 for Flink or Spark (see
+run_portable.sh). An option that neither convert nor Beam knows is refused."""
 
 
 def _unknown_message(flag: str) -> str:
@@ -617,36 +626,89 @@ def validate(opts: ConvertOptions) -> None:
                          "--allow_random_salt")
 
 
-def check_salt_stays_out_of_the_job(opts: ConvertOptions, beam_args: Sequence[str]) -> None:
-    """On a remote runner everything in the job graph and its parameters is visible to whoever
-    can view the job: there the salt must come from --id_salt_file, read by the workers."""
+def runner_name(beam_args: Sequence[str]) -> str:
+    """The --runner given ("" for none: the local runner)."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
     runner = PipelineOptions(list(beam_args)).view_as(StandardOptions).runner
-    if runner in LOCAL_RUNNERS:
+    return "" if runner is None else runner if isinstance(runner, str) else type(runner).__name__
+
+
+def _is_dataflow(runner: str) -> bool:
+    return "dataflow" in runner.lower()
+
+
+DASK_REFUSAL = ("--runner=DaskRunner is not supported: Beam's DaskRunner keeps one collection per "
+                "step, not per output (tagged outputs mix), recomputes side inputs (each file was "
+                "probed 13-15 times), computes only the last step and has no data parallelism "
+                "(Reshuffle does nothing there); run on your own cluster through Flink or Spark "
+                "instead (README, 'On your own cluster')")
+
+
+def check_runner(beam_args: Sequence[str]) -> None:
+    """Runners this job cannot run on are refused in one line, before anything is built."""
+    if runner_name(beam_args).lower().rsplit(".", 1)[-1] in ("daskrunner", "dask"):
+        raise UsageError(DASK_REFUSAL)
+
+
+def check_salt_stays_out_of_the_job(opts: ConvertOptions, beam_args: Sequence[str]) -> None:
+    """Outside this process everything in the job graph and its parameters is visible to whoever
+    can view the job: there the salt must come from --id_salt_file, read by the workers. On
+    Dataflow that is a storage object; on other runners (Flink, Spark, Prism, the portable
+    runner) also a path each worker reads, such as a mounted secret."""
+    runner = runner_name(beam_args)
+    if (runner or None) in IN_PROCESS_RUNNERS:
         return
+    dataflow = _is_dataflow(runner)
     if not opts.id_salt_file or opts.id_salt:
-        raise UsageError("on Dataflow give the salt as --id_salt_file gs://BUCKET/OBJECT (workers read "
-                         "it; --id_salt or $DCM2TFRECORD_ID_SALT would travel inside the job for anyone "
-                         "who can view it)")
-    if "://" not in opts.id_salt_file:
+        where = ("gs://BUCKET/OBJECT (workers read it" if dataflow else
+                 "PATH (a regular file at that path on this machine and on every worker, e.g. a "
+                 "mounted secret, or a storage object: workers read it")
+        raise UsageError(f"on {'Dataflow' if dataflow else runner} give the salt as --id_salt_file "
+                         f"{where}; --id_salt, ${SALT_ENV} or --allow_random_salt would travel inside "
+                         "the job for anyone who can view it)")
+    if dataflow and "://" not in opts.id_salt_file:
         raise UsageError(f"--id_salt_file {opts.id_salt_file}: Dataflow workers cannot read a local "
                          "file; give a gs:// object (readable by the workers' service account)")
+
+
+# Modules that define Beam pipeline options outside apache_beam.options.pipeline_options,
+# imported only so that their options are known; each may need an optional dependency
+# (the Dask runner needs dask), and one that cannot be imported is skipped.
+RUNNER_OPTION_MODULES = ("apache_beam.runners.dask.dask_runner", "apache_beam.runners.render",
+                         "apache_beam.yaml.options")
+
+
+def _import_runner_options() -> None:
+    import importlib
+    for module in RUNNER_OPTION_MODULES:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - ImportError, or whatever a half-installed extra raises
+            continue
+
+
+def _bad_beam_value(message: str):
+    raise UsageError(f"Beam pipeline option {message}")
 
 
 def unknown_beam_args(beam_args: Sequence[str]) -> list[str]:
     """Arguments that neither convert nor any Beam PipelineOptions class knows.
 
     Beam only warns about these and drops them; a typo like --max_shard_mbb
-    would then silently run with the default, so we refuse instead.
+    would then silently run with the default, so we refuse instead. The parser
+    is the one Beam builds from every options class (handed out by its public
+    ``add_extra_args_fn`` hook).
     """
-    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
-    parser = _BeamArgumentParser(allow_abbrev=False)
-    seen = {}
-    for cls in PipelineOptions.__subclasses__():
-        seen.setdefault(str(cls), cls)
-    for cls in seen.values():
-        cls._add_argparse_args(parser)  # pylint: disable=protected-access
-    _, unknown = parser.parse_known_args(list(beam_args))
+    from apache_beam.options.pipeline_options import PipelineOptions
+    _import_runner_options()
+    parsers: list = []
+
+    def keep(parser):
+        parser.error = _bad_beam_value      # one line, not argparse's usage of every Beam option
+        parsers.append(parser)
+
+    PipelineOptions(list(beam_args)).get_all_options(add_extra_args_fn=keep)
+    _, unknown = parsers[0].parse_known_args(list(beam_args))
     return [a for a in unknown if a.startswith("-")] or unknown
 
 
@@ -712,6 +774,7 @@ def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_convert_arguments(parser, required=False)     # a missing one is said below, after typos
     known, beam_args = parser.parse_known_args(list(argv))
+    check_runner(beam_args)
     unknown = unknown_beam_args(beam_args)
     if unknown:
         raise UsageError(_unknown_message(unknown[0]))

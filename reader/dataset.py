@@ -221,20 +221,26 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     read_buffer = _read_buffer(entry, compression, plan.files)
     cycle = max(1, min(cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
 
-    if ordered:
+    # Unshuffled from the start, the ordered pipeline's records are the plain one's (files in
+    # manifest order, the same deterministic interleave: what reader.schedule replays), which
+    # reads them with less tf.data machinery per record (docs/BENCHMARKS.md §8).
+    if ordered and (shuffle or start_step):
         window = (shuffle_buffer or _shuffle_buffer(entry, SHUFFLE_WINDOW_BYTES)) if shuffle else 1
         records = _ordered_records(plan, key, seed if shuffle else None, window, cycle, compression,
                                    read_buffer, repeat, batch_size, drop_remainder, start_step)
         return _batch_and_parse(records, manifest, layout, batch_size, drop_remainder, output, dtype,
                                 scale, True, input_context)
 
-    files = tf.data.Dataset.from_tensor_slices((tf.constant(plan.files, dtype=tf.string),
-                                                tf.constant(plan.starts, dtype=tf.int64),
-                                                tf.constant(plan.lengths, dtype=tf.int64)))
+    if plan.partial:            # a slice: the pieces' first record and length travel along
+        files = tf.data.Dataset.from_tensor_slices((tf.constant(plan.files, dtype=tf.string),
+                                                    tf.constant(plan.starts, dtype=tf.int64),
+                                                    tf.constant(plan.lengths, dtype=tf.int64)))
+    else:
+        files = tf.data.Dataset.from_tensor_slices(tf.constant(plan.files, dtype=tf.string))
     if shuffle:
         files = files.shuffle(max(len(plan.files), 1), seed=seed, reshuffle_each_iteration=True)
 
-    def read(path, start, length):
+    def read(path, start=0, length=-1):
         return _read_shard(path, plan, compression, read_buffer, start=start, length=length)
 
     records = files.interleave(read, cycle_length=cycle, block_length=1,
@@ -278,7 +284,8 @@ def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0
     """
     records = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=read_buffer)
     step = plan.pipelines if plan.mode == BY_RECORD else 1
-    records = records.skip(start + skip * step)
+    if not (isinstance(start, int) and isinstance(skip, int) and start == skip == 0):
+        records = records.skip(start + skip * step)     # whole shards from their start: no op
     if plan.partial:            # traced only for slices: whole-shard reads keep their graph
         rest = tf.maximum(tf.cast(length, tf.int64) - skip * step, 0)
         records = records.take(tf.where(length < 0, tf.constant(-1, tf.int64), rest))

@@ -14,7 +14,9 @@ protobuf runtime, decode the pixels with NumPy. This makes a split
 
 Imports neither TensorFlow nor Beam. Gzip shards are refused: their ``.idx``
 offsets address the uncompressed stream, and a gzip stream cannot be entered
-at an offset without decompressing everything before it.
+at an offset without decompressing everything before it. DALI's
+``fn.readers.tfrecord`` cannot read ``.tfrecord.gz`` either; the PyPI ``tfrecord``
+package reads gzip shards with their ``.idx`` files.
 """
 from __future__ import annotations
 

@@ -264,7 +264,8 @@ def test_only_metadata_crosses_a_shuffle(dry_run):
     assert any(_step(leaves[t].unique_name) == "CommitDataset" for t in seen)
     after_write = sorted(leaves[t].unique_name for t in seen if t in shuffles)
     assert not after_write, after_write
-    assert {_step(leaves[t].unique_name) for t in seen} <= {"CollectOutcomes", "CommitDataset",
+    assert {_step(leaves[t].unique_name) for t in seen} <= {"ShardResults", "WriteOutcomes",
+                                                            "CollectOutcomes", "CommitDataset",
                                                             "WrittenAndReused"}, \
         sorted({leaves[t].unique_name for t in seen})
 

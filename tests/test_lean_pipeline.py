@@ -53,6 +53,9 @@ def test_small_local_archives_run_in_one_process(tmp_path, monkeypatch):
     assert convert.local_execution(convert.make_pipeline_options(
         ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])) == \
         "2 worker processes (multi_processing)"
+    assert convert.local_execution(convert.make_pipeline_options(
+        ["--direct_num_workers=2", "--direct_running_mode=multi_threading"])) == \
+        "2 worker threads (multi_threading)"
 
 
 def test_summary_says_how_the_run_executed(tmp_path, capsys):

@@ -317,6 +317,48 @@ def test_salt_file_gives_the_same_bytes_as_the_salt_and_is_written_nowhere(tmp_p
     assert code == 2 and "--id_salt_file" in stderr and len(stderr.strip().splitlines()) == 1
 
 
+def test_a_salt_file_that_is_not_a_regular_file_is_refused_at_once_in_one_line(tmp_path):
+    """A pipe (<(printf ...): the launcher would drain it, the workers find it empty or block),
+    a device or a directory: refused before anything is opened, exit 2, one line saying what it is."""
+    write_png_archive(tmp_path / "in", 1, 8, 8)
+    command = (f"exec {sys.executable} -m pipeline convert --input {tmp_path / 'in'} "
+               f"--output {tmp_path / 'out'} --id_salt_file <(printf pipe-salt-Sx9) --progress none "
+               "--direct_num_workers=1 --direct_running_mode=in_memory")
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ROOT, "CUDA_VISIBLE_DEVICES": "-1"})
+    assert proc.returncode == 2 and "is a FIFO" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "pipe-salt-Sx9" not in proc.stderr
+    from pipeline.options import parse_convert
+    for path, kind in (("/dev/null", "a device"), (str(tmp_path), "a directory")):
+        with pytest.raises(UsageError, match=f"--id_salt_file {path} is {kind}: give a regular file"):
+            parse_convert(["--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),
+                           "--id_salt_file", path])
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
+
+
+def test_the_whole_salt_file_is_the_salt_up_to_its_documented_maximum(tmp_path):
+    """Surrounding whitespace is removed (the README says so), inner whitespace kept, every byte
+    up to MAX_SALT_BYTES counts; a larger file and text that is not UTF-8 are refused, never cut."""
+    from transforms.settings import MAX_SALT_BYTES, SaltFileError, read_salt_file
+    path = tmp_path / "salt"
+    path.write_bytes(b" \t two words\r\n\n")
+    assert read_salt_file(str(path)) == "two words"
+    long_salt = "a" * (MAX_SALT_BYTES - 1) + "b"       # differs from its shorter prefix in the last byte
+    path.write_text(long_salt)
+    assert read_salt_file(str(path)) == long_salt
+    path.write_text(long_salt + "c")
+    with pytest.raises(SaltFileError, match=f"more than {MAX_SALT_BYTES} bytes"):
+        read_salt_file(str(path))
+    path.write_bytes(b"\xff\xfesalt")
+    with pytest.raises(SaltFileError, match="not UTF-8"):
+        read_salt_file(str(path))
+    path.write_text(" \n")
+    with pytest.raises(SaltFileError, match="is empty"):
+        read_salt_file(str(path))
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert "surrounding whitespace" in readme and f"{MAX_SALT_BYTES // 1024} KiB" in readme
+
+
 # ---------------------------------------------------------------- 3. a storage outage
 
 

@@ -1,15 +1,18 @@
 """Probing remembers which header elements converted: the outcome never depends on what came before.
 
-transforms.dicom.header.convert_all_elements skips an element whose exact
+transforms.dicom.header.convert_needed_elements skips an element whose exact
 bytes (tag, VR, value, encoding) already converted without error in the
 process. Every file must probe to the same record, or fail with the same
 reason, whether the process is fresh or has probed many similar files.
 """
+import io
 import os
+import warnings
 
+import pydicom
 import pytest
 
-from benchmarks.archives import ct_file_bytes
+from benchmarks.archives import ct_file_bytes, ct_vendor_file_bytes
 from pipeline.sample_archive import pydicom_test_files
 from transforms.dicom import header as dicom_header
 from transforms.errors import ConversionError
@@ -57,3 +60,81 @@ def test_probe_outcome_does_not_depend_on_earlier_files(tmp_path, order):
         for path, rel in (files if order == "forward" else files[::-1]):
             assert _outcome(path, rel) == cold[rel], rel
     assert dicom_header._CONVERTED
+
+
+class _Counting(io.BytesIO):
+    """A file whose reads are counted (a storage stream stand-in)."""
+    reads = 0
+
+    def read(self, *args):
+        self.reads += 1
+        return super().read(*args)
+
+
+def _full_parse(data: bytes):
+    return pydicom.dcmread(io.BytesIO(data), force=True, defer_size=2048)._dict
+
+
+@pytest.mark.parametrize("tail", [0, 1000, 70_000])
+def test_header_parsed_in_memory_is_the_whole_files_parse(tail):
+    """_parse_from_head gives exactly the elements (positions included) of the full parse,
+    trailing elements after the pixel data too (CT_small.dcm's vendor header ends in Data
+    Set Trailing Padding), in three reads; or None, never a different parse."""
+    data = ct_vendor_file_bytes(0, 1, 0, 3, 10, 3)
+    assert next(reversed(_full_parse(data))) == 0xFFFCFFFC
+    if tail:
+        ds = pydicom.dcmread(io.BytesIO(data))
+        ds.DataSetTrailingPadding = b"\0" * tail
+        out = io.BytesIO()
+        ds.save_as(out)
+        data = out.getvalue()
+    fileobj = _Counting(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parsed = dicom_header._parse_from_head(fileobj, len(data))
+        if tail > dicom_header._HEAD_BYTES:
+            assert parsed is None
+            return
+        assert parsed is not None and fileobj.reads <= 2
+        assert parsed._dict == _full_parse(data)
+
+
+def test_header_parsed_in_memory_or_not_at_all_for_every_pydicom_file():
+    kinds = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in sorted(os.listdir(SRC)):
+            path = os.path.join(SRC, name)
+            if not os.path.isfile(path):
+                continue
+            with open(path, "rb") as handle:
+                data = handle.read()
+            for size in (len(data), len(data) + 1):     # the listed size is the file's, or not
+                parsed = dicom_header._parse_from_head(io.BytesIO(data), size)
+                kinds.add(parsed is not None)
+                if parsed is not None:
+                    assert size == len(data) and parsed._dict == _full_parse(data), name
+    assert kinds == {True, False}
+
+
+def test_header_parsed_in_memory_or_not_at_all_for_the_fuzz_corpus():
+    """The same on mutated headers (tests/test_lean_probe.py's corpus): the Explicit VR Little
+    Endian walk and the tail parse give pydicom's elements, or give up."""
+    from tests.test_lean_probe import _fuzz_corpus
+    walked = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, data in _fuzz_corpus():
+            try:
+                parsed = dicom_header._parse_from_head(io.BytesIO(data), len(data))
+            except Exception:      # a read error propagates; a BytesIO has none
+                raise AssertionError(name)
+            if parsed is None:
+                continue
+            walked += 1
+            try:
+                full = _full_parse(data)
+            except Exception:
+                raise AssertionError(f"{name}: parsed in memory, but pydicom fails on it")
+            assert parsed._dict == full, name
+    assert walked > 100

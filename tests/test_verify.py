@@ -310,6 +310,15 @@ def test_check_example_validates_kinds_counts_and_pixel_bytes():
     extra = dict(good, surprise=1)
     assert check_example(decode_example(encode_example(extra)), schema)[0] == \
         ["feature 'surprise' is not in the schema"]
+    # A feature the schema marks optional (Enhanced files' per-frame geometry) may be absent
+    # from a DICOM record; when present it is still checked against its kind.
+    optional = dict(schema, **{"dicom/image_position_patient": {"dtype": "float", "shape": [-1],
+                                                                "optional": True}})
+    spaced = dict(dicom, **{"dicom/pixel_spacing": np.asarray([0.5, 0.5], np.float32)})
+    assert check_example(decode_example(encode_example(spaced)), optional)[0] == []
+    wrong = dict(spaced, **{"dicom/image_position_patient": b"x"})
+    assert check_example(decode_example(encode_example(wrong)), optional)[0] == \
+        ["feature 'dicom/image_position_patient' is bytes, the schema says float"]
 
 
 def test_variable_length_features_accept_any_count():

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
+import stat
 from typing import Optional
 
 from transforms.planning.shards import ShardBounds
@@ -67,20 +70,73 @@ class ConversionSettings:
 OUTAGE_INPUTS = 5
 
 
+# The largest salt file read. A salt is a short secret (32 random bytes as hex are plenty);
+# a bigger file is more likely the wrong file than a salt, and is refused, never cut.
+MAX_SALT_BYTES = 1 << 16
+
+
+class SaltFileError(ValueError):
+    """An --id_salt_file that gives no salt: one line naming the file and what to do."""
+
+
+def _file_kind(mode: int) -> str:
+    return ("a FIFO (a pipe such as <(printf ...), which can be read only once)" if stat.S_ISFIFO(mode)
+            else "a directory" if stat.S_ISDIR(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
 def read_salt_file(uri: str) -> str:
-    """The salt held in a file or object (local or gs://): its text, surrounding
-    whitespace removed. ValueError when it is empty."""
+    """The salt held in a regular file or a storage object (local path or gs://...).
+
+    The whole file is read, as UTF-8 text; surrounding whitespace (spaces, tabs and line
+    ends, such as the newline ``echo`` adds) is removed, whitespace inside is kept.
+    SaltFileError when it is not a regular file (a FIFO, a device, a directory: never
+    opened, so nothing blocks), missing, empty, not UTF-8, or larger than MAX_SALT_BYTES.
+    """
     from apache_beam.io.filesystems import FileSystems
+    if "://" not in uri:
+        try:
+            mode = os.stat(uri).st_mode
+        except FileNotFoundError:
+            raise SaltFileError(f"--id_salt_file {uri}: no such file") from None
+        except OSError as exc:
+            raise SaltFileError(f"--id_salt_file {uri}: cannot be read ({exc.strerror})") from None
+        if not stat.S_ISREG(mode):
+            raise SaltFileError(f"--id_salt_file {uri} is {_file_kind(mode)}: give a regular file "
+                                "(e.g. a mounted secret) or a storage object")
+    chunks, size = [], 0
     with FileSystems.open(uri) as handle:
-        salt = handle.read(1 << 16).decode("utf-8").strip()
+        while size <= MAX_SALT_BYTES:
+            chunk = handle.read(MAX_SALT_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    if size > MAX_SALT_BYTES:
+        raise SaltFileError(f"--id_salt_file {uri} holds more than {MAX_SALT_BYTES} bytes: a salt is a "
+                            "short secret (e.g. 32 random bytes as hex); is it the right file?")
+    try:
+        salt = b"".join(chunks).decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise SaltFileError(f"--id_salt_file {uri} is not UTF-8 text: write the salt as text "
+                            "(e.g. openssl rand -hex 32)") from None
     if not salt:
-        raise ValueError(f"--id_salt_file {uri} is empty")
+        raise SaltFileError(f"--id_salt_file {uri} is empty")
     return salt
 
 
 def with_salt(settings: DecodeSettings) -> DecodeSettings:
     """``settings`` with ``id_salt`` read from ``id_salt_file`` when the salt was kept out of
-    the job graph (DoFns call this in ``setup``, on the worker)."""
+    the job graph (DoFns call this in ``setup``, on the worker). A worker that cannot read
+    it fails in one line naming its host (a secret not mounted on every node)."""
     if settings.id_salt or not settings.id_salt_file:
         return settings
-    return dataclasses.replace(settings, id_salt=read_salt_file(settings.id_salt_file))
+    try:
+        salt = read_salt_file(settings.id_salt_file)
+    except Exception as exc:  # noqa: BLE001 - missing, unreadable, storage errors: one line
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if not isinstance(exc, SaltFileError):
+            reason = f"--id_salt_file {settings.id_salt_file}: cannot be read ({reason})"
+        raise SaltFileError(f"on worker host {socket.gethostname()}: {reason}") from None
+    return dataclasses.replace(settings, id_salt=salt)

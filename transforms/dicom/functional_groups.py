@@ -363,9 +363,11 @@ def record_metadata(metadata: dict, ds, frames: Sequence[int], windows: Sequence
 
 RECORD_FEATURES = {
     "dicom/image_position_patient": {"dtype": "float", "shape": [-1],
+                                     "optional": True,
                                      "description": "Enhanced multi-frame: Image Position (Patient) of "
                                                     "each frame, 3 per frame in record order"},
     "dicom/image_orientation_patient": {"dtype": "float", "shape": [-1],
+                                        "optional": True,
                                         "description": "Enhanced multi-frame: Image Orientation (Patient), "
                                                        "6 values (6 per frame when they differ)"},
 }

@@ -8,8 +8,10 @@ values, so probing costs a header read even for a 1 GB multi-frame file.
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import math
+import struct
 import warnings
 from typing import BinaryIO, Optional
 
@@ -17,7 +19,11 @@ import numpy as np
 import pydicom
 from pydicom.dataelem import RawDataElement
 from pydicom.datadict import tag_for_keyword
-from pydicom.dataset import Dataset
+from pydicom.charset import convert_encodings, default_encoding
+from pydicom.dataelem import convert_raw_data_element, empty_value_for_VR
+from pydicom.dataset import Dataset, FileDataset
+from pydicom.filereader import read_dataset, read_partial
+from pydicom.tag import BaseTag
 from pydicom.tag import Tag
 
 from dataset import reasons
@@ -49,7 +55,7 @@ def silence_pydicom() -> None:
 
 
 def read_header(fileobj: BinaryIO) -> Dataset:
-    """Parses every element, leaving large values (pixel data) unread on disk."""
+    """Parses every element (converting the needed set), leaving large values (pixel data) unread on disk."""
     return read_header_and_pixel_element(fileobj)[0]
 
 
@@ -64,24 +70,219 @@ def read_header_and_pixel_element(fileobj: BinaryIO) -> tuple[Dataset, Optional[
     return header.ds, raw
 
 
-def read_probe_header(fileobj: BinaryIO) -> tuple["HeaderValues", Optional[RawDataElement]]:
+def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
+                      file_size: Optional[int] = None) -> tuple["HeaderValues", Optional[RawDataElement]]:
     """read_header_and_pixel_element, the header wrapped in the HeaderValues the probe reads.
 
-    The values that convert_all_elements converted (or found in its memo) are
-    the HeaderValues' from the start, so no element is converted twice.
+    Only the elements a record is made from (needed_tags) are converted, here,
+    once: every other element stays pydicom's RawDataElement, its bytes never
+    interpreted, so a private or unused element with a mangled value does not
+    fail the file. The converted values are the HeaderValues' from the start.
+    With ``file_size`` the header is parsed from memory when it can be (see
+    _parse_from_head).
     """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ds = pydicom.dcmread(fileobj, force=True, defer_size=_DEFER_BYTES)
+            ds = _parse_from_head(fileobj, file_size) if file_size else None
+            if ds is None:
+                fileobj.seek(0)
+                ds = pydicom.dcmread(fileobj, force=True, defer_size=_DEFER_BYTES)
     except Exception as exc:  # pydicom raises many types for a broken header
         raise ConversionError(reasons.INVALID_DICOM, f"header does not parse: {exc}") from exc
     raw = ds._dict.get(_PIXEL_DATA_TAG)
     if not (isinstance(raw, RawDataElement) and raw.value is None and raw.length):
         raw = None     # not deferred (small or empty): the general path handles it
     values: dict = {}
-    convert_all_elements(ds, skip_deferred_pixels=True, values=values)
-    return HeaderValues(ds, values), raw
+    convert_needed_elements(ds, settings, values=values)
+    return HeaderValues(ds, values, needed_tags(tuple(settings.keep_tags))), raw
+
+
+_HEAD_BYTES = 64 << 10
+
+
+def _parse_from_head(fileobj: BinaryIO, file_size: int) -> Optional[Dataset]:
+    """The file's header parsed in memory, or None where that is not provably the
+    parse of the whole file.
+
+    pydicom reads a header in a few hundred small reads and tells; from a file
+    object (a TrackedReader over a storage stream) each is a Python call or two,
+    a sixth of a vendor-header probe. From an io.BytesIO they cost nothing. The
+    head (the first 64 KiB) is the whole file's parse when it is the whole
+    file, or when the last element it parses is the deferred Pixel Data: the
+    full parse reads the same bytes up to there and skips that value too. What
+    follows the value to the end of the file (a vendor's Data Set Trailing
+    Padding, say), if at most 64 KiB, is read and parsed in the same encoding,
+    its positions moved to the file's; if any of it is deferred, or more
+    follows, or anything fails (a header longer than the head, encapsulated
+    pixel data, a parse error), the caller parses the file itself. The main
+    dataset of an Explicit VR Little Endian file is walked by _walk_explicit_le
+    rather than pydicom's element generator where it can be.
+    """
+    head = fileobj.read(_HEAD_BYTES)       # a read error propagates: the caller reports it
+    try:
+        ds = _walked_explicit_le(fileobj, head, file_size)
+        if ds is not None:
+            return ds
+        ds = pydicom.dcmread(io.BytesIO(head), force=True, defer_size=_DEFER_BYTES)
+        if len(head) >= file_size:
+            return ds if len(head) == file_size else None
+        elements = ds._dict
+        last = elements[next(reversed(elements))] if elements else None    # the last one parsed
+        if not (isinstance(last, RawDataElement) and int(last.tag) == int(_PIXEL_DATA_TAG)
+                and last.value is None and last.length != 0xFFFFFFFF):
+            return None
+        end = last.value_tell + last.length
+        if end == file_size:
+            return ds
+        tail = _tail(fileobj, end, file_size)
+        if tail is None:
+            return None
+        trailing = read_dataset(io.BytesIO(tail), last.is_implicit_VR, last.is_little_endian,
+                                defer_size=_DEFER_BYTES)
+    except Exception:
+        return None
+    for tag, elem in trailing._dict.items():
+        if not isinstance(elem, RawDataElement) or elem.value is None:
+            return None
+        elements[tag] = elem._replace(value_tell=elem.value_tell + end)
+    return ds
+
+
+def _tail(fileobj: BinaryIO, end: int, file_size: int) -> Optional[bytes]:
+    """The file's bytes from ``end`` to ``file_size`` if at most 64 KiB and all there, else None."""
+    if end > file_size or file_size - end > _HEAD_BYTES:
+        return None
+    fileobj.seek(end)
+    tail = fileobj.read(file_size - end)
+    return tail if len(tail) == file_size - end else None
+
+
+_SHORT_VRS = {vr.encode(): vr for vr in "AE AS AT CS DA DS DT FL FD IS LO LT PN SH SL SS ST TM UI UL US"
+              .split()}
+_LONG_VRS = {vr.encode(): vr for vr in "OB OD OF OL OV OW SQ SV UC UN UR UT UV".split()}
+_EXPLICIT_LE = struct.Struct("<HH2sH")
+_UINT32_LE = struct.Struct("<L")
+
+
+def _stop_at_first(tag, vr, length) -> bool:
+    return True
+
+
+def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict) -> Optional[int]:
+    """Elements of an Explicit VR Little Endian dataset in ``buf`` from ``pos`` into ``out``
+    (tag -> RawDataElement, as pydicom's data_element_generator yields them; ``base``: the
+    file offset of ``buf[0]``); returns where the walk ended (past a deferred value it may
+    lie beyond ``buf``), or None at anything it does not handle exactly as pydicom does:
+    an unknown VR, an undefined length, an item or delimiter tag, a value cut short."""
+    unpack, unpack_long = _EXPLICIT_LE.unpack_from, _UINT32_LE.unpack_from
+    short, long_ = _SHORT_VRS, _LONG_VRS
+    end = len(buf)
+    while pos + 8 <= end:
+        group, element, vr_bytes, length = unpack(buf, pos)
+        vr = short.get(vr_bytes)
+        if vr is not None:
+            value_tell = pos + 8
+        else:
+            vr = long_.get(vr_bytes)
+            if vr is None or pos + 12 > end:
+                return None
+            length = unpack_long(buf, pos + 8)[0]
+            value_tell = pos + 12
+        if length == 0xFFFFFFFF or group == 0xFFFE:
+            return None
+        tag = group << 16 | element
+        if length > _DEFER_BYTES and tag != 0x00080005:
+            value = None
+        elif length == 0:
+            value = empty_value_for_VR(vr, raw=True)
+        else:
+            if value_tell + length > end:
+                return None
+            value = buf[value_tell:value_tell + length]
+        key = BaseTag(tag)
+        out[key] = RawDataElement(key, vr, length, value, base + value_tell, False, True)
+        pos = value_tell + length
+    return pos if pos >= end else (None if end - pos else pos)
+
+
+def _walked_explicit_le(fileobj: BinaryIO, head: bytes, file_size: int) -> Optional[Dataset]:
+    """An Explicit VR Little Endian file's parse built from _walk_explicit_le, as pydicom's
+    read_partial builds it (preamble and file meta parsed by pydicom itself), or None."""
+    probe = io.BytesIO(head)
+    meta_only = read_partial(probe, stop_when=_stop_at_first, defer_size=_DEFER_BYTES, force=True)
+    if meta_only.original_encoding != (False, True) or len(meta_only._dict) \
+            or str(meta_only.file_meta.get("TransferSyntaxUID", "")) != "1.2.840.10008.1.2.1":
+        return None
+    raw: dict = {}
+    pos = _walk_explicit_le(head, probe.tell(), 0, raw)
+    if pos is None:
+        return None
+    if pos < file_size:
+        if pos < len(head):
+            return None
+        tail = _tail(fileobj, pos, file_size)
+        if tail is None:
+            return None
+        pos = _walk_explicit_le(tail, 0, pos, raw)
+        if pos is None or any(e.value is None for e in raw.values() if e.value_tell >= len(head)):
+            return None
+    elif pos > file_size or len(head) < file_size and pos != file_size:
+        return None
+    dataset = Dataset(raw, parent_encoding=default_encoding)
+    charset = raw.get(0x00080005)
+    encoding = convert_encodings(convert_raw_data_element(charset).value) if charset is not None \
+        else default_encoding
+    dataset.set_original_encoding(False, True, encoding)
+    ds = FileDataset(probe, dataset, meta_only.preamble, meta_only.file_meta, False, True)
+    ds.set_original_encoding(False, True, dataset._character_set)
+    return ds
+
+
+# ---------------------------------------------------------------- the needed set
+#
+# The one list of the header elements a record is made from: what the probe,
+# native_layout, the general write path (pydicom's decoders and LUTs included)
+# and dicom/* read. Only these are converted; everything else stays raw (a
+# mangled value there fails nothing, and is never written: dicom/* holds only
+# ALLOWED_TEXT, ALLOWED_NUMBERS, the hashed IDENTIFIERS and --keep_tags).
+# A new reader of the header adds its keywords here.
+NEEDED_KEYWORDS = (
+    "SpecificCharacterSet",                              # decodes every text value below
+    "SOPClassUID",                                       # the no_pixel_data message
+    # Image Pixel module (PS3.3 C.7.6.3), as pydicom's decoders read it
+    "SamplesPerPixel", "PhotometricInterpretation", "PlanarConfiguration", "NumberOfFrames",
+    "Rows", "Columns", "BitsAllocated", "BitsStored", "HighBit", "PixelRepresentation",
+    "PixelData", "FloatPixelData", "DoubleFloatPixelData",
+    "ExtendedOffsetTable", "ExtendedOffsetTableLengths",
+    # palette colour (C.7.9)
+    "RedPaletteColorLookupTableDescriptor", "GreenPaletteColorLookupTableDescriptor",
+    "BluePaletteColorLookupTableDescriptor", "AlphaPaletteColorLookupTableDescriptor",
+    "RedPaletteColorLookupTableData", "GreenPaletteColorLookupTableData",
+    "BluePaletteColorLookupTableData", "AlphaPaletteColorLookupTableData",
+    "SegmentedRedPaletteColorLookupTableData", "SegmentedGreenPaletteColorLookupTableData",
+    "SegmentedBluePaletteColorLookupTableData", "SegmentedAlphaPaletteColorLookupTableData",
+    # Modality LUT (C.11.1) and VOI LUT (C.11.2)
+    "ModalityLUTSequence", "RescaleSlope", "RescaleIntercept", "RescaleType",
+    "VOILUTSequence", "WindowCenter", "WindowWidth", "VOILUTFunction",
+    # Enhanced multi-frame (C.7.6.16): rescale, VOI, geometry per frame or shared, and the
+    # stacks (transforms.dicom.functional_groups reads these at the top level)
+    "SharedFunctionalGroupsSequence", "PerFrameFunctionalGroupsSequence", "DimensionIndexSequence",
+    "BurnedInAnnotation",
+    # --unit series: slice geometry and order (transforms.records.probe._slice_info)
+    "ImageOrientationPatient", "ImagePositionPatient", "InstanceNumber", "PixelSpacing",
+)
+
+
+def _keyword_tags(keywords) -> frozenset:
+    return frozenset(t for t in map(_tag_for_keyword, keywords) if t is not None)
+
+
+@functools.lru_cache(maxsize=64)
+def needed_tags(keep_tags: tuple[str, ...] = ()) -> tuple[int, ...]:
+    """The (int) tags of the needed set with these --keep_tags, ascending."""
+    return tuple(sorted(_keyword_tags(NEEDED_KEYWORDS + ALLOWED_TEXT + ALLOWED_NUMBERS
+                                      + tuple(IDENTIFIERS.values()) + tuple(keep_tags))))
 
 
 # Raw elements whose conversion is a pure function of their own bytes: explicit,
@@ -113,57 +314,66 @@ def _conversion_key(elem: RawDataElement, encoding) -> Optional[tuple]:
             encoding)
 
 
-def convert_all_elements(ds: Dataset, skip_deferred_pixels: bool = False,
-                         values: Optional[dict] = None) -> None:
-    """Converts every top-level element now, so a mangled VR or value fails here, classified.
+def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettings(),
+                            values: Optional[dict] = None) -> None:
+    """Converts the needed set's elements now (needed_tags), so a mangled one fails here, classified.
 
     pydicom parses element values lazily, on first access; without this, an
     unknown VR would surface as NotImplementedError wherever the value is used.
-    With ``skip_deferred_pixels`` (probing), pixel data values that pydicom
-    deferred stay on disk: reading them would read the whole file (once more,
-    re-opened by name) only to convert a byte string; the writer reads and
-    checks them. Probing also skips an element whose exact bytes (same tag,
-    VR, value, encoding) already converted without error in this process
-    (see _conversion_key): the slices of a series share most of their
-    header, and converting the same bytes again cannot fail differently, nor
-    give a different value. A skipped element stays raw in ``ds`` (converted,
-    with the same result, when read there); ``values`` (int tag -> value),
-    when given, receives every value converted here or remembered.
+    Elements outside the needed set are looked up by nobody and stay raw.
+    Pixel data values that pydicom deferred stay on disk: reading them would
+    read the whole file (once more, re-opened by name) only to convert a byte
+    string; the writer reads and checks them. An element whose exact bytes
+    (same tag, VR, value, encoding) already converted without error in this
+    process (see _conversion_key) is not converted again: the slices of a
+    series share most of their header, and converting the same bytes again
+    cannot fail differently, nor give a different value. Such an element stays
+    raw in ``ds`` (converted, with the same result, when read there);
+    ``values`` (int tag -> value), when given, receives every value converted
+    here or remembered.
     """
+    if values is None:
+        values = {}
+    elements = ds._dict
+    tag = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if not skip_deferred_pixels:
-                for _ in ds:
-                    pass
-                return
-            if values is None:
-                values = {}
-            elements = ds._dict
-            encoding = None
-            for tag in sorted(elements, key=int):     # the order of sorted(elements), int compares
-                elem = elements[tag]
+            encoding = _MISSING
+            for tag in needed_tags(tuple(settings.keep_tags)):
+                elem = elements.get(tag)
+                if elem is None:
+                    continue
                 if not isinstance(elem, RawDataElement):
+                    values[tag] = elem.value
                     continue
-                if elem.value is None and elem.length and int(tag) in _PIXEL_TAG_INTS:
+                if elem.value is None and elem.length and tag in _PIXEL_TAG_INTS:
                     continue
-                if encoding is None:
+                if encoding is _MISSING:
                     encoding = ds.original_character_set or ds._character_set
                     encoding = tuple(encoding) if isinstance(encoding, list) else encoding
                 key = _conversion_key(elem, encoding)
                 if key is not None:
                     value = _CONVERTED.get(key, _MISSING)
                     if value is not _MISSING:
-                        values[int(tag)] = value   # the same bytes converted before, to this value
+                        values[tag] = value      # the same bytes converted before, to this value
                         continue
-                value = values[int(tag)] = ds[tag].value
+                value = values[tag] = ds[tag].value
                 if key is not None:
                     if len(_CONVERTED) >= _CONVERTED_MAX:
                         _CONVERTED.clear()
                     _CONVERTED[key] = value
     except Exception as exc:
-        raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: "
+        name = _keyword_of(tag)
+        raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: {name}: "
                                                      f"{type(exc).__name__}: {exc}") from exc
+
+
+def _keyword_of(tag) -> str:
+    from pydicom.datadict import keyword_for_tag
+    if tag is None:
+        return "?"
+    return keyword_for_tag(tag) or str(Tag(tag))
 
 
 _KEYWORD_TAGS: dict = {}
@@ -178,6 +388,10 @@ def _tag_for_keyword(keyword: str) -> Optional[int]:
     return tag
 
 
+class NotNeededError(LookupError):
+    """A reader of the probe's header asked for an element outside the needed set."""
+
+
 class HeaderValues:
     """Keyword reads of one parsed header, each element looked up and converted at most once.
 
@@ -187,21 +401,28 @@ class HeaderValues:
     the first time (``ds[tag].value``, converting it as pydicom does) and
     kept, so the seventy-odd keyword reads of a probe do not each go through
     pydicom's keyword and tag machinery. ``values`` holds those known already
-    (convert_all_elements'). A failed conversion is not kept: it fails again
-    when read again, as it would on the Dataset. Names that are not DICOM
-    keywords go to the Dataset itself.
+    (convert_needed_elements'). Reading a present element outside the needed
+    set (``needed``, see NEEDED_KEYWORDS) is a programming error, raised as
+    NotNeededError: the probe would otherwise depend on, and fail on, an
+    element that the rule says stays raw. A failed conversion is not kept: it
+    fails again when read again, as it would on the Dataset. Names that are
+    not DICOM keywords go to the Dataset itself.
     """
-    __slots__ = ("ds", "_tags", "_values")
+    __slots__ = ("ds", "_tags", "_values", "_needed")
 
-    def __init__(self, ds: Dataset, values: Optional[dict] = None):
+    def __init__(self, ds: Dataset, values: Optional[dict] = None, needed: tuple = ()):
         self.ds = ds
         self._tags = frozenset(map(int, ds._dict))
         self._values: dict = {} if values is None else values
+        self._needed = frozenset(needed)
 
     def _value(self, tag: int):
         try:
             return self._values[tag]
         except KeyError:
+            if tag not in self._needed:
+                raise NotNeededError(f"{_keyword_of(tag)} is read but not in "
+                                     "transforms.dicom.header.NEEDED_KEYWORDS") from None
             value = self._values[tag] = self.ds[tag].value
             return value
 

@@ -23,7 +23,7 @@ from pydicom.pixels import pixel_array as decode_pixels
 
 from dataset import reasons
 from transforms.dicom import functional_groups, voi
-from transforms.dicom.header import (check_native_length, convert_all_elements, image_spec,
+from transforms.dicom.header import (check_native_length, convert_needed_elements, image_spec,
                                      infer_transfer_syntax)
 from transforms.dtypes import fit_integer_dtype
 from transforms.errors import ConversionError
@@ -47,12 +47,13 @@ def _classify(exc: Exception) -> str:
     return reasons.DECODE_ERROR
 
 
-def read_dataset(fileobj: BinaryIO) -> Dataset:
+def read_dataset(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings()) -> Dataset:
+    """The whole file parsed, the needed set converted (as the probe does), the rest raw."""
     try:
         ds = pydicom.dcmread(fileobj, force=True)
     except Exception as exc:
         raise ConversionError(reasons.INVALID_DICOM, f"file does not parse: {exc}") from exc
-    convert_all_elements(ds)
+    convert_needed_elements(ds, settings)
     infer_transfer_syntax(ds)
     return ds
 
@@ -267,7 +268,7 @@ def decode_dicom(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ds = read_dataset(fileobj)
+        ds = read_dataset(fileobj, settings)
         spec = image_spec(ds, settings)
         check_native_length(ds)
         decoded = _decode(ds, frame)

@@ -4,11 +4,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Optional
 
-from apache_beam.pvalue import TaggedOutput
-
 from dataset import progress, versions
 from dataset.manifest import commit, refuse_commit
-from transforms.counters import OUTCOMES, count, count_outcome
+from transforms.counters import count, count_outcome
 from transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
                                       run_manifest)
 from transforms.output.write import record_fingerprint, write_shard
@@ -30,7 +28,9 @@ def plan_uri(output_dir: str, plan: ShardPlan) -> str:
 
 
 class WriteShardFn(ReadsSourcesFn):
-    """ShardPlan -> ShardResult, plus an Outcome per record that did not convert."""
+    """ShardPlan -> its ShardResult, then an Outcome per record that did not convert, both on
+    the one output (the graph splits them by type: no side input reads off a step with
+    several outputs, which runners keep apart differently)."""
 
     def __init__(self, output_dir: str, compression: str = "none",
                  settings: DecodeSettings = DecodeSettings(), records_files: bool = False,
@@ -84,7 +84,7 @@ class WriteShardFn(ReadsSourcesFn):
         yield result
         for outcome in outcomes:
             count_outcome(outcome)
-            yield TaggedOutput(OUTCOMES, outcome)
+            yield outcome
 
 
 def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_counts: dict,

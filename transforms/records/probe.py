@@ -51,7 +51,7 @@ def _slice_info(ds) -> SliceInfo:
 
 def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,
                  file_size: int) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels], tuple]:
-    header, raw_pixels = dicom_header.read_probe_header(fileobj)
+    header, raw_pixels = dicom_header.read_probe_header(fileobj, settings, file_size)
     ds = header.ds
     if sniffed == sniff.DICOM and len(ds) == 0:
         raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
