@@ -26,7 +26,7 @@ from benchmarks.archives import ct_archive, ct_vendor_archive  # noqa: E402
 from transforms.records.build import build_record, decode_record  # noqa: E402
 from dataset.features import serialize_record  # noqa: E402
 from transforms.records.probe import probe_file  # noqa: E402
-from transforms.records.values import SourceFile  # noqa: E402
+from transforms.values import SourceFile  # noqa: E402
 from transforms.settings import DecodeSettings  # noqa: E402
 
 

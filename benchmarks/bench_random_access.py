@@ -111,7 +111,7 @@ def previous_seeded_pass(dataset, seed=0, batch_size=32):
     """The seeded ``reader.load`` of 37bed93 (before start_step), from reader's parts."""
     import tensorflow as tf
     import reader
-    from reader.dataset import MAX_CYCLE_LENGTH, _read_buffer, _shuffle_buffer
+    from reader.tfdata import MAX_CYCLE_LENGTH, _read_buffer, _shuffle_buffer
     from reader.decode import batch_parser
 
     def run():

@@ -52,7 +52,7 @@ def _short(frame: str) -> str:
 
 # Worker time by pipeline step: the first rule whose function is on the stack wins.
 STEPS = [
-    ("probe: header read (ProbeFn)", ("ProbeFn.process",)),
+    ("probe: header read (ProbeHeadersFn)", ("ProbeHeadersFn.process",)),
     ("write: open source file", ("open_source",)),
     ("write: native DICOM pixels (numpy, no parse)", ("decode_native",)),
     ("write: native DICOM dicom/* features (unpacked)", ("unpack_metadata",)),

@@ -24,7 +24,9 @@ from dataset.names import ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, i
 from dataset.results import Outcome, ShardResult
 from dataset.storage import FileSystems
 
-MAX_SHAPES_LISTED = 16
+# Distinct [depth, height, width, channels] shapes listed: per shard by the writer, per split in
+# dataset.json, per split by verify. Beyond it a split is simply not fixed-shape.
+MAX_SHAPES = 16
 
 
 def label_count_keys(label) -> list[str]:
@@ -51,7 +53,7 @@ def _split_entry(shards: list[ShardResult]) -> dict:
         "num_bytes": sum(s.num_bytes for s in shards),
         "num_shards": len(shards),
         "dtypes": sorted({d for s in shards for d in s.dtypes}),
-        "shapes": sorted(shapes)[:MAX_SHAPES_LISTED],
+        "shapes": sorted(shapes)[:MAX_SHAPES],
         "fixed_shape": len(shapes) == 1,
         "max_depth": max((s.max_depth for s in shards), default=1),
         "label_counts": {str(k): v for k, v in sorted(labels.items())},
@@ -194,7 +196,11 @@ def read_failed_run(output_dir: str) -> dict | None:
 
 
 class ManifestError(ValueError):
-    """A dataset.json that is missing, does not parse or is not a dataset manifest."""
+    """A dataset.json that does not parse, or is not a JSON object; ``reason`` says which."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path} {reason}")
+        self.path, self.reason = path, reason
 
 
 def missing_manifest(path: str, dataset_dir: str) -> FileNotFoundError:
@@ -212,12 +218,20 @@ def parse_manifest(data, path: str = MANIFEST_NAME) -> dict:
     try:
         manifest = json.loads(data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data)
     except ValueError as exc:      # JSONDecodeError, or bytes that are not UTF-8
-        raise ManifestError(f"{path} is incomplete or corrupt: it does not parse ({exc}); it is "
-                            "written whole at commit, so it was damaged since: restore it, or "
-                            "convert again") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
-        raise ManifestError(f"{path} is not a dcm2tfrecord manifest (not a JSON object with "
-                            "'splits'); restore it, or convert again")
+        raise ManifestError(path, f"does not parse ({exc}): it is incomplete or corrupt (it is "
+                                  "written whole at commit, so it was damaged since); restore it, "
+                                  "or convert again") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError(path, "is not a JSON object")
+    return manifest
+
+
+def readable_manifest(manifest: dict, path: str) -> dict:
+    """``manifest`` if a reader can use it (it has a ``splits`` object), else ManifestError
+    naming ``path`` (``verify`` reports what else is wrong on its own)."""
+    if not isinstance(manifest.get("splits"), dict):
+        raise ManifestError(path, "is not a dcm2tfrecord manifest (no 'splits' object); restore it, "
+                                  "or convert again")
     return manifest
 
 

@@ -7,16 +7,16 @@ SKIPPED = "skipped"
 FAILED = "failed"
 REJECTED = "rejected"     # a labels-CSV row (not an input) that labels nothing: never counted as an input
 
-# Skipped: the file is fine, it just is not an image we convert.
+# Skipped: the file is fine, but not an image we convert (or a second copy of one we do).
 NO_PIXEL_DATA = "no_pixel_data"                  # DICOM without (7FE0,0010): SR, RTPLAN, DICOMDIR...
 UNSUPPORTED_FORMAT = "unsupported_format"        # neither DICOM nor a raster image
 BURNED_IN_ANNOTATION = "burned_in_annotation"    # Burned In Annotation = YES, without --allow_burned_in
+DUPLICATE = "duplicate"                          # same SOPInstanceUID as an earlier file (by sorted uri)
 
 # Failed: the file should have converted and could not.
 EMPTY_FILE = "empty_file"
 TRUNCATED_FILE = "truncated_file"                # DICOM that ends inside its header
 BROKEN_SYMLINK = "broken_symlink"                # a link whose target does not exist
-DUPLICATE = "duplicate"                          # same SOPInstanceUID as an earlier file (by sorted uri)
 CHANGED_DURING_RUN = "changed_during_run"        # size or mtime differs between probe and write
 DECODE_TIMEOUT = "decode_timeout"                # decoding ran past --decode_timeout_s
 UNREADABLE = "unreadable"                        # I/O or permission error

@@ -46,11 +46,11 @@ from transforms.labels.steps import AttachLabels
 from transforms.output.steps import WriteShardFn, commit_dataset, record_plan
 from transforms.planning.shards import for_planning
 from transforms.planning.steps import PlanShards, ReuseShards
-from transforms.records.steps import DropDuplicateInstances, ProbeFn
+from transforms.records.steps import DropDuplicates, ProbeHeadersFn
 from dataset.results import Outcome, ShardResult
-from transforms.series.steps import GroupSeries
+from transforms.series.steps import BuildVolumes
 from transforms.sources.match import survey_local
-from transforms.sources.steps import MatchSources
+from transforms.sources.steps import MatchInputs
 from transforms.splits.steps import CountGroups, with_split
 
 
@@ -168,22 +168,23 @@ class ConvertArchive(beam.PTransform):
 
     def expand(self, pbegin):
         settings = self.settings
-        sources, broken = pbegin | "MatchInputs" >> MatchSources(list(settings.patterns),
+        sources, broken = pbegin | "MatchInputs" >> MatchInputs(list(settings.patterns),
                                                                 settings.storage_retry_s)
         # SourceFile; Outcome per broken link
         probed = (sources
-                  | "ProbeHeaders" >> beam.ParDo(ProbeFn(settings.max_pixels, settings.bounds.max_bytes,
-                                                         settings.decode, settings.storage_retry_s,
-                                                         run=self.run))
+                  | "ProbeHeaders" >> beam.ParDo(ProbeHeadersFn(settings.max_pixels,
+                                                                settings.bounds.max_bytes,
+                                                                settings.decode, settings.storage_retry_s,
+                                                                run=self.run))
                   .with_outputs(OUTCOMES, main="records"))
         # records: ProbedRecord; outcomes: Outcome
         records = probed.records
         outcome_parts = [broken, probed[OUTCOMES]]
         if settings.duplicates == "skip":
-            records, duplicates = records | "DropDuplicates" >> DropDuplicateInstances()
+            records, duplicates = records | "DropDuplicates" >> DropDuplicates()
             outcome_parts.append(duplicates)
         if settings.unit == "series":
-            records, series_outcomes = records | "BuildVolumes" >> GroupSeries(settings.decode)
+            records, series_outcomes = records | "BuildVolumes" >> BuildVolumes(settings.decode)
             outcome_parts.append(series_outcomes)
         space = None
         if settings.labels_csv or settings.labels_from_dirs:

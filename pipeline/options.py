@@ -11,8 +11,9 @@ From it come the argparse parser (:func:`add_convert_arguments`), the
 (:func:`template_metadata`; ``python -m pipeline.options --metadata`` prints
 it, and a test keeps the committed file equal to it).
 
-Adding an option: one ``Option(...)`` row below, plus the code that uses the
-value. Defaults of options that feed a settings field are those fields'
+Adding an option: one ``Option(...)`` row below and its typed field in
+:class:`ConvertOptions` (the module refuses to load until both are there), plus
+the code that uses the value. Defaults of options that feed a settings field are those fields'
 defaults in transforms/settings.py (one owner), not restated here.
 """
 from __future__ import annotations
@@ -30,8 +31,7 @@ from transforms.labels.table import LABEL_KEYS
 from transforms.dicom.voi import PRESETS, parse_window
 from transforms.hashing import location_hash
 from transforms.settings import (MAX_SALT_BYTES, ConversionSettings, DecodeSettings, SaltFileError,
-                                 read_salt_file)
-from transforms.planning.shards import ShardBounds
+                                 ShardBounds, read_salt_file)
 from transforms.splits.assign import SPLIT_BY, SplitSpecError, parse_splits
 
 
@@ -341,29 +341,126 @@ OPTIONS: tuple[Option, ...] = (
                     _choices_regex(("auto", "bar", "log", "none"))),
            choices=("auto", "bar", "log", "none"), default="auto", recorded=False),
 )
-OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 # Options whose change between --incremental versions leaves earlier shards reusable.
 PLACEMENT_OPTIONS = frozenset(o.name for o in OPTIONS if o.recorded and not o.content)
 
 
-def _convert_options_class():
-    fields = [(o.name, Any, dataclasses.field(default=None if o.required else
-                                              (tuple(o.default_value) if o.kind == "list"
-                                               else o.default_value)))
-              for o in OPTIONS]
-    return dataclasses.make_dataclass("ConvertOptions", fields, frozen=True, namespace=dict(_METHODS))
+def _default(name: str):
+    """Option ``name``'s default, as its row (or the settings field it feeds) gives it."""
+    option = next(o for o in OPTIONS if o.name == name)
+    if option.required:
+        return None
+    return tuple(option.default_value) if option.kind == "list" else option.default_value
 
 
-def _salt(self) -> str:
-    """--id_salt, else the content of --id_salt_file, else $DCM2TFRECORD_ID_SALT, else (with
-    --allow_random_salt) a fresh one."""
-    salt = self.id_salt
-    if not salt and self.id_salt_file:
-        salt = _salt_file_content(absolute(self.id_salt_file))
-    salt = salt or os.environ.get(SALT_ENV, "")
-    if not salt and self.allow_random_salt:
-        salt = _RANDOM_SALT
-    return salt
+@dataclasses.dataclass(frozen=True)
+class ConvertOptions:
+    """The values of every convert option: one field per row of OPTIONS, named and defaulted by it
+    (declared here so that type checkers and editors see them; the module refuses to load when
+    the two disagree)."""
+    inputs: tuple[str, ...] = _default("inputs")
+    output: Optional[str] = _default("output")
+    overwrite: bool = _default("overwrite")
+    incremental: bool = _default("incremental")
+    duplicates: str = _default("duplicates")
+    target_shard_mb: float = _default("target_shard_mb")
+    min_shard_mb: float = _default("min_shard_mb")
+    max_shard_mb: float = _default("max_shard_mb")
+    min_shards: int = _default("min_shards")
+    compression: str = _default("compression")
+    seed: int = _default("seed")
+    max_pixels: int = _default("max_pixels")
+    dicom_values: str = _default("dicom_values")
+    window: Optional[str] = _default("window")
+    window_bits: int = _default("window_bits")
+    resize: Optional[str] = _default("resize")
+    resize_mode: str = _default("resize_mode")
+    channels: str = _default("channels")
+    frames: str = _default("frames")
+    unit: str = _default("unit")
+    decode_timeout_s: float = _default("decode_timeout_s")
+    max_failure_ratio: float = _default("max_failure_ratio")
+    max_failures: Optional[int] = _default("max_failures")
+    allow_empty: bool = _default("allow_empty")
+    gcs_retry_s: float = _default("gcs_retry_s")
+    id_salt: Optional[str] = _default("id_salt")
+    id_salt_file: Optional[str] = _default("id_salt_file")
+    allow_random_salt: bool = _default("allow_random_salt")
+    keep_tags: tuple[str, ...] = _default("keep_tags")
+    keep_source_path: bool = _default("keep_source_path")
+    allow_burned_in: bool = _default("allow_burned_in")
+    record_input_paths: bool = _default("record_input_paths")
+    labels: Optional[str] = _default("labels")
+    label_key: str = _default("label_key")
+    label_key_case: str = _default("label_key_case")
+    label_column: str = _default("label_column")
+    multi_label: bool = _default("multi_label")
+    labels_from_dirs: bool = _default("labels_from_dirs")
+    missing_label: str = _default("missing_label")
+    splits: str = _default("splits")
+    split_by: Optional[str] = _default("split_by")
+    split_column: Optional[str] = _default("split_column")
+    summary_json: Optional[str] = _default("summary_json")
+    progress: str = _default("progress")
+
+    def salt(self) -> str:
+        """--id_salt, else the content of --id_salt_file, else $DCM2TFRECORD_ID_SALT, else (with
+        --allow_random_salt) a fresh one."""
+        salt = self.id_salt
+        if not salt and self.id_salt_file:
+            salt = _salt_file_content(absolute(self.id_salt_file))
+        salt = salt or os.environ.get(SALT_ENV, "")
+        if not salt and self.allow_random_salt:
+            salt = _RANDOM_SALT
+        return salt
+
+    @property
+    def bounds(self) -> ShardBounds:
+        return ShardBounds.from_mb(self.target_shard_mb, self.min_shard_mb, self.max_shard_mb)
+
+    def settings(self) -> ConversionSettings:
+        """The settings the job graph is built from, fed by each option's ``setting``."""
+        # With --id_salt_file the salt stays out of the settings (and so out of the job graph):
+        # each worker reads the file at setup (transforms.settings.with_salt).
+        fed: dict = {"decode": {"id_salt": "" if self.id_salt_file and not self.id_salt else self.salt(),
+                                "id_salt_file": absolute(self.id_salt_file) if self.id_salt_file else ""},
+                     "conversion": {}}
+        for option in OPTIONS:
+            if option.setting:
+                target, name = option.setting.split(".")
+                value = getattr(self, option.name)
+                fed[target][name] = option.to_setting(value) if option.to_setting else (
+                    tuple(value) if option.kind == "list" else value)
+        return ConversionSettings(bounds=self.bounds, splits=parse_splits(self.splits),
+                                  decode=DecodeSettings(**fed["decode"]), **fed["conversion"])
+
+    def recorded(self) -> dict:
+        """The options that shape the output, as stored in dataset.json.
+
+        Locations (--input, --labels) only as :func:`recorded_location` unless
+        --record_input_paths.
+        """
+        out = {}
+        for option in OPTIONS:
+            if option.recorded:
+                value = getattr(self, option.name)
+                out[option.name] = list(value) if option.kind == "list" else value
+        if not self.record_input_paths:
+            out["inputs"] = [recorded_location(p, self.salt()) for p in self.inputs]
+            out["labels"] = recorded_location(self.labels, self.salt()) if self.labels else None
+        out["splits"] = dict(parse_splits(self.splits))
+        out["id_salt"] = ("random (hashes differ every run)" if self.salt() == _RANDOM_SALT
+                          else "set (not recorded)")
+        return out
+
+    def replace(self, **changes) -> "ConvertOptions":
+        return dataclasses.replace(self, **changes)
+
+
+_UNDECLARED = {o.name for o in OPTIONS} ^ {f.name for f in dataclasses.fields(ConvertOptions)}
+if _UNDECLARED:
+    raise TypeError(f"ConvertOptions and OPTIONS disagree on {sorted(_UNDECLARED)}: declare one "
+                    "ConvertOptions field per Option row")
 
 
 _SALT_FILES: dict = {}
@@ -382,27 +479,6 @@ def _salt_file_content(uri: str) -> str:
     return _SALT_FILES[uri]
 
 
-def _bounds(self) -> ShardBounds:
-    return ShardBounds.from_mb(self.target_shard_mb, self.min_shard_mb, self.max_shard_mb)
-
-
-def _settings(self) -> ConversionSettings:
-    """The settings the job graph is built from, fed by each option's ``setting``."""
-    # With --id_salt_file the salt stays out of the settings (and so out of the job graph):
-    # each worker reads the file at setup (transforms.settings.with_salt).
-    fed: dict = {"decode": {"id_salt": "" if self.id_salt_file and not self.id_salt else self.salt(),
-                            "id_salt_file": absolute(self.id_salt_file) if self.id_salt_file else ""},
-                 "conversion": {}}
-    for option in OPTIONS:
-        if option.setting:
-            target, name = option.setting.split(".")
-            value = getattr(self, option.name)
-            fed[target][name] = option.to_setting(value) if option.to_setting else (
-                tuple(value) if option.kind == "list" else value)
-    return ConversionSettings(bounds=self.bounds, splits=parse_splits(self.splits),
-                              decode=DecodeSettings(**fed["decode"]), **fed["conversion"])
-
-
 def recorded_location(uri: str, salt: str) -> str:
     """An --input or --labels location as dataset.json records it: nothing that can carry a name.
 
@@ -412,36 +488,6 @@ def recorded_location(uri: str, salt: str) -> str:
     scheme, sep, rest = uri.partition("://")
     prefix = f"{scheme}://{rest.split('/', 1)[0]}/" if sep else "file://"
     return f"{prefix}<hmac:{location_hash(absolute(uri), salt)}>"
-
-
-def _recorded(self) -> dict:
-    """The options that shape the output, as stored in dataset.json.
-
-    Locations (--input, --labels) only as :func:`recorded_location` unless
-    --record_input_paths.
-    """
-    out = {}
-    for option in OPTIONS:
-        if option.recorded:
-            value = getattr(self, option.name)
-            out[option.name] = list(value) if option.kind == "list" else value
-    if not self.record_input_paths:
-        out["inputs"] = [recorded_location(p, self.salt()) for p in self.inputs]
-        out["labels"] = recorded_location(self.labels, self.salt()) if self.labels else None
-    out["splits"] = dict(parse_splits(self.splits))
-    out["id_salt"] = ("random (hashes differ every run)" if self.salt() == _RANDOM_SALT
-                      else "set (not recorded)")
-    return out
-
-
-def _replace(self, **changes):
-    return dataclasses.replace(self, **changes)
-
-
-_METHODS = {"salt": _salt, "bounds": property(_bounds), "settings": _settings,
-            "recorded": _recorded, "replace": _replace,
-            "__doc__": "The values of every convert option (see OPTIONS)."}
-ConvertOptions = _convert_options_class()
 
 
 CONVERT_DESCRIPTION = "Convert DICOM/image archives into size-bounded TFRecord shards plus dataset.json."

@@ -19,7 +19,7 @@ from reader.random_access import CorruptIndexError, CorruptRecordError, RandomAc
 __all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "RandomAccess", "CorruptRecordError",
            "CorruptIndexError"]
 
-_LAZY = {"load": "reader.dataset", "parse_fn": "reader.dataset", "as_numpy": "reader.arrays",
+_LAZY = {"load": "reader.tfdata", "parse_fn": "reader.tfdata", "as_numpy": "reader.arrays",
          "info": "reader.manifest", "DatasetInfo": "reader.manifest"}
 
 

@@ -15,7 +15,7 @@ from typing import Optional
 from reader.tfquiet import tf
 
 from dataset import names
-from dataset.manifest import missing_manifest, parse_manifest
+from dataset.manifest import missing_manifest, parse_manifest, readable_manifest
 from dataset.versions import locate_dataset
 from reader import splits
 from reader.layout import Layout, label_spec, split_layout
@@ -190,5 +190,5 @@ def info(dataset_dir: str, version=None) -> DatasetInfo:
     if not tf.io.gfile.exists(path):
         raise missing_manifest(path, dataset_dir)
     with tf.io.gfile.GFile(path, "rb") as handle:     # bytes: text that is not UTF-8 is damage too
-        return DatasetInfo(parse_manifest(handle.read(), path), dataset_dir)
+        return DatasetInfo(readable_manifest(parse_manifest(handle.read(), path), path), dataset_dir)
 

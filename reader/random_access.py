@@ -30,7 +30,7 @@ import numpy as np
 
 from dataset import names
 from dataset.example import decode_example
-from dataset.manifest import missing_manifest, parse_manifest
+from dataset.manifest import missing_manifest, parse_manifest, readable_manifest
 from dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
 from dataset.versions import locate_dataset
 from reader import splits, storage
@@ -50,7 +50,7 @@ def _read_manifest(dataset_dir: str, version) -> tuple[dict, str]:
     path = names.join(directory, names.MANIFEST_NAME)
     if not storage.exists(path):
         raise missing_manifest(path, directory)
-    return parse_manifest(storage.read_bytes(path), path), directory
+    return readable_manifest(parse_manifest(storage.read_bytes(path), path), path), directory
 
 
 def _is_gzip(manifest: Mapping) -> bool:

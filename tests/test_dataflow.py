@@ -182,7 +182,7 @@ def test_the_salt_is_nowhere_in_the_job_and_its_parameters(dry_run):
     its options and the launcher's output hold only the file's name."""
     job, emulator, stderr = dry_run
     blobs = list(_byte_strings(job))
-    pickled = [blob for blob in blobs if b"ProbeFn" in blob or b"WriteShardFn" in blob]
+    pickled = [blob for blob in blobs if b"ProbeHeadersFn" in blob or b"WriteShardFn" in blob]
     assert pickled, "no pickled DoFn found: the search would see nothing"
     assert any(b"secure/salt" in blob for blob in pickled)      # the file name does travel
     salt = TEST_SALT.encode()

@@ -13,7 +13,7 @@ from transforms.images import geometry
 from transforms.dicom import voi
 from transforms.records.build import decode_record
 from transforms.records.probe import expand_frames, probe_file
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()

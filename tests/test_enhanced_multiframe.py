@@ -27,7 +27,7 @@ from transforms.dicom import functional_groups
 from transforms.dicom.pixels import decode_dicom
 from transforms.errors import ConversionError
 from transforms.records.probe import expand_frames, probe_file
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.dicom.voi import linear_window
 from transforms.series import volumes
 from transforms.settings import DecodeSettings

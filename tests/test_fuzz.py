@@ -39,7 +39,7 @@ from dataset import reasons
 from transforms.records.build import build_record
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.settings import DecodeSettings
 
 # Small enough that a mutated header claiming a huge image is refused before a

@@ -19,7 +19,7 @@ from dataset import reasons
 from transforms.records.build import build_record
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.settings import DecodeSettings
 from transforms.sources.match import expand_pattern
 

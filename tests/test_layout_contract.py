@@ -82,3 +82,55 @@ def test_names_from_outside_are_refused_before_they_reach_a_path(bad):
 @pytest.mark.parametrize("good", ["train", "validation", "test_2", "fold-3", "v1.2", "a=b"])
 def test_ordinary_names_pass(good):
     assert names.check_component(good, "--splits") == good
+
+
+def _transforms_imports() -> dict:
+    """{module: transforms modules it imports at module level} for every module of transforms/."""
+    modules: dict = {}
+    for path in glob.glob(os.path.join(ROOT, "transforms", "**", "*.py"), recursive=True):
+        name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+        with open(path) as handle:
+            tree = ast.parse(handle.read(), path)
+        deps = set()
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("transforms"):
+                deps |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("transforms")}
+        modules[name] = deps
+    return {name: {d for d in deps if d in modules} for name, deps in modules.items()}
+
+
+def _package(module: str) -> str:
+    """transforms.records.probe -> transforms.records; top-level modules stand for themselves."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_transforms_packages_import_each_other_without_cycles():
+    graph: dict = {}
+    for module, deps in _transforms_imports().items():
+        for dep in deps:
+            if _package(dep) != _package(module):
+                graph.setdefault(_package(module), set()).add(_package(dep))
+    cycles = []
+    for start in graph:
+        stack, seen = list(graph[start]), set()
+        while stack:
+            node = stack.pop()
+            if node == start:
+                cycles.append(start)
+                break
+            if node not in seen:
+                seen.add(node)
+                stack.extend(graph.get(node, ()))
+    assert not cycles, f"packages of transforms/ on an import cycle: {sorted(cycles)} ({graph})"
+
+
+def test_shared_transforms_modules_reach_into_no_subpackage():
+    """settings, counters, values, errors, hashing, dtypes: what every concern stands on."""
+    modules = _transforms_imports()
+    subpackages = {_package(m) for m in modules if m.count(".") >= 2}
+    stray = {m: sorted(d for d in deps if _package(d) in subpackages)
+             for m, deps in modules.items() if m.count(".") == 1 and m != "transforms.beam_files"}
+    assert not {m: d for m, d in stray.items() if d}, stray

@@ -13,7 +13,7 @@ from pipeline.sample_archive import pydicom_test_files
 from tests.conftest import TEST_SALT, run_convert, write_png_archive
 from transforms.planning.shards import for_planning
 from transforms.records.probe import probe_file
-from transforms.records.values import ImageSpec, SourceFile
+from transforms.values import ImageSpec, SourceFile
 from transforms.settings import DecodeSettings
 from transforms.sources.match import expand_pattern, survey_local
 

@@ -41,7 +41,7 @@ from transforms.dicom import header as dicom_header
 from transforms.errors import ConversionError
 from transforms.records.build import build_record
 from transforms.records.probe import expand_frames, probe_file
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.settings import DecodeSettings
 
 SETTINGS = {

@@ -73,7 +73,7 @@ def test_format_package_is_a_leaf():
 
 def test_reader_modules_import_nothing_but_the_format():
     """reader/ imports, of this project, only itself and the format package; of the rest only
-    what its own distribution installs (setup_reader.py)."""
+    what its own distribution installs (reader_dist/setup.py and its extras)."""
     stray = [f"reader/{module} imports {name}" for module, name in _imports(READER_DIR)
              if _outside(name, ("reader", "dataset"), READER_THIRD_PARTY)]
     assert not stray, stray

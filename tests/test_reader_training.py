@@ -229,7 +229,7 @@ def test_scale_needs_a_float_dtype(plain):
 
 
 def test_read_buffer_is_off_only_for_large_local_uncompressed_records():
-    from reader.dataset import READ_BUFFER_BYTES, _read_buffer
+    from reader.tfdata import READ_BUFFER_BYTES, _read_buffer
     large = {"num_records": 10, "num_bytes": 10 * 150_000}
     assert _read_buffer(large, "", ["/data/a.tfrecord", "/data/b.tfrecord"]) == 0
     assert _read_buffer(large, "GZIP", ["/data/a.tfrecord.gz"]) == READ_BUFFER_BYTES
@@ -241,13 +241,13 @@ def test_read_buffer_is_off_only_for_large_local_uncompressed_records():
 def test_large_records_read_unbuffered_come_back_exact(tmp_path, monkeypatch):
     from PIL import Image
 
-    import reader.dataset
+    import reader.tfdata
     paths = write_png_archive(tmp_path / "archive", count=10, height=160, width=160, channels=3, seed=5)
     out = str(tmp_path / "dataset")
     run_convert(tmp_path / "archive", out, target_shard_mb=0.3, min_shard_mb=0.1, max_shard_mb=0.5)
     meta = reader.info(out)
     assert len(meta.shard_paths()) > 1
-    assert reader.dataset._read_buffer(meta.split("train"), meta.compression, meta.shard_paths()) == 0
+    assert reader.tfdata._read_buffer(meta.split("train"), meta.compression, meta.shard_paths()) == 0
     expected = sorted(np.asarray(Image.open(p)).tobytes() for p in paths)
 
     def pixels(**kwargs):
@@ -257,5 +257,5 @@ def test_large_records_read_unbuffered_come_back_exact(tmp_path, monkeypatch):
 
     assert pixels() == expected
     assert pixels(shuffle=False) == expected
-    monkeypatch.setattr(reader.dataset, "UNBUFFERED_MIN_RECORD_BYTES", 1 << 40)   # buffered reads
+    monkeypatch.setattr(reader.tfdata, "UNBUFFERED_MIN_RECORD_BYTES", 1 << 40)   # buffered reads
     assert pixels() == expected

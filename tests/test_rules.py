@@ -12,7 +12,7 @@ from transforms.labels import join
 from transforms.labels.table import LabelRow, LabelSpaceAccumulator
 from transforms.output.commit import accounting_verdict, empty_verdict, failure_verdict
 from dataset.results import Outcome
-from transforms.records.values import Identifiers, ImageSpec, ProbedRecord, SourceFile
+from transforms.values import Identifiers, ImageSpec, ProbedRecord, SourceFile
 
 
 def _record(rel: str, patient: str = "P1") -> ProbedRecord:

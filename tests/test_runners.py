@@ -156,7 +156,7 @@ def test_portable_runner_loopback_writes_the_reference_bytes_and_the_salt_never_
     assert _shards(output) == reference[0]
     assert len(submitted) == 1
     blobs = list(_byte_strings(submitted[0]))
-    pickled = [blob for blob in blobs if b"ProbeFn" in blob or b"WriteShardFn" in blob]
+    pickled = [blob for blob in blobs if b"ProbeHeadersFn" in blob or b"WriteShardFn" in blob]
     assert pickled, "no pickled DoFn found: the search would see nothing"
     assert any(archive[2].encode() in blob for blob in pickled)     # the file name does travel
     salt = TEST_SALT.encode()

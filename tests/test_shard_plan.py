@@ -2,9 +2,11 @@
 import numpy as np
 import pytest
 
-from transforms.records.values import ImageSpec, ProbedRecord, SourceFile
-from transforms.planning.shards import (MB, ShardBounds, assign_shards, bucket_of, bucket_starts,
-                                        choose_num_shards, for_planning, layout)
+from transforms.values import ImageSpec, ProbedRecord, SourceFile
+from transforms.settings import MB, ShardBounds
+from transforms.planning.shards import (ORDER, assign_entries, bucket_of_order,
+                                        bucket_starts, choose_num_shards, entry_record, for_planning,
+                                        layout, planning_entry)
 
 
 def _records(sizes):
@@ -15,17 +17,27 @@ def _records(sizes):
     return out
 
 
+def _bucket_of(record) -> int:
+    return bucket_of_order(planning_entry(record)[1][ORDER])
+
+
+def _assign(records, start, lay):
+    """(shard index, record) for one bucket's records, through the pipeline's planning entries."""
+    for index, entry in assign_entries([planning_entry(r)[1] for r in records], start, lay):
+        yield index, entry_record(entry)
+
+
 def _plan(records, bounds):
     """The pipeline's planning, run in plain Python bucket by bucket."""
     total = sum(r.planned_bytes for r in records)
     lay = layout(total, len(records), max(r.planned_bytes for r in records), bounds)
     buckets = {}
     for r in records:
-        buckets.setdefault(("train", bucket_of(r)), []).append(r)
+        buckets.setdefault(("train", _bucket_of(r)), []).append(r)
     starts = bucket_starts([(k, sum(r.planned_bytes for r in v)) for k, v in buckets.items()])
     shards = {}
     for key, recs in buckets.items():
-        for index, r in assign_shards(recs, starts[key], lay):
+        for index, r in _assign(recs, starts[key], lay):
             shards.setdefault(index, []).append(r)
     return lay, shards
 
@@ -70,15 +82,15 @@ def test_buckets_do_not_change_the_shards(seed):
     bounds = ShardBounds.from_mb(2, 1, 3)
     lay, shards = _plan(records, bounds)
     one_bucket = dict.fromkeys(range(lay.num_shards))
-    for index, r in assign_shards(records, 0, lay):
+    for index, r in _assign(records, 0, lay):
         one_bucket[index] = (one_bucket[index] or []) + [r]
     assert {i: sorted(r.record_id for r in recs) for i, recs in shards.items()} == \
         {i: sorted(r.record_id for r in recs) for i, recs in one_bucket.items()}
-    assert len({bucket_of(r) for r in records}) > lay.num_shards     # several buckets per shard
+    assert len({_bucket_of(r) for r in records}) > lay.num_shards     # several buckets per shard
 
 
 def test_for_planning_keeps_what_planning_and_writing_use():
-    from transforms.records.values import Identifiers, SliceInfo
+    from transforms.values import Identifiers, SliceInfo
     import dataclasses
     record = dataclasses.replace(_records([100])[0], ids=Identifiers("p", "st", "se", "sop"),
                                  slice_info=SliceInfo(position=(1.0, 2.0, 3.0)), label=3, split="test")
@@ -86,7 +98,7 @@ def test_for_planning_keeps_what_planning_and_writing_use():
     assert slim.ids is None and slim.slice_info is None and slim.order is not None
     assert dataclasses.replace(slim, ids=record.ids, slice_info=record.slice_info, order=None) == record
     assert for_planning(slim, seed=5) is slim
-    assert bucket_of(slim, 5) == bucket_of(record, 5)
+    assert planning_entry(slim, 5)[1][ORDER] == planning_entry(record, 5)[1][ORDER]
 
 
 def test_huge_record_never_leaves_an_empty_shard():

@@ -20,7 +20,7 @@ from dataset.tfrecord import parse_index
 from transforms.output.write import write_shard
 from dataset import reasons
 from transforms.records.probe import probe_file
-from transforms.records.values import ShardPlan, SourceFile
+from transforms.values import ShardPlan, SourceFile
 from tests.conftest import write_png_archive
 
 

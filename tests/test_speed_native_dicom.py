@@ -22,7 +22,7 @@ from transforms.dicom import native as native_dicom
 from transforms.records.build import build_record, decode_record
 from transforms.errors import ConversionError
 from transforms.records.probe import expand_frames, probe_file
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()

@@ -17,7 +17,7 @@ from pipeline.sample_archive import pydicom_test_files
 from transforms.dicom import header as dicom_header
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()

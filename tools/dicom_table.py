@@ -15,7 +15,7 @@ from pipeline.sample_archive import pydicom_test_files
 from transforms.records.build import build_record
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.settings import DecodeSettings
 
 _NOT_DICOM = {".txt", ".json", ".icc", ".dump", ".gz", ".py"}

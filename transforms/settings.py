@@ -7,10 +7,20 @@ import socket
 import stat
 from typing import Optional
 
-from transforms.planning.shards import ShardBounds
-
-
 DEFAULT_MAX_PIXELS = 1 << 28
+MB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardBounds:
+    """Shard sizes in bytes: aimed for, smallest (unless the split is smaller), largest."""
+    target_bytes: int
+    min_bytes: int
+    max_bytes: int
+
+    @classmethod
+    def from_mb(cls, target_mb: float, min_mb: float, max_mb: float) -> "ShardBounds":
+        return cls(int(target_mb * MB), int(min_mb * MB), int(max_mb * MB))
 
 
 @dataclasses.dataclass(frozen=True)

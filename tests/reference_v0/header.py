@@ -25,7 +25,7 @@ from pydicom.tag import Tag
 from dataset import reasons
 from transforms.dtypes import smallest_integer_dtype
 from transforms.errors import ConversionError
-from transforms.records.values import ImageSpec
+from transforms.values import ImageSpec
 from transforms.settings import DecodeSettings
 
 PIXEL_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")

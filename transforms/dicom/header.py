@@ -25,12 +25,14 @@ from pydicom.dataset import Dataset, FileDataset
 from pydicom.filereader import read_dataset, read_partial
 from pydicom.tag import BaseTag
 from pydicom.tag import Tag
+from pydicom.uid import (DeflatedExplicitVRLittleEndian, ExplicitVRBigEndian, ExplicitVRLittleEndian,
+                         ImplicitVRLittleEndian)
 
 from dataset import reasons
 from transforms.dicom import functional_groups
 from transforms.dtypes import smallest_integer_dtype
 from transforms.errors import ConversionError
-from transforms.records.values import ImageSpec
+from transforms.values import ImageSpec
 from transforms.settings import DecodeSettings
 
 PIXEL_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
@@ -54,25 +56,12 @@ def silence_pydicom() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module=r"pydicom(\..*)?$")
 
 
-def read_header(fileobj: BinaryIO) -> Dataset:
-    """Parses every element (converting the needed set), leaving large values (pixel data) unread on disk."""
-    return read_header_and_pixel_element(fileobj)[0]
-
-
-def read_header_and_pixel_element(fileobj: BinaryIO) -> tuple[Dataset, Optional[RawDataElement]]:
-    """read_header, plus the raw (7FE0,0010) Pixel Data element as parsed, if deferred.
-
-    The raw element records where its value lies in the file (``value_tell``)
-    and its length, which lets transforms.dicom.native read native pixels
-    straight from the file bytes at write time.
-    """
-    header, raw = read_probe_header(fileobj)
-    return header.ds, raw
-
-
 def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
                       file_size: Optional[int] = None) -> tuple["HeaderValues", Optional[RawDataElement]]:
-    """read_header_and_pixel_element, the header wrapped in the HeaderValues the probe reads.
+    """Every element parsed, large values (pixel data) left unread on disk, wrapped in the
+    HeaderValues the probe reads; and the raw (7FE0,0010) Pixel Data element as parsed, if
+    deferred (its ``value_tell`` and length let transforms.dicom.native read native pixels
+    straight from the file bytes at write time).
 
     Only the elements a record is made from (needed_tags) are converted, here,
     once: every other element stays pydicom's RawDataElement, its bytes never
@@ -212,7 +201,7 @@ def _walked_explicit_le(fileobj: BinaryIO, head: bytes, file_size: int) -> Optio
     probe = io.BytesIO(head)
     meta_only = read_partial(probe, stop_when=_stop_at_first, defer_size=_DEFER_BYTES, force=True)
     if meta_only.original_encoding != (False, True) or len(meta_only._dict) \
-            or str(meta_only.file_meta.get("TransferSyntaxUID", "")) != "1.2.840.10008.1.2.1":
+            or str(meta_only.file_meta.get("TransferSyntaxUID", "")) != ExplicitVRLittleEndian:
         return None
     raw: dict = {}
     pos = _walk_explicit_le(head, probe.tell(), 0, raw)
@@ -473,8 +462,8 @@ def check_native_length(ds: Dataset) -> None:
                               f"x Frames x Samples x Bits Allocated = {expected}: the header is wrong")
 
 
-NATIVE_SYNTAXES = {"1.2.840.10008.1.2", "1.2.840.10008.1.2.1", "1.2.840.10008.1.2.2",
-                   "1.2.840.10008.1.2.1.99"}
+NATIVE_SYNTAXES = {ImplicitVRLittleEndian, ExplicitVRLittleEndian, ExplicitVRBigEndian,
+                   DeflatedExplicitVRLittleEndian}
 
 
 def looks_like_dicom(ds: Dataset) -> bool:
@@ -649,7 +638,6 @@ def infer_transfer_syntax(ds: Dataset) -> None:
     if implicit is None:
         return
     from pydicom.dataset import FileMetaDataset
-    from pydicom.uid import ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian
     if meta is None:
         ds.file_meta = meta = FileMetaDataset()
     meta.TransferSyntaxUID = (ImplicitVRLittleEndian if implicit

@@ -31,14 +31,15 @@ import pickle
 from typing import Optional
 
 import numpy as np
+from pydicom import uid
 
 from dataset import reasons
 from transforms.dicom import header as dicom_header
 from transforms.dtypes import fit_range
 from transforms.errors import ConversionError
 
-EXPLICIT_LITTLE = "1.2.840.10008.1.2.1"
-IMPLICIT_LITTLE = "1.2.840.10008.1.2"
+EXPLICIT_LITTLE = uid.ExplicitVRLittleEndian
+IMPLICIT_LITTLE = uid.ImplicitVRLittleEndian
 _TAG_BYTES = b"\xe0\x7f\x10\x00"        # (7FE0,0010) little endian
 
 

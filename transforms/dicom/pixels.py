@@ -17,6 +17,7 @@ from typing import BinaryIO, Optional, Sequence
 
 import numpy as np
 import pydicom
+from pydicom import uid
 from pydicom.dataset import Dataset
 from pydicom.pixels import apply_color_lut, apply_modality_lut
 from pydicom.pixels import pixel_array as decode_pixels
@@ -29,8 +30,7 @@ from transforms.dtypes import fit_integer_dtype
 from transforms.errors import ConversionError
 from transforms.settings import DecodeSettings
 
-_JPEG_FAMILY = {"1.2.840.10008.1.2.4.50", "1.2.840.10008.1.2.4.51",
-                "1.2.840.10008.1.2.4.57", "1.2.840.10008.1.2.4.70"}
+_JPEG_FAMILY = {uid.JPEGBaseline8Bit, uid.JPEGExtended12Bit, uid.JPEGLossless, uid.JPEGLosslessSV1}
 
 
 def _classify(exc: Exception) -> str:
@@ -58,8 +58,7 @@ def read_dataset(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings())
     return ds
 
 
-_J2K_SYNTAXES = {"1.2.840.10008.1.2.4.90", "1.2.840.10008.1.2.4.91", "1.2.840.10008.1.2.4.201",
-                 "1.2.840.10008.1.2.4.202", "1.2.840.10008.1.2.4.203"}
+_J2K_SYNTAXES = {uid.JPEG2000Lossless, uid.JPEG2000, uid.HTJ2KLossless, uid.HTJ2KLosslessRPCL, uid.HTJ2K}
 _JP2_SIGNATURE = b"\x00\x00\x00\x0c\x6a\x50\x20\x20"
 
 

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 from PIL import Image
 
-from transforms.records.values import ImageSpec
+from transforms.values import ImageSpec
 
 RESIZE_MODES = ("stretch", "pad", "crop")
 # ITU-R BT.601 luma, the weights Pillow uses for RGB -> L.

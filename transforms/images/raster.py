@@ -13,7 +13,7 @@ from PIL import Image
 
 from dataset import reasons
 from transforms.errors import ConversionError
-from transforms.records.values import ImageSpec
+from transforms.values import ImageSpec
 
 # We enforce --max_pixels ourselves, from the header, before any allocation.
 Image.MAX_IMAGE_PIXELS = None

@@ -12,7 +12,7 @@ from dataset.names import BadName, check_component as check_split_name
 from dataset import reasons
 from transforms.labels.table import LabelRow, dir_label, exact_key
 from dataset.results import Outcome
-from transforms.records.values import ProbedRecord
+from transforms.values import ProbedRecord
 
 Result = Union[ProbedRecord, Outcome]
 

@@ -10,7 +10,7 @@ from transforms.counters import count, count_outcome
 from transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
                                       run_manifest)
 from transforms.output.write import record_fingerprint, write_shard
-from transforms.records.values import ShardPlan
+from transforms.values import ShardPlan
 from transforms.settings import ConversionSettings, DecodeSettings
 from transforms.errors import StorageOutage
 from transforms.sources.read import is_outage, open_source

@@ -15,17 +15,15 @@ from typing import BinaryIO, Callable, Optional
 import numpy as np
 
 from dataset import reasons
-from dataset.manifest import label_count_keys
+from dataset.manifest import MAX_SHAPES, label_count_keys
 from dataset.names import shard_file_name
 from dataset.results import Outcome, ShardResult
 from dataset.shard_writer import open_shard
 from transforms.errors import ConversionError
 from transforms.records.build import build_record
-from transforms.records.values import ProbedRecord, ShardPlan
+from transforms.values import ProbedRecord, ShardPlan
 from transforms.settings import DecodeSettings
 from transforms.sources.read import open_source
-
-MAX_SHAPES_REPORTED = 8       # distinct shapes a ShardResult lists
 
 
 def size_mismatch(record: ProbedRecord, dtype: str, shape: tuple) -> str:
@@ -100,7 +98,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
             sources_written += len(record.sources) if record.counts_sources else 0
             dtypes.add(dtype)
             max_depth = max(max_depth, shape[0])
-            if shape not in shapes and len(shapes) < MAX_SHAPES_REPORTED:
+            if shape not in shapes and len(shapes) < MAX_SHAPES:
                 shapes.append(shape)
             for key in label_count_keys(record.label):
                 labels[key] = labels.get(key, 0) + 1

@@ -22,23 +22,12 @@ import math
 from typing import Iterable, Iterator
 
 from transforms.hashing import ORDER_KEY_SPACE, order_key
-from transforms.records.values import ProbedRecord, from_bytes, to_bytes
+from transforms.settings import ShardBounds
+from transforms.values import ProbedRecord, from_bytes, to_bytes
 
-MB = 1 << 20
 # Hash buckets per split: the side input of bucket starts holds at most this many
 # numbers per split (~2.5 MB); a bucket of a 16 M record split holds ~250 records.
 PLANNING_BUCKETS = 1 << 16
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardBounds:
-    target_bytes: int
-    min_bytes: int
-    max_bytes: int
-
-    @classmethod
-    def from_mb(cls, target_mb: float, min_mb: float, max_mb: float) -> "ShardBounds":
-        return cls(int(target_mb * MB), int(min_mb * MB), int(max_mb * MB))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,20 +93,8 @@ def for_planning(record: ProbedRecord, seed: int = 0) -> ProbedRecord:
                                order=order_key(record.record_id, seed))
 
 
-def _order(record: ProbedRecord, seed: int) -> int:
-    return record.order if record.order is not None else order_key(record.record_id, seed)
-
-
-def sort_key(record: ProbedRecord, seed: int = 0) -> tuple[int, str]:
-    return _order(record, seed), record.record_id
-
-
 def bucket_of_order(order: int) -> int:
     return order * PLANNING_BUCKETS // ORDER_KEY_SPACE
-
-
-def bucket_of(record: ProbedRecord, seed: int = 0) -> int:
-    return bucket_of_order(_order(record, seed))
 
 
 # A planning entry: what the planning shuffles move per record, a plain tuple
@@ -159,11 +136,3 @@ def assign_entries(entries: Iterable[tuple], start: int,
     for entry in sorted(entries, key=lambda e: (e[ORDER], e[RECORD_ID])):
         yield min(n - 1, offset * n // total), entry
         offset += entry[PLANNED_BYTES]
-
-
-def assign_shards(records: Iterable[ProbedRecord], start: int, split_layout: SplitLayout,
-                  seed: int = 0) -> Iterator[tuple[int, ProbedRecord]]:
-    """(shard index, record) for one bucket's records: ``assign_entries`` on records."""
-    entries = [(_order(r, seed), r.record_id, r.planned_bytes, r) for r in records]
-    for index, entry in assign_entries(entries, start, split_layout):
-        yield index, entry[PAYLOAD]

@@ -23,10 +23,11 @@ from dataset.versions import (BaseVersion, PreviousShard, choose_reused, read_re
                               shard_result_from_json)
 from transforms.output.write import record_fingerprint
 from transforms.counters import distribution
-from transforms.planning.shards import (ORDER, PLANNED_BYTES, RECORD_ID, ShardBounds,
-                                        assign_entries, bucket_of_order, bucket_starts, entry_record,
-                                        layout, planning_entry)
-from transforms.records.values import ProbedRecord, ShardPlan
+from transforms.planning.shards import (ORDER, PLANNED_BYTES, RECORD_ID, assign_entries,
+                                        bucket_of_order, bucket_starts, entry_record, layout,
+                                        planning_entry)
+from transforms.settings import ShardBounds
+from transforms.values import ProbedRecord, ShardPlan
 
 RESULTS = "results"
 BUCKET_RECORDS = "records_per_hash_bucket"   # a Beam distribution: records in each planning group

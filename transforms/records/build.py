@@ -13,7 +13,7 @@ from transforms.images import raster
 from transforms.dicom.pixels import decode_dicom
 from transforms.sources.read import open_source
 from dataset.features import serialize_record
-from transforms.records.values import ProbedRecord
+from transforms.values import ProbedRecord
 from transforms.settings import DecodeSettings
 from transforms.sources.read import read_unchanged, with_timeout
 

@@ -14,7 +14,7 @@ from transforms.errors import ConversionError
 from transforms.hashing import record_id
 from transforms.dicom.native import NativePixels, native_layout
 from transforms.images.geometry import plan_spec
-from transforms.records.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
+from transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 from transforms.sources.read import open_checked, open_source
 
@@ -45,8 +45,7 @@ def _slice_info(ds) -> SliceInfo:
     except Exception:
         instance = None
     return SliceInfo(orientation=_floats(ds, "ImageOrientationPatient"),
-                     position=_floats(ds, "ImagePositionPatient"), instance=instance,
-                     pixel_spacing=_floats(ds, "PixelSpacing"))
+                     position=_floats(ds, "ImagePositionPatient"), instance=instance)
 
 
 def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings,

@@ -11,12 +11,12 @@ from transforms.counters import OUTCOMES, count, count_outcome
 from transforms.errors import ConversionError
 from transforms.records.probe import expand_frames, probe_file
 from dataset.results import Outcome
-from transforms.records.values import ProbedRecord, SourceFile, from_bytes, to_bytes
+from transforms.values import ProbedRecord, SourceFile, from_bytes, to_bytes
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 from transforms.sources.steps import ReadsSourcesFn
 
 
-class ProbeFn(ReadsSourcesFn):
+class ProbeHeadersFn(ReadsSourcesFn):
     """SourceFile -> ProbedRecord (one per frame with --frames split), or an Outcome."""
 
     def __init__(self, max_pixels: int = DEFAULT_MAX_PIXELS, max_record_bytes: Optional[int] = None,
@@ -79,7 +79,7 @@ def _keep_first_sop(keyed):
         yield TaggedOutput(OUTCOMES, outcome)
 
 
-class DropDuplicateInstances(beam.PTransform):
+class DropDuplicates(beam.PTransform):
     """Two files with one SOPInstanceUID: the first by sorted uri is kept."""
 
     def expand(self, records):

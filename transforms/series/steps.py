@@ -8,7 +8,7 @@ from dataset import reasons
 from transforms.counters import OUTCOMES, count_outcome
 from transforms.errors import ConversionError
 from dataset.results import Outcome
-from transforms.records.values import ProbedRecord
+from transforms.values import ProbedRecord
 from transforms.series import volumes
 from transforms.settings import DecodeSettings, with_salt
 
@@ -41,7 +41,7 @@ class VolumeOfSeriesFn(beam.DoFn):
                 yield TaggedOutput(OUTCOMES, outcome)
 
 
-class GroupSeries(beam.PTransform):
+class BuildVolumes(beam.PTransform):
     """--unit series: slice records -> one volume record per SeriesInstanceUID (metadata only)."""
 
     def __init__(self, settings: DecodeSettings):
@@ -53,7 +53,7 @@ class GroupSeries(beam.PTransform):
             lambda r, _: 1 if series_key(r) else 0, 2)
         built = (slices
                  | "KeyBySeries" >> beam.Map(lambda r: (series_key(r), r))
-                 | "GroupSeries" >> beam.GroupByKey()
+                 | "GroupBySeries" >> beam.GroupByKey()
                  # (raw series UID, [ProbedRecord]): one series' slice list
                  | "OrderSlices" >> beam.ParDo(VolumeOfSeriesFn(self.settings)).with_outputs(
                      OUTCOMES, main="volumes"))

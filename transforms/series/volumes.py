@@ -16,7 +16,7 @@ import numpy as np
 from dataset import reasons
 from transforms.errors import ConversionError
 from transforms.hashing import record_id
-from transforms.records.values import ProbedRecord
+from transforms.values import ProbedRecord
 
 _ORIENTATION_TOLERANCE = 1e-3
 _POSITION_TOLERANCE = 1e-3   # mm

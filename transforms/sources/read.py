@@ -17,7 +17,7 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
 from dataset import reasons
 from transforms.errors import ConversionError, StorageOutage
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 
 T = TypeVar("T")
 

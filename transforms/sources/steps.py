@@ -8,7 +8,7 @@ import apache_beam as beam
 from dataset import reasons
 from transforms.counters import count, count_outcome
 from dataset.results import Outcome
-from transforms.records.values import SourceFile
+from transforms.values import SourceFile
 from transforms.sources.match import broken_links, expand_pattern, uri_key
 from transforms.dicom.header import silence_pydicom
 from transforms.settings import OUTAGE_INPUTS, DecodeSettings, with_salt
@@ -62,7 +62,7 @@ def _first_by_rel_path(sources: Iterable[SourceFile]) -> SourceFile:
     return min(sources, key=lambda s: s.rel_path)
 
 
-class MatchSources(beam.PTransform):
+class MatchInputs(beam.PTransform):
     """--input patterns -> (every matched file once, broken links as Outcomes)."""
 
     def __init__(self, patterns: list[str], storage_retry_s: float = 0.0):

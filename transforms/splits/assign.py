@@ -11,7 +11,7 @@ import hmac
 from typing import Optional, Sequence
 
 from dataset.names import check_component as check_split_name
-from transforms.records.values import Identifiers
+from transforms.values import Identifiers
 
 _SPLIT_KEY = b"dcm2tfrecord/split/v1"
 SPLIT_BY = ("patient", "study", "series", "record")

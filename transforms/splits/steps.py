@@ -5,7 +5,7 @@ import dataclasses
 
 import apache_beam as beam
 
-from transforms.records.values import ProbedRecord
+from transforms.values import ProbedRecord
 from transforms.settings import ConversionSettings
 from transforms.splits import assign
 

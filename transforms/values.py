@@ -100,7 +100,6 @@ class SliceInfo:
     orientation: tuple[float, ...] = ()   # Image Orientation (Patient), 6 direction cosines
     position: tuple[float, ...] = ()      # Image Position (Patient), 3 mm
     instance: Optional[int] = None        # Instance Number, the fallback order
-    pixel_spacing: tuple[float, ...] = ()
 
     def __reduce__(self):
         return SliceInfo, _fields_tuple(self)

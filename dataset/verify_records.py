@@ -1,0 +1,198 @@
+"""verify, record by record: a decoded tf.train.Example against dataset.json's schema, and what
+the records of a split add up to (dtypes, shapes, labels, ids).
+
+A problem (:class:`Problem`) names the file and, where there is one, the
+record number (0-based, in file order) and the byte offset of the record.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import math
+from collections import Counter
+from typing import Optional
+
+import numpy as np
+
+from dataset.manifest import MAX_SHAPES, label_count_keys
+from dataset.names import GZIP_SUFFIX, MANIFEST_NAME
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the dataset, located as precisely as the check allows."""
+    file: str
+    message: str
+    record: Optional[int] = None
+    offset: Optional[int] = None
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.record is not None:
+            where += f": record {self.record}"
+        if self.offset is not None:
+            stream = "uncompressed byte" if self.file.endswith(GZIP_SUFFIX) else "byte"
+            where += f" at {stream} {self.offset}"
+        return f"{where}: {self.message}"
+
+
+def _count_fits(count: int, shape: list) -> bool:
+    """Whether ``count`` values fill ``shape``; a -1 dimension is variable (a VarLenFeature)."""
+    fixed = int(np.prod([d for d in shape if d != -1] or [1]))
+    if -1 in shape:
+        return fixed == 0 or count % fixed == 0
+    return count == fixed
+
+
+def _text(values: list) -> str:
+    """The first value of a BytesList as text; "" for anything else."""
+    if not values or not isinstance(values[0], (bytes, memoryview)):
+        return ""
+    return bytes(values[0]).decode("utf-8", "replace")
+
+
+def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
+    """Problems of one parsed record against dataset.json's ``features``; also its summary.
+
+    Every declared feature must be present with its declared kind and value
+    count, except ``dicom/*`` on records whose ``format`` is not dicom and
+    features the schema marks ``optional`` (written only by some records, e.g.
+    the per-frame geometry of Enhanced multi-frame files; variable-length, so
+    readers see an absent one as empty). An undeclared feature is a problem
+    too: the schema is the reader's contract.
+    """
+    problems = []
+    is_dicom = _text(features.get("format", (None, []))[1]) == "dicom"
+    for name, spec in sorted(schema.items()):
+        if name not in features:
+            if (name.startswith("dicom/") and not is_dicom) or spec.get("optional"):
+                continue
+            problems.append(f"feature {name!r} is missing")
+            continue
+        kind, values = features[name]
+        if kind != spec.get("dtype"):
+            problems.append(f"feature {name!r} is {kind or 'empty'}, the schema says {spec.get('dtype')}")
+        elif not _count_fits(len(values), list(spec.get("shape", []))):
+            problems.append(f"feature {name!r} holds {len(values)} values, which do not fit the "
+                            f"schema's shape {spec.get('shape', [])}")
+    for name in sorted(set(features) - set(schema)):
+        problems.append(f"feature {name!r} is not in the schema")
+    summary: dict = {}
+    needed = ("image_raw", "depth", "height", "width", "channels", "dtype", "label")
+    problems.extend(f"feature {name!r} is missing" for name in needed
+                    if name not in features and name not in schema)
+    if problems:
+        return problems, summary
+    scalars = ("depth", "height", "width", "channels")
+    if any(features[k][0] != "int64" or len(features[k][1]) != 1 for k in scalars) \
+            or any(features[k][0] != "bytes" or len(features[k][1]) != 1 for k in ("image_raw", "dtype")):
+        return ["image_raw, dtype, depth, height, width and channels are not single values of their "
+                "standard kinds"], summary
+    dims = [features[k][1][0] for k in scalars]
+    dtype_name = _text(features["dtype"][1])
+    try:
+        itemsize = np.dtype(dtype_name).itemsize
+    except Exception:
+        return [f"dtype {dtype_name!r} is not a numpy dtype"], summary
+    if min(dims) <= 0:
+        problems.append(f"non-positive shape {dims}")
+    expected = math.prod(dims) * itemsize
+    got = len(features["image_raw"][1][0])
+    if got != expected:
+        problems.append(f"image_raw holds {got} bytes; shape {dims} of {dtype_name} needs {expected}")
+    encoding = schema.get("image_raw", {}).get("encoding")
+    if encoding and "encoding" in features and _text(features["encoding"][1]) != encoding:
+        problems.append(f"encoding {_text(features['encoding'][1])!r}, the schema says {encoding!r}")
+    label_spec = schema.get("label", {})
+    label_values = features["label"][1]
+    if label_spec.get("shape"):
+        label = tuple(label_values)
+    elif not label_values:
+        label = None
+    elif label_spec.get("dtype") == "float":
+        label = float(label_values[0])
+    else:
+        label = label_values[0]
+    summary = {"dtype": dtype_name, "shape": dims, "label": label}
+    return problems, summary
+
+
+@dataclasses.dataclass
+class RecordStats:
+    """What the records of a shard or split hold, in bounded memory."""
+    dtypes: set = dataclasses.field(default_factory=set)
+    shapes: set = dataclasses.field(default_factory=set)     # capped at manifest.MAX_SHAPES
+    max_depth: int = 0
+    labels: Counter = dataclasses.field(default_factory=Counter)
+    count: int = 0
+
+    def add(self, summary: dict) -> None:
+        self.count += 1
+        self.dtypes.add(summary["dtype"])
+        if len(self.shapes) < MAX_SHAPES:
+            self.shapes.add(tuple(summary["shape"]))
+        self.max_depth = max(self.max_depth, summary["shape"][0])
+        if summary["label"] is not None and not isinstance(summary["label"], float):
+            self.labels.update(label_count_keys(summary["label"]))
+
+    def merge(self, other: "RecordStats") -> None:
+        self.count += other.count
+        self.dtypes |= other.dtypes
+        self.shapes |= set(list(other.shapes)[:max(0, MAX_SHAPES - len(self.shapes))])
+        self.max_depth = max(self.max_depth, other.max_depth)
+        self.labels.update(other.labels)
+
+
+ID_BYTES = 16
+
+
+def id_bytes(value: bytes) -> bytes:
+    """A record's ``id`` feature as 16 bytes: the 32 hex characters the writer gives it, else
+    a hash of whatever is there (so a foreign or damaged id is still compared)."""
+    value = bytes(value)
+    try:
+        raw = bytes.fromhex(value.decode("ascii"))
+        if len(raw) == ID_BYTES:
+            return raw
+    except (UnicodeDecodeError, ValueError):
+        pass
+    return hashlib.sha256(b"foreign:" + value).digest()[:ID_BYTES]
+
+
+class RecordIds:
+    """Every record id of a dataset, 16 bytes each (20 M records: 320 MB), to find an id
+    that appears twice: a shard copied in from another split or another run."""
+
+    def __init__(self):
+        self.ids = bytearray()
+        self.files: list = []          # shard file per block of ids
+        self.starts: list = []         # first position of each block
+
+    def add(self, file: str, ids: bytes) -> None:
+        self.starts.append(len(self.ids) // ID_BYTES)
+        self.files.append(file)
+        self.ids.extend(ids)
+
+    def _where(self, position: int) -> tuple[str, int]:
+        block = bisect.bisect_right(self.starts, position) - 1
+        return self.files[block], position - self.starts[block]
+
+    def repeats(self, limit: int = 10) -> list[Problem]:
+        count = len(self.ids) // ID_BYTES
+        if count < 2:
+            return []
+        ids = np.frombuffer(bytes(self.ids), dtype=f"S{ID_BYTES}")
+        order = np.argsort(ids, kind="stable")
+        ordered = ids[order]
+        same = np.flatnonzero(ordered[1:] == ordered[:-1])
+        problems = []
+        for k in same[:limit]:
+            first_file, first = self._where(int(order[k]))
+            file, record = self._where(int(order[k + 1]))
+            problems.append(Problem(file, f"record id {bytes(ordered[k + 1]).hex()} repeats record "
+                                          f"{first} of {first_file}: a record is in the dataset twice "
+                                          "(a shard copied from another split or run?)", record))
+        if len(same) > limit:
+            problems.append(Problem(MANIFEST_NAME, f"{len(same) - limit} more repeated record ids"))
+        return problems

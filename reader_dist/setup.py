@@ -1,0 +1,44 @@
+"""dcm2tfrecord-reader: the dataset format and the reader, without the converter.
+
+A training job installs this instead of dcm2tfrecord: it holds ``dataset``
+(the on-disk format: names, codecs, dataset.json, verify) and ``reader``
+(``reader.load`` for tf.data, ``reader.RandomAccess`` for NumPy), and needs
+only numpy, protobuf and google-crc32c; TensorFlow comes with the
+``tensorflow`` extra (for ``reader.load``), google-cloud-storage with ``gcs``
+(for ``RandomAccess`` on gs://). No Beam, pydicom or Pillow: their pins
+cannot clash with the training framework's.
+
+    pip install ./reader_dist                 # RandomAccess, verify
+    pip install "./reader_dist[tensorflow]"   # and reader.load
+
+The packages are the repository's own folders (``../dataset``, ``../reader``),
+not copies; tests/test_reader_dist.py installs this into a fresh venv.
+"""
+import atexit
+import os
+import shutil
+import tempfile
+
+from setuptools import setup
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A fresh build folder each time, outside the tree: a module removed from ../reader
+# never lingers in a stale build/lib and ships again.
+BUILD = tempfile.mkdtemp(prefix="dcm2tfrecord-reader-build-")
+atexit.register(shutil.rmtree, BUILD, True)
+
+setup(
+    name="dcm2tfrecord-reader",
+    version="0.1.0",
+    description="Read datasets written by dcm2tfrecord (tf.data and random access), without Beam.",
+    python_requires=">=3.10",
+    packages=["dataset", "reader"],
+    package_dir={"dataset": os.path.join(ROOT, "dataset"), "reader": os.path.join(ROOT, "reader")},
+    install_requires=["numpy>=1.24", "protobuf>=4.21", "google-crc32c>=1.5"],
+    extras_require={
+        "tensorflow": ["tensorflow>=2.15"],
+        "gcs": ["google-cloud-storage>=2.0"],
+        "png": ["pillow>=10.0"],
+    },
+    options={"build": {"build_base": BUILD}, "egg_info": {"egg_base": BUILD}},
+)
