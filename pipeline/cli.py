@@ -6,7 +6,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from pipeline.options import UsageError
+from pipeline.usage import UsageError
 
 USAGE = """usage: dcm2tfrecord COMMAND [options]
 

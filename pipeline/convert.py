@@ -27,9 +27,14 @@ from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from pipeline import tool_version
 from dataset.lock import LockUnavailable, OutputBusy, OutputLock
-from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_runner,
-                              check_salt_stays_out_of_the_job,
-                              parse_convert, scan_label_csv, validate)
+from pipeline.arguments import parse_convert
+from pipeline.beam_args import LOCAL_RUNNERS, check_runner
+from pipeline.label_csv_checks import scan_label_csv
+from pipeline.locations import absolute
+from pipeline.option_rules import validate
+from pipeline.option_table import ConvertOptions
+from pipeline.salt import check_salt_stays_out_of_the_job
+from pipeline.usage import UsageError
 
 from dataset import versions
 from dataset.manifest import read_failed_run, read_manifest

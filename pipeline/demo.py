@@ -7,7 +7,7 @@ import time
 from typing import Sequence
 
 from pipeline import convert
-from pipeline.options import ConvertOptions
+from pipeline.option_table import ConvertOptions
 from pipeline.sample_archive import build_sample_archive
 
 

@@ -12,7 +12,7 @@ import argparse
 from typing import Mapping, Optional, Sequence
 
 from dataset.names import ERRORS_NAME
-from pipeline.options import UsageError
+from pipeline.usage import UsageError
 
 MB = 1 << 20
 SHARDS_LISTED = 20

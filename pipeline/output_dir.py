@@ -15,7 +15,8 @@ from dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_
                            MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, VERSIONS_DIR, files_of_shard,
                            incomplete_name)
 from dataset.progress import remove_progress
-from pipeline.options import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions, UsageError
+from pipeline.option_table import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions
+from pipeline.usage import UsageError
 
 
 def prepare_output(opts: ConvertOptions) -> None:

@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from pipeline.inspect_cmd import default_split, load_info
-from pipeline.options import UsageError
+from pipeline.usage import UsageError
 from transforms.images.display import display_image, text as _text
 
 MARGIN = 4                 # around each thumbnail

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.options import UsageError
+from pipeline.usage import UsageError
 from dataset.manifest import read_manifest
 from dataset.names import MANIFEST_NAME, parse_version
 from dataset import versions

@@ -11,7 +11,7 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from pipeline import convert  # noqa: E402
-from pipeline.options import ConvertOptions  # noqa: E402
+from pipeline.option_table import ConvertOptions  # noqa: E402
 from pipeline.sample_archive import build_sample_archive, synthetic_image  # noqa: E402
 
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]

@@ -311,7 +311,7 @@ def _metadata() -> dict:
 
 def _convert_parser():
     import argparse
-    from pipeline.options import add_convert_arguments
+    from pipeline.arguments import add_convert_arguments
     parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False)
     add_convert_arguments(parser)
     return parser
@@ -358,9 +358,10 @@ def test_flex_template_parameters_are_convert_options():
 
 
 def test_flex_template_metadata_is_generated_from_the_option_table_and_lists_every_option():
-    from pipeline.options import OPTIONS, template_metadata
+    from pipeline.option_table import OPTIONS
+    from pipeline.template_metadata import template_metadata
     assert _metadata() == template_metadata(), \
-        "metadata.json is stale: python -m pipeline.options --metadata > metadata.json"
+        "metadata.json is stale: python -m pipeline.template_metadata --metadata > metadata.json"
     parser = _convert_parser()
     flags = {s[2:] for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"help"}
     assert flags == {o.flag for o in OPTIONS}

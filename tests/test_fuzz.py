@@ -433,14 +433,14 @@ FOUND_BY_FUZZING = [
     # NotImplementedError (pydicom: unknown VR, raised when an element is first read) from
     # ds.get("SOPClassUID") in probe._probe_dicom ...
     Case(seed="png/rgba8", name="x", mutations=(("splice", 15961, 399),)),
-    # ... from ds.get("PhotometricInterpretation") in dicom_header.value_dtype_and_channels ...
+    # ... from ds.get("PhotometricInterpretation") in spec.value_dtype_and_channels ...
     Case(seed="dicom/MR_small_jp2klossless.dcm", name="x.IMA",
          mutations=(("dicom_int", "SamplesPerPixel", 7, 32768, 1),)),
-    # ... from ds["PixelData"] in dicom_header.check_native_length ...
+    # ... from ds["PixelData"] in integrity.check_native_length ...
     Case(seed="dicom/SC_rgb_jls_lossy_sample.dcm", name="x.dcm", mutations=(("flip", 555, 6),)),
-    # ... and from ds.get("Modality") in dicom_header.modality_dtype
+    # ... and from ds.get("Modality") in spec.modality_dtype
     Case(seed="dicom/CT_small.dcm", name="x.dcm", mutations=(("byte", 663, 108),)),
-    # TypeError: len(None) in dicom_header.check_native_length (Pixel Data of length 0)
+    # TypeError: len(None) in integrity.check_native_length (Pixel Data of length 0)
     Case(seed="dicom/dicomdirtests/98892003/MR2/6935", name="x.dcm",
          mutations=(("dicom_length", "PixelData", 0),)),
     # pyo3 PanicException (a BaseException) from pylibjpeg-rle on a corrupt RLE segment

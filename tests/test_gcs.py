@@ -18,7 +18,7 @@ from PIL import Image
 
 import reader
 from pipeline.sample_archive import pydicom_test_files
-from pipeline.options import recorded_location
+from pipeline.locations import recorded_location
 from tests.conftest import IN_MEMORY, TEST_SALT, rid, run_convert, write_png_archive
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 

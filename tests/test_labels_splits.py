@@ -8,7 +8,7 @@ import tensorflow as tf
 from pydicom.uid import generate_uid
 
 import reader
-from pipeline.options import UsageError
+from pipeline.usage import UsageError
 from pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert, write_png_archive
 

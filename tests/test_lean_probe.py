@@ -8,7 +8,7 @@ both ways: the same ProbedRecord (spec, identifiers, slice info, native
 layout including its packed ``dicom/*`` feature bytes) or the same
 ConversionError reason and skipped flag; with one rule-checked exception
 (_check_changed): the reference failed the file as invalid_value because of
-elements outside the needed set (transforms.dicom.header.NEEDED_KEYWORDS,
+elements outside the needed set (transforms.dicom.needed.NEEDED_KEYWORDS,
 plus --keep_tags) and only those, which the probe now leaves raw, so the
 file goes on to whatever the rest of the probe says. Which inputs change is
 enumerated: none of pydicom's test files, the generated CT variants named in
@@ -37,7 +37,7 @@ from benchmarks.archives import ct_file_bytes, ct_vendor_file_bytes
 from tests import test_fuzz, test_speed_native_dicom
 from tests.reference_v0 import header as reference_header
 from tests.reference_v0 import probe as reference_probe
-from transforms.dicom import header as dicom_header
+from transforms.dicom import needed as dicom_needed
 from transforms.errors import ConversionError
 from transforms.records.build import build_record
 from transforms.records.probe import expand_frames, probe_file
@@ -94,7 +94,7 @@ def _check_changed(name: str, data: bytes, settings: DecodeSettings, reference, 
         return
     assert reference == ("error", "invalid_value", False), (name, reference, new)
     failing = _unconvertible_elements(data)
-    needed = set(dicom_header.needed_tags(tuple(settings.keep_tags)))
+    needed = set(dicom_needed.needed_tags(tuple(settings.keep_tags)))
     assert failing and not failing & needed, (name, sorted(failing & needed))
 
 
@@ -104,13 +104,13 @@ def _check_same(inputs: list[tuple[str, bytes]], settings: DecodeSettings,
     expected, changed = {}, {}
     for name, data in inputs:
         reference_header._CONVERTED.clear()
-        dicom_header._CONVERTED.clear()
+        dicom_needed._CONVERTED.clear()
         reference = _outcome(reference_probe.probe_file, name, data, settings, max_pixels)
         expected[name] = _outcome(probe_file, name, data, settings, max_pixels)
         if expected[name] != reference:
             _check_changed(name, data, settings, reference, expected[name])
             changed[name] = (reference, expected[name])
-    dicom_header._CONVERTED.clear()
+    dicom_needed._CONVERTED.clear()
     for order in (inputs, inputs[::-1]):
         for name, data in order:
             assert _outcome(probe_file, name, data, settings, max_pixels) == expected[name], ("warm", name)
@@ -210,7 +210,7 @@ CHANGED_CT_VARIANTS = {"ct_bad_private.dcm": set(SETTINGS), "ct_bad_unused.dcm":
 
 
 def _needed_in_any_mode() -> set:
-    return set().union(*(dicom_header.needed_tags(tuple(s.keep_tags)) for s in SETTINGS.values()))
+    return set().union(*(dicom_needed.needed_tags(tuple(s.keep_tags)) for s in SETTINGS.values()))
 
 
 def mangled_elements(data: bytes, which) -> bytes:

@@ -13,7 +13,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 import reader
 from pipeline import convert
-from pipeline.options import ConvertOptions
+from pipeline.option_table import ConvertOptions
 from pipeline.progress import LineRenderer, ProgressMonitor, ProgressReader, RateMeter, describe
 from tests.conftest import IN_MEMORY, TEST_SALT, write_png_archive
 from transforms.counters import NAMESPACE

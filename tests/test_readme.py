@@ -3,7 +3,7 @@ import argparse
 import os
 import re
 
-from pipeline.options import add_convert_arguments
+from pipeline.arguments import add_convert_arguments
 from dataset import reasons
 
 README = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()

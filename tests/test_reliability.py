@@ -13,7 +13,7 @@ import pytest
 
 import reader
 from dataset import names
-from pipeline.options import UsageError
+from pipeline.usage import UsageError
 from tests.conftest import IN_MEMORY, TEST_SALT, run_convert, write_png_archive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -169,7 +169,7 @@ def test_duplicate_label_rows_are_counted_as_rows_and_do_not_make_classes(tmp_pa
 
 def test_a_run_whose_counts_do_not_add_up_commits_nothing(tmp_path):
     """The commit step itself refuses when matched != written + skipped + failed."""
-    from pipeline.options import ConvertOptions
+    from pipeline.option_table import ConvertOptions
     from transforms.output.steps import commit_dataset
     from transforms.planning.shards import layout
     opts = ConvertOptions(inputs=(str(tmp_path),), output=str(tmp_path / "out"), id_salt=TEST_SALT)
@@ -350,7 +350,7 @@ def test_a_salt_file_that_is_not_a_regular_file_is_refused_at_once_in_one_line(t
                           env={**os.environ, "PYTHONPATH": ROOT, "CUDA_VISIBLE_DEVICES": "-1"})
     assert proc.returncode == 2 and "is a FIFO" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "pipe-salt-Sx9" not in proc.stderr
-    from pipeline.options import parse_convert
+    from pipeline.arguments import parse_convert
     for path, kind in (("/dev/null", "a device"), (str(tmp_path), "a directory")):
         with pytest.raises(UsageError, match=f"--id_salt_file {path} is {kind}: give a regular file"):
             parse_convert(["--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pipeline.options import ConvertOptions
+from pipeline.option_table import ConvertOptions
 from dataset import reasons
 from transforms.labels import join
 from transforms.labels.table import LabelRow, LabelSpaceAccumulator

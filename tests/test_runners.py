@@ -28,8 +28,11 @@ from apache_beam.pipeline import PipelineVisitor
 from dataset import names
 from dataset.versions import BaseVersion, PreviousShard
 from pipeline import convert
-from pipeline.options import (ConvertOptions, UsageError, check_salt_stays_out_of_the_job,
-                              parse_convert, unknown_beam_args)
+from pipeline.arguments import parse_convert
+from pipeline.beam_args import unknown_beam_args
+from pipeline.option_table import ConvertOptions
+from pipeline.salt import check_salt_stays_out_of_the_job
+from pipeline.usage import UsageError
 from pipeline.sample_archive import pydicom_test_files
 from tests.conftest import TEST_SALT, write_png_archive
 
@@ -246,9 +249,9 @@ def test_options_of_every_beam_runner_are_known_and_typos_still_refused():
 
 def test_a_runner_module_that_cannot_be_imported_breaks_nothing(monkeypatch):
     """Runner modules are imported for their options, each guarded (the Dask runner's needs dask)."""
-    from pipeline import options
-    monkeypatch.setattr(options, "RUNNER_OPTION_MODULES",
-                        ("apache_beam.runners.no_such_runner",) + options.RUNNER_OPTION_MODULES)
+    from pipeline import beam_args
+    monkeypatch.setattr(beam_args, "RUNNER_OPTION_MODULES",
+                        ("apache_beam.runners.no_such_runner",) + beam_args.RUNNER_OPTION_MODULES)
     assert unknown_beam_args(["--flink_master=x", "--typo_option=1"]) == ["--typo_option=1"]
 
 

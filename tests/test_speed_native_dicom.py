@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks.archives import ct_file_bytes
 from pipeline.sample_archive import pydicom_test_files
-from transforms.dicom import header as dicom_header
+from transforms.dicom import metadata as dicom_metadata
 from transforms.dicom import native as native_dicom
 from transforms.records.build import build_record, decode_record
 from transforms.errors import ConversionError
@@ -211,8 +211,8 @@ def test_metadata_keys_and_packing_round_trip():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = pydicom.dcmread(os.path.join(SRC, "CT_small.dcm"))
-    meta = dicom_header.metadata(ds, settings, {})
-    keys = dicom_header.metadata_keys(settings)
+    meta = dicom_metadata.metadata(ds, settings, {})
+    keys = dicom_metadata.metadata_keys(settings)
     assert tuple(meta) == keys
     back = native_dicom.unpack_metadata(native_dicom.pack_metadata(meta, keys), keys)
     assert list(back) == list(meta)

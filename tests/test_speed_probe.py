@@ -1,6 +1,6 @@
 """Probing remembers which header elements converted: the outcome never depends on what came before.
 
-transforms.dicom.header.convert_needed_elements skips an element whose exact
+transforms.dicom.needed.convert_needed_elements skips an element whose exact
 bytes (tag, VR, value, encoding) already converted without error in the
 process. Every file must probe to the same record, or fail with the same
 reason, whether the process is fresh or has probed many similar files.
@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.archives import ct_file_bytes, ct_vendor_file_bytes
 from pipeline.sample_archive import pydicom_test_files
-from transforms.dicom import header as dicom_header
+from transforms.dicom import head_parse, needed as dicom_needed
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file
 from transforms.values import SourceFile
@@ -33,7 +33,7 @@ def _outcome(path: str, rel: str):
 
 
 def _cold(path: str, rel: str):
-    dicom_header._CONVERTED.clear()
+    dicom_needed._CONVERTED.clear()
     return _outcome(path, rel)
 
 
@@ -55,11 +55,11 @@ def test_probe_outcome_does_not_depend_on_earlier_files(tmp_path, order):
     cold = {rel: _cold(path, rel) for path, rel in files}
     assert cold["ct.dcm"].spec.dtype == "int16"
     assert cold["ct_bad_length.dcm"] == ("error", "invalid_value", False)
-    dicom_header._CONVERTED.clear()
+    dicom_needed._CONVERTED.clear()
     for _ in range(2):    # the second pass sees every element it can remember
         for path, rel in (files if order == "forward" else files[::-1]):
             assert _outcome(path, rel) == cold[rel], rel
-    assert dicom_header._CONVERTED
+    assert dicom_needed._CONVERTED
 
 
 class _Counting(io.BytesIO):
@@ -91,8 +91,8 @@ def test_header_parsed_in_memory_is_the_whole_files_parse(tail):
     fileobj = _Counting(data)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        parsed = dicom_header._parse_from_head(fileobj, len(data))
-        if tail > dicom_header._HEAD_BYTES:
+        parsed = head_parse.parse_from_head(fileobj, len(data))
+        if tail > head_parse._HEAD_BYTES:
             assert parsed is None
             return
         assert parsed is not None and fileobj.reads <= 2
@@ -110,7 +110,7 @@ def test_header_parsed_in_memory_or_not_at_all_for_every_pydicom_file():
             with open(path, "rb") as handle:
                 data = handle.read()
             for size in (len(data), len(data) + 1):     # the listed size is the file's, or not
-                parsed = dicom_header._parse_from_head(io.BytesIO(data), size)
+                parsed = head_parse.parse_from_head(io.BytesIO(data), size)
                 kinds.add(parsed is not None)
                 if parsed is not None:
                     assert size == len(data) and parsed._dict == _full_parse(data), name
@@ -126,7 +126,7 @@ def test_header_parsed_in_memory_or_not_at_all_for_the_fuzz_corpus():
         warnings.simplefilter("ignore")
         for name, data in _fuzz_corpus():
             try:
-                parsed = dicom_header._parse_from_head(io.BytesIO(data), len(data))
+                parsed = head_parse.parse_from_head(io.BytesIO(data), len(data))
             except Exception:      # a read error propagates; a BytesIO has none
                 raise AssertionError(name)
             if parsed is None:

@@ -162,7 +162,7 @@ def _frame_attributes(ds, frames: int) -> list[dict]:
 
 def value_views(ds) -> Optional[list[Dataset]]:
     """Per frame, a Dataset holding the Image Pixel module and that frame's rescale, Modality
-    LUT and VOI: what transforms.dicom.pixels.map_values and header.modality_dtype read.
+    LUT and VOI: what transforms.dicom.pixels.map_values and spec.modality_dtype read.
     None for a file without functional groups. Frames with equal values share one view."""
     if not present(ds):
         return None
@@ -332,7 +332,7 @@ def _per_record(values: list, dedupe: bool = True) -> np.ndarray:
 
 def record_metadata(metadata: dict, ds, frames: Sequence[int], windows: Sequence[dict],
                     spacing: float) -> dict:
-    """``metadata`` (header.metadata of the file) with what the functional groups say of the
+    """``metadata`` (metadata.metadata of the file) with what the functional groups say of the
     record's frames: rescale, pixel measures, window, position and orientation.
 
     A value shared by every frame of the record is written once; values that differ are

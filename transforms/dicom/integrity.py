@@ -25,9 +25,12 @@ import pydicom
 from pydicom.dataelem import RawDataElement
 from pydicom.filebase import DicomBytesIO
 from pydicom.filereader import _read_file_meta_info, read_dataset as pydicom_read_dataset, read_preamble
+from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
 from dataset import reasons
+from transforms.dicom.elements import int_value
+from transforms.dicom.syntax import NATIVE_SYNTAXES, transfer_syntax
 from transforms.errors import ConversionError
 
 DEFLATED = "1.2.840.10008.1.2.1.99"
@@ -288,9 +291,6 @@ def _ends_inside_an_element(ds, size: int, last_end: int) -> bool:
 # ---------------------------------------------------------------- frames
 
 
-NATIVE_SYNTAXES = {"1.2.840.10008.1.2", "1.2.840.10008.1.2.1", "1.2.840.10008.1.2.2", DEFLATED}
-
-
 def _int(ds, keyword: str, default: int) -> int:
     try:
         value = ds.get(keyword, default)
@@ -313,7 +313,7 @@ def check_frames_fit(ds, fileobj: BinaryIO, syntax: str) -> None:
     per frame); shorter fails, as does more than a frame of excess. Encapsulated:
     each frame needs at least one fragment (an 8-byte item header and a value),
     and a Basic Offset Table, when present, lists every frame. Invalid geometry is
-    left to the checks that name it (dicom_header.validate_pixel_module).
+    left to the checks that name it (spec.validate_pixel_module).
     """
     elem = ds._dict.get(Tag(0x7FE0, 0x0010))
     if elem is None:
@@ -410,3 +410,28 @@ def _count_items(fileobj: BinaryIO, start: int, order: str, frames: int) -> tupl
         position += 8 + length
         fileobj.seek(position)
     return table, fragments
+
+
+def check_native_length(ds: Dataset) -> None:
+    """Native pixel data must hold Rows x Columns x Frames x Samples x Bits Allocated.
+
+    Shorter fails; pydicom tolerates (and strips) small excess padding, as do
+    we, but more than a whole frame of excess means the header is wrong.
+    """
+    if "PixelData" not in ds or ds["PixelData"].is_undefined_length:
+        return
+    syntax = transfer_syntax(ds)
+    if syntax and syntax not in NATIVE_SYNTAXES:
+        return
+    frame_bits = int_value(ds, "Rows") * int_value(ds, "Columns") * int_value(ds, "SamplesPerPixel", 1) * \
+        int_value(ds, "BitsAllocated")
+    frames = int_value(ds, "NumberOfFrames", 1) or 1
+    expected = (frame_bits * frames + 7) // 8
+    actual = len(ds.PixelData or b"")
+    frame_bytes = (frame_bits + 7) // 8
+    if actual == 0:
+        raise ConversionError(reasons.PIXEL_DATA_LENGTH, f"pixel data is empty, {expected} bytes expected")
+    if actual > expected + max(frame_bytes, 2):
+        raise ConversionError(reasons.PIXEL_DATA_LENGTH,
+                              f"pixel data is {actual} bytes, {actual - expected} more than Rows x Columns "
+                              f"x Frames x Samples x Bits Allocated = {expected}: the header is wrong")

@@ -6,7 +6,7 @@ modality LUT: for a 512x512 CT slice that is most of the write stage's CPU,
 spent re-deriving what the probe already knew. For the simplest and most
 common layout the probe instead records, in a :class:`NativePixels`, where
 the Pixel Data value lies in the file, how to read it, the rescale, and the
-``dicom/*`` features (computed by the same ``dicom_header.metadata`` from the
+``dicom/*`` features (computed by the same ``dicom_metadata.metadata`` from the
 same header). The writer then reads the file once, checks that the Pixel Data
 element header is still at the recorded offset, and maps the samples with
 numpy: the record it serializes is byte-identical to the general path's
@@ -34,7 +34,7 @@ import numpy as np
 from pydicom import uid
 
 from dataset import reasons
-from transforms.dicom import header as dicom_header
+from transforms.dicom import metadata as dicom_metadata
 from transforms.dtypes import fit_range
 from transforms.errors import ConversionError
 
@@ -55,7 +55,7 @@ class NativePixels:
     columns: int
     slope: Optional[int]   # integer rescale; None: no Rescale Slope/Intercept at all
     intercept: Optional[int]
-    value_dtype: str       # planned dtype of the mapped values (dicom_header.image_spec)
+    value_dtype: str       # planned dtype of the mapped values (transforms.dicom.spec.image_spec)
     metadata: bytes        # packed dicom/* features, see pack_metadata
 
     def __reduce__(self):
@@ -142,8 +142,8 @@ def _native_layout(ds, raw, value_dtype: str, settings, file_size: int) -> Optio
     return NativePixels(offset=offset, header=header, sample_dtype=sample, bits_stored=stored,
                         frames=frames, rows=rows, columns=columns, slope=slope, intercept=intercept,
                         value_dtype=value_dtype,
-                        metadata=pack_metadata(dicom_header.metadata(ds, settings, {}),
-                                               dicom_header.metadata_keys(settings)))
+                        metadata=pack_metadata(dicom_metadata.metadata(ds, settings, {}),
+                                               dicom_metadata.metadata_keys(settings)))
 
 
 # ---------------------------------------------------------------- metadata
@@ -156,10 +156,10 @@ def pack_metadata(metadata: dict, keys: tuple) -> bytes:
     ways), hex digests become their 32 bytes; the tuple of values is pickled
     once here, so every shuffle between probe and write moves one bytes
     object instead of two dozen small ones. Keys are not carried: they follow
-    from the settings (dicom_header.metadata_keys).
+    from the settings (dicom_metadata.metadata_keys).
     """
     if tuple(metadata) != tuple(keys):
-        raise ValueError("metadata keys differ from dicom_header.metadata_keys")
+        raise ValueError("metadata keys differ from dicom_metadata.metadata_keys")
     out = []
     for key, value in metadata.items():
         if isinstance(value, np.ndarray):

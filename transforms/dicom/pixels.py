@@ -24,8 +24,10 @@ from pydicom.pixels import pixel_array as decode_pixels
 
 from dataset import reasons
 from transforms.dicom import functional_groups, voi
-from transforms.dicom.header import (check_native_length, convert_needed_elements, image_spec,
-                                     infer_transfer_syntax)
+from transforms.dicom.integrity import check_native_length
+from transforms.dicom.needed import convert_needed_elements
+from transforms.dicom.spec import image_spec
+from transforms.dicom.syntax import infer_transfer_syntax
 from transforms.dtypes import fit_integer_dtype
 from transforms.errors import ConversionError
 from transforms.settings import DecodeSettings

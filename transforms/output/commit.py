@@ -6,7 +6,7 @@ from typing import Iterable, Mapping, Optional
 from dataset import manifest, reasons
 from dataset.features import SOURCE_PATH_FEATURE
 from dataset.results import Outcome
-from transforms.dicom import header as dicom_header
+from transforms.dicom import metadata as dicom_metadata
 from transforms.settings import ConversionSettings
 
 
@@ -146,7 +146,7 @@ def run_manifest(results: list, outcomes: list, matched: int, space, group_count
     if base is not None:   # a version never lists a shard that holds nothing
         results = [r for r in results if r.num_records > 0]
     has_dicom = any("dicom" in r.kinds for r in results)
-    features = dicom_header.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
+    features = dicom_metadata.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
     if settings.decode.keep_source_path:
         features["source_path"] = dict(SOURCE_PATH_FEATURE)
     return manifest.build_manifest(

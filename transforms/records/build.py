@@ -6,7 +6,7 @@ from typing import BinaryIO, Callable
 import numpy as np
 
 from transforms.dicom import functional_groups
-from transforms.dicom import header as dicom_header
+from transforms.dicom import metadata as dicom_metadata
 from transforms.images import geometry
 from transforms.dicom import native as native_dicom
 from transforms.images import raster
@@ -25,12 +25,12 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
     if native is not None and record.kind == "dicom" and not record.members \
             and settings.dicom_values == "modality":
         pixels = native_dicom.decode_native(native_dicom.file_bytes(fileobj), native, record.frame)
-        metadata = native_dicom.unpack_metadata(native.metadata, dicom_header.metadata_keys(settings))
+        metadata = native_dicom.unpack_metadata(native.metadata, dicom_metadata.metadata_keys(settings))
     elif record.kind == "dicom":
         order = record.stacks[0].frames if record.stacks and record.frame is None else None
         pixels, ds, window = decode_dicom(fileobj, settings, record.frame, order)
         windows = window.pop("frames", None)
-        metadata = dicom_header.metadata(ds, settings, window)
+        metadata = dicom_metadata.metadata(ds, settings, window)
         if functional_groups.present(ds):
             frames = [record.frame] if record.frame is not None else \
                 order if order is not None else range(pixels.shape[0])
@@ -59,7 +59,7 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
         pixels, ds, window = decode_dicom(read_unchanged(member, opener), settings)
         slices.append(pixels)
         if metadata is None:
-            metadata = dicom_header.metadata(ds, settings, window)
+            metadata = dicom_metadata.metadata(ds, settings, window)
     metadata["dicom/slice_spacing"] = np.asarray([record.slice_spacing], dtype=np.float32)
     return _geometry_and_path(np.ascontiguousarray(np.concatenate(slices)), metadata, record, settings)
 

@@ -9,7 +9,10 @@ from typing import BinaryIO, Callable, Optional
 
 from dataset import reasons
 from transforms.dicom import functional_groups
+from transforms.dicom import content as dicom_content
 from transforms.dicom import header as dicom_header
+from transforms.dicom import spec as dicom_spec
+from transforms.dicom.syntax import transfer_syntax
 from transforms.dicom import integrity
 from transforms.images import raster
 from transforms.sources import sniff
@@ -55,7 +58,7 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
                  max_pixels: int = DEFAULT_MAX_PIXELS,
                  ) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels], tuple]:
     def whole(ds) -> None:     # on the elements as parsed; noise is not judged truncated
-        if sniffed == sniff.DICOM or dicom_header.looks_like_dicom(ds):
+        if sniffed == sniff.DICOM or dicom_content.looks_like_dicom(ds):
             integrity.check_whole(ds, integrity.stream_size(ds, file_size))
 
     header, raw_pixels = dicom_header.read_probe_header(fileobj, settings, file_size, max_pixels,
@@ -63,19 +66,19 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
     ds = header.ds
     if sniffed == sniff.DICOM and len(ds) == 0:
         raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
-    if sniffed == sniff.MAYBE_DICOM and not dicom_header.looks_like_dicom(ds):
+    if sniffed == sniff.MAYBE_DICOM and not dicom_content.looks_like_dicom(ds):
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
     ds = header     # every keyword read below, each element converted once
-    if not dicom_header.has_pixel_data(ds):
+    if not dicom_content.has_pixel_data(ds):
         sop = str(ds.get("SOPClassUID", "") or "unknown SOP class")
         raise ConversionError(reasons.NO_PIXEL_DATA, f"no pixel data ({sop})", skipped=True)
-    if dicom_header.burned_in_annotation(ds) and not settings.allow_burned_in:
+    if dicom_content.burned_in_annotation(ds) and not settings.allow_burned_in:
         raise ConversionError(reasons.BURNED_IN_ANNOTATION,
                               "Burned In Annotation is YES: text (possibly patient identity) is part "
                               "of the pixels; pass --allow_burned_in to convert it anyway", skipped=True)
-    spec = dicom_header.image_spec(ds, settings)
+    spec = dicom_spec.image_spec(ds, settings)
     if spec.depth * spec.height * spec.width <= max_pixels:   # else too_many_pixels says it
-        integrity.check_frames_fit(header.ds, fileobj, dicom_header.transfer_syntax(ds))
+        integrity.check_frames_fit(header.ds, fileobj, transfer_syntax(ds))
     stacks = functional_groups.plan_stacks(ds) if functional_groups.present(ds) else ()
     native = None
     if raw_pixels is not None and settings.dicom_values == "modality" and not stacks:

@@ -10,7 +10,7 @@ from transforms.counters import count, count_outcome
 from dataset.results import Outcome
 from transforms.values import SourceFile
 from transforms.sources.match import broken_links, expand_pattern, uri_key
-from transforms.dicom.header import silence_pydicom
+from transforms.dicom.quiet import silence_pydicom
 from transforms.settings import OUTAGE_INPUTS, DecodeSettings, with_salt
 from transforms.sources.read import configure_storage_retry, process_breaker
 

@@ -1,68 +1,38 @@
-"""The options of ``convert``, declared once, and the checks that run before any work.
+"""The options of ``convert``, declared once: the one table and the value it defines.
 
 ``OPTIONS`` is the one table: every ``convert`` option with its flag, type,
 default, help, argparse group, whether ``dataset.json`` records it, whether
 it changes record content (else an --incremental run may change it and still
 reuse shards), which settings field it feeds, and its Flex Template parameter.
-From it come the argparse parser (:func:`add_convert_arguments`), the
+From it come the argparse parser (pipeline.arguments), the
 :class:`ConvertOptions` value, the settings the graph is built from
 (:meth:`ConvertOptions.settings`), the options recorded in dataset.json
 (:meth:`ConvertOptions.recorded`) and the Flex Template's ``metadata.json``
-(:func:`template_metadata`; ``python -m pipeline.options --metadata`` prints
-it, and a test keeps the committed file equal to it).
+(pipeline.template_metadata; ``python -m pipeline.template_metadata --metadata``
+prints it, and a test keeps the committed file equal to it).
 
 Adding an option: one ``Option(...)`` row below and its typed field in
 :class:`ConvertOptions` (the module refuses to load until both are there), plus
-the code that uses the value. Defaults of options that feed a settings field are those fields'
-defaults in transforms/settings.py (one owner), not restated here.
+the code that uses the value; a rule relating it to other options goes in
+pipeline.option_rules. Defaults of options that feed a settings field are those
+fields' defaults in transforms/settings.py (one owner), not restated here.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import os
-import secrets
-import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
+from pipeline.locations import absolute, recorded_location
+from pipeline.salt import RANDOM_SALT, SALT_ENV, resolve_salt
 from transforms.images.geometry import RESIZE_MODES, parse_resize
 from transforms.labels.table import LABEL_KEYS
 from transforms.dicom.voi import PRESETS, parse_window
-from transforms.hashing import location_hash
-from transforms.settings import (MAX_SALT_BYTES, ConversionSettings, DecodeSettings, SaltFileError,
-                                 ShardBounds, read_salt_file)
-from transforms.splits.assign import SPLIT_BY, SplitSpecError, parse_splits
+from transforms.settings import MAX_SALT_BYTES, ConversionSettings, DecodeSettings, ShardBounds
+from transforms.splits.assign import SPLIT_BY, parse_splits
 
-
-SALT_ENV = "DCM2TFRECORD_ID_SALT"
-LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
-# Runners that run the job inside this process: the graph never leaves it, so the salt
-# may be given directly (--id_salt, $DCM2TFRECORD_ID_SALT).
-IN_PROCESS_RUNNERS = LOCAL_RUNNERS + ("BundleBasedDirectRunner",)
-_RANDOM_SALT = secrets.token_hex(16)
 _GCS = r"^gs:\/\/[^\n\r]+$"
 _NUMBER = r"^[0-9]+(\.[0-9]+)?$"
 _BOOL = r"^(true|false|True|False)$"
-
-
-class UsageError(Exception):
-    """A bad option: reported in one line, exit code 2, nothing written."""
-
-
-def parse_flag(text: str) -> bool:
-    """A switch that also takes a value (--incremental=true), as Flex Template launchers pass it."""
-    value = str(text).strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
-
-
-def absolute(path: str) -> str:
-    """A local path made absolute; a gs:// uri as it is."""
-    return path if "://" in path else os.path.abspath(path)
 
 
 def _setting_default(cls, name: str):
@@ -414,13 +384,7 @@ class ConvertOptions:
     def salt(self) -> str:
         """--id_salt, else the content of --id_salt_file, else $DCM2TFRECORD_ID_SALT, else (with
         --allow_random_salt) a fresh one."""
-        salt = self.id_salt
-        if not salt and self.id_salt_file:
-            salt = _salt_file_content(absolute(self.id_salt_file))
-        salt = salt or os.environ.get(SALT_ENV, "")
-        if not salt and self.allow_random_salt:
-            salt = _RANDOM_SALT
-        return salt
+        return resolve_salt(self.id_salt, self.id_salt_file, self.allow_random_salt)
 
     @property
     def bounds(self) -> ShardBounds:
@@ -457,7 +421,7 @@ class ConvertOptions:
             out["inputs"] = [recorded_location(p, self.salt()) for p in self.inputs]
             out["labels"] = recorded_location(self.labels, self.salt()) if self.labels else None
         out["splits"] = dict(parse_splits(self.splits))
-        out["id_salt"] = ("random (hashes differ every run)" if self.salt() == _RANDOM_SALT
+        out["id_salt"] = ("random (hashes differ every run)" if self.salt() == RANDOM_SALT
                           else "set (not recorded)")
         return out
 
@@ -469,387 +433,3 @@ _UNDECLARED = {o.name for o in OPTIONS} ^ {f.name for f in dataclasses.fields(Co
 if _UNDECLARED:
     raise TypeError(f"ConvertOptions and OPTIONS disagree on {sorted(_UNDECLARED)}: declare one "
                     "ConvertOptions field per Option row")
-
-
-_SALT_FILES: dict = {}
-
-
-def _salt_file_content(uri: str) -> str:
-    """Read once per launcher process (validation asks for the salt several times)."""
-    if uri not in _SALT_FILES:
-        try:
-            _SALT_FILES[uri] = read_salt_file(uri)
-        except SaltFileError as exc:    # not a regular file, missing, empty, too large: one line
-            raise UsageError(str(exc)) from None
-        except Exception as exc:  # noqa: BLE001 - storage errors: one line
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise UsageError(f"--id_salt_file {uri}: cannot read the salt ({reason})") from None
-    return _SALT_FILES[uri]
-
-
-def recorded_location(uri: str, salt: str) -> str:
-    """An --input or --labels location as dataset.json records it: nothing that can carry a name.
-
-    ``gs://bucket/<hmac:…>`` or ``file://<hmac:…>``: the scheme and bucket, and a
-    keyed hash of the absolute location (see transforms.hashing.location_hash).
-    """
-    scheme, sep, rest = uri.partition("://")
-    prefix = f"{scheme}://{rest.split('/', 1)[0]}/" if sep else "file://"
-    return f"{prefix}<hmac:{location_hash(absolute(uri), salt)}>"
-
-
-CONVERT_DESCRIPTION = "Convert DICOM/image archives into size-bounded TFRecord shards plus dataset.json."
-CONVERT_EPILOG = """examples:
-  dcm2tfrecord convert --input /archive/ct --output /data/ct --id_salt_file ~/.secrets/salt
-  dcm2tfrecord convert --input /archive/cxr --output /data/cxr512 --dicom_values window \\
-      --resize 512x512 --resize_mode pad --labels labels.csv --label_key patient_id \\
-      --splits train=0.8,validation=0.1,test=0.1
-
-Beam options pass through, e.g. --direct_num_workers=4 (local worker processes; default:
-one per core, or one process for local inputs of at most 256 files and 256 MiB),
---direct_running_mode=in_memory, --runner=DataflowRunner (see
-run_dataflow.sh), --runner=PortableRunner --job_endpoint=HOST:8099 for Flink or Spark (see
-run_portable.sh). An option that neither convert nor Beam knows is refused."""
-
-
-def _unknown_message(flag: str) -> str:
-    import difflib
-    name = flag.split("=", 1)[0]
-    close = difflib.get_close_matches(name.lstrip("-"), [o.flag for o in OPTIONS], n=1, cutoff=0.6)
-    hint = f" (did you mean --{close[0]}?)" if close else ""
-    return (f"unknown option {name}{hint}: neither a convert option nor a Beam pipeline option; "
-            "see 'dcm2tfrecord convert --help'")
-
-
-def add_convert_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    groups: dict = {}
-    for option in OPTIONS:
-        group = groups.get(option.group) or groups.setdefault(
-            option.group, parser.add_argument_group(option.group))
-        default = option.default_value
-        shown = "" if option.required or "default" in option.help or default in (None, (), "", False) \
-            else f" (default {default:g})" if isinstance(default, float) else f" (default {default})"
-        kwargs: dict = {"help": option.help + shown, "dest": option.name}
-        if option.kind == "switch":
-            kwargs.update(nargs="?", const=True, default=option.default_value, type=parse_flag,
-                          metavar="true|false")
-        elif option.kind == "list":
-            kwargs.update(action="append" if option.flag == "input" else None,
-                          nargs=None if option.flag == "input" else "+",
-                          default=None if option.required else option.default_value)
-            kwargs = {k: v for k, v in kwargs.items() if v is not None or k == "default"}
-        else:
-            kwargs.update(default=option.default_value)
-            if option.type:
-                kwargs["type"] = option.type
-            if option.choices:
-                kwargs["choices"] = option.choices
-        if option.required:
-            kwargs["required"] = required
-            kwargs.pop("default", None)
-        if option.metavar:
-            kwargs["metavar"] = option.metavar
-        group.add_argument(f"--{option.flag}", **kwargs)
-
-
-def template_metadata() -> dict:
-    """The Flex Template's metadata.json: one parameter per option, from OPTIONS."""
-    return {
-        "name": "dcm2tfrecord convert",
-        "description": "Converts a DICOM/PNG/JPEG archive on Cloud Storage into deterministic, "
-                       "size-bounded TFRecord shards plus dataset.json (see README). Launch with "
-                       "sdk_container_image set to the template image so the workers run the same code.",
-        "streaming": False,
-        "parameters": [
-            {"name": o.flag, "label": o.template.label, "helpText": o.template.help,
-             "isOptional": not (o.required or o.template.required), **({"regexes": list(o.template.regexes)}
-                                              if o.template.regexes else {})}
-            for o in OPTIONS if o.template is not None],
-    }
-
-
-def _check_label_csv(opts: ConvertOptions) -> None:
-    from apache_beam.io.filesystems import FileSystems
-    import io
-    from transforms.labels.table import LabelFileError, read_header
-    path = absolute(opts.labels)
-    if not FileSystems.exists(path):
-        raise UsageError(f"--labels {opts.labels}: file not found")
-    try:
-        with FileSystems.open(path) as raw:
-            header = read_header(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""),
-                                 f"--labels {opts.labels}")
-    except LabelFileError as exc:
-        raise UsageError(str(exc)) from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"--labels {opts.labels}: its header is not UTF-8 text ({exc.reason}); "
-                         "give a CSV file saved as UTF-8") from None
-    except Exception as exc:  # noqa: BLE001 - csv.Error, OSError: one line, not a traceback
-        raise UsageError(f"--labels {opts.labels}: cannot read its header: {exc}") from None
-    wanted = [opts.label_key, opts.label_column] + ([opts.split_column] if opts.split_column else [])
-    missing = [c for c in wanted if c not in header]
-    if missing:
-        raise UsageError(f"--labels {opts.labels}: column(s) {', '.join(missing)} not in its header "
-                         f"{header}; set --label_key/--label_column/--split_column to existing columns")
-
-
-def scan_label_csv(labels: str) -> int:
-    """Reads the whole labels CSV once before any work (streamed, bounded memory): text that
-    is not UTF-8 or not CSV is a usage error naming the line, not a traceback mid-run.
-    Returns the number of lines."""
-    import csv
-    import io
-    from apache_beam.io.filesystems import FileSystems
-    from transforms.labels.table import FIELD_SIZE_LIMIT
-    csv.field_size_limit(FIELD_SIZE_LIMIT)
-    line = 0
-    try:
-        with FileSystems.open(absolute(labels)) as raw:
-            rows = csv.reader(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""))
-            for row in rows:
-                line = rows.line_num
-                if any("\0" in cell for cell in row):
-                    raise UsageError(f"--labels {labels}: line {line} holds a NUL byte, which no "
-                                     "text CSV has; save it again as UTF-8 CSV")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"--labels {labels}: not UTF-8 text after line {line} ({exc.reason}); "
-                         "give a CSV file saved as UTF-8") from None
-    except csv.Error as exc:
-        raise UsageError(f"--labels {labels}: line {line + 1} is not CSV ({exc}); "
-                         f"cells are limited to {FIELD_SIZE_LIMIT >> 20} MB") from None
-    except OSError as exc:
-        raise UsageError(f"--labels {labels}: cannot be read: {exc}") from None
-    return line
-
-
-def validate(opts: ConvertOptions) -> None:
-    for name in ("min_shard_mb", "target_shard_mb", "max_shard_mb"):
-        if not getattr(opts, name) > 0:
-            raise UsageError(f"--{name} {getattr(opts, name):g} must be > 0 (megabytes)")
-    if not opts.min_shard_mb <= opts.max_shard_mb:
-        raise UsageError(f"--min_shard_mb {opts.min_shard_mb:g} must be <= --max_shard_mb "
-                         f"{opts.max_shard_mb:g}")
-    if not (opts.min_shard_mb <= opts.target_shard_mb <= opts.max_shard_mb):
-        raise UsageError(f"--target_shard_mb {opts.target_shard_mb:g} must lie between --min_shard_mb "
-                         f"{opts.min_shard_mb:g} and --max_shard_mb {opts.max_shard_mb:g}")
-    if opts.max_pixels <= 0:
-        raise UsageError("--max_pixels must be positive")
-    if not 0 <= opts.max_failure_ratio <= 1:
-        raise UsageError(f"--max_failure_ratio {opts.max_failure_ratio} must lie in [0, 1]")
-    if opts.min_shards < 1:
-        raise UsageError("--min_shards must be >= 1")
-    if opts.gcs_retry_s <= 0:
-        raise UsageError(f"--gcs_retry_s {opts.gcs_retry_s} must be > 0 (seconds)")
-    try:
-        parse_splits(opts.splits)
-    except SplitSpecError as exc:
-        raise UsageError(str(exc)) from None
-    if opts.incremental and opts.overwrite:
-        raise UsageError("--incremental and --overwrite exclude each other: --incremental adds a "
-                         "version and keeps the earlier ones (roll back with 'dcm2tfrecord rollback')")
-    if opts.incremental and opts.salt() == _RANDOM_SALT:
-        raise UsageError("--incremental needs a fixed --id_salt (or $" + SALT_ENV + "): with "
-                         "--allow_random_salt no record id repeats, so nothing could be reused")
-    if opts.labels and opts.labels_from_dirs:
-        raise UsageError("--labels and --labels_from_dirs exclude each other; choose one")
-    if opts.split_column and not opts.labels:
-        raise UsageError("--split_column needs --labels (the CSV that holds the column)")
-    if opts.multi_label and not (opts.labels or opts.labels_from_dirs):
-        raise UsageError("--multi_label needs --labels")
-    if opts.labels:
-        _check_label_csv(opts)
-    if opts.window:
-        try:
-            parse_window(opts.window)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    if opts.resize:
-        try:
-            parse_resize(opts.resize)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    if opts.unit == "series" and opts.frames == "split":
-        raise UsageError("--unit series and --frames split exclude each other")
-    if opts.window and opts.dicom_values != "window":
-        raise UsageError("--window needs --dicom_values window")
-    if opts.id_salt and opts.id_salt_file:
-        raise UsageError("--id_salt and --id_salt_file exclude each other; give the salt one way")
-    if not opts.salt():
-        raise UsageError(f"no identifier salt: set --id_salt_file (or --id_salt, or ${SALT_ENV}) to a "
-                         "secret kept the same across runs (stable hashes, stable splits), or pass "
-                         "--allow_random_salt")
-
-
-def runner_name(beam_args: Sequence[str]) -> str:
-    """The --runner given ("" for none: the local runner)."""
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-    runner = PipelineOptions(list(beam_args)).view_as(StandardOptions).runner
-    return "" if runner is None else runner if isinstance(runner, str) else type(runner).__name__
-
-
-def _is_dataflow(runner: str) -> bool:
-    return "dataflow" in runner.lower()
-
-
-DASK_REFUSAL = ("--runner=DaskRunner is not supported: Beam's DaskRunner keeps one collection per "
-                "step, not per output (tagged outputs mix), recomputes side inputs (each file was "
-                "probed 13-15 times), computes only the last step and has no data parallelism "
-                "(Reshuffle does nothing there); run on your own cluster through Flink or Spark "
-                "instead (README, 'On your own cluster')")
-
-
-def check_runner(beam_args: Sequence[str]) -> None:
-    """Runners this job cannot run on are refused in one line, before anything is built."""
-    if runner_name(beam_args).lower().rsplit(".", 1)[-1] in ("daskrunner", "dask"):
-        raise UsageError(DASK_REFUSAL)
-
-
-def check_salt_stays_out_of_the_job(opts: ConvertOptions, beam_args: Sequence[str]) -> None:
-    """Outside this process everything in the job graph and its parameters is visible to whoever
-    can view the job: there the salt must come from --id_salt_file, read by the workers. On
-    Dataflow that is a storage object; on other runners (Flink, Spark, Prism, the portable
-    runner) also a path each worker reads, such as a mounted secret."""
-    runner = runner_name(beam_args)
-    if (runner or None) in IN_PROCESS_RUNNERS:
-        return
-    dataflow = _is_dataflow(runner)
-    if not opts.id_salt_file or opts.id_salt:
-        where = ("gs://BUCKET/OBJECT (workers read it" if dataflow else
-                 "PATH (a regular file at that path on this machine and on every worker, e.g. a "
-                 "mounted secret, or a storage object: workers read it")
-        raise UsageError(f"on {'Dataflow' if dataflow else runner} give the salt as --id_salt_file "
-                         f"{where}; --id_salt, ${SALT_ENV} or --allow_random_salt would travel inside "
-                         "the job for anyone who can view it)")
-    if dataflow and "://" not in opts.id_salt_file:
-        raise UsageError(f"--id_salt_file {opts.id_salt_file}: Dataflow workers cannot read a local "
-                         "file; give a gs:// object (readable by the workers' service account)")
-
-
-# Modules that define Beam pipeline options outside apache_beam.options.pipeline_options,
-# imported only so that their options are known; each may need an optional dependency
-# (the Dask runner needs dask), and one that cannot be imported is skipped.
-RUNNER_OPTION_MODULES = ("apache_beam.runners.dask.dask_runner", "apache_beam.runners.render",
-                         "apache_beam.yaml.options")
-
-
-def _import_runner_options() -> None:
-    import importlib
-    for module in RUNNER_OPTION_MODULES:
-        try:
-            importlib.import_module(module)
-        except Exception:  # noqa: BLE001 - ImportError, or whatever a half-installed extra raises
-            continue
-
-
-def _bad_beam_value(message: str):
-    raise UsageError(f"Beam pipeline option {message}")
-
-
-def unknown_beam_args(beam_args: Sequence[str]) -> list[str]:
-    """Arguments that neither convert nor any Beam PipelineOptions class knows.
-
-    Beam only warns about these and drops them; a typo like --max_shard_mbb
-    would then silently run with the default, so we refuse instead. The parser
-    is the one Beam builds from every options class (handed out by its public
-    ``add_extra_args_fn`` hook).
-    """
-    from apache_beam.options.pipeline_options import PipelineOptions
-    _import_runner_options()
-    parsers: list = []
-
-    def keep(parser):
-        parser.error = _bad_beam_value      # one line, not argparse's usage of every Beam option
-        parsers.append(parser)
-
-    PipelineOptions(list(beam_args)).get_all_options(add_extra_args_fn=keep)
-    _, unknown = parsers[0].parse_known_args(list(beam_args))
-    return [a for a in unknown if a.startswith("-")] or unknown
-
-
-def check_inputs_exist(patterns: Sequence[str]) -> None:
-    """Each --input must match at least one file (gs://: one listing call, first match only)."""
-    from apache_beam.io.filesystems import FileSystems
-    from transforms.sources.match import escape_glob, is_glob
-    for pattern in patterns:
-        path = absolute(pattern).rstrip("/") or "/"
-        if "://" not in path:
-            found = os.path.lexists(path) and (not os.path.isdir(path) or _any_file(path)) \
-                or (is_glob(path) and any(True for _ in _first_local_match(path)))
-        else:
-            literal = escape_glob(path)
-            candidates = [path] if is_glob(path) else [literal + "/**", literal]
-            found = False
-            for candidate in candidates:
-                try:
-                    found = bool(FileSystems.match([candidate], limits=[1])[0].metadata_list)
-                except Exception:   # noqa: BLE001 - an unreadable prefix matches nothing
-                    found = False
-                if found:
-                    break
-        if not found:
-            raise UsageError(f"--input {pattern} matches no file; check the path or glob "
-                             "(directories are walked recursively)")
-
-
-def _any_file(folder: str) -> bool:
-    for _, _, files in os.walk(folder, followlinks=True):
-        if files:
-            return True
-    return False
-
-
-def _first_local_match(pattern: str):
-    from transforms.sources.match import expand_pattern
-    for source in expand_pattern(pattern):
-        yield source
-        return
-
-
-def check_output_outside_inputs(output: str, patterns: Sequence[str]) -> None:
-    """A dataset written inside its own archive would be read back as input by the next run."""
-    from transforms.sources.match import is_glob, pattern_root
-    out = absolute(output).rstrip("/") + "/"
-    for pattern in patterns:
-        path = absolute(pattern).rstrip("/")
-        root = pattern_root(path) if is_glob(path) else path + "/"
-        if "://" not in out and "://" not in root:
-            out_real, root_real = os.path.realpath(out) + "/", os.path.realpath(root) + "/"
-        else:
-            out_real, root_real = out, root
-        if out_real.startswith(root_real):
-            raise UsageError(f"--output {output} lies inside --input {pattern}: the next run would read "
-                             "its own shards as input; choose an --output outside the archive")
-
-
-def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
-    """(our options, the remaining Beam pipeline options)."""
-    parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False,
-                                     description=CONVERT_DESCRIPTION, epilog=CONVERT_EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_convert_arguments(parser, required=False)     # a missing one is said below, after typos
-    known, beam_args = parser.parse_known_args(list(argv))
-    check_runner(beam_args)
-    unknown = unknown_beam_args(beam_args)
-    if unknown:
-        raise UsageError(_unknown_message(unknown[0]))
-    missing = [f"--{o.flag}" for o in OPTIONS if o.required and not getattr(known, o.name)]
-    if missing:
-        raise UsageError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required "
-                         "(see 'dcm2tfrecord convert --help')")
-    values = {o.name: getattr(known, o.name) for o in OPTIONS}
-    values["inputs"] = tuple(known.inputs)
-    # --keep_tags A B, or A,B as one value (the Flex Template's form)
-    values["keep_tags"] = tuple(t for item in known.keep_tags or () for t in item.split(",") if t)
-    values["output"] = known.output.rstrip("/") or "/"
-    opts = ConvertOptions(**values)
-    validate(opts)
-    check_salt_stays_out_of_the_job(opts, beam_args)
-    check_inputs_exist(opts.inputs)
-    check_output_outside_inputs(opts.output, opts.inputs)
-    return opts, beam_args
-
-
-if __name__ == "__main__":   # python -m pipeline.options --metadata > metadata.json
-    if sys.argv[1:] != ["--metadata"]:
-        sys.exit("usage: python -m pipeline.options --metadata")
-    print(json.dumps(template_metadata(), indent=2))

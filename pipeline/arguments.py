@@ -1,0 +1,105 @@
+"""The ``convert`` command line: the argparse parser built from the option table, and argv
+parsed into ConvertOptions and the Beam arguments, then checked before any work."""
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+from pipeline.beam_args import check_runner, unknown_beam_args
+from pipeline.input_checks import check_inputs_exist, check_output_outside_inputs
+from pipeline.option_rules import validate
+from pipeline.option_table import OPTIONS, ConvertOptions
+from pipeline.salt import check_salt_stays_out_of_the_job
+from pipeline.usage import UsageError
+
+
+def parse_flag(text: str) -> bool:
+    """A switch that also takes a value (--incremental=true), as Flex Template launchers pass it."""
+    value = str(text).strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+CONVERT_DESCRIPTION = "Convert DICOM/image archives into size-bounded TFRecord shards plus dataset.json."
+CONVERT_EPILOG = """examples:
+  dcm2tfrecord convert --input /archive/ct --output /data/ct --id_salt_file ~/.secrets/salt
+  dcm2tfrecord convert --input /archive/cxr --output /data/cxr512 --dicom_values window \\
+      --resize 512x512 --resize_mode pad --labels labels.csv --label_key patient_id \\
+      --splits train=0.8,validation=0.1,test=0.1
+
+Beam options pass through, e.g. --direct_num_workers=4 (local worker processes; default:
+one per core, or one process for local inputs of at most 256 files and 256 MiB),
+--direct_running_mode=in_memory, --runner=DataflowRunner (see
+run_dataflow.sh), --runner=PortableRunner --job_endpoint=HOST:8099 for Flink or Spark (see
+run_portable.sh). An option that neither convert nor Beam knows is refused."""
+
+
+def _unknown_message(flag: str) -> str:
+    import difflib
+    name = flag.split("=", 1)[0]
+    close = difflib.get_close_matches(name.lstrip("-"), [o.flag for o in OPTIONS], n=1, cutoff=0.6)
+    hint = f" (did you mean --{close[0]}?)" if close else ""
+    return (f"unknown option {name}{hint}: neither a convert option nor a Beam pipeline option; "
+            "see 'dcm2tfrecord convert --help'")
+
+
+def add_convert_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    groups: dict = {}
+    for option in OPTIONS:
+        group = groups.get(option.group) or groups.setdefault(
+            option.group, parser.add_argument_group(option.group))
+        default = option.default_value
+        shown = "" if option.required or "default" in option.help or default in (None, (), "", False) \
+            else f" (default {default:g})" if isinstance(default, float) else f" (default {default})"
+        kwargs: dict = {"help": option.help + shown, "dest": option.name}
+        if option.kind == "switch":
+            kwargs.update(nargs="?", const=True, default=option.default_value, type=parse_flag,
+                          metavar="true|false")
+        elif option.kind == "list":
+            kwargs.update(action="append" if option.flag == "input" else None,
+                          nargs=None if option.flag == "input" else "+",
+                          default=None if option.required else option.default_value)
+            kwargs = {k: v for k, v in kwargs.items() if v is not None or k == "default"}
+        else:
+            kwargs.update(default=option.default_value)
+            if option.type:
+                kwargs["type"] = option.type
+            if option.choices:
+                kwargs["choices"] = option.choices
+        if option.required:
+            kwargs["required"] = required
+            kwargs.pop("default", None)
+        if option.metavar:
+            kwargs["metavar"] = option.metavar
+        group.add_argument(f"--{option.flag}", **kwargs)
+
+
+def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
+    """(our options, the remaining Beam pipeline options)."""
+    parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False,
+                                     description=CONVERT_DESCRIPTION, epilog=CONVERT_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_convert_arguments(parser, required=False)     # a missing one is said below, after typos
+    known, beam_args = parser.parse_known_args(list(argv))
+    check_runner(beam_args)
+    unknown = unknown_beam_args(beam_args)
+    if unknown:
+        raise UsageError(_unknown_message(unknown[0]))
+    missing = [f"--{o.flag}" for o in OPTIONS if o.required and not getattr(known, o.name)]
+    if missing:
+        raise UsageError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required "
+                         "(see 'dcm2tfrecord convert --help')")
+    values = {o.name: getattr(known, o.name) for o in OPTIONS}
+    values["inputs"] = tuple(known.inputs)
+    # --keep_tags A B, or A,B as one value (the Flex Template's form)
+    values["keep_tags"] = tuple(t for item in known.keep_tags or () for t in item.split(",") if t)
+    values["output"] = known.output.rstrip("/") or "/"
+    opts = ConvertOptions(**values)
+    validate(opts)
+    check_salt_stays_out_of_the_job(opts, beam_args)
+    check_inputs_exist(opts.inputs)
+    check_output_outside_inputs(opts.output, opts.inputs)
+    return opts, beam_args

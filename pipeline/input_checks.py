@@ -1,0 +1,64 @@
+"""The filesystem probes before any work: every --input matches a file, and --output lies
+outside every --input."""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from pipeline.locations import absolute
+from pipeline.usage import UsageError
+
+
+def check_inputs_exist(patterns: Sequence[str]) -> None:
+    """Each --input must match at least one file (gs://: one listing call, first match only)."""
+    from apache_beam.io.filesystems import FileSystems
+    from transforms.sources.match import escape_glob, is_glob
+    for pattern in patterns:
+        path = absolute(pattern).rstrip("/") or "/"
+        if "://" not in path:
+            found = os.path.lexists(path) and (not os.path.isdir(path) or _any_file(path)) \
+                or (is_glob(path) and any(True for _ in _first_local_match(path)))
+        else:
+            literal = escape_glob(path)
+            candidates = [path] if is_glob(path) else [literal + "/**", literal]
+            found = False
+            for candidate in candidates:
+                try:
+                    found = bool(FileSystems.match([candidate], limits=[1])[0].metadata_list)
+                except Exception:   # noqa: BLE001 - an unreadable prefix matches nothing
+                    found = False
+                if found:
+                    break
+        if not found:
+            raise UsageError(f"--input {pattern} matches no file; check the path or glob "
+                             "(directories are walked recursively)")
+
+
+def _any_file(folder: str) -> bool:
+    for _, _, files in os.walk(folder, followlinks=True):
+        if files:
+            return True
+    return False
+
+
+def _first_local_match(pattern: str):
+    from transforms.sources.match import expand_pattern
+    for source in expand_pattern(pattern):
+        yield source
+        return
+
+
+def check_output_outside_inputs(output: str, patterns: Sequence[str]) -> None:
+    """A dataset written inside its own archive would be read back as input by the next run."""
+    from transforms.sources.match import is_glob, pattern_root
+    out = absolute(output).rstrip("/") + "/"
+    for pattern in patterns:
+        path = absolute(pattern).rstrip("/")
+        root = pattern_root(path) if is_glob(path) else path + "/"
+        if "://" not in out and "://" not in root:
+            out_real, root_real = os.path.realpath(out) + "/", os.path.realpath(root) + "/"
+        else:
+            out_real, root_real = out, root
+        if out_real.startswith(root_real):
+            raise UsageError(f"--output {output} lies inside --input {pattern}: the next run would read "
+                             "its own shards as input; choose an --output outside the archive")

@@ -1,0 +1,73 @@
+"""The rules that relate convert options to each other and to their ranges, checked before
+any work: each broken one a UsageError naming the option and the fix."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipeline.label_csv_checks import check_label_csv
+from pipeline.salt import RANDOM_SALT, SALT_ENV
+from pipeline.usage import UsageError
+from transforms.dicom.voi import parse_window
+from transforms.images.geometry import parse_resize
+from transforms.splits.assign import SplitSpecError, parse_splits
+
+if TYPE_CHECKING:
+    from pipeline.option_table import ConvertOptions
+
+
+def validate(opts: "ConvertOptions") -> None:
+    for name in ("min_shard_mb", "target_shard_mb", "max_shard_mb"):
+        if not getattr(opts, name) > 0:
+            raise UsageError(f"--{name} {getattr(opts, name):g} must be > 0 (megabytes)")
+    if not opts.min_shard_mb <= opts.max_shard_mb:
+        raise UsageError(f"--min_shard_mb {opts.min_shard_mb:g} must be <= --max_shard_mb "
+                         f"{opts.max_shard_mb:g}")
+    if not (opts.min_shard_mb <= opts.target_shard_mb <= opts.max_shard_mb):
+        raise UsageError(f"--target_shard_mb {opts.target_shard_mb:g} must lie between --min_shard_mb "
+                         f"{opts.min_shard_mb:g} and --max_shard_mb {opts.max_shard_mb:g}")
+    if opts.max_pixels <= 0:
+        raise UsageError("--max_pixels must be positive")
+    if not 0 <= opts.max_failure_ratio <= 1:
+        raise UsageError(f"--max_failure_ratio {opts.max_failure_ratio} must lie in [0, 1]")
+    if opts.min_shards < 1:
+        raise UsageError("--min_shards must be >= 1")
+    if opts.gcs_retry_s <= 0:
+        raise UsageError(f"--gcs_retry_s {opts.gcs_retry_s} must be > 0 (seconds)")
+    try:
+        parse_splits(opts.splits)
+    except SplitSpecError as exc:
+        raise UsageError(str(exc)) from None
+    if opts.incremental and opts.overwrite:
+        raise UsageError("--incremental and --overwrite exclude each other: --incremental adds a "
+                         "version and keeps the earlier ones (roll back with 'dcm2tfrecord rollback')")
+    if opts.incremental and opts.salt() == RANDOM_SALT:
+        raise UsageError("--incremental needs a fixed --id_salt (or $" + SALT_ENV + "): with "
+                         "--allow_random_salt no record id repeats, so nothing could be reused")
+    if opts.labels and opts.labels_from_dirs:
+        raise UsageError("--labels and --labels_from_dirs exclude each other; choose one")
+    if opts.split_column and not opts.labels:
+        raise UsageError("--split_column needs --labels (the CSV that holds the column)")
+    if opts.multi_label and not (opts.labels or opts.labels_from_dirs):
+        raise UsageError("--multi_label needs --labels")
+    if opts.labels:
+        check_label_csv(opts)
+    if opts.window:
+        try:
+            parse_window(opts.window)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if opts.resize:
+        try:
+            parse_resize(opts.resize)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if opts.unit == "series" and opts.frames == "split":
+        raise UsageError("--unit series and --frames split exclude each other")
+    if opts.window and opts.dicom_values != "window":
+        raise UsageError("--window needs --dicom_values window")
+    if opts.id_salt and opts.id_salt_file:
+        raise UsageError("--id_salt and --id_salt_file exclude each other; give the salt one way")
+    if not opts.salt():
+        raise UsageError(f"no identifier salt: set --id_salt_file (or --id_salt, or ${SALT_ENV}) to a "
+                         "secret kept the same across runs (stable hashes, stable splits), or pass "
+                         "--allow_random_salt")

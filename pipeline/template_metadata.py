@@ -1,0 +1,30 @@
+"""The Flex Template's metadata.json, one parameter per option of the table
+(``python -m pipeline.template_metadata --metadata > metadata.json``)."""
+from __future__ import annotations
+
+import json
+import sys
+
+from pipeline.option_table import OPTIONS
+
+
+def template_metadata() -> dict:
+    """The Flex Template's metadata.json: one parameter per option, from OPTIONS."""
+    return {
+        "name": "dcm2tfrecord convert",
+        "description": "Converts a DICOM/PNG/JPEG archive on Cloud Storage into deterministic, "
+                       "size-bounded TFRecord shards plus dataset.json (see README). Launch with "
+                       "sdk_container_image set to the template image so the workers run the same code.",
+        "streaming": False,
+        "parameters": [
+            {"name": o.flag, "label": o.template.label, "helpText": o.template.help,
+             "isOptional": not (o.required or o.template.required), **({"regexes": list(o.template.regexes)}
+                                              if o.template.regexes else {})}
+            for o in OPTIONS if o.template is not None],
+    }
+
+
+if __name__ == "__main__":   # python -m pipeline.template_metadata --metadata > metadata.json
+    if sys.argv[1:] != ["--metadata"]:
+        sys.exit("usage: python -m pipeline.template_metadata --metadata")
+    print(json.dumps(template_metadata(), indent=2))

@@ -1,0 +1,6 @@
+"""A bad option or argument: the error every check before any work raises."""
+from __future__ import annotations
+
+
+class UsageError(Exception):
+    """A bad option: reported in one line, exit code 2, nothing written."""

@@ -1,0 +1,123 @@
+"""The dicom/* features: the allowlist of non-identifying attributes written, the
+identifiers written only hashed, --keep_tags, and their schema in dataset.json."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from pydicom.dataset import Dataset
+
+from transforms.dicom import functional_groups
+from transforms.dicom.syntax import transfer_syntax
+from transforms.settings import DecodeSettings
+
+# Non-identifying attributes written by default (PS3.15 Annex E keeps these).
+ALLOWED_TEXT = ("Modality", "BodyPartExamined", "Manufacturer", "ManufacturerModelName",
+                "PhotometricInterpretation", "ViewPosition", "Laterality", "ImageLaterality")
+ALLOWED_NUMBERS = ("PixelSpacing", "ImagerPixelSpacing", "SliceThickness", "SpacingBetweenSlices",
+                   "KVP", "BitsStored", "RescaleSlope", "RescaleIntercept")
+IDENTIFIERS = {"patient_id": "PatientID", "study_uid": "StudyInstanceUID",
+               "series_uid": "SeriesInstanceUID", "sop_uid": "SOPInstanceUID",
+               "accession": "AccessionNumber"}
+
+
+@functools.lru_cache(maxsize=1024)
+def _snake(keyword: str) -> str:
+    out = []
+    for i, ch in enumerate(keyword):
+        if ch.isupper() and i and (not keyword[i - 1].isupper() or
+                                   (i + 1 < len(keyword) and keyword[i + 1].islower())):
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def _floats(values) -> np.ndarray:
+    """A float32 array: encodes as FloatList even when empty, keeping one schema."""
+    return np.asarray(values, dtype=np.float32).reshape(-1)
+
+
+def _numbers(ds: Dataset, keyword: str) -> np.ndarray:
+    try:
+        value = ds.get(keyword)
+        if value is None or value == "":
+            return _floats([])
+        if isinstance(value, (list, tuple)) or hasattr(value, "__iter__") and not isinstance(value, str):
+            return _floats([float(v) for v in value])
+        return _floats([float(value)])
+    except Exception:
+        return _floats([])
+
+
+# How ``metadata`` reads each feature's value.
+_TEXT, _NUMBERS, _SYNTAX, _WINDOW, _EMPTY, _HASHED = range(6)
+
+
+def _features(keep_tags: tuple[str, ...]) -> list:
+    """The one definition of the dicom/* features ``metadata`` writes, in its order: (key,
+    how its value is read, the keyword read, its schema in dataset.json)."""
+    return ([(f"dicom/{_snake(k)}", _TEXT, k, {"dtype": "bytes", "shape": []}) for k in ALLOWED_TEXT]
+            + [(f"dicom/{_snake(k)}", _NUMBERS, k, {"dtype": "float", "shape": [-1]})
+               for k in ALLOWED_NUMBERS]
+            + [("dicom/transfer_syntax", _SYNTAX, None, {"dtype": "bytes", "shape": []}),
+               ("dicom/window", _WINDOW, None,
+                {"dtype": "float", "shape": [-1],
+                 "description": "[center, width] applied with --dicom_values window"}),
+               ("dicom/slice_spacing", _EMPTY, None,
+                {"dtype": "float", "shape": [-1],
+                 "description": "--unit series: spacing between slices in mm"})]
+            + [(f"dicom/{name}_hash", _HASHED, keyword,
+                {"dtype": "bytes", "shape": [],
+                 "description": "HMAC-SHA256 with --id_salt, hex; empty if absent"})
+               for name, keyword in IDENTIFIERS.items()]
+            + [(f"dicom/{keyword}", _TEXT, keyword,
+                {"dtype": "bytes", "shape": [], "description": "--keep_tags"}) for keyword in keep_tags])
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(keep_tags: tuple[str, ...]) -> tuple:
+    """(key, how, keyword) of each feature ``metadata`` writes, in its order."""
+    return tuple((key, how, keyword) for key, how, keyword, _ in _features(keep_tags))
+
+
+def metadata_feature_names(keep_tags: tuple[str, ...] = ()) -> dict:
+    """The dicom/* feature schema, as dataset.json lists it: ``metadata``'s features and,
+    after the per-file ones, the Enhanced multi-frame features (functional_groups)."""
+    out = {}
+    for key, _, _, schema in _features(tuple(keep_tags)):
+        out[key] = schema
+        if key == "dicom/slice_spacing":
+            out.update(functional_groups.RECORD_FEATURES)
+    return out
+
+
+def metadata_keys(settings: DecodeSettings) -> tuple[str, ...]:
+    """The keys ``metadata`` returns, in its order (the DICOM shortcut carries values only)."""
+    return tuple(key for key, _, _ in _plan(tuple(settings.keep_tags)))
+
+
+def metadata(ds: Dataset, settings: DecodeSettings, window: dict) -> dict:
+    """Allowlisted, non-identifying attributes under ``dicom/``; identifiers only hashed."""
+    from transforms.hashing import identifier_hash
+    out: dict = {}
+    for key, how, keyword in _plan(tuple(settings.keep_tags)):
+        if how == _TEXT:
+            try:
+                out[key] = str(ds.get(keyword, "") or "")
+            except Exception:
+                out[key] = ""
+        elif how == _NUMBERS:
+            out[key] = _numbers(ds, keyword)
+        elif how == _SYNTAX:
+            out[key] = transfer_syntax(ds)
+        elif how == _WINDOW:
+            out[key] = _floats([window["center"], window["width"]] if window else [])
+        elif how == _EMPTY:
+            out[key] = _floats([])
+        else:
+            try:
+                value = str(ds.get(keyword, "") or "").strip()
+            except Exception:
+                value = ""
+            out[key] = identifier_hash(value, settings.id_salt) if value else ""
+    return out

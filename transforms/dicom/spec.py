@@ -1,0 +1,141 @@
+"""What a DICOM file will decode to, read from its header only.
+
+The Image Pixel module (PS3.3 C.7.6.3) gives the geometry; the Modality LUT
+module (PS3.3 C.11.1) gives the value range after rescale, from which the
+stored dtype follows. Pixel data is never read here: pydicom defers large
+values, so probing costs a header read even for a 1 GB multi-frame file.
+"""
+from __future__ import annotations
+
+import math
+
+from pydicom.dataset import Dataset
+
+from dataset import reasons
+from transforms.dicom import functional_groups
+from transforms.dicom.content import has_float_pixels
+from transforms.dicom.elements import float_value, int_value
+from transforms.dtypes import smallest_integer_dtype
+from transforms.errors import ConversionError
+from transforms.values import ImageSpec
+from transforms.settings import DecodeSettings
+
+_REQUIRED = ("Rows", "Columns", "BitsAllocated")
+
+
+def validate_pixel_module(ds: Dataset) -> None:
+    """Rejects Image Pixel module values no real file has (PS3.3 C.7.6.3.1), before any use."""
+    allocated = int_value(ds, "BitsAllocated")
+    stored = int_value(ds, "BitsStored", allocated)
+    checks = [
+        (allocated in (1, 8, 16, 32, 64), f"Bits Allocated {allocated} is not 1, 8, 16, 32 or 64"),
+        (1 <= stored <= allocated, f"Bits Stored {stored} outside 1..Bits Allocated ({allocated})"),
+        (0 < int_value(ds, "Rows") <= 65535, f"Rows {int_value(ds, 'Rows')} outside 1..65535"),
+        (0 < int_value(ds, "Columns") <= 65535, f"Columns {int_value(ds, 'Columns')} outside 1..65535"),
+        (int_value(ds, "SamplesPerPixel", 1) in (1, 3, 4),
+         f"Samples per Pixel {int_value(ds, 'SamplesPerPixel', 1)} is not 1, 3 or 4"),
+        (int_value(ds, "PixelRepresentation", 0) in (0, 1),
+         f"Pixel Representation {int_value(ds, 'PixelRepresentation', 0)} is not 0 or 1"),
+        (0 < (int_value(ds, "NumberOfFrames", 1) or 1) <= 1_000_000,
+         f"Number of Frames {int_value(ds, 'NumberOfFrames', 1)} is implausible"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConversionError(reasons.INVALID_VALUE, message)
+
+
+def stored_range(ds: Dataset) -> tuple[int, int]:
+    """Range of stored values from Bits Stored and Pixel Representation."""
+    bits = int_value(ds, "BitsStored", int_value(ds, "BitsAllocated"))
+    if int_value(ds, "PixelRepresentation", 0) == 1:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def modality_dtype(ds: Dataset) -> str:
+    """dtype of the modality-LUT output, PS3.3 C.11.1.
+
+    Rescale with integer slope and intercept keeps integers (CT in HU is
+    int16); a fractional rescale needs float32; a Modality LUT Sequence maps
+    into the LUT's bit depth. Colour images have no modality LUT. An Enhanced
+    image's rescale is per frame (transforms.dicom.functional_groups): the
+    dtype is the smallest exact over every frame's range.
+    """
+    views = None if has_float_pixels(ds) else functional_groups.value_views(ds)
+    if not views:
+        found = modality_range(ds)
+        return found if isinstance(found, str) else smallest_integer_dtype(*found)
+    ranges = [modality_range(view) for view in {id(v): v for v in views}.values()]
+    floats = [r for r in ranges if isinstance(r, str)]
+    if floats:
+        return "float64" if "float64" in floats else "float32"
+    return smallest_integer_dtype(min(r[0] for r in ranges), max(r[1] for r in ranges))
+
+
+def modality_range(ds: Dataset):
+    """The (lo, hi) integer range of the modality-LUT output, or the float dtype it needs."""
+    if "FloatPixelData" in ds:
+        return "float32"
+    if "DoubleFloatPixelData" in ds:
+        return "float64"
+    lo, hi = stored_range(ds)
+    if int_value(ds, "SamplesPerPixel", 1) == 1:
+        if "ModalityLUTSequence" in ds:
+            descriptor = ds.ModalityLUTSequence[0].LUTDescriptor
+            return (0, 255) if int(descriptor[2]) <= 8 else (0, 65535)
+        if "RescaleSlope" in ds and "RescaleIntercept" in ds:
+            slope = float_value(ds, "RescaleSlope", 1.0)
+            intercept = float_value(ds, "RescaleIntercept", 0.0)
+            if not (math.isfinite(slope) and math.isfinite(intercept)):
+                raise ConversionError(reasons.INVALID_VALUE, f"rescale {slope}, {intercept} is not finite")
+            if not (slope.is_integer() and intercept.is_integer()) or abs(slope) > 2 ** 31 \
+                    or abs(intercept) > 2 ** 62:
+                return "float32"
+            lo, hi = sorted((lo * slope + intercept, hi * slope + intercept))
+            if str(ds.get("Modality", "")).upper() == "CT":
+                # Hounsfield units lie physically within int16 even when a
+                # 16-bit signed stored range minus 1024 would not; a slice whose
+                # values really exceed it decodes wider than planned, and the
+                # shard writer refuses it (decoded_size_mismatch).
+                lo, hi = max(lo, -32768), min(hi, 32767)
+    return lo, hi
+
+
+def _stored_dtype(ds: Dataset) -> str:
+    if "FloatPixelData" in ds:
+        return "float32"
+    if "DoubleFloatPixelData" in ds:
+        return "float64"
+    return smallest_integer_dtype(*stored_range(ds))
+
+
+def _palette_dtype(ds: Dataset) -> str:
+    descriptor = ds.get("RedPaletteColorLookupTableDescriptor")
+    bits = int(descriptor[2]) if descriptor is not None else 8
+    return "uint8" if bits <= 8 else "uint16"
+
+
+def value_dtype_and_channels(ds: Dataset, settings: DecodeSettings) -> tuple[str, int]:
+    """(dtype, channels) of the mapped values, by --dicom_values, before geometry."""
+    samples = int_value(ds, "SamplesPerPixel", 1)
+    photometric = str(ds.get("PhotometricInterpretation", "") or "").upper()
+    if settings.dicom_values == "stored":
+        return _stored_dtype(ds), samples
+    if photometric == "PALETTE COLOR":
+        return _palette_dtype(ds), 3
+    if samples > 1:
+        return _stored_dtype(ds), samples
+    if settings.dicom_values == "window":
+        return ("uint8" if settings.window_bits == 8 else "uint16"), 1
+    return modality_dtype(ds), 1
+
+
+def image_spec(ds: Dataset, settings: DecodeSettings = DecodeSettings()) -> ImageSpec:
+    """Shape and dtype of the mapped values (all frames), before geometry."""
+    for keyword in _REQUIRED:
+        int_value(ds, keyword)
+    validate_pixel_module(ds)
+    frames = int_value(ds, "NumberOfFrames", 1) or 1
+    dtype, channels = value_dtype_and_channels(ds, settings)
+    return ImageSpec(depth=frames, height=int_value(ds, "Rows"), width=int_value(ds, "Columns"),
+                     channels=channels, dtype=dtype)
