@@ -5,8 +5,8 @@ import pytest
 from transforms.values import ImageSpec, ProbedRecord, SourceFile
 from transforms.settings import MB, ShardBounds
 from transforms.planning.shards import (ORDER, assign_entries, bucket_of_order,
-                                        bucket_starts, choose_num_shards, entry_record, for_planning,
-                                        layout, planning_entry)
+                                        bucket_starts, choose_num_shards, dense_index, entry_record,
+                                        for_planning, layout, occupied_cuts, planning_entry)
 
 
 def _records(sizes):
@@ -28,18 +28,22 @@ def _assign(records, start, lay):
 
 
 def _plan(records, bounds):
-    """The pipeline's planning, run in plain Python bucket by bucket."""
+    """The pipeline's planning, run in plain Python bucket by bucket: cuts per bucket, then the
+    occupied cuts numbered densely. Returns the layout as written and {shard index: records}."""
     total = sum(r.planned_bytes for r in records)
-    lay = layout(total, len(records), max(r.planned_bytes for r in records), bounds)
+    lay = layout(total, len(records), max(r.planned_bytes for r in records), bounds,
+                 min_record_bytes=min(r.planned_bytes for r in records))
     buckets = {}
     for r in records:
         buckets.setdefault(("train", _bucket_of(r)), []).append(r)
     starts = bucket_starts([(k, sum(r.planned_bytes for r in v)) for k, v in buckets.items()])
-    shards = {}
+    by_cut = {}
     for key, recs in buckets.items():
-        for index, r in _assign(recs, starts[key], lay):
-            shards.setdefault(index, []).append(r)
-    return lay, shards
+        for cut, r in _assign(recs, starts[key], lay):
+            by_cut.setdefault(cut, []).append(r)
+    occupied = occupied_cuts(("train", cut) for cut in by_cut)["train"]
+    shards = {dense_index(cut, occupied): recs for cut, recs in by_cut.items()}
+    return lay.with_occupied(occupied), shards
 
 
 def test_small_split_is_one_shard():

@@ -24,8 +24,8 @@ from dataset.versions import (BaseVersion, PreviousShard, choose_reused, read_re
 from transforms.output.write import record_fingerprint
 from transforms.counters import distribution
 from transforms.planning.shards import (ORDER, PLANNED_BYTES, RECORD_ID, assign_entries,
-                                        bucket_of_order, bucket_starts, entry_record, layout,
-                                        planning_entry)
+                                        bucket_of_order, bucket_starts, dense_index, entry_record,
+                                        layout, occupied_cuts, planning_entry)
 from transforms.settings import ShardBounds
 from transforms.values import ProbedRecord, ShardPlan
 
@@ -104,17 +104,22 @@ class ReuseShards(beam.PTransform):
 
 
 class SplitTotalsFn(beam.CombineFn):
-    """(planned bytes) -> (total bytes, records, largest record) per split."""
+    """(planned bytes) -> (total bytes, records, largest record, smallest record) per split
+    (smallest 0 while no record is seen)."""
 
     def create_accumulator(self):
-        return 0, 0, 0
+        return 0, 0, 0, 0
 
     def add_input(self, acc, planned_bytes):
-        return acc[0] + planned_bytes, acc[1] + 1, max(acc[2], planned_bytes)
+        smallest = min(acc[3], planned_bytes) if acc[1] else planned_bytes
+        return acc[0] + planned_bytes, acc[1] + 1, max(acc[2], planned_bytes), smallest
 
     def merge_accumulators(self, accs):
-        accs = list(accs)
-        return (sum(a[0] for a in accs), sum(a[1] for a in accs), max(a[2] for a in accs))
+        seen = [a for a in accs if a[1]]
+        if not seen:
+            return self.create_accumulator()
+        return (sum(a[0] for a in seen), sum(a[1] for a in seen), max(a[2] for a in seen),
+                min(a[3] for a in seen))
 
     def extract_output(self, acc):
         return acc
@@ -133,10 +138,11 @@ def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping):
         yield (split, index), entry
 
 
-def _to_plan(keyed, layouts: Mapping) -> ShardPlan:
-    (split, index), entries = keyed
+def _to_plan(keyed, occupied: Mapping) -> ShardPlan:
+    (split, cut), entries = keyed
     ordered = sorted(entries, key=lambda e: (e[ORDER], e[RECORD_ID]))
-    return ShardPlan(split=split, index=index, num_shards=layouts[split].num_shards,
+    cuts = occupied[split]
+    return ShardPlan(split=split, index=dense_index(cut, cuts), num_shards=len(cuts),
                      records=tuple(entry_record(e) for e in ordered))
 
 
@@ -158,10 +164,10 @@ class PlanShards(beam.PTransform):
         layouts = (entries
                    | "KeyPlannedBytesBySplit" >> beam.MapTuple(lambda split, e: (split, e[PLANNED_BYTES]))
                    | "SumSplitBytes" >> beam.CombinePerKey(SplitTotalsFn())
-                   # (split, (bytes, records, largest record))
+                   # (split, (bytes, records, largest record, smallest record))
                    | "ChooseShardCounts" >> beam.MapTuple(
-                       lambda split, t: (split, layout(t[0], t[1], t[2], bounds, min_shards))))
-                   # (split, SplitLayout)
+                       lambda split, t: (split, layout(t[0], t[1], t[2], bounds, min_shards, t[3]))))
+                   # (split, SplitLayout): cuts, before the occupied ones are counted
         layouts_by_split = AsDict(layouts)
         bucketed = entries | "AssignHashBucket" >> beam.MapTuple(bucket_key)
                    # ((split, bucket), entry)
@@ -176,8 +182,17 @@ class PlanShards(beam.PTransform):
                  # ((split, bucket), [entry]): a contiguous range of the order
                  | "AssignShards" >> beam.FlatMap(_shards_of_bucket, AsSingleton(starts),
                                                   layouts_by_split)
-                 # ((split, shard index), entry)
-                 | "GroupShards" >> beam.GroupByKey()
-                 | "OrderShardRecords" >> beam.Map(_to_plan, layouts_by_split))
-                 # ShardPlan
+                 # ((split, cut), entry)
+                 | "GroupShards" >> beam.GroupByKey())
+                 # ((split, cut), [entry]): one shard
+        occupied = (plans
+                    | "ShardCuts" >> beam.Keys()
+                    | "CollectShardCuts" >> beam.combiners.ToList()
+                    | "OccupiedCuts" >> beam.Map(occupied_cuts))
+                    # {split: sorted occupied cuts}: at most one number per shard
+        plans = plans | "OrderShardRecords" >> beam.Map(_to_plan, AsSingleton(occupied))
+                 # ShardPlan, numbered densely over the occupied cuts
+        layouts = layouts | "CountOccupiedCuts" >> beam.MapTuple(
+            lambda split, lay, cuts: (split, lay.with_occupied(cuts[split])), AsSingleton(occupied))
+                 # (split, SplitLayout): num_shards as written
         return plans, layouts
