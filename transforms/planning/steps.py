@@ -25,7 +25,7 @@ from transforms.output.write import record_fingerprint
 from transforms.counters import distribution
 from transforms.planning.shards import (ORDER, PLANNED_BYTES, RECORD_ID, assign_entries,
                                         bucket_of_order, bucket_starts, dense_index, entry_record,
-                                        layout, occupied_cuts, planning_entry)
+                                        layout, occupied_cuts, over_max, planning_entry)
 from transforms.settings import ShardBounds
 from transforms.values import ProbedRecord, ShardPlan
 
@@ -134,8 +134,32 @@ def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping):
     (split, bucket), entries = keyed
     entries = list(entries)
     distribution(BUCKET_RECORDS, len(entries))   # the largest group planning holds
-    for index, entry in assign_entries(entries, starts[(split, bucket)], layouts[split]):
-        yield (split, index), entry
+    start, lay = starts[(split, bucket)], layouts[split]
+    for (index, entry), (fine, _) in zip(assign_entries(entries, start, lay),
+                                         assign_entries(entries, start, lay.fine())):
+        yield (split, index), (fine, entry)
+
+
+def _planned_shard_size(keyed):
+    (split, index), (_, entry) = keyed
+    return (split, index), (entry[PLANNED_BYTES], 1)
+
+
+def _choose_cut(keyed, over: frozenset):
+    """((split, cut), entry): the capped count's shard, or the fine cut where that split has a
+    shard of two or more records above the maximum (see planning.shards)."""
+    (split, index), (fine, entry) = keyed
+    return (split, fine if split in over else index), entry
+
+
+def _sum_pairs(pairs):
+    pairs = list(pairs)
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+def _with_occupied(split_layout, occupied: Mapping):
+    split, lay = split_layout
+    return split, lay.with_occupied(occupied[split])
 
 
 def _to_plan(keyed, occupied: Mapping) -> ShardPlan:
@@ -167,7 +191,7 @@ class PlanShards(beam.PTransform):
                    # (split, (bytes, records, largest record, smallest record))
                    | "ChooseShardCounts" >> beam.MapTuple(
                        lambda split, t: (split, layout(t[0], t[1], t[2], bounds, min_shards, t[3]))))
-                   # (split, SplitLayout): cuts, before the occupied ones are counted
+                   # (split, SplitLayout): shards of the capped count, fine cuts
         layouts_by_split = AsDict(layouts)
         bucketed = entries | "AssignHashBucket" >> beam.MapTuple(bucket_key)
                    # ((split, bucket), entry)
@@ -177,11 +201,21 @@ class PlanShards(beam.PTransform):
                   | "CollectBucketSizes" >> beam.combiners.ToList()
                   | "PrefixSumBuckets" >> beam.Map(bucket_starts))
                   # {(split, bucket): start offset}
-        plans = (bucketed
-                 | "GroupHashBuckets" >> beam.GroupByKey()
-                 # ((split, bucket), [entry]): a contiguous range of the order
-                 | "AssignShards" >> beam.FlatMap(_shards_of_bucket, AsSingleton(starts),
-                                                  layouts_by_split)
+        assigned = (bucketed
+                    | "GroupHashBuckets" >> beam.GroupByKey()
+                    # ((split, bucket), [entry]): a contiguous range of the order
+                    | "AssignShards" >> beam.FlatMap(_shards_of_bucket, AsSingleton(starts),
+                                                     layouts_by_split))
+                    # ((split, shard of the capped count), (fine cut, entry))
+        over = (assigned
+                | "PlannedShardSizes" >> beam.Map(_planned_shard_size)
+                | "SumPlannedShards" >> beam.CombinePerKey(_sum_pairs)
+                # ((split, shard), (planned bytes, records)): one per shard
+                | "CollectShardSizes" >> beam.combiners.ToList()
+                | "SplitsOverMax" >> beam.Map(over_max, bounds))
+                # frozenset of splits to cut finely
+        plans = (assigned
+                 | "ChooseCuts" >> beam.Map(_choose_cut, AsSingleton(over))
                  # ((split, cut), entry)
                  | "GroupShards" >> beam.GroupByKey())
                  # ((split, cut), [entry]): one shard
@@ -192,7 +226,6 @@ class PlanShards(beam.PTransform):
                     # {split: sorted occupied cuts}: at most one number per shard
         plans = plans | "OrderShardRecords" >> beam.Map(_to_plan, AsSingleton(occupied))
                  # ShardPlan, numbered densely over the occupied cuts
-        layouts = layouts | "CountOccupiedCuts" >> beam.MapTuple(
-            lambda split, lay, cuts: (split, lay.with_occupied(cuts[split])), AsSingleton(occupied))
+        layouts = layouts | "CountOccupiedCuts" >> beam.Map(_with_occupied, AsSingleton(occupied))
                  # (split, SplitLayout): num_shards as written
         return plans, layouts
