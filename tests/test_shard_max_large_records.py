@@ -1,7 +1,7 @@
 """End to end: records large against --max_shard_mb never share a shard above the maximum.
 
 A PNG archive of a few 64x64 images (~4.5 KB records) among many 16x16 ones
-(~0.7 KB), converted under a 5000-byte maximum: the largest record passes
+(~0.7 KB), converted under a 6000-byte maximum: the largest record passes
 max/2, where the shard count capped at T/largest made shards of several
 records above the maximum (issue 23). Every shard of two or more records must
 now fit the maximum, the names must stay contiguous (-of-n, no gap), and every
@@ -14,7 +14,7 @@ import os
 import reader
 from tests.conftest import run_convert, write_png_archive
 
-MAX_BYTES = 5000
+MAX_BYTES = 6000
 
 
 def test_every_multi_record_shard_within_max_with_large_records(tmp_path):
