@@ -47,6 +47,8 @@ setup(
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",
                  "grain>=0.2",
+                 # run_tests.sh: one worker per core (the suite fits CI's 20 minutes)
+                 "pytest-xdist>=3.5",
                  # independent Enhanced multi-frame objects for tests/test_enhanced_multiframe.py
                  "highdicom>=0.28"],
     },

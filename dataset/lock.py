@@ -3,13 +3,24 @@
 A second run on the same ``--output`` (plain or ``--incremental``, where the
 lock is on the root that holds the versions) refuses at once, before it
 writes anything, naming the run that holds the lock (host, process, start
-time, and its command line with the salt blanked). What it would otherwise
-do: both runs exit 0, the last to finish wins, and an ``--incremental`` pair
-both claim the same version.
+time). What it would otherwise do: both runs exit 0, the last to finish
+wins, and an ``--incremental`` pair both claim the same version.
+
+The lock holds only what judging its holder's liveness needs: host, process
+id, start time, a random token and a heartbeat. No command line and no path:
+``--input`` folders are often named after patients.
+
+A lock that cannot be taken at all (``.lock`` is a directory, a symbolic link,
+not a regular file, or cannot be opened) is LockUnavailable: one line naming
+it and the fix. The lock file is opened with ``O_NOFOLLOW``: a ``.lock`` link
+is never followed, so nothing outside the output is ever overwritten.
 
 - Local outputs: ``fcntl.flock`` on ``OUT/.lock``. The kernel releases it
-  when the holder dies (even by SIGKILL), so a crash never leaves a stale
-  lock; the file is removed when the run ends.
+  when the holder dies (even by SIGKILL): a lock file whose flock is free
+  belongs to a process that is no longer running, so the next run takes it
+  over (rewrites it with its own holder) and removes it when it ends. A dead
+  run's lock is thus harmless (nothing identifying in it) and cleaned up by
+  the next run on that output.
 - ``gs://`` outputs (no file locks on an object store): ``OUT/.lock`` is an
   object holding the holder's token and a heartbeat the holder renews every
   ``HEARTBEAT_S``. A run refuses a lock whose heartbeat is younger than
@@ -25,7 +36,7 @@ import contextlib
 import json
 import os
 import socket
-import sys
+import stat
 import threading
 import time
 import uuid
@@ -44,27 +55,27 @@ class OutputBusy(Exception):
     """Another run holds the output's lock."""
 
 
-def _holder(token: str) -> dict:
-    argv = list(sys.argv)
-    for i, arg in enumerate(argv):          # never write the salt anywhere
-        if arg.startswith("--id_salt="):
-            argv[i] = "--id_salt=***"
-        elif arg == "--id_salt" and i + 1 < len(argv):
-            argv[i + 1] = "***"
+class LockUnavailable(Exception):
+    """The output's lock cannot be taken at all (a directory, a link, unwritable)."""
+
+
+def _holder(token: str, started: str) -> dict:
+    """What the lock holds: enough to judge the holder's liveness, nothing identifying."""
     return {"token": token, "host": socket.gethostname(), "pid": os.getpid(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "heartbeat": time.time(),
-            "command": " ".join(argv)[:500]}
+            "started": started, "heartbeat": time.time()}
 
 
 def describe(holder: dict) -> str:
     return (f"process {holder.get('pid', '?')} on {holder.get('host', '?')}, started "
-            f"{holder.get('started', '?')}: {holder.get('command', '?')}")
+            f"{holder.get('started', '?')}")
 
 
 def _busy(output: str, holder: Optional[dict]) -> OutputBusy:
     who = describe(holder) if holder else "another run"
+    dead = ("a local lock is released by the kernel when its holder dies" if "://" not in output else
+            f"a dead run's lock is taken over once its heartbeat is {STALE_S:.0f} s old")
     return OutputBusy(f"--output {output} is being written by {who}; wait for it to finish, or choose "
-                      f"another --output (if that run is dead, remove {FileSystems.join(output, LOCK_NAME)})")
+                      f"another --output ({dead})")
 
 
 class OutputLock:
@@ -74,6 +85,7 @@ class OutputLock:
         self.output = output.rstrip("/") or "/"
         self.path = FileSystems.join(self.output, LOCK_NAME)
         self.token = uuid.uuid4().hex
+        self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self._fd: Optional[int] = None
         self._stop = threading.Event()
 
@@ -89,26 +101,50 @@ class OutputLock:
 
     # ------------------------------------------------------------ local
 
+    def _unavailable(self, why: str) -> LockUnavailable:
+        return LockUnavailable(f"--output {self.output}: the lock {self.path} {why}; remove it (no "
+                               "run of dcm2tfrecord makes it so) and rerun")
+
+    def _open_local(self) -> int:
+        """``OUT/.lock`` opened read-write, created if absent, never through a link."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o644)
+        except IsADirectoryError:
+            raise self._unavailable("is a directory") from None
+        except OSError as exc:
+            if os.path.islink(self.path):
+                raise self._unavailable("is a symbolic link, which is never followed") from None
+            raise self._unavailable(f"cannot be opened for writing ({exc.strerror or exc})") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise self._unavailable("is not a regular file")
+        return fd
+
     def _acquire_local(self) -> None:
         import fcntl
         os.makedirs(self.output, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open_local()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _read_local(fd)
                 os.close(fd)
                 raise _busy(self.output, holder) from None
+            except OSError as exc:    # a file system without flock
+                os.close(fd)
+                raise self._unavailable(f"cannot be locked ({exc.strerror or exc})") from None
             try:   # the holder before us may have removed the file after we opened it
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                same = os.fstat(fd).st_ino == os.lstat(self.path).st_ino
             except FileNotFoundError:
                 same = False
             if same:
                 break
             os.close(fd)
+        # the flock was free: whoever wrote this file (if anyone) is no longer running
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps(_holder(self.token)).encode("utf-8"))
+        os.pwrite(fd, json.dumps(_holder(self.token, self.started)).encode("utf-8"), 0)
         self._fd = fd
 
     # ------------------------------------------------------------ gs://
@@ -122,7 +158,7 @@ class OutputLock:
 
     def _write_remote(self) -> None:
         with FileSystems.create(self.path, mime_type="application/json") as handle:
-            handle.write(json.dumps(_holder(self.token)).encode("utf-8"))
+            handle.write(json.dumps(_holder(self.token, self.started)).encode("utf-8"))
 
     def _acquire_remote(self) -> None:
         holder = self._read_remote()

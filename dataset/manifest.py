@@ -224,10 +224,21 @@ def parse_manifest(data, path: str = MANIFEST_NAME) -> dict:
     """
     try:
         manifest = json.loads(data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data)
-    except ValueError as exc:
-        raise ManifestError(path, f"does not parse: {exc}") from None
+    except ValueError as exc:      # JSONDecodeError, or bytes that are not UTF-8
+        raise ManifestError(path, f"does not parse ({exc}): it is incomplete or corrupt (it is "
+                                  "written whole at commit, so it was damaged since); restore it, "
+                                  "or convert again") from None
     if not isinstance(manifest, dict):
         raise ManifestError(path, "is not a JSON object")
+    return manifest
+
+
+def readable_manifest(manifest: dict, path: str) -> dict:
+    """``manifest`` if a reader can use it (it has a ``splits`` object), else ManifestError
+    naming ``path`` (``verify`` reports what else is wrong on its own)."""
+    if not isinstance(manifest.get("splits"), dict):
+        raise ManifestError(path, "is not a dcm2tfrecord manifest (no 'splits' object); restore it, "
+                                  "or convert again")
     return manifest
 
 

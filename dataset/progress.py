@@ -12,6 +12,7 @@ from typing import Mapping
 
 from dataset.storage import FileSystems
 
+from dataset.files import create_output
 from dataset.names import DONE_SUFFIX, INCOMPLETE_DIR, PLAN_NAME, PROGRESS_DIR, done_file_name
 
 
@@ -31,13 +32,16 @@ def incomplete_pattern(output_dir: str) -> str:
     return FileSystems.join(output_dir, INCOMPLETE_DIR, "*")
 
 
-def _write(output_dir: str, name: str, content: dict) -> None:
+def _write(output_dir: str, name: str, content: dict) -> str:
+    """Writes one progress file; "" when written, else why not (never raises)."""
     try:
         path = FileSystems.join(output_dir, PROGRESS_DIR, name)
-        with FileSystems.create(path, mime_type="application/json") as handle:
+        with create_output(output_dir, path, "application/json") as handle:
             handle.write(json.dumps(content, sort_keys=True).encode("utf-8"))
     except Exception as exc:  # noqa: BLE001
         logging.getLogger(__name__).warning("progress file %s not written: %s", name, exc)
+        return f"{type(exc).__name__}: {exc}"
+    return ""
 
 
 def write_plan(output_dir: str, layouts: Mapping) -> str:
@@ -48,9 +52,10 @@ def write_plan(output_dir: str, layouts: Mapping) -> str:
     return PLAN_NAME
 
 
-def write_done(output_dir: str, result, planned_records: int) -> None:
-    """{shard}.done: what one finished shard holds (a ShardResult) against its plan."""
-    _write(output_dir, done_file_name(result.file), {
+def write_done(output_dir: str, result, planned_records: int) -> str:
+    """{shard}.done: what one finished shard holds (a ShardResult) against its plan;
+    "" when written, else why not."""
+    return _write(output_dir, done_file_name(result.file), {
         "split": result.split, "records": result.num_records, "bytes": result.num_bytes,
         "planned_records": planned_records, "planned_bytes": result.planned_bytes})
 

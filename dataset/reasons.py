@@ -33,6 +33,7 @@ TOO_MANY_PIXELS = "too_many_pixels"              # header claims more than --max
 MISSING_LABEL = "missing_label"                  # no row in --labels for this record
 MALFORMED_LABEL_ROW = "malformed_label_row"      # a labels CSV line that cannot be used
 DUPLICATE_LABEL_ROW = "duplicate_label_row"      # a labels CSV key given again on a later line
+UNMATCHED_LABEL_ROW = "unmatched_label_row"      # a labels CSV line whose key no record has
 INVALID_LABEL = "invalid_label"                  # a label value that does not parse
 INVALID_SPLIT = "invalid_split"                  # a --split_column value that cannot name a split
 RECORD_TOO_LARGE = "record_too_large"            # one record exceeds --max_shard_mb
@@ -71,6 +72,8 @@ DOCUMENTED = {
     MISSING_LABEL: "no label for this record in --labels (counted as skipped with --missing_label skip)",
     MALFORMED_LABEL_ROW: "a labels CSV line with the wrong number of fields or an empty key (uri is csv:line)",
     DUPLICATE_LABEL_ROW: "a labels CSV key already given on an earlier line; the first line counts (uri is csv:line)",
+    UNMATCHED_LABEL_ROW: "a labels CSV line whose key no converted input has (a file that does not exist, "
+                         "or that was skipped or failed): it labels nothing and makes no class (uri is csv:line)",
     INVALID_LABEL: "a label value that does not parse as the column's kind",
     INVALID_SPLIT: "a --split_column value that is empty or cannot be part of a file name ('/', '..')",
     RECORD_TOO_LARGE: "a single record is larger than --max_shard_mb",

@@ -17,7 +17,7 @@ import os
 import time
 from typing import BinaryIO, Iterator
 
-from dataset.files import incomplete_file
+from dataset.files import create_output, incomplete_file
 from dataset.names import index_file_name
 from dataset.storage import FileSystems
 from dataset.tfrecord import frame, index_lines
@@ -122,7 +122,7 @@ def open_shard(output_dir: str, file_name: str, compression: str = "none") -> It
     pause, pause_dir = _test_pause()
     first = False
     with incomplete_file(final_path, output_dir) as tmp:
-        with FileSystems.create(tmp, mime_type="application/octet-stream") as raw:
+        with create_output(output_dir, tmp) as raw:
             shard = ShardSink(raw, compression == "gzip")
             if pause == "half_written":
                 shard._pause, shard._pause_after = (pause, pause_dir, file_name), HALF_WRITTEN_RECORDS
@@ -134,7 +134,7 @@ def open_shard(output_dir: str, file_name: str, compression: str = "none") -> It
                 _stop_here(pause, pause_dir, file_name, announce=False)
         index_path = FileSystems.join(output_dir, index_file_name(file_name))
         with incomplete_file(index_path, output_dir) as index_tmp:
-            with FileSystems.create(index_tmp, mime_type="text/plain") as handle:
+            with create_output(output_dir, index_tmp, "text/plain") as handle:
                 handle.write(index_lines(shard.offsets))
     if first:
         _stop_here(pause, pause_dir, file_name)

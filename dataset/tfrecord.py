@@ -146,25 +146,96 @@ def read_records(stream: BinaryIO) -> Iterator[FramedRecord]:
         offset += FRAMING_BYTES + length
 
 
+class CorruptIndexError(CorruptRecordError):
+    """A ``.idx`` file that does not describe its shard; names the file and the line."""
+
+
+def _bad_line(text: str, where: str) -> CorruptIndexError:
+    """The first line of ``text`` that is not ``offset size`` (two whole numbers >= 0)."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        shown = line if len(line) <= 60 else line[:60] + "..."
+        if len(fields) != 2 or not all(f.isascii() and f.isdigit() for f in fields):
+            return CorruptIndexError(f"{where}line {number} is {shown!r}, not 'offset size' "
+                                     "(two whole numbers)")
+        if any(len(f) > 19 or int(f) >= 1 << 63 for f in fields):
+            return CorruptIndexError(f"{where}line {number} is {shown!r}: a number too large "
+                                     "for any file")
+    return CorruptIndexError(f"{where}not 'offset size' lines")
+
+
+def _line_of(text: str, pair: int) -> int:
+    """The line number of the ``pair``-th (0-based) non-blank line."""
+    seen = -1
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            seen += 1
+            if seen == pair:
+                return number
+    return pair + 1
+
+
 def parse_index(text: str, shard: str = "") -> tuple[np.ndarray, np.ndarray]:
     """``(offsets, sizes)`` (int64) from the text of a DALI ``.idx`` file.
 
-    ValueError naming the first line that is not "offset size" (two integers).
+    CorruptIndexError (a ValueError) naming the first line that is not "offset size"
+    (two whole numbers that fit in 64 bits). What the lines say is not checked against
+    the shard: ``verify`` compares them with the records it walks, ``checked_index``
+    checks them on their own.
     """
     where = f"{shard}.idx: " if shard else ""
     values = text.split()
     lines = [line for line in text.splitlines() if line.strip()]
     try:
         pairs = np.array(values, dtype=np.int64).reshape(-1, 2) if len(values) == 2 * len(lines) else None
-    except ValueError:
+    except (ValueError, OverflowError):
         pairs = None
-    if pairs is None:
-        for number, line in enumerate(text.splitlines(), start=1):
-            fields = line.split()
-            if line.strip() and (len(fields) != 2 or not all(f.isdigit() for f in fields)):
-                raise ValueError(f"{where}line {number} is {line!r}, not 'offset size'")
-        raise ValueError(f"{where}not 'offset size' lines")
+    if pairs is None or (pairs.size and pairs.min() < 0):
+        raise _bad_line(text, where)
     return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+def checked_index(text: str, where: str, shard_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``parse_index``, and the lines must describe a shard of ``shard_bytes`` bytes as
+    written: the first record at offset 0, each next one where the one before ends (so
+    lines out of order are found, not read as the wrong record), every size at least the
+    16 framing bytes and the last record ending at the shard's end (so no size reaches past
+    the file). Anything else is a CorruptIndexError naming ``where`` (the .idx) and the line.
+    """
+    offsets, sizes = _parse_named(text, where)
+    if not len(offsets):
+        if shard_bytes:
+            raise CorruptIndexError(f"{where}: lists no record, the shard holds {shard_bytes} bytes")
+        return offsets, sizes
+    small, large = sizes < FRAMING_BYTES, sizes > shard_bytes
+    ends = np.cumsum(np.minimum(sizes, shard_bytes))
+    expected = np.concatenate(([0], ends[:-1]))
+    bad = np.nonzero(small | large | (offsets != expected))[0]
+    if bad.size:
+        i = int(bad[0])
+        if small[i]:
+            why = f"size {sizes[i]} is less than a record's {FRAMING_BYTES} framing bytes"
+        elif large[i]:
+            why = f"size {sizes[i]} is larger than the shard ({shard_bytes} bytes)"
+        elif i == 0:
+            why = f"the first record is at offset {offsets[0]}, not 0"
+        else:
+            why = (f"offset {offsets[i]} is not where the record of line {_line_of(text, i - 1)} "
+                   f"ends ({expected[i]}): lines out of order, missing or damaged")
+        raise CorruptIndexError(f"{where}: line {_line_of(text, i)}: {why}")
+    if int(ends[-1]) != shard_bytes:
+        raise CorruptIndexError(f"{where}: its records end at byte {int(ends[-1])}, the shard holds "
+                                f"{shard_bytes} bytes")
+    return offsets, sizes
+
+
+def _parse_named(text: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        return parse_index(text)
+    except CorruptIndexError as error:
+        raise CorruptIndexError(f"{where}: {error}") from None
 
 
 def scan_index(reader) -> tuple[np.ndarray, np.ndarray]:

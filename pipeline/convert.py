@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import time
+import uuid
 from typing import Optional, Sequence
 
 import apache_beam as beam
@@ -25,7 +26,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from pipeline import tool_version
-from dataset.lock import OutputBusy, OutputLock
+from dataset.lock import LockUnavailable, OutputBusy, OutputLock
 from pipeline.options import (LOCAL_RUNNERS, ConvertOptions, UsageError, absolute, check_runner,
                               check_salt_stays_out_of_the_job,
                               parse_convert, scan_label_csv, validate)
@@ -73,6 +74,10 @@ class ConversionFailed(Exception):
 # first element, more than small archives take to convert (docs/BENCHMARKS.md §2).
 IN_PROCESS_MAX_FILES = 256
 IN_PROCESS_MAX_BYTES = 256 << 20
+
+
+# how long a gs:// request made while tidying up after a failed run is retried
+CLEANUP_RETRY_S = 5.0
 
 
 def make_pipeline_options(beam_args: Sequence[str], patterns: Sequence[str] = ()) -> PipelineOptions:
@@ -165,6 +170,7 @@ class ConvertArchive(beam.PTransform):
         self.settings, self.options, self.version = settings, options, version
         self.base = base   # --incremental: the version to build on (no shards for the first)
         self.version_tag = version_tag(version_name)
+        self.run = uuid.uuid4().hex     # the steps of this run share one outage breaker per process
 
     def expand(self, pbegin):
         settings = self.settings
@@ -174,7 +180,8 @@ class ConvertArchive(beam.PTransform):
         probed = (sources
                   | "ProbeHeaders" >> beam.ParDo(ProbeHeadersFn(settings.max_pixels,
                                                                 settings.bounds.max_bytes,
-                                                                settings.decode, settings.storage_retry_s))
+                                                                settings.decode, settings.storage_retry_s,
+                                                                run=self.run))
                   .with_outputs(OUTCOMES, main="records"))
         # records: ProbedRecord; outcomes: Outcome
         records = probed.records
@@ -215,7 +222,8 @@ class ConvertArchive(beam.PTransform):
                                                               settings.compression, settings.decode,
                                                               records_files=self.base is not None,
                                                               tag=self.version_tag,
-                                                              storage_retry_s=settings.storage_retry_s),
+                                                              storage_retry_s=settings.storage_retry_s,
+                                                              run=self.run),
                                                  AsSingleton(plan_recorded)))
         # ShardResult and Outcome on one output, split by type here: no side input reads off a
         # step with several outputs (runners differ in how they keep those apart:
@@ -261,11 +269,22 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     if launch_only == "dry_run":   # a dry run touches no output: no lock either
         return _run(opts, options, launch_only, quiet)
     check_writable(opts.output)
+    failed = False
     try:
         with OutputLock(opts.output):
-            return _run(opts, options, launch_only, quiet)
-    except OutputBusy as exc:
+            try:
+                return _run(opts, options, launch_only, quiet)
+            except BaseException:
+                # tidying up after a failed run (the lock's release) never waits a whole retry
+                # budget: in an outage that would add one more --gcs_retry_s to the run's end
+                failed = True
+                configure_storage_retry(min(opts.gcs_retry_s, CLEANUP_RETRY_S))
+                raise
+    except (OutputBusy, LockUnavailable) as exc:
         raise UsageError(str(exc)) from None
+    finally:
+        if failed:
+            configure_storage_retry(opts.gcs_retry_s)
 
 
 def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool) -> dict:
@@ -339,6 +358,8 @@ def main(argv: Sequence[str]) -> int:
     debug = bool(os.environ.get(DEBUG_ENV))
     if not debug:   # a failed step is reported below in one line, not as Beam's ERROR traceback
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+        # nor as the tracebacks local worker processes relay through the job service
+        logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.CRITICAL)
     try:
         run(opts, beam_args)
     except ConversionFailed as exc:

@@ -242,10 +242,11 @@ OPTIONS: tuple[Option, ...] = (
                     "false (default): such a run fails and says why.", (_BOOL,)),
            kind="switch", setting="conversion.allow_empty", recorded=False),
     Option("gcs_retry_s", "how long one gs:// request is retried before it fails (default 60; Beam's "
-           "own is 120); 5 inputs in a row that storage does not answer stop the run", _FAIL,
+           "own is 120); storage that answers nothing for that long stops the run within about "
+           "twice this", _FAIL,
            Template("Storage retry budget (s)", "How long one Cloud Storage request is retried before it "
-                    "fails. Default 60. Five inputs in a row that storage does not answer stop the run "
-                    "(exit 1, nothing committed).", (_NUMBER,)),
+                    "fails. Default 60. Storage that answers nothing for that long stops the run within "
+                    "about twice this (exit 1, nothing committed).", (_NUMBER,)),
            type=float, setting="conversion.storage_retry_s", recorded=False),
     Option("id_salt", f"secret key for hashing identifiers (or ${SALT_ENV}); never written; "
            "local runs only (on any other runner it would travel in the job: use --id_salt_file)",
@@ -296,6 +297,12 @@ OPTIONS: tuple[Option, ...] = (
                     "sop_instance_uid, series_instance_uid, study_instance_uid or patient_id. Default "
                     "path.", _choices_regex(LABEL_KEYS)),
            choices=LABEL_KEYS, setting="conversion.label_key"),
+    Option("label_key_case", "exact (default): --label_key values match as written (after Unicode "
+           "NFC and a leading ./); fold: ignoring case", _LABELS,
+           Template("Label key case", "exact (default): label keys match as written, after Unicode NFC "
+                    "and without a leading ./; fold: ignoring upper/lower case.",
+                    _choices_regex(("exact", "fold"))),
+           choices=("exact", "fold"), setting="conversion.label_key_case"),
     Option("label_column", "CSV column holding the label", _LABELS,
            Template("Label column", "CSV column holding the label. Default label."),
            setting="conversion.label_column"),
@@ -392,6 +399,7 @@ class ConvertOptions:
     record_input_paths: bool = _default("record_input_paths")
     labels: Optional[str] = _default("labels")
     label_key: str = _default("label_key")
+    label_key_case: str = _default("label_key_case")
     label_column: str = _default("label_column")
     multi_label: bool = _default("multi_label")
     labels_from_dirs: bool = _default("labels_from_dirs")
@@ -563,13 +571,16 @@ def template_metadata() -> dict:
 def _check_label_csv(opts: ConvertOptions) -> None:
     from apache_beam.io.filesystems import FileSystems
     import io
-    from transforms.labels.table import read_header
+    from transforms.labels.table import LabelFileError, read_header
     path = absolute(opts.labels)
     if not FileSystems.exists(path):
         raise UsageError(f"--labels {opts.labels}: file not found")
     try:
         with FileSystems.open(path) as raw:
-            header = read_header(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""))
+            header = read_header(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""),
+                                 f"--labels {opts.labels}")
+    except LabelFileError as exc:
+        raise UsageError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"--labels {opts.labels}: its header is not UTF-8 text ({exc.reason}); "
                          "give a CSV file saved as UTF-8") from None
@@ -595,8 +606,11 @@ def scan_label_csv(labels: str) -> int:
     try:
         with FileSystems.open(absolute(labels)) as raw:
             rows = csv.reader(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""))
-            for _ in rows:
+            for row in rows:
                 line = rows.line_num
+                if any("\0" in cell for cell in row):
+                    raise UsageError(f"--labels {labels}: line {line} holds a NUL byte, which no "
+                                     "text CSV has; save it again as UTF-8 CSV")
     except UnicodeDecodeError as exc:
         raise UsageError(f"--labels {labels}: not UTF-8 text after line {line} ({exc.reason}); "
                          "give a CSV file saved as UTF-8") from None

@@ -10,11 +10,12 @@ from apache_beam.io.filesystems import FileSystems
 
 from dataset import versions
 from dataset.manifest import read_manifest
-from dataset.files import delete_tree, remove_empty_incomplete_dir
-from dataset.names import (FAILED_RUN_NAME, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB,
-                           files_of_shard, incomplete_name)
+from dataset.files import create_output, delete_tree, remove_empty_incomplete_dir
+from dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, LOCK_NAME,
+                           MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, VERSIONS_DIR, files_of_shard,
+                           incomplete_name)
 from dataset.progress import remove_progress
-from pipeline.options import PLACEMENT_OPTIONS, ConvertOptions, UsageError
+from pipeline.options import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions, UsageError
 
 
 def prepare_output(opts: ConvertOptions) -> None:
@@ -34,16 +35,39 @@ def prepare_output(opts: ConvertOptions) -> None:
         FileSystems.delete([manifest])
 
 
+# what a run writes or removes in its output, by name (shards are renamed into place,
+# which replaces a link rather than writing through it)
+_OWN_NAMES = (LOCK_NAME, INCOMPLETE_DIR, PROGRESS_DIR, MANIFEST_NAME, ERRORS_NAME, FAILED_RUN_NAME,
+              LATEST_NAME, VERSIONS_DIR)
+
+
+def refuse_links(output: str) -> None:
+    """A symbolic link where the run writes (``.lock``, ``.incomplete``, ``dataset.json``,
+    ``versions/NNNN``...) is a usage error: the run never writes through a link in its output."""
+    if "://" in output or not os.path.isdir(output):
+        return
+    candidates = [os.path.join(output, name) for name in _OWN_NAMES]
+    versions_dir = os.path.join(output, VERSIONS_DIR)
+    if os.path.isdir(versions_dir) and not os.path.islink(versions_dir):
+        candidates += [os.path.join(versions_dir, name) for name in sorted(os.listdir(versions_dir))]
+    for path in candidates:
+        if os.path.islink(path):
+            raise UsageError(f"--output {output}: {path} is a symbolic link; dcm2tfrecord never "
+                             "writes through links in its output: remove the link and rerun")
+
+
 def check_writable(output: str) -> None:
     """Creates ``output`` if needed and writes and removes one small file in it, so that an
-    output under a file, without permission or on a full disk fails now, in one line."""
+    output under a file, without permission or on a full disk fails now, in one line.
+    A symbolic link among the names the run writes is refused first (refuse_links)."""
     if "://" not in output and os.path.isfile(output):
         raise UsageError(f"--output {output} is a file; give a directory")
+    refuse_links(output)
     probe = FileSystems.join(output, incomplete_name("write-check", uuid.uuid4().hex))
     try:
         if "://" not in output:
-            os.makedirs(os.path.dirname(probe), exist_ok=True)
-        with FileSystems.create(probe, mime_type="application/octet-stream") as handle:
+            os.makedirs(output, exist_ok=True)
+        with create_output(output, probe) as handle:
             handle.write(b"dcm2tfrecord write check\n")
         FileSystems.delete([probe])
     except Exception as exc:  # noqa: BLE001 - any failure here means the run could not write
@@ -64,6 +88,17 @@ def remove_stale_files(output_dir: str, manifest: dict) -> None:
         FileSystems.delete(stale)
     delete_tree(FileSystems.join(output_dir, INCOMPLETE_DIR))
     remove_progress(output_dir)
+
+
+def with_new_options(manifest: dict) -> dict:
+    """``manifest`` with each option it does not record (an option newer than the version
+    that wrote it, such as --label_key_case) at its default, which is what that version
+    did: a release adding an option does not make the next version rebuild everything."""
+    recorded = dict(manifest.get("options", {}))
+    for option in OPTIONS:
+        if option.recorded and option.name not in recorded:
+            recorded[option.name] = option.default_value
+    return {**manifest, "options": recorded}
 
 
 def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, versions.BaseVersion]:
@@ -88,7 +123,7 @@ def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, vers
     if latest is None:
         base = versions.BaseVersion("", ())
     else:
-        previous = read_manifest(versions.version_dir(root, latest))
+        previous = with_new_options(read_manifest(versions.version_dir(root, latest)))
         base = versions.base_version(root, latest, previous, opts.recorded(), PLACEMENT_OPTIONS)
         if base.rebuild_reason:
             logging.getLogger(__name__).warning("%s: no shard of version %s is reused",

@@ -14,9 +14,10 @@ or Grain, and imports neither TensorFlow nor Beam::
 TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn``,
 ``as_numpy`` or ``DatasetInfo``, not by ``import reader``.
 """
-from reader.random_access import CorruptRecordError, RandomAccess
+from reader.random_access import CorruptIndexError, CorruptRecordError, RandomAccess
 
-__all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "RandomAccess", "CorruptRecordError"]
+__all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "RandomAccess", "CorruptRecordError",
+           "CorruptIndexError"]
 
 _LAZY = {"load": "reader.tfdata", "parse_fn": "reader.tfdata", "as_numpy": "reader.arrays",
          "info": "reader.manifest", "DatasetInfo": "reader.manifest"}

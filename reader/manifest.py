@@ -15,7 +15,7 @@ from typing import Optional
 from reader.tfquiet import tf
 
 from dataset import names
-from dataset.manifest import missing_manifest, parse_manifest
+from dataset.manifest import missing_manifest, parse_manifest, readable_manifest
 from dataset.versions import locate_dataset
 from reader import splits
 from reader.layout import Layout, label_spec, split_layout
@@ -42,7 +42,8 @@ class DatasetInfo(dict):
             return self["splits"][split]
         except KeyError:
             known = ", ".join(self.split_names) or "none"
-            raise ValueError(f"split {split!r} not in {self.dataset_dir} (splits: {known})") from None
+            raise ValueError(f"split {splits.shown(split)} not in {self.dataset_dir} "
+                             f"(splits: {known})") from None
 
     def slices(self, spec: str = "train") -> tuple[splits.Slice, ...]:
         """The ``(split, start, stop)`` record ranges a split spec names."""
@@ -188,5 +189,6 @@ def info(dataset_dir: str, version=None) -> DatasetInfo:
     path = tf.io.gfile.join(dataset_dir, names.MANIFEST_NAME)
     if not tf.io.gfile.exists(path):
         raise missing_manifest(path, dataset_dir)
-    return DatasetInfo(parse_manifest(_read_text(path), path), dataset_dir)
+    with tf.io.gfile.GFile(path, "rb") as handle:     # bytes: text that is not UTF-8 is damage too
+        return DatasetInfo(readable_manifest(parse_manifest(handle.read(), path), path), dataset_dir)
 

@@ -30,13 +30,13 @@ import numpy as np
 
 from dataset import names
 from dataset.example import decode_example
-from dataset.manifest import missing_manifest, parse_manifest
-from dataset.tfrecord import CorruptRecordError, parse_index, scan_index, unframe
+from dataset.manifest import missing_manifest, parse_manifest, readable_manifest
+from dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
 from dataset.versions import locate_dataset
 from reader import splits, storage
 from reader.schema import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
 
-__all__ = ["RandomAccess", "CorruptRecordError"]
+__all__ = ["RandomAccess", "CorruptRecordError", "CorruptIndexError"]
 
 _NUMPY = {"int64": np.int64, "float": np.float32}
 
@@ -50,7 +50,7 @@ def _read_manifest(dataset_dir: str, version) -> tuple[dict, str]:
     path = names.join(directory, names.MANIFEST_NAME)
     if not storage.exists(path):
         raise missing_manifest(path, directory)
-    return parse_manifest(storage.read_text(path), path), directory
+    return readable_manifest(parse_manifest(storage.read_bytes(path), path), path), directory
 
 
 def _is_gzip(manifest: Mapping) -> bool:
@@ -137,6 +137,9 @@ class RandomAccess:
         self._paths = [names.shard_path(directory, s["file"]) for s in shards]
         self._index_paths = [names.shard_path(directory, s.get("index_file") or s["file"] + names.INDEX_SUFFIX)
                              for s in shards]
+        # what each shard's .idx must add up to (the writer's byte count; a hand-written
+        # manifest without it: the file's size, asked for when its index is first read)
+        self._shard_bytes = [s.get("num_bytes") for s in shards]
         self._firsts = [p.start for p in pieces]      # records of each shard before its piece
         self._sizes = [p.size for p in pieces]
         counts = [p.count for p in pieces]
@@ -186,7 +189,7 @@ class RandomAccess:
                 if found is None:
                     path = self._index_paths[shard]
                     if storage.exists(path):
-                        found = parse_index(storage.read_text(path), self._paths[shard])
+                        found = self._parse_index(shard, path)
                     else:                # a dataset written by hand without .idx files
                         found = scan_index(self._readers[shard])
                     if len(found[0]) != self._sizes[shard]:
@@ -194,6 +197,16 @@ class RandomAccess:
                                          f"says {self._sizes[shard]}")
                     self._indexes[shard] = found
         return found
+
+    def _parse_index(self, shard: int, path: str) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            text = storage.read_text(path)
+        except (OSError, UnicodeDecodeError) as error:
+            raise CorruptIndexError(f"{path}: cannot be read as a .idx file ({error})") from None
+        shard_bytes = self._shard_bytes[shard]
+        if not isinstance(shard_bytes, int) or isinstance(shard_bytes, bool):
+            shard_bytes = storage.size(self._paths[shard])
+        return checked_index(text, path, shard_bytes)
 
     def serialized(self, index) -> bytes:
         """The serialized ``tf.train.Example`` of record ``index`` (CRC-checked with ``verify``)."""

@@ -58,8 +58,21 @@ class Piece:
         return self.start == 0 and self.count == self.size
 
 
+SHOWN_CHARACTERS = 80
+
+
+def shown(value) -> str:
+    """``repr(value)`` cut to SHOWN_CHARACTERS: a message quotes a long spec without
+    repeating it whole."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARACTERS:
+        return text
+    length = len(value) if isinstance(value, str) else len(text)
+    return f"{text[:SHOWN_CHARACTERS]}... ({length} characters)"
+
+
 def spec_error(spec, why: str) -> ValueError:
-    return ValueError(f"split {spec!r}: {why}. Accepted forms: a split name, a slice of one "
+    return ValueError(f"split {shown(spec)}: {why}. Accepted forms: a split name, a slice of one "
                       f"(split[start:stop], whole records or percents, negative from the end), "
                       f"or a union of those joined by '+', e.g. {', '.join(map(repr, FORMS))}")
 
@@ -71,13 +84,13 @@ def _boundary(spec: str, text: str) -> tuple[Optional[float], bool]:
         return None, False
     match = _BOUNDARY.fullmatch(text)
     if not match:
-        raise spec_error(spec, f"{text!r} is not a record number or a percent")
+        raise spec_error(spec, f"{shown(text)} is not a record number or a percent")
     percent = bool(match["percent"])
     value = float(match["value"])
     if not percent and not value.is_integer():
-        raise spec_error(spec, f"{text!r}: record boundaries are whole numbers")
+        raise spec_error(spec, f"{shown(text)}: record boundaries are whole numbers")
     if percent and abs(value) > 100:
-        raise spec_error(spec, f"{text!r}: percents lie between -100% and 100%")
+        raise spec_error(spec, f"{shown(text)}: percents lie between -100% and 100%")
     return (value if percent else int(value)), percent
 
 
@@ -91,7 +104,7 @@ def parse(spec) -> tuple[tuple[str, Optional[float], Optional[float], bool], ...
     for text in spec.split("+"):
         match = _PART.fullmatch(text.strip())
         if not match:
-            raise spec_error(spec, f"{text.strip()!r} is not a split name or split[start:stop]")
+            raise spec_error(spec, f"{shown(text.strip())} is not a split name or split[start:stop]")
         (start, start_pct), (stop, stop_pct) = (_boundary(spec, match[k] or "") for k in ("start", "stop"))
         if start is not None and stop is not None and start_pct != stop_pct:
             raise spec_error(spec, "both boundaries of a slice are percents, or neither")
@@ -119,8 +132,8 @@ def resolve(spec, sizes: Mapping[str, int], where: str = "the dataset") -> tuple
     for split, start, stop, percent in parse(spec):
         if split not in sizes:
             known = ", ".join(sorted(sizes)) or "none"
-            raise ValueError(f"split {split!r} not in {where} (splits: {known})"
-                             + (f", in split spec {spec!r}" if split != spec else ""))
+            raise ValueError(f"split {shown(split)} not in {where} (splits: {known})"
+                             + (f", in split spec {shown(spec)}" if split != spec else ""))
         n = int(sizes[split])
         out.append(Slice(split, _absolute(start, percent, n, 0), _absolute(stop, percent, n, n)))
     return tuple(out)
@@ -162,7 +175,7 @@ def selection_entry(manifest: Mapping, spec: str, slices: Sequence[Slice]) -> Ma
         other = layouts[name]
         if (other.volume, other.image_shape()) != (first.volume, first.image_shape()):
             raise ValueError(
-                f"split {spec!r}: a union needs splits whose images share one shape, but "
+                f"split {shown(spec)}: a union needs splits whose images share one shape, but "
                 f"{names[0]!r} holds {_shape_text(first)} and {name!r} holds {_shape_text(other)}")
     entries = [splits[name] for name in names]
     shapes = [shape for entry in entries for shape in entry.get("shapes") or []]

@@ -52,6 +52,16 @@ def read_bytes(path: str) -> bytes:
         return handle.read()
 
 
+def size(path: str) -> int:
+    """The size in bytes of a file or object."""
+    if is_gcs(path):
+        bucket, name = _split_gcs(path)
+        blob = _gcs_bucket(bucket).blob(name)
+        blob.reload()
+        return int(blob.size)
+    return os.path.getsize(path)
+
+
 def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 

@@ -20,6 +20,7 @@ deterministic parallel interleave -> seeded shuffle per window of records
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from typing import Callable, Optional, Union
 
@@ -111,6 +112,16 @@ def _cache(records: tf.data.Dataset, cache: str, pipeline: int, pipelines: int) 
     return records.cache(path)
 
 
+def _step(start_step) -> int:
+    """``start_step`` as an int >= 0, checked before any TensorFlow op sees it."""
+    if isinstance(start_step, bool) or not isinstance(start_step, numbers.Integral):
+        raise TypeError(f"start_step must be a whole number >= 0 (the global step to resume "
+                        f"from), not {type(start_step).__name__} {start_step!r:.40}")
+    if start_step < 0:
+        raise ValueError(f"start_step must be >= 0, not {int(start_step)}")
+    return int(start_step)
+
+
 def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffle: bool = True,
          seed: Optional[int] = None, repeat: Union[bool, int] = False, drop_remainder: bool = False,
          output: str = "tuple", dtype=None, scale: Optional[float] = None,
@@ -184,6 +195,7 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
         raise ValueError(f"output must be 'tuple' or 'dict', not {output!r}")
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
+    start_step = _step(start_step)
     manifest: DatasetInfo = info(dataset_dir, version)
     entry = manifest.entry(split)
     layout = manifest.layout(split)
@@ -199,8 +211,6 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
                          "cache: only then is the order a function of the step. Pass "
                          "resumable=True to the uninterrupted run as well: a seed alone reads "
                          "another order")
-    if start_step < 0:
-        raise ValueError("start_step must be >= 0")
     if deterministic is None:
         deterministic = seed is not None or not shuffle
     plan = manifest.read_plan(split, input_context)

@@ -75,5 +75,6 @@ def rid(rel_path: str) -> str:
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "slow: installs into a fresh virtual environment (minutes); "
+        "markers", "slow: minutes (installs into a fresh virtual environment, or waits out the default "
+                   "storage retry budget); "
                    "./run_tests.sh skips these, ./run_tests.sh -m slow runs them")

@@ -49,12 +49,15 @@ def test_hostile_files_are_counted_and_the_rest_converted(tmp_path):
     assert counts["matched"] == 10
     assert counts["written"] == 4          # 3 PNG + CT_small
     assert counts["skipped"] == {"no_pixel_data": 1, "unsupported_format": 1}
+    # MR_truncated.dcm is cut inside its pixel data: failed at probe, before planning.
     assert counts["failed"] == {"empty_file": 1, "invalid_dicom": 1, "invalid_image": 1,
-                                "pixel_data_length_mismatch": 1}
+                                "truncated_file": 1}
     errors = [json.loads(l) for l in open(tmp_path / "out" / "errors.jsonl")]
     by_name = {os.path.basename(e["uri"]): e for e in errors}
     assert by_name["random.dcm"]["stage"] == "probe"
     assert by_name["truncated.png"]["reason"] == "invalid_image"
+    assert (by_name["MR_truncated.dcm"]["reason"], by_name["MR_truncated.dcm"]["stage"]) == \
+        ("truncated_file", "probe")
     assert summary["written"] == 4
 
 

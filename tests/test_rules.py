@@ -31,6 +31,13 @@ def _space(*values, multi=False):
     return acc.result()
 
 
+def _join_rows(key, rows, records, space, settings):
+    """The records of one patient joined with the rows of that patient."""
+    settings = dataclasses.replace(settings, label_key="patient_id")
+    matches, _ = join.match_rows(rows, records, settings)
+    return [join.encode_match(match, space, settings) for match in matches]
+
+
 def test_join_key_per_label_key():
     record = _record("a/b.dcm", patient="P7")
     assert join.join_key(record, "path") == "a/b.dcm"
@@ -41,29 +48,29 @@ def test_join_key_per_label_key():
 def test_the_row_labels_every_record_of_its_key():
     settings, space = _settings(labels=None), _space("cat", "dog")
     rows = [LabelRow("P1", "dog", None, 2)]
-    results = join.join_rows("P1", rows, [_record("a.dcm"), _record("b.dcm")], space, settings)
+    results = _join_rows("P1", rows, [_record("a.dcm"), _record("b.dcm")], space, settings)
     assert [r.label for r in results] == [1, 1]
 
 
 @pytest.mark.parametrize("missing_label,status", [("skip", reasons.SKIPPED), ("error", reasons.FAILED)])
 def test_a_record_without_a_row_follows_missing_label(missing_label, status):
     settings = _settings(missing_label=missing_label)
-    [result] = join.join_rows("P1", [], [_record("a.dcm")], _space("cat"), settings)
+    [result] = _join_rows("P1", [], [_record("a.dcm")], _space("cat"), settings)
     assert isinstance(result, Outcome) and result.status == status
     assert result.reason == reasons.MISSING_LABEL
 
 
 def test_unlabeled_keeps_the_record_with_the_kinds_missing_value():
     settings = _settings(missing_label="unlabeled")
-    [record] = join.join_rows("P1", [], [_record("a.dcm")], _space("cat"), settings)
+    [record] = _join_rows("P1", [], [_record("a.dcm")], _space("cat"), settings)
     assert record.label == -1
-    [record] = join.join_rows("P1", [], [_record("a.dcm")], _space("0.5", "1.5"), settings)
+    [record] = _join_rows("P1", [], [_record("a.dcm")], _space("0.5", "1.5"), settings)
     assert math.isnan(record.label)
 
 
 def test_a_value_outside_the_label_space_is_invalid_label():
     settings = _settings()
-    [result] = join.join_rows("P1", [LabelRow("P1", "7.5", None, 2)], [_record("a.dcm")],
+    [result] = _join_rows("P1", [LabelRow("P1", "7.5", None, 2)], [_record("a.dcm")],
                               _space("1", "2"), settings)
     assert isinstance(result, Outcome) and result.reason == reasons.INVALID_LABEL
 
@@ -72,7 +79,7 @@ def test_a_value_outside_the_label_space_is_invalid_label():
                                       ("a/b", False), (".hidden", False)])
 def test_split_column_values_are_checked_before_they_name_anything(split, ok):
     settings = _settings(split_column="fold")
-    [result] = join.join_rows("P1", [LabelRow("P1", "cat", split, 2)], [_record("a.dcm")],
+    [result] = _join_rows("P1", [LabelRow("P1", "cat", split, 2)], [_record("a.dcm")],
                               _space("cat"), settings)
     if ok:
         assert result.split == split

@@ -52,6 +52,7 @@ class ConversionSettings:
     min_shards: int = 1
     labels_csv: Optional[str] = None
     label_key: str = "path"
+    label_key_case: str = "exact"      # exact | fold (see transforms.labels.table.exact_key)
     label_column: str = "label"
     multi_label: bool = False
     labels_from_dirs: bool = False
@@ -75,7 +76,8 @@ class ConversionSettings:
 
 
 # Inputs in a row that storage does not answer for (each after storage_retry_s of retries)
-# before a step stops the run: an outage, not bad files.
+# before a step stops the run while other requests are still answered (a partial outage);
+# storage silent for the budget stops it at the first failure (transforms.sources.read.OutageBreaker).
 OUTAGE_INPUTS = 5
 
 

@@ -10,7 +10,7 @@ from typing import Iterable, Optional, Union
 
 from dataset.names import BadName, check_component as check_split_name
 from dataset import reasons
-from transforms.labels.table import LabelRow, dir_label
+from transforms.labels.table import LabelRow, dir_label, exact_key
 from dataset.results import Outcome
 from transforms.values import ProbedRecord
 
@@ -52,20 +52,76 @@ def labelled(record: ProbedRecord, raw: str, split: Optional[str], space, settin
     return dataclasses.replace(record, label=label)
 
 
-def join_rows(key: str, rows: Iterable[LabelRow], records: Iterable[ProbedRecord], space,
-              settings) -> list[Result]:
-    """The records sharing one join key with the (at most one) CSV row of that key."""
-    rows = list(rows)
-    results: list[Result] = []
-    for record in records:
-        if not key:
-            results.append(missing(record, settings, space, f"record has no {settings.label_key}"))
-        elif not rows or not rows[0].value:
-            results.append(missing(record, settings, space,
-                                   f"no label for {settings.label_key} in --labels"))
-        else:
-            results.append(labelled(record, rows[0].value, rows[0].split, space, settings))
-    return results
+@dataclasses.dataclass(frozen=True)
+class Match:
+    """A record and the CSV row that labels it (None: no row; ``why`` says so)."""
+    record: ProbedRecord
+    row: Optional[LabelRow]
+    why: str = ""
+
+
+def match_rows(rows: Iterable[LabelRow], records: Iterable[ProbedRecord],
+               settings) -> tuple[list[Match], list[Outcome]]:
+    """The records and CSV rows sharing one loose key (``table.loose_key``) matched up.
+
+    A record takes the row whose exact key (``table.exact_key``) equals its own; failing
+    that, the one row of the group that no record matches exactly (keys that differ only
+    by blanks around them); several such rows are ambiguous and label nothing. Every row
+    that labels no record comes back as a rejected Outcome (unmatched_label_row): no row
+    is lost without a line in errors.jsonl.
+    """
+    fold = settings.label_key_case == "fold"
+    rows = sorted(rows, key=lambda r: r.line)
+    records = list(records)
+    by_exact = {exact_key(r.key, fold): r for r in rows}
+    record_keys = [exact_key(join_key(record, settings.label_key), fold) for record in records]
+    exact_keys = set(record_keys)
+    loose = [r for r in rows if exact_key(r.key, fold) not in exact_keys]
+    record_keys_unmatched = {key for key in record_keys if key.strip() and key not in by_exact}
+    fallback = loose[0] if len(loose) == 1 and len(record_keys_unmatched) == 1 else None
+    used: set = set()
+    matches: list[Match] = []
+    for record, key in zip(records, record_keys):
+        if not key.strip():
+            matches.append(Match(record, None, f"record has no {settings.label_key}"))
+            continue
+        row = by_exact.get(key, fallback)
+        if row is None:
+            why = (f"no label for {settings.label_key} in --labels" if not loose else
+                   f"label rows (lines {', '.join(str(r.line) for r in loose[:5])}) and records differ "
+                   f"in {settings.label_key} only by blanks around it, several ways: ambiguous")
+            matches.append(Match(record, None, why))
+            continue
+        used.add(row.line)
+        matches.append(Match(record, row))
+    rejected = [unmatched(row, settings, near=bool(records)) for row in rows if row.line not in used]
+    return matches, rejected
+
+
+def unmatched(row: LabelRow, settings, near: bool = False) -> Outcome:
+    """The rejection of a CSV row that labels no record (unmatched_label_row). The key is
+    shown: errors.jsonl names inputs on purpose, for the operator. ``near``: records whose
+    key differs from the row's only by blanks around it exist (matched elsewhere or
+    ambiguous)."""
+    if settings.label_key == "path":      # a path, as errors.jsonl names input files
+        key = row.key if len(row.key) <= 200 else row.key[:200] + "..."
+        what = f"no converted file under an --input root is {key!r}"
+    else:                                  # a patient id or UID is not repeated here
+        what = f"no converted record has this row's {settings.label_key}"
+    hint = ("; records whose key differs only by blanks around it have rows of their own or are "
+            "ambiguous" if near else "; the file may not exist, or was skipped or failed (see its "
+            "own line), or --label_key/--label_key_case do not fit the CSV")
+    return Outcome(f"{settings.labels_csv}:{row.line}", reasons.REJECTED, "labels",
+                   reasons.UNMATCHED_LABEL_ROW, f"line {row.line}: {what}: this row labels nothing{hint}")
+
+
+def encode_match(match: Match, space, settings) -> Result:
+    """A matched record labelled (or the Outcome of why it has no label)."""
+    if match.row is None:
+        return missing(match.record, settings, space, match.why)
+    if not match.row.value:
+        return missing(match.record, settings, space, f"no label for {settings.label_key} in --labels")
+    return labelled(match.record, match.row.value, match.row.split, space, settings)
 
 
 def label_from_folder(record: ProbedRecord, space, settings) -> Result:

@@ -26,15 +26,17 @@ def _parse(uri: str, settings: ConversionSettings):
 
 def _read_label_rows(uri: str, settings: ConversionSettings):
     """Streams the CSV twice, holding 8 bytes a row in between: the first pass hashes the
-    keys, the second sends a row to the deduplicating shuffle only when its key may repeat;
-    the rest (almost all) go on as (key, row) without a shuffle."""
+    exact keys (table.exact_key), the second sends a row to the deduplicating shuffle only
+    when its key may repeat; the rest (almost all) go on as (exact key, row) without a
+    shuffle."""
     import array
+    fold = settings.label_key_case == "fold"
     hashes = array.array("Q")
     raw, items = _parse(uri, settings)
     with raw:
         for item in items:
             if isinstance(item, labels_lib.LabelRow):
-                hashes.append(labels_lib.key_hash(uri_key(item.key)))
+                hashes.append(labels_lib.key_hash(uri_key(labels_lib.exact_key(item.key, fold))))
     repeated = labels_lib.repeated_hashes(hashes)
     del hashes
     raw, items = _parse(uri, settings)
@@ -43,7 +45,7 @@ def _read_label_rows(uri: str, settings: ConversionSettings):
             if not isinstance(item, labels_lib.LabelRow):
                 yield from emit(item)
                 continue
-            key = uri_key(item.key)
+            key = uri_key(labels_lib.exact_key(item.key, fold))
             if labels_lib.key_hash(key) in repeated:
                 yield beam.pvalue.TaggedOutput(REPEATED, (key, item))
             else:
@@ -69,16 +71,23 @@ class KeyFilterFn(beam.CombineFn):
         return bytes(acc.bits)
 
 
-def _may_label_a_record(keyed, bits: bytes) -> bool:
-    return keyed[0] in labels_lib.KeyFilter(bits)
+def _rows_that_may_label(keyed, bits: bytes, settings: ConversionSettings):
+    """(exact key, row) -> (loose key, row) when a record may have that key, else the row's
+    rejection: certainly no record has it (the filter has no false negatives)."""
+    row = keyed[1]
+    key = uri_key(labels_lib.loose_key(row.key, settings.label_key_case == "fold"))
+    if key in labels_lib.KeyFilter(bits):
+        yield key, row
+    else:
+        yield from emit(join.unmatched(row, settings))
 
 
 class LabelSpaceFn(beam.CombineFn):
     """Label values -> LabelSpace (kind and sorted class names)."""
 
-    def __init__(self, multi: bool, extract: bool = True):
+    def __init__(self, multi: bool):
         super().__init__()
-        self.multi, self.extract = multi, extract
+        self.multi = multi
 
     def create_accumulator(self):
         return labels_lib.LabelSpaceAccumulator(self.multi)
@@ -94,14 +103,7 @@ class LabelSpaceFn(beam.CombineFn):
         return first
 
     def extract_output(self, acc):
-        return acc.result() if self.extract else acc
-
-
-class MergeLabelSpacesFn(LabelSpaceFn):
-    """LabelSpaceAccumulators -> LabelSpace."""
-
-    def add_input(self, acc, other):
-        return acc.merge(other)
+        return acc.result()
 
 
 def _first_row_of_key(keyed, settings: ConversionSettings):
@@ -111,11 +113,23 @@ def _first_row_of_key(keyed, settings: ConversionSettings):
         yield from emit(outcome)
 
 
-def _join_labels(keyed, space, settings: ConversionSettings):
-    key, grouped = keyed
-    key = key.decode("utf-8", "surrogateescape")
-    for result in join.join_rows(key, grouped["rows"], grouped["records"], space, settings):
-        yield from emit(result)
+def _match_labels(keyed, settings: ConversionSettings):
+    _, grouped = keyed
+    matches, rejected = join.match_rows(grouped["rows"], grouped["records"], settings)
+    yield from matches
+    for outcome in rejected:
+        yield from emit(outcome)
+
+
+def _label_value(match: join.Match):
+    """The label value a matched row contributes to the label space (classes come only from
+    rows that label a record)."""
+    if match.row is not None and match.row.value:
+        yield match.row.value
+
+
+def _encode_label(match: join.Match, space, settings: ConversionSettings):
+    yield from emit(join.encode_match(match, space, settings))
 
 
 def _dir_labelled(record, space, settings: ConversionSettings):
@@ -142,8 +156,9 @@ class AttachLabels(beam.PTransform):
             out = (records | "LabelFromFolder" >> beam.FlatMap(
                 _dir_labelled, AsSingleton(space), settings).with_outputs(OUTCOMES, main="records"))
             return out.records, out[OUTCOMES], space
+        fold = settings.label_key_case == "fold"
         keyed_records = records | "KeyByLabelKey" >> beam.Map(
-            lambda r: (uri_key(join.join_key(r, settings.label_key)), r))
+            lambda r: (uri_key(labels_lib.loose_key(join.join_key(r, settings.label_key), fold)), r))
         record_keys = (keyed_records
                        | "RecordKeys" >> beam.Keys()
                        | "RecordKeyFilter" >> beam.CombineGlobally(KeyFilterFn()))
@@ -151,32 +166,35 @@ class AttachLabels(beam.PTransform):
                 | "ListLabelFiles" >> beam.Create([settings.labels_csv])
                 | "ReadLabelRows" >> beam.FlatMap(_read_label_rows, settings).with_outputs(
                     OUTCOMES, REPEATED, main="rows"))
-        # rows: (raw key, LabelRow) whose key is on one line only, never shuffled in bulk;
-        # repeated: (raw key, LabelRow) whose key may repeat; outcomes: malformed lines
+        # rows: (exact key, LabelRow) whose key is on one line only, never shuffled in bulk;
+        # repeated: (exact key, LabelRow) whose key may repeat; outcomes: malformed lines
         deduplicated = (rows[REPEATED]
                         | "GroupRowsByKey" >> beam.GroupByKey()
-                        # (raw key, [LabelRow]): only keys that may repeat
+                        # (exact key, [LabelRow]): only keys that may repeat
                         | "FirstRowPerKey" >> beam.FlatMap(_first_row_of_key, settings).with_outputs(
                             OUTCOMES, main="rows"))
-        # rows: (raw key, the LabelRow that labels it); outcomes: later lines of a key
-        # The bulk rows never cross a stage boundary: the label values are folded into an
-        # accumulator where they are read, and the join takes only rows a record may match.
-        values = [part
-                  | f"LabelValues{name}" >> beam.Map(lambda kv: kv[1].value)
-                  | f"FoldLabelValues{name}" >> beam.CombineGlobally(
-                      LabelSpaceFn(settings.multi_label, extract=False))
-                  for name, part in (("", rows.rows), ("OfRepeatedKeys", deduplicated.rows))]
-        space = (tuple(values) | "BothFolds" >> beam.Flatten()
-                 | "DecideLabelKind" >> beam.CombineGlobally(MergeLabelSpacesFn(settings.multi_label)))
-        joinable = tuple(part | f"RowsOfRecordKeys{name}" >> beam.Filter(_may_label_a_record,
-                                                                        AsSingleton(record_keys))
-                         for name, part in (("", rows.rows), ("OfRepeatedKeys", deduplicated.rows))
-                         ) | "JoinableRows" >> beam.Flatten()
-        joined = ({"records": keyed_records, "rows": joinable}
-                  | "JoinLabels" >> beam.CoGroupByKey()
-                  # (raw key, {"records": [ProbedRecord], "rows": [LabelRow]})
-                  | "EncodeLabels" >> beam.FlatMap(_join_labels, AsSingleton(space), settings)
+        # rows: (exact key, the LabelRow that labels it); outcomes: later lines of a key
+        # The bulk rows never cross a stage boundary: a row no record can have is rejected
+        # where it is read, and the join takes only rows a record may match.
+        filtered = [part
+                    | f"RowsOfRecordKeys{name}" >> beam.FlatMap(
+                        _rows_that_may_label, AsSingleton(record_keys), settings).with_outputs(
+                        OUTCOMES, main="rows")
+                    for name, part in (("", rows.rows), ("OfRepeatedKeys", deduplicated.rows))]
+        joinable = tuple(part.rows for part in filtered) | "JoinableRows" >> beam.Flatten()
+        matched = ({"records": keyed_records, "rows": joinable}
+                   | "JoinLabels" >> beam.CoGroupByKey()
+                   # (loose key, {"records": [ProbedRecord], "rows": [LabelRow]})
+                   | "MatchRows" >> beam.FlatMap(_match_labels, settings).with_outputs(
+                       OUTCOMES, main="matches"))
+        # matches: join.Match per record; outcomes: rows that label no record
+        space = (matched.matches
+                 | "LabelValues" >> beam.FlatMap(_label_value)
+                 | "DecideLabelKind" >> beam.CombineGlobally(LabelSpaceFn(settings.multi_label)))
+        joined = (matched.matches
+                  | "EncodeLabels" >> beam.FlatMap(_encode_label, AsSingleton(space), settings)
                   .with_outputs(OUTCOMES, main="records"))
-        outcomes = ((rows[OUTCOMES], deduplicated[OUTCOMES], joined[OUTCOMES])
+        outcomes = ((rows[OUTCOMES], deduplicated[OUTCOMES], *(part[OUTCOMES] for part in filtered),
+                     matched[OUTCOMES], joined[OUTCOMES])
                     | "LabelOutcomes" >> beam.Flatten())
         return joined.records, outcomes, space

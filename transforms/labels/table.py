@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import posixpath
+import unicodedata
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
 from dataset import reasons
@@ -23,10 +24,30 @@ LabelValue = Union[int, float, tuple]
 
 @dataclasses.dataclass(frozen=True)
 class LabelRow:
-    key: str
+    key: str                 # the CSV cell as written (blanks kept: they may be part of a name)
     value: str
     split: Optional[str]
     line: int
+
+
+# ------------------------------------------------- the one key normalization
+
+def exact_key(text: str, fold_case: bool = False) -> str:
+    """A join key as both sides are compared (CSV cells and record keys alike): Unicode NFC
+    (macOS and many tools write file names decomposed, NFD), without leading ``./``, and
+    case-folded only with ``--label_key_case fold``. Blanks are kept: a file may really be
+    named ``"b.png "``."""
+    text = unicodedata.normalize("NFC", text)
+    while text.startswith("./"):
+        text = text[2:]
+    return text.casefold() if fold_case else text
+
+
+def loose_key(text: str, fold_case: bool = False) -> str:
+    """The exact key without blanks around it: what the join groups by. A row and a record
+    whose exact keys differ only by surrounding blanks are matched when neither has an exact
+    partner (see transforms.labels.join.match_rows)."""
+    return exact_key(text.strip(), fold_case)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +115,7 @@ def parse_label_csv(lines: Iterable[str], uri: str, key_column: str, label_colum
         header = next(rows)
     except StopIteration:
         raise LabelFileError(f"{uri}: the labels CSV is empty") from None
-    header = [h.strip() for h in header]
+    header = check_header(header, uri)
     wanted = [key_column, label_column] + ([split_column] if split_column else [])
     missing = [c for c in wanted if c not in header]
     if missing:
@@ -102,14 +123,17 @@ def parse_label_csv(lines: Iterable[str], uri: str, key_column: str, label_colum
     pos = {name: header.index(name) for name in wanted}
     for row in rows:
         line = rows.line_num
+        if any("\0" in cell for cell in row):
+            raise LabelFileError(f"{uri}: line {line} holds a NUL byte; a labels CSV is text: "
+                                 "save it again as UTF-8 CSV")
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(header):
             yield Outcome(f"{uri}:{line}", reasons.REJECTED, "labels", reasons.MALFORMED_LABEL_ROW,
                           f"line {line}: {len(row)} fields, header has {len(header)}")
             continue
-        key = row[pos[key_column]].strip()
-        if not key:
+        key = row[pos[key_column]]
+        if not key.strip():
             yield Outcome(f"{uri}:{line}", reasons.REJECTED, "labels", reasons.MALFORMED_LABEL_ROW,
                           f"line {line}: empty {key_column}")
             continue
@@ -166,9 +190,25 @@ class LabelSpaceAccumulator:
         return LabelSpace("class", tuple(sorted(self.values)))
 
 
-def read_header(lines: Iterable[str]) -> list[str]:
+def check_header(header: Sequence[str], uri: str) -> list[str]:
+    """The header's column names (blanks around them dropped); LabelFileError when a name
+    is given twice (which of the two columns would count?) or holds a NUL byte."""
+    names = [h.strip() for h in header]
+    if any("\0" in name for name in names):
+        raise LabelFileError(f"{uri}: the header holds a NUL byte; a labels CSV is text: save it "
+                             "again as UTF-8 CSV")
+    seen: set = set()
+    repeated = [n for n in names if n and (n in seen or seen.add(n))]
+    if repeated:
+        raise LabelFileError(f"{uri}: column {repeated[0]!r} appears more than once in the header "
+                             f"{names[:20]}; give each column one name")
+    return names
+
+
+def read_header(lines: Iterable[str], uri: str = "the labels CSV") -> list[str]:
+    """The header's column names ([] for an empty file); LabelFileError as check_header says."""
     try:
-        return [h.strip() for h in next(csv.reader(lines))]
+        return check_header(next(csv.reader(lines)), uri)
     except StopIteration:
         return []
 

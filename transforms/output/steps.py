@@ -12,12 +12,19 @@ from transforms.output.commit import (accounting_verdict, empty_verdict, failure
 from transforms.output.write import record_fingerprint, write_shard
 from transforms.values import ShardPlan
 from transforms.settings import ConversionSettings, DecodeSettings
+from transforms.errors import StorageOutage
+from transforms.sources.read import is_outage, open_source
 from transforms.sources.steps import ReadsSourcesFn
 
 
 def record_plan(_, layouts: Mapping, output_dir: str) -> str:
     """{output}/.progress/plan.json, for the launcher's progress display."""
     return progress.write_plan(output_dir, layouts)
+
+
+def plan_uri(output_dir: str, plan: ShardPlan) -> str:
+    """Which shard a message is about: ``output/split-shard i``."""
+    return f"{output_dir.rstrip('/')}/{plan.split} shard {plan.index}"
 
 
 class WriteShardFn(ReadsSourcesFn):
@@ -27,8 +34,8 @@ class WriteShardFn(ReadsSourcesFn):
 
     def __init__(self, output_dir: str, compression: str = "none",
                  settings: DecodeSettings = DecodeSettings(), records_files: bool = False,
-                 tag: str = "", storage_retry_s: float = 0.0):
-        super().__init__(settings, storage_retry_s)
+                 tag: str = "", storage_retry_s: float = 0.0, run: str = ""):
+        super().__init__(settings, storage_retry_s, run)
         self.output_dir, self.compression = output_dir, compression
         self.records_files = records_files   # --incremental: <shard>.records.json beside each shard
         self.tag = tag                       # --incremental: "v0002" in the new shards' names
@@ -46,12 +53,31 @@ class WriteShardFn(ReadsSourcesFn):
         def on_error(record, exc):
             self.breaker.note(getattr(exc, "outage", False), record.source.uri, str(exc))
 
-        result, outcomes = write_shard(plan, self.output_dir, self.compression, settings=self.settings,
-                                       on_written=on_written, on_error=on_error)
-        if self.records_files:
-            versions.write_records_file(self.output_dir, result,
-                                        [record_fingerprint(r) for r in written])
-        progress.write_done(self.output_dir, result, len(plan.records))
+        def opener(uri):
+            self.breaker.check()    # storage stopped answering this process: fail fast
+            return open_source(uri)
+
+        self.breaker.check()
+        try:
+            result, outcomes = write_shard(plan, self.output_dir, self.compression, opener=opener,
+                                           settings=self.settings, on_written=on_written,
+                                           on_error=on_error)
+            if self.records_files:
+                versions.write_records_file(self.output_dir, result,
+                                            [record_fingerprint(r) for r in written])
+        except StorageOutage:
+            raise
+        except Exception as exc:     # the shard could not be written
+            where, what = plan_uri(self.output_dir, plan), f"{type(exc).__name__}: {exc}"
+            if is_outage(exc):
+                self.breaker.note(True, where, what)
+            else:
+                self.breaker.note_failure(where, what)
+            raise
+        self.breaker.note(False, "", "")          # the shard was written: storage answers
+        failed = progress.write_done(self.output_dir, result, len(plan.records))
+        if failed:     # best effort, but a progress file storage did not take says something
+            self.breaker.note_failure(plan_uri(self.output_dir, plan), failed)
         count("records_written", result.num_records)
         count("bytes_written", result.num_bytes)
         count("shards_written")

@@ -20,12 +20,14 @@ class ProbeHeadersFn(ReadsSourcesFn):
     """SourceFile -> ProbedRecord (one per frame with --frames split), or an Outcome."""
 
     def __init__(self, max_pixels: int = DEFAULT_MAX_PIXELS, max_record_bytes: Optional[int] = None,
-                 settings: DecodeSettings = DecodeSettings(), storage_retry_s: float = 0.0):
-        super().__init__(settings, storage_retry_s)
+                 settings: DecodeSettings = DecodeSettings(), storage_retry_s: float = 0.0,
+                 run: str = ""):
+        super().__init__(settings, storage_retry_s, run)
         self.max_pixels, self.max_record_bytes = max_pixels, max_record_bytes
 
     def process(self, source: SourceFile):
         count("files_probed")
+        self.breaker.check()        # storage stopped answering this process: fail fast
         try:
             record = probe_file(source, self.max_pixels, self.max_record_bytes,
                                 settings=self.settings)

@@ -7,8 +7,10 @@ by the largest file, which DESIGN.md allows.
 from __future__ import annotations
 
 import io
+import os
 import queue
 import threading
+import time
 from typing import BinaryIO, Callable, TypeVar
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
@@ -137,20 +139,71 @@ def open_checked(uri: str, opener: Callable[[str], BinaryIO], size: int | None =
 
 
 class OutageBreaker:
-    """Counts inputs in a row that storage did not answer for; at ``limit`` the run stops.
+    """Whether storage answers this process: one per process (``process_breaker``), shared by
+    every step that reads sources or writes shards, across bundles and threads.
 
-    One per DoFn instance (a worker thread): a single unreadable file resets
-    nothing, a file read in between resets the count.
+    Each storage request's result is noted. The breaker trips (StorageOutage) on an outage
+    failure when nothing in this process got an answer from storage for at least half the
+    retry budget (``budget_s``, --gcs_retry_s): the failing request was retried that long
+    and no other request was answered meanwhile. So an outage stops the run one retry
+    budget after it began, however many bundles are in flight. It also trips after
+    ``limit`` outage failures in a row while other requests are still answered (a partial
+    outage). Once tripped, ``check`` fails every later request at once, without waiting
+    for its own budget. An isolated failure among answered requests trips nothing.
     """
 
-    def __init__(self, limit: int):
-        self.limit, self.in_a_row = limit, 0
+    def __init__(self, limit: int, budget_s: float = 0.0, clock: Callable[[], float] = time.monotonic):
+        self.limit, self.budget_s, self.clock = limit, budget_s, clock
+        self.in_a_row = 0
+        self.last_answer = clock()       # starting counts as an answer: nothing failed before
+        self.tripped = ""
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        """StorageOutage at once if the breaker has tripped: later requests fail fast."""
+        if self.tripped:
+            raise StorageOutage(self.tripped)
+
+    def _trip_if_silent(self, uri: str, message: str) -> bool:
+        silent = self.clock() - self.last_answer
+        if self.budget_s and silent >= self.budget_s / 2:
+            self.tripped = self.tripped or (
+                f"storage is not answering: no request answered for {silent:.0f} s (the retry "
+                f"budget, --gcs_retry_s, is {self.budget_s:g} s; last {uri}: {message})")
+        return bool(self.tripped)
+
+    def note_failure(self, uri: str, message: str) -> None:
+        """A request failed in a way storage clients do not name (e.g. Beam's batch copy
+        answering None): an outage only if storage has been silent for the budget."""
+        with self._lock:
+            self._trip_if_silent(uri, message)
+        self.check()
 
     def note(self, outage: bool, uri: str, message: str) -> None:
-        self.in_a_row = self.in_a_row + 1 if outage else 0
-        if self.limit and self.in_a_row >= self.limit:
-            raise StorageOutage(f"storage is not answering: {self.in_a_row} inputs in a row could not be "
-                                f"read (last {uri}: {message})")
+        """The result of reading one input (or writing one shard): answered, or an outage."""
+        with self._lock:
+            if not outage:
+                self.in_a_row, self.last_answer = 0, self.clock()
+                return
+            self.in_a_row += 1
+            if not self._trip_if_silent(uri, message) and self.limit and self.in_a_row >= self.limit:
+                self.tripped = (f"storage is not answering: {self.in_a_row} inputs in a row could not "
+                                f"be read (last {uri}: {message})")
+        self.check()
+
+
+_process_breakers: dict = {}
+_process_lock = threading.Lock()
+
+
+def process_breaker(run: str, limit: int, budget_s: float) -> OutageBreaker:
+    """This process's breaker for run ``run`` (one per worker process and run, shared by the
+    run's DoFn instances and threads there; a later run in the same process starts afresh)."""
+    key = (os.getpid(), run, limit, float(budget_s))
+    with _process_lock:
+        if key not in _process_breakers:
+            _process_breakers[key] = OutageBreaker(limit, budget_s)
+        return _process_breakers[key]
 
 
 def configure_storage_retry(seconds: float) -> None:

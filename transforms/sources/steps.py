@@ -12,23 +12,25 @@ from transforms.values import SourceFile
 from transforms.sources.match import broken_links, expand_pattern, uri_key
 from transforms.dicom.header import silence_pydicom
 from transforms.settings import OUTAGE_INPUTS, DecodeSettings, with_salt
-from transforms.sources.read import OutageBreaker, configure_storage_retry
+from transforms.sources.read import configure_storage_retry, process_breaker
 
 
 class ReadsSourcesFn(beam.DoFn):
     """Base of the steps that open source files (probe, write): on each worker, pydicom kept
-    quiet, the storage retry budget applied, the salt read from its file, and a breaker that
-    stops the run when storage stops answering."""
+    quiet, the storage retry budget applied, the salt read from its file, and the process's
+    outage breaker (shared with every other such step in the process), which stops the run
+    when storage stops answering."""
 
-    def __init__(self, settings: DecodeSettings, storage_retry_s: float = 0.0):
+    def __init__(self, settings: DecodeSettings, storage_retry_s: float = 0.0, run: str = ""):
         super().__init__()
         self.settings, self.storage_retry_s = settings, storage_retry_s
+        self.run = run      # which run's breaker: the steps of one run share it in each process
 
     def setup(self):
         silence_pydicom()
         configure_storage_retry(self.storage_retry_s)
         self.settings = with_salt(self.settings)
-        self.breaker = OutageBreaker(OUTAGE_INPUTS)
+        self.breaker = process_breaker(self.run, OUTAGE_INPUTS, self.storage_retry_s)
 
 
 class ExpandPatternFn(beam.DoFn):
