@@ -216,6 +216,31 @@ def test_a_volume_that_fails_at_write_fails_each_of_its_slices_once(tmp_path):
     assert all(f"series of {slices + 1} slices" in e["message"] for e in errors)
 
 
+
+@pytest.mark.parametrize("missing_label,status", [("skip", "skipped"), ("error", "failed")])
+def test_a_volume_without_a_label_counts_each_of_its_slices_once(tmp_path, missing_label, status):
+    """A --unit series volume with no row in the labels CSV is its N slices not written
+    (one outcome each), so the counts add up and the run commits the labelled rest."""
+    root = tmp_path / "a"
+    root.mkdir()
+    for series, slices in (("1.2.3.4", 3), ("1.2.3.5", 2)):
+        for i in range(slices):
+            ds = _dataset("CT_small.dcm")
+            ds.SeriesInstanceUID, ds.SOPInstanceUID, ds.InstanceNumber = series, f"{series}.{i}", i + 1
+            ds.ImagePositionPatient = [0.0, 0.0, float(i)]
+            ds.save_as(root / f"{series}-{i}.dcm")
+    csv = tmp_path / "labels.csv"
+    csv.write_text("series_instance_uid,label\n1.2.3.5,tumour\n")
+    run_convert(root, tmp_path / "out", unit="series", labels=str(csv),
+                label_key="series_instance_uid", missing_label=missing_label, max_failure_ratio=0.9)
+    counts = reader.info(str(tmp_path / "out"))["counts"]
+    _assert_counts_add_up(counts)
+    assert counts[status] == {"missing_label": 3} and counts["written"] == 2
+    errors = _errors(tmp_path / "out")
+    assert sorted(os.path.basename(e["uri"]) for e in errors) == [f"1.2.3.4-{i}.dcm" for i in range(3)]
+    assert all("series of 3 slices" in e["message"] for e in errors)
+
+
 # ---------------------------------------------------------------- item 3: deflate bombs
 
 

@@ -55,9 +55,22 @@ def test_the_row_labels_every_record_of_its_key():
 @pytest.mark.parametrize("missing_label,status", [("skip", reasons.SKIPPED), ("error", reasons.FAILED)])
 def test_a_record_without_a_row_follows_missing_label(missing_label, status):
     settings = _settings(missing_label=missing_label)
-    [result] = _join_rows("P1", [], [_record("a.dcm")], _space("cat"), settings)
+    [(result,)] = _join_rows("P1", [], [_record("a.dcm")], _space("cat"), settings)
     assert isinstance(result, Outcome) and result.status == status
     assert result.reason == reasons.MISSING_LABEL
+
+
+@pytest.mark.parametrize("rows,reason", [([], reasons.MISSING_LABEL),
+                                         ([LabelRow("P1", "7.5", None, 2)], reasons.INVALID_LABEL)])
+def test_a_volume_without_a_usable_label_is_one_outcome_per_slice(rows, reason):
+    """matched counts files: a --unit series volume of N slices that is not labelled is N
+    inputs not written (else the counts check refuses the run as unaccounted)."""
+    slices = tuple(SourceFile(f"/in/s/{i}.dcm", f"s/{i}.dcm", 10, 1.0) for i in range(3))
+    volume = dataclasses.replace(_record("s/0.dcm"), members=slices)
+    [outcomes] = _join_rows("P1", rows, [volume], _space("1", "2"), _settings(missing_label="error"))
+    assert sorted(o.uri for o in outcomes) == sorted(s.uri for s in slices)
+    assert {(o.status, o.reason) for o in outcomes} == {(reasons.FAILED, reason)}
+    assert all(o.message.startswith("series of 3 slices: ") for o in outcomes)
 
 
 def test_unlabeled_keeps_the_record_with_the_kinds_missing_value():
@@ -70,7 +83,7 @@ def test_unlabeled_keeps_the_record_with_the_kinds_missing_value():
 
 def test_a_value_outside_the_label_space_is_invalid_label():
     settings = _settings()
-    [result] = _join_rows("P1", [LabelRow("P1", "7.5", None, 2)], [_record("a.dcm")],
+    [(result,)] = _join_rows("P1", [LabelRow("P1", "7.5", None, 2)], [_record("a.dcm")],
                               _space("1", "2"), settings)
     assert isinstance(result, Outcome) and result.reason == reasons.INVALID_LABEL
 
@@ -84,7 +97,8 @@ def test_split_column_values_are_checked_before_they_name_anything(split, ok):
     if ok:
         assert result.split == split
     else:
-        assert isinstance(result, Outcome) and result.reason == reasons.INVALID_SPLIT
+        [outcome] = result
+        assert isinstance(outcome, Outcome) and outcome.reason == reasons.INVALID_SPLIT
 
 
 def test_failure_threshold_by_ratio_and_by_count():

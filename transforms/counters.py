@@ -27,9 +27,12 @@ def count_outcome(outcome: Outcome) -> None:
 
 
 def emit(result):
-    """A record on the main output, or an Outcome (counted) on ``OUTCOMES``."""
-    if isinstance(result, Outcome):
-        count_outcome(result)
-        yield TaggedOutput(OUTCOMES, result)
+    """A record on the main output, or an Outcome (counted) on ``OUTCOMES``; a tuple of
+    Outcomes (one per input file of a record) goes out one by one."""
+    outcomes = result if isinstance(result, tuple) else (result,)
+    if all(isinstance(o, Outcome) for o in outcomes):
+        for outcome in outcomes:
+            count_outcome(outcome)
+            yield TaggedOutput(OUTCOMES, outcome)
     else:
         yield result

@@ -1,6 +1,6 @@
 """How a record gets its label (and, with --split_column, its split): pure rules.
 
-Each function returns the labelled record or an Outcome saying why it has
+Each function returns the labelled record or the Outcomes (one per input file) saying why it has
 none; the Beam steps (transforms.labels.steps) only route the results.
 """
 from __future__ import annotations
@@ -14,7 +14,17 @@ from transforms.labels.table import LabelRow, dir_label, exact_key
 from dataset.results import Outcome
 from transforms.values import ProbedRecord
 
-Result = Union[ProbedRecord, Outcome]
+# A labelled record, or why it has none: one Outcome per input file it is made of (a
+# --unit series volume is made of its slices, each counted as an input).
+Result = Union[ProbedRecord, tuple[Outcome, ...]]
+
+
+def _not_labelled(record: ProbedRecord, status: str, reason: str, message: str) -> tuple[Outcome, ...]:
+    """One Outcome per source file of ``record``: matched = written + skipped + failed counts
+    files, so a volume of N slices that gets no label is N inputs not written, not one."""
+    if record.members:
+        message = f"series of {len(record.members)} slices: {message}"
+    return tuple(Outcome(source.uri, status, "labels", reason, message) for source in record.sources)
 
 
 def join_key(record: ProbedRecord, label_key: str) -> str:
@@ -33,7 +43,7 @@ def missing(record: ProbedRecord, settings, space, why: str) -> Result:
     if settings.missing_label == "unlabeled":
         return dataclasses.replace(record, label=space.unlabeled())
     status = reasons.SKIPPED if settings.missing_label == "skip" else reasons.FAILED
-    return Outcome(record.source.uri, status, "labels", reasons.MISSING_LABEL, why)
+    return _not_labelled(record, status, reasons.MISSING_LABEL, why)
 
 
 def labelled(record: ProbedRecord, raw: str, split: Optional[str], space, settings) -> Result:
@@ -41,13 +51,13 @@ def labelled(record: ProbedRecord, raw: str, split: Optional[str], space, settin
     try:
         label = space.encode(raw)
     except (ValueError, IndexError) as exc:
-        return Outcome(record.source.uri, reasons.FAILED, "labels", reasons.INVALID_LABEL,
-                       f"label {raw!r} is not a valid {space.kind} label: {exc}")
+        return _not_labelled(record, reasons.FAILED, reasons.INVALID_LABEL,
+                             f"label {raw!r} is not a valid {space.kind} label: {exc}")
     if settings.split_column:
         try:   # a split name becomes part of shard file names: never a path of its own
             check_split_name(split or "", f"{settings.split_column} value for this record")
         except BadName as exc:
-            return Outcome(record.source.uri, reasons.FAILED, "labels", reasons.INVALID_SPLIT, str(exc))
+            return _not_labelled(record, reasons.FAILED, reasons.INVALID_SPLIT, str(exc))
         return dataclasses.replace(record, label=label, split=split)
     return dataclasses.replace(record, label=label)
 
