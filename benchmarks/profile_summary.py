@@ -66,7 +66,7 @@ STEPS = [
     ("write: encode Example", ("encode_example", "serialize_record")),
     ("write: TFRecord framing, CRC, sha256, file write", ("write_record", "_HashingWriter.write")),
     ("write: rest of write_shard", ("write_shard",)),
-    ("plan / other DoFns", ("_to_plan", "_shards_of_bucket", "bucket_key", "commit_dataset", "_expand_counted")),
+    ("plan / other DoFns", ("_to_plan", "_shards_of_bucket", "_choose_cut", "_planned_shard_size", "bucket_key", "commit_dataset", "_expand_counted")),
     ("Beam harness: coders, data channel, bundles", ("process_bundle", "DataInputOperation.process_encoded")),
     ("start-up: imports", ("_find_and_load",)),
 ]

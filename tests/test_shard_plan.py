@@ -5,8 +5,9 @@ import pytest
 from transforms.values import ImageSpec, ProbedRecord, SourceFile
 from transforms.settings import MB, ShardBounds
 from transforms.planning.shards import (ORDER, assign_entries, bucket_of_order,
-                                        bucket_starts, choose_num_shards, entry_record, for_planning,
-                                        layout, planning_entry)
+                                        bucket_starts, choose_num_shards, dense_index, entry_record,
+                                        for_planning, layout, occupied_cuts, over_max,
+                                        planning_entry)
 
 
 def _records(sizes):
@@ -28,18 +29,31 @@ def _assign(records, start, lay):
 
 
 def _plan(records, bounds):
-    """The pipeline's planning, run in plain Python bucket by bucket."""
+    """The pipeline's planning, run in plain Python bucket by bucket: shards of the capped
+    count, fine cuts where one of those holds two or more records above the maximum, occupied
+    cuts numbered densely. Returns the layout as written and {shard index: records}."""
     total = sum(r.planned_bytes for r in records)
-    lay = layout(total, len(records), max(r.planned_bytes for r in records), bounds)
+    lay = layout(total, len(records), max(r.planned_bytes for r in records), bounds,
+                 min_record_bytes=min(r.planned_bytes for r in records))
     buckets = {}
     for r in records:
         buckets.setdefault(("train", _bucket_of(r)), []).append(r)
     starts = bucket_starts([(k, sum(r.planned_bytes for r in v)) for k, v in buckets.items()])
-    shards = {}
-    for key, recs in buckets.items():
-        for index, r in _assign(recs, starts[key], lay):
-            shards.setdefault(index, []).append(r)
-    return lay, shards
+
+    def cut(split_layout):
+        by_cut = {}
+        for key, recs in buckets.items():
+            for index, r in _assign(recs, starts[key], split_layout):
+                by_cut.setdefault(index, []).append(r)
+        return by_cut
+
+    by_cut = cut(lay)
+    sizes = [(("train", i), (sum(r.planned_bytes for r in v), len(v))) for i, v in by_cut.items()]
+    if "train" in over_max(sizes, bounds):
+        by_cut = cut(lay.fine())
+    occupied = occupied_cuts(("train", c) for c in by_cut)["train"]
+    shards = {dense_index(c, occupied): recs for c, recs in by_cut.items()}
+    return lay.with_occupied(occupied), shards
 
 
 def test_small_split_is_one_shard():

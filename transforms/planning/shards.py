@@ -14,9 +14,26 @@ shard count: a record's bucket is then known before the split's totals are,
 so keying records by bucket needs no side input and adds no stage boundary.
 Offsets do not depend on how the order is cut into buckets, so neither do
 the shards.
+
+Large records. A shard holding two or more records is at most ceil(T/n) - 1
+bytes plus its last record. Capping n at T/largest (so that every cut holds a
+record start, and the ``-of-n`` names have no gap) can let such a shard pass
+the maximum once the largest record passes max/3 (records of 401 and 1600
+bytes under a 2000-byte maximum: one cut, one 2001-byte shard; 500, 998,
+1000, 500 under 2000: two cuts, a 2498-byte shard). Whether it does depends
+on the order, so the shards of the capped count are summed first (a combine,
+one number per shard); only a split where one of them holds two or more
+records above the maximum is cut into the finer ``fine_cuts`` intervals
+instead, few enough bytes each that no shard of two or more records passes
+the maximum in any order (fine_num_cuts). Some fine cuts may hold no record
+start; the occupied cuts of a split (at most one number per shard, a side
+input) are numbered densely (``dense_index``), so the names stay contiguous.
+The maximum wins over the minimum there. Every other split keeps the capped
+count's shards, byte for byte (every cut occupied, numbering the identity).
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import os
@@ -39,12 +56,24 @@ class SplitLayout:
     total_bytes: int
     num_records: int
     max_record_bytes: int
-    num_shards: int
+    num_shards: int          # the cuts of the order (assign_entries), as written once counted
     min_shards_requested: int = 1
+    min_record_bytes: int = 1
+    # the finer cuts used instead where a shard of num_shards cuts would hold two or more
+    # records above the maximum (fine_layout); equal to num_shards where that cannot happen
+    fine_cuts: int = 0
 
     @property
     def min_shards_honoured(self) -> bool:
         return self.num_shards >= self.min_shards_requested
+
+    def fine(self) -> "SplitLayout":
+        """The layout that cuts the order into fine_cuts intervals."""
+        return dataclasses.replace(self, num_shards=self.fine_cuts or self.num_shards)
+
+    def with_occupied(self, occupied: tuple) -> "SplitLayout":
+        """The layout as written: one shard per occupied cut."""
+        return dataclasses.replace(self, num_shards=len(occupied))
 
 
 def choose_num_shards(total_bytes: int, max_record_bytes: int, bounds: ShardBounds) -> int:
@@ -55,10 +84,47 @@ def choose_num_shards(total_bytes: int, max_record_bytes: int, bounds: ShardBoun
     Where no n satisfies both, a split within the maximum is one shard (exactly
     T, inside both bounds); else the maximum wins. n never exceeds T/r, so every
     shard interval holds at least one record start: no empty shard, no gap in
-    the ``-of-n`` names.
+    the ``-of-n`` names. That cap can let a shard of two or more records pass
+    the maximum once the largest record passes max/3; see fine_num_cuts.
     """
     return min(_bounded_num_shards(total_bytes, max_record_bytes, bounds),
                max(1, total_bytes // max(max_record_bytes, 1)))
+
+
+def fine_num_cuts(n: int, total_bytes: int, max_record_bytes: int, min_record_bytes: int,
+                  bounds: ShardBounds) -> int:
+    """n where n cuts keep every shard of two or more records within the maximum in any order
+    (``keeps_max``); else the fewest cuts that do (keeping it is monotone in n, and cuts of at
+    most max(max - r + 1, smallest record) bytes always do), or the target's count if more.
+    The maximum wins over the minimum there."""
+    if keeps_max(n, total_bytes, max_record_bytes, min_record_bytes, bounds):
+        return n
+    low = n
+    high = max(1, -(-total_bytes // max(bounds.max_bytes - max_record_bytes + 1,
+                                        min_record_bytes, 1)))
+    while low + 1 < high:
+        middle = (low + high) // 2
+        if keeps_max(middle, total_bytes, max_record_bytes, min_record_bytes, bounds):
+            high = middle
+        else:
+            low = middle
+    return max(high, _bounded_num_shards(total_bytes, max_record_bytes, bounds))
+
+
+def keeps_max(n: int, total_bytes: int, max_record_bytes: int, min_record_bytes: int,
+              bounds: ShardBounds) -> bool:
+    """Whether n cuts keep every shard of two or more records within the maximum, in any order.
+
+    A cut's records before its last one start less than T/n apart: at most w = ceil(T/n) - 1
+    bytes, and at most w // smallest of them (none: every record alone). A shard is then at
+    most those plus its last record, and at most the whole split."""
+    before_last = -(-total_bytes // n) - 1
+    records_before = before_last // max(min_record_bytes, 1)
+    if records_before == 0:
+        return True
+    largest_shard = min(total_bytes,
+                        min(before_last, records_before * max_record_bytes) + max_record_bytes)
+    return largest_shard <= bounds.max_bytes
 
 
 def _bounded_num_shards(total_bytes: int, max_record_bytes: int, bounds: ShardBounds) -> int:
@@ -79,14 +145,17 @@ def _bounded_num_shards(total_bytes: int, max_record_bytes: int, bounds: ShardBo
 
 
 def layout(total_bytes: int, num_records: int, max_record_bytes: int,
-           bounds: ShardBounds, min_shards: int = 1) -> SplitLayout:
-    """The split's shard count; ``min_shards`` raises it while shards stay >= the minimum size."""
+           bounds: ShardBounds, min_shards: int = 1, min_record_bytes: int = 1) -> SplitLayout:
+    """The split's shard count; ``min_shards`` raises it while shards stay >= the minimum size.
+    Also the finer cuts for the case where that count lets a shard pass the maximum."""
     n = choose_num_shards(total_bytes, max_record_bytes, bounds)
     if min_shards > n:
         room = bounds.min_bytes + max_record_bytes
         most = min(total_bytes // max(room, 1), total_bytes // max(max_record_bytes, 1))
         n = max(n, min(min_shards, int(most)))
-    return SplitLayout(total_bytes, num_records, max_record_bytes, max(n, 1), min_shards)
+    n, smallest = max(n, 1), max(min_record_bytes, 1)
+    return SplitLayout(total_bytes, num_records, max_record_bytes, n, min_shards, smallest,
+                       fine_num_cuts(n, total_bytes, max_record_bytes, smallest, bounds))
 
 
 def for_planning(record: ProbedRecord, seed: int = 0) -> ProbedRecord:
@@ -136,9 +205,32 @@ def bucket_starts(bucket_bytes: Iterable[tuple[tuple[str, int], int]]) -> dict:
 def assign_entries(entries: Iterable[tuple], start: int,
                    split_layout: SplitLayout) -> Iterator[tuple[int, tuple]]:
     """(shard index, entry) for one bucket's entries, given the bucket's start offset:
-    in (order key, record id) order, shard ``offset * n // total``."""
+    in (order key, record id) order, shard ``offset * n // total`` (the cut; its index as
+    written is its rank among the occupied cuts, see dense_index)."""
     n, total = split_layout.num_shards, max(split_layout.total_bytes, 1)
     offset = start
     for entry in sorted(entries, key=lambda e: (e[ORDER], e[RECORD_ID])):
         yield min(n - 1, offset * n // total), entry
         offset += entry[PLANNED_BYTES]
+
+
+def over_max(shard_sizes: Iterable[tuple[tuple[str, int], tuple[int, int]]],
+             bounds: ShardBounds) -> frozenset:
+    """Splits with a shard of two or more records above the maximum, from
+    ((split, shard), (planned bytes, records)) of every shard: those are cut finely instead."""
+    return frozenset(split for (split, _), (size, count) in shard_sizes
+                     if count > 1 and size > bounds.max_bytes)
+
+
+def occupied_cuts(keys: Iterable[tuple[str, int]]) -> dict:
+    """{split: sorted cuts holding a record start}, from the (split, cut) of every shard."""
+    by_split: dict = {}
+    for split, cut in keys:
+        by_split.setdefault(split, set()).add(cut)
+    return {split: tuple(sorted(cuts)) for split, cuts in by_split.items()}
+
+
+def dense_index(cut: int, occupied: tuple) -> int:
+    """A shard's index: its cut's rank among the split's occupied cuts (the identity where
+    every cut is occupied), so that the ``-of-n`` names have no gap."""
+    return bisect.bisect_left(occupied, cut)

@@ -24,8 +24,8 @@ from dataset.versions import (BaseVersion, PreviousShard, choose_reused, read_re
 from transforms.output.write import record_fingerprint
 from transforms.counters import distribution
 from transforms.planning.shards import (ORDER, PLANNED_BYTES, RECORD_ID, assign_entries,
-                                        bucket_of_order, bucket_starts, entry_record, layout,
-                                        planning_entry)
+                                        bucket_of_order, bucket_starts, dense_index, entry_record,
+                                        layout, occupied_cuts, over_max, planning_entry)
 from transforms.settings import ShardBounds
 from transforms.values import ProbedRecord, ShardPlan
 
@@ -104,17 +104,22 @@ class ReuseShards(beam.PTransform):
 
 
 class SplitTotalsFn(beam.CombineFn):
-    """(planned bytes) -> (total bytes, records, largest record) per split."""
+    """(planned bytes) -> (total bytes, records, largest record, smallest record) per split
+    (smallest 0 while no record is seen)."""
 
     def create_accumulator(self):
-        return 0, 0, 0
+        return 0, 0, 0, 0
 
     def add_input(self, acc, planned_bytes):
-        return acc[0] + planned_bytes, acc[1] + 1, max(acc[2], planned_bytes)
+        smallest = min(acc[3], planned_bytes) if acc[1] else planned_bytes
+        return acc[0] + planned_bytes, acc[1] + 1, max(acc[2], planned_bytes), smallest
 
     def merge_accumulators(self, accs):
-        accs = list(accs)
-        return (sum(a[0] for a in accs), sum(a[1] for a in accs), max(a[2] for a in accs))
+        seen = [a for a in accs if a[1]]
+        if not seen:
+            return self.create_accumulator()
+        return (sum(a[0] for a in seen), sum(a[1] for a in seen), max(a[2] for a in seen),
+                min(a[3] for a in seen))
 
     def extract_output(self, acc):
         return acc
@@ -129,14 +134,39 @@ def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping):
     (split, bucket), entries = keyed
     entries = list(entries)
     distribution(BUCKET_RECORDS, len(entries))   # the largest group planning holds
-    for index, entry in assign_entries(entries, starts[(split, bucket)], layouts[split]):
-        yield (split, index), entry
+    start, lay = starts[(split, bucket)], layouts[split]
+    for (index, entry), (fine, _) in zip(assign_entries(entries, start, lay),
+                                         assign_entries(entries, start, lay.fine())):
+        yield (split, index), (fine, entry)
 
 
-def _to_plan(keyed, layouts: Mapping) -> ShardPlan:
-    (split, index), entries = keyed
+def _planned_shard_size(keyed):
+    (split, index), (_, entry) = keyed
+    return (split, index), (entry[PLANNED_BYTES], 1)
+
+
+def _choose_cut(keyed, over: frozenset):
+    """((split, cut), entry): the capped count's shard, or the fine cut where that split has a
+    shard of two or more records above the maximum (see planning.shards)."""
+    (split, index), (fine, entry) = keyed
+    return (split, fine if split in over else index), entry
+
+
+def _sum_pairs(pairs):
+    pairs = list(pairs)
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+def _with_occupied(split_layout, occupied: Mapping):
+    split, lay = split_layout
+    return split, lay.with_occupied(occupied[split])
+
+
+def _to_plan(keyed, occupied: Mapping) -> ShardPlan:
+    (split, cut), entries = keyed
     ordered = sorted(entries, key=lambda e: (e[ORDER], e[RECORD_ID]))
-    return ShardPlan(split=split, index=index, num_shards=layouts[split].num_shards,
+    cuts = occupied[split]
+    return ShardPlan(split=split, index=dense_index(cut, cuts), num_shards=len(cuts),
                      records=tuple(entry_record(e) for e in ordered))
 
 
@@ -158,10 +188,10 @@ class PlanShards(beam.PTransform):
         layouts = (entries
                    | "KeyPlannedBytesBySplit" >> beam.MapTuple(lambda split, e: (split, e[PLANNED_BYTES]))
                    | "SumSplitBytes" >> beam.CombinePerKey(SplitTotalsFn())
-                   # (split, (bytes, records, largest record))
+                   # (split, (bytes, records, largest record, smallest record))
                    | "ChooseShardCounts" >> beam.MapTuple(
-                       lambda split, t: (split, layout(t[0], t[1], t[2], bounds, min_shards))))
-                   # (split, SplitLayout)
+                       lambda split, t: (split, layout(t[0], t[1], t[2], bounds, min_shards, t[3]))))
+                   # (split, SplitLayout): shards of the capped count, fine cuts
         layouts_by_split = AsDict(layouts)
         bucketed = entries | "AssignHashBucket" >> beam.MapTuple(bucket_key)
                    # ((split, bucket), entry)
@@ -171,13 +201,31 @@ class PlanShards(beam.PTransform):
                   | "CollectBucketSizes" >> beam.combiners.ToList()
                   | "PrefixSumBuckets" >> beam.Map(bucket_starts))
                   # {(split, bucket): start offset}
-        plans = (bucketed
-                 | "GroupHashBuckets" >> beam.GroupByKey()
-                 # ((split, bucket), [entry]): a contiguous range of the order
-                 | "AssignShards" >> beam.FlatMap(_shards_of_bucket, AsSingleton(starts),
-                                                  layouts_by_split)
-                 # ((split, shard index), entry)
-                 | "GroupShards" >> beam.GroupByKey()
-                 | "OrderShardRecords" >> beam.Map(_to_plan, layouts_by_split))
-                 # ShardPlan
+        assigned = (bucketed
+                    | "GroupHashBuckets" >> beam.GroupByKey()
+                    # ((split, bucket), [entry]): a contiguous range of the order
+                    | "AssignShards" >> beam.FlatMap(_shards_of_bucket, AsSingleton(starts),
+                                                     layouts_by_split))
+                    # ((split, shard of the capped count), (fine cut, entry))
+        over = (assigned
+                | "PlannedShardSizes" >> beam.Map(_planned_shard_size)
+                | "SumPlannedShards" >> beam.CombinePerKey(_sum_pairs)
+                # ((split, shard), (planned bytes, records)): one per shard
+                | "CollectShardSizes" >> beam.combiners.ToList()
+                | "SplitsOverMax" >> beam.Map(over_max, bounds))
+                # frozenset of splits to cut finely
+        plans = (assigned
+                 | "ChooseCuts" >> beam.Map(_choose_cut, AsSingleton(over))
+                 # ((split, cut), entry)
+                 | "GroupShards" >> beam.GroupByKey())
+                 # ((split, cut), [entry]): one shard
+        occupied = (plans
+                    | "ShardCuts" >> beam.Keys()
+                    | "CollectShardCuts" >> beam.combiners.ToList()
+                    | "OccupiedCuts" >> beam.Map(occupied_cuts))
+                    # {split: sorted occupied cuts}: at most one number per shard
+        plans = plans | "OrderShardRecords" >> beam.Map(_to_plan, AsSingleton(occupied))
+                 # ShardPlan, numbered densely over the occupied cuts
+        layouts = layouts | "CountOccupiedCuts" >> beam.Map(_with_occupied, AsSingleton(occupied))
+                 # (split, SplitLayout): num_shards as written
         return plans, layouts
