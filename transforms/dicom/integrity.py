@@ -27,13 +27,14 @@ from pydicom.filebase import DicomBytesIO
 from pydicom.filereader import _read_file_meta_info, read_dataset as pydicom_read_dataset, read_preamble
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
+from pydicom.uid import DeflatedExplicitVRLittleEndian
 
 from dataset import reasons
 from transforms.dicom.elements import int_value
 from transforms.dicom.syntax import NATIVE_SYNTAXES, transfer_syntax
 from transforms.errors import ConversionError
 
-DEFLATED = "1.2.840.10008.1.2.1.99"
+DEFLATED = str(DeflatedExplicitVRLittleEndian)
 _DEFLATED_BYTES = DEFLATED.encode("ascii")
 _META_PEEK = 4096
 DEFLATE_HEADER_BYTES = 32 << 20    # what a deflated file may hold besides its pixel data
