@@ -87,15 +87,8 @@ case "$environment_type" in
 esac
 
 cd "$(dirname "$0")"
-if [ -n "${DCM2TFRECORD_PYTHON:-}" ]; then
-  python="$DCM2TFRECORD_PYTHON"
-  export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-  export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:--1}"
-else
-  source scripts/ensure_venv.sh
-  ensure_venv
-  python=python
-fi
+source scripts/ensure_venv.sh
+project_python
 
 args=(convert)
 for pattern in "${inputs[@]}"; do args+=(--input "$pattern"); done

@@ -26,3 +26,16 @@ ensure_venv() {
   export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
   export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:--1}"
 }
+
+# Sets $python for the launch scripts (run_dataflow.sh, run_portable.sh): the interpreter
+# named by $DCM2TFRECORD_PYTHON (the tests pass theirs), else .venv's, set up if needed.
+project_python() {
+  if [ -n "${DCM2TFRECORD_PYTHON:-}" ]; then
+    python="$DCM2TFRECORD_PYTHON"
+    export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+    export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:--1}"
+  else
+    ensure_venv
+    python=python
+  fi
+}
