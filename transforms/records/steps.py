@@ -60,6 +60,13 @@ def sop_key(record: ProbedRecord) -> str:
     return record.ids.sop_uid
 
 
+def instance_key(record: ProbedRecord) -> str:
+    """The key DropDuplicates groups by: the SOP Instance UID, or for a record without one
+    its file's uri behind a NUL (which no UID holds), so that such a file only ever meets
+    its own frames and is kept."""
+    return sop_key(record) or "\0" + record.source.uri
+
+
 def keep_first_instance(records) -> tuple[list[ProbedRecord], list[Outcome]]:
     """Records sharing a SOP Instance UID: those of the first file by uri are kept (all its
     frames), every other file is skipped as a duplicate, once."""
@@ -71,8 +78,16 @@ def keep_first_instance(records) -> tuple[list[ProbedRecord], list[Outcome]]:
                           f"same SOPInstanceUID as {first}, which is kept") for uri in skipped]
 
 
+def _keyed_by_instance(record: ProbedRecord) -> tuple[str, bytes]:
+    return instance_key(record), to_bytes(record)
+
+
 def _keep_first_sop(keyed):
-    kept, skipped = keep_first_instance(from_bytes(data) for data in keyed[1])
+    encoded = list(keyed[1])
+    if len(encoded) == 1:          # one file's one record: nothing to compare (almost always)
+        yield from_bytes(encoded[0])
+        return
+    kept, skipped = keep_first_instance(from_bytes(data) for data in encoded)
     yield from kept
     for outcome in skipped:
         count_outcome(outcome)
@@ -80,13 +95,18 @@ def _keep_first_sop(keyed):
 
 
 class DropDuplicates(beam.PTransform):
-    """Two files with one SOPInstanceUID: the first by sorted uri is kept."""
+    """Two files with one SOPInstanceUID: the first by sorted uri is kept.
+
+    Every record takes the one GroupByKey (one without a UID keyed by its own file): a
+    Partition of records without a UID around it and a Flatten after would put every
+    record through one more encoding, the Flatten's, on the local runner.
+    """
 
     def expand(self, records):
-        plain, dicom = records | "HasSopUid" >> beam.Partition(lambda r, _: 1 if sop_key(r) else 0, 2)
-        kept = (dicom
-                | "KeyBySopUid" >> beam.Map(lambda r: (sop_key(r), to_bytes(r)))
+        kept = (records
+                | "KeyBySopUid" >> beam.Map(_keyed_by_instance)
                 | "GroupBySopUid" >> beam.GroupByKey()
-                # (raw SOP Instance UID, [ProbedRecord as bytes]): one file's (frames), almost always
+                # (raw SOP Instance UID or NUL + uri, [ProbedRecord as bytes]): one file's
+                # (frames), almost always
                 | "KeepFirstByUri" >> beam.FlatMap(_keep_first_sop).with_outputs(OUTCOMES, main="kept"))
-        return (plain, kept.kept) | "AllInstances" >> beam.Flatten(), kept[OUTCOMES]
+        return kept.kept, kept[OUTCOMES]
