@@ -175,3 +175,69 @@ def test_enhanced_rescale_in_a_run(tmp_path):
     write_png_archive(tmp_path / "in", 1, 8, 8)
     summary = run_convert(tmp_path / "in", tmp_path / "out")
     assert summary["failed"] == {} and summary["written"] == 2
+
+
+# ---------------------------------------------------------------- per-record Beam cost
+
+
+def test_flat_record_encoding_round_trips_every_field():
+    """ProbedRecord pickles as one flat tuple (transforms.values): every field comes back,
+    nested parts included, whether or not the uri ends with rel_path, with or without ids."""
+    from transforms.values import Identifiers, ProbedRecord, SliceInfo, from_bytes, to_bytes
+    ct = [r for r in _probed_slices() if r.source.rel_path == "CT_small.dcm"][0]
+    assert ct.ids is not None and ct.slice_info is not None
+    odd = SourceFile("/in/x.dcm", "elsewhere/x.dcm", 3, 2.5)
+    volume = ProbedRecord(odd, "rid", "dicom", ImageSpec(2, 4, 4, 1, "int16"), split="test",
+                          label=(0, 1), ids=Identifiers("p", "st", "se", ""), frame=None,
+                          slice_info=SliceInfo((1.0,) * 6, (0.0, 0.0, 1.5), 7),
+                          members=(odd, SourceFile("/in/y.dcm", "y.dcm", 4, 3.0)),
+                          slice_spacing=1.5, order=12345, source_frames=2)
+    bare = ProbedRecord(SourceFile("", "", 0, 0.0), "r", "image", ImageSpec(1, 1, 1, 3, "uint8"))
+    for record in (ct, for_planning(ct), volume, bare):
+        back = from_bytes(to_bytes(record))
+        assert back == record and type(back) is ProbedRecord
+        for name in ("source", "spec", "ids", "slice_info"):
+            assert getattr(back, name) == getattr(record, name)
+            assert type(getattr(back, name)) is type(getattr(record, name))
+        assert back.members == record.members and hash(back) == hash(record)
+    # no class reference for the nested parts: smaller than the fields pickled as they are
+    nested = pickle.dumps(tuple(getattr(ct, f) for f in ct.__dataclass_fields__), 5)
+    assert len(to_bytes(ct)) < len(nested) - 40, (len(to_bytes(ct)), len(nested))
+
+
+def test_replaced_is_dataclasses_replace_for_records():
+    import dataclasses
+    from transforms.values import replaced
+    ct = [r for r in _probed_slices() if r.source.rel_path == "CT_small.dcm"][0]
+    fast, slow = replaced(ct, split="x", ids=None), dataclasses.replace(ct, split="x", ids=None)
+    assert fast == slow and fast.__dict__ == slow.__dict__ and hash(fast) == hash(slow)
+    assert ct.split != "x" and ct.ids is not None           # the original is untouched
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.split = "y"
+    with pytest.raises(TypeError, match="no field 'splitt'"):
+        replaced(ct, splitt="x")
+
+
+def test_drop_duplicates_groups_records_without_a_uid_by_their_own_file():
+    """DropDuplicates on the real runner: a duplicate instance is skipped once, a file without
+    a SOP Instance UID keeps all its frames, images pass; no record lost or added."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+    from transforms.records.steps import DropDuplicates
+    from transforms.values import Identifiers, ProbedRecord
+
+    def rec(uri, sop, frame=None, kind="dicom"):
+        return ProbedRecord(SourceFile(uri, uri.lstrip("/"), 1, 1.0), f"{uri}#{frame}", kind,
+                            ImageSpec(1, 2, 2, 1, "uint8"),
+                            ids=Identifiers(sop_uid=sop) if kind == "dicom" else None, frame=frame)
+
+    records = [rec("/a.dcm", "1.2"), rec("/b.dcm", "1.2"),              # b: a's duplicate
+               rec("/c.dcm", "", 0), rec("/c.dcm", "", 1),              # no UID, two frames
+               rec("/d.dcm", ""), rec("/e.png", "", kind="image")]
+    with beam.Pipeline() as pipeline:
+        kept, skipped = pipeline | beam.Create(records) | DropDuplicates()
+        assert_that(kept | "Ids" >> beam.Map(lambda r: r.record_id),
+                    equal_to(["/a.dcm#None", "/c.dcm#0", "/c.dcm#1", "/d.dcm#None", "/e.png#None"]),
+                    label="Kept")
+        assert_that(skipped | "Uris" >> beam.Map(lambda o: (o.uri, o.reason)),
+                    equal_to([("/b.dcm", "duplicate")]), label="Skipped")

@@ -41,7 +41,7 @@ from typing import Iterable, Iterator
 
 from transforms.hashing import ORDER_KEY_SPACE, order_key
 from transforms.settings import ShardBounds
-from transforms.values import ProbedRecord, from_bytes, to_bytes
+from transforms.values import ProbedRecord, from_bytes, replaced, to_bytes
 
 # Hash buckets per split: the side input of bucket starts holds at most this many
 # numbers per split (~2.5 MB); a bucket of a 16 M record split holds ~250 records.
@@ -164,8 +164,8 @@ def for_planning(record: ProbedRecord, seed: int = 0) -> ProbedRecord:
     label and split keys, series volumes), which would otherwise cross every shuffle."""
     if record.order is not None and record.ids is None and record.slice_info is None:
         return record                                       # done before (ConvertArchive)
-    return dataclasses.replace(record, ids=None, slice_info=None,
-                               order=order_key(record.record_id, seed))
+    return replaced(record, ids=None, slice_info=None,
+                    order=order_key(record.record_id, seed))
 
 
 def bucket_of_order(order: int) -> int:

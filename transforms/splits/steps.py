@@ -1,11 +1,9 @@
 """AssignSplits and CountGroups: each record's split, and how many groups each split holds."""
 from __future__ import annotations
 
-import dataclasses
-
 import apache_beam as beam
 
-from transforms.values import ProbedRecord
+from transforms.values import ProbedRecord, replaced
 from transforms.settings import ConversionSettings
 from transforms.splits import assign
 
@@ -16,8 +14,7 @@ def group_of(record: ProbedRecord, settings: ConversionSettings) -> str:
 
 
 def with_split(record: ProbedRecord, settings: ConversionSettings) -> ProbedRecord:
-    return dataclasses.replace(record, split=assign.assign_split(group_of(record, settings),
-                                                                 settings.splits))
+    return replaced(record, split=assign.assign_split(group_of(record, settings), settings.splits))
 
 
 class SplitsOfGroup(beam.CombineFn):
