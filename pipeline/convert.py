@@ -250,8 +250,9 @@ class ConvertArchive(beam.PTransform):
             shards = (shards, reused) | "WrittenAndReused" >> beam.Flatten()
         outcome_parts.append(written | "WriteOutcomes" >> beam.Filter(lambda item: isinstance(item, Outcome)))
         outcomes = tuple(outcome_parts) | "CollectOutcomes" >> beam.Flatten()
-        matched = ((sources | "CountFiles" >> beam.combiners.Count.Globally(),
-                    broken | "CountBrokenLinks" >> beam.combiners.Count.Globally())
+        # one count over both: each global combine is two more stages for the runner to run
+        matched = ((sources | "OneFile" >> beam.Map(lambda _: 1),
+                    broken | "OneBrokenLink" >> beam.Map(lambda _: 1))
                    | "FilesAndLinks" >> beam.Flatten()
                    | "CountMatched" >> beam.CombineGlobally(sum))
         space_side = (AsSingleton(space) if space is not None
