@@ -86,10 +86,31 @@ IN_PROCESS_MAX_BYTES = 256 << 20
 CLEANUP_RETRY_S = 5.0
 
 
+class ViewCachingOptions(PipelineOptions):
+    """PipelineOptions whose ``view_as`` builds each view once.
+
+    Beam's ``view_as`` builds an argparse parser of every registered option (~0.4 ms)
+    on each call, and building, translating and fusing this graph calls it ~830 times:
+    0.4 s of the launcher's CPU before the first record (docs/BENCHMARKS.md §8.4). A view
+    shares its values with the options it came from (Beam's own contract: a change
+    through one view shows in all), so handing out the same view again is the same.
+    Adds no options of its own."""
+
+    def __init__(self, flags=None, **kwargs):
+        super().__init__(flags, **kwargs)
+        object.__setattr__(self, "_views", {})
+
+    def view_as(self, cls):
+        view = self.__dict__["_views"].get(cls)
+        if view is None:
+            view = self.__dict__["_views"][cls] = super().view_as(cls)
+        return view
+
+
 def make_pipeline_options(beam_args: Sequence[str], patterns: Sequence[str] = ()) -> PipelineOptions:
     """Beam options. Local runs default to one worker process per core, or to one process
     (in_memory) when the local inputs are small (``local_execution`` says which)."""
-    options = PipelineOptions(list(beam_args))
+    options = ViewCachingOptions(list(beam_args))
     if options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
         direct = options.view_as(DirectOptions)
         workers_given = _given(beam_args, "--direct_num_workers")
