@@ -241,3 +241,18 @@ def test_drop_duplicates_groups_records_without_a_uid_by_their_own_file():
                     label="Kept")
         assert_that(skipped | "Uris" >> beam.Map(lambda o: (o.uri, o.reason)),
                     equal_to([("/b.dcm", "duplicate")]), label="Skipped")
+
+
+def test_pipeline_options_build_each_view_once_and_views_stay_shared():
+    """convert's options hand out one view per options class (Beam builds a parser on each
+    view_as); a value set through one view shows in every view and in the options."""
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+    options = convert.make_pipeline_options(["--direct_num_workers=3"])
+    assert options.view_as(DirectOptions) is options.view_as(DirectOptions)
+    options.view_as(StandardOptions).runner = "FnApiRunner"
+    assert options.view_as(StandardOptions).runner == "FnApiRunner"
+    assert options.get_all_options()["runner"] == "FnApiRunner"
+    assert options.view_as(DirectOptions).direct_num_workers == 3
+    # the same options as Beam's own class parses from the same flags
+    plain = PipelineOptions(["--direct_num_workers=3"]).get_all_options()
+    assert set(convert.make_pipeline_options(["--direct_num_workers=3"]).get_all_options()) == set(plain)
