@@ -39,7 +39,7 @@ EXPECTED_STEPS = ("MatchInputs", "ProbeHeaders", "AttachLabels", "AssignSplits",
 SHUFFLING_STEPS = {
     "MatchInputs": "SourceFile (uri, rel path, size, mtime) keyed by uri",
     "CountMatched": "counts",
-    "DropDuplicates": "ProbedRecord (header metadata) keyed by SOP Instance UID",
+    "DropDuplicates": "ProbedRecord (header metadata) keyed by SOP Instance UID (by uri without one)",
     "AttachLabels": "ProbedRecord and LabelRow keyed by the join key; label values",
     "BuildVolumes": "ProbedRecord (slice headers) keyed by series",
     "CountGroups": "(split, group key) pairs",

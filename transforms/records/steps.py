@@ -99,7 +99,9 @@ class DropDuplicates(beam.PTransform):
 
     Every record takes the one GroupByKey (one without a UID keyed by its own file): a
     Partition of records without a UID around it and a Flatten after would put every
-    record through one more encoding, the Flatten's, on the local runner.
+    record through one more encoding, the Flatten's, on the local runner. On Dataflow,
+    where a Flatten is free, that makes records without a UID (images) cross this
+    shuffle too (docs/BENCHMARKS.md §8.3).
     """
 
     def expand(self, records):
