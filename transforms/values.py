@@ -28,10 +28,13 @@ def _fields_tuple(value) -> tuple:
 
 
 def replaced(value, **changes):
-    """``dataclasses.replace`` for the frozen values below, at a fifth of its cost: the
+    """``dataclasses.replace`` for the frozen values below, at a third of its cost: the
     instance's fields copied with ``changes`` applied, without running ``__init__`` again
-    (these values have no ``__post_init__``). For the steps every record passes."""
+    (a class with a ``__post_init__`` gets ``dataclasses.replace``). For the steps every
+    record passes."""
     cls = type(value)
+    if hasattr(cls, "__post_init__"):
+        return dataclasses.replace(value, **changes)
     names = _FIELD_NAMES.get(cls)
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(value))
