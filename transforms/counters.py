@@ -14,12 +14,25 @@ NAMESPACE = "dcm2tfrecord"
 OUTCOMES = "outcomes"     # the output tag of Outcomes (inputs not written, and why)
 
 
+# One metric object per name: Beam's delegating metrics find the running step's container
+# on every update, so one object serves every step and bundle; building it costs ~3 us,
+# paid once per record by the probe's count before (docs/BENCHMARKS.md §8.3).
+_COUNTERS: dict = {}
+_DISTRIBUTIONS: dict = {}
+
+
 def count(name: str, n: int = 1) -> None:
-    Metrics.counter(NAMESPACE, name).inc(n)
+    counter = _COUNTERS.get(name)
+    if counter is None:
+        counter = _COUNTERS[name] = Metrics.counter(NAMESPACE, name)
+    counter.inc(n)
 
 
 def distribution(name: str, value: int) -> None:
-    Metrics.distribution(NAMESPACE, name).update(value)
+    metric = _DISTRIBUTIONS.get(name)
+    if metric is None:
+        metric = _DISTRIBUTIONS[name] = Metrics.distribution(NAMESPACE, name)
+    metric.update(value)
 
 
 def count_outcome(outcome: Outcome) -> None:
