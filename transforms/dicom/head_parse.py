@@ -9,7 +9,7 @@ from typing import BinaryIO, Optional
 import pydicom
 from pydicom.charset import convert_encodings, default_encoding
 from pydicom.dataelem import RawDataElement, convert_raw_data_element, empty_value_for_VR
-from pydicom.dataset import Dataset, FileDataset
+from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
 from pydicom.filereader import read_dataset, read_partial
 from pydicom.tag import BaseTag
 from pydicom.uid import ExplicitVRLittleEndian
@@ -84,21 +84,35 @@ _EXPLICIT_LE = struct.Struct("<HH2sH")
 _UINT32_LE = struct.Struct("<L")
 
 
+# The walk builds each RawDataElement (a NamedTuple) with tuple.__new__, skipping its
+# Python-level __new__, so it fills the fields by position: in this pydicom's order, or
+# (another pydicom) not at all, leaving the file to pydicom's own parse.
+_RAW_FIELDS_KNOWN = RawDataElement._fields == (
+    "tag", "VR", "length", "value", "value_tell", "is_implicit_VR", "is_little_endian", "is_raw",
+    "is_buffered")
+
+
 def _stop_at_first(tag, vr, length) -> bool:
     return True
 
 
-def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict) -> Optional[int]:
+def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict, defer: int = DEFER_BYTES,
+                      only_group: Optional[int] = None) -> Optional[int]:
     """Elements of an Explicit VR Little Endian dataset in ``buf`` from ``pos`` into ``out``
-    (tag -> RawDataElement, as pydicom's data_element_generator yields them; ``base``: the
-    file offset of ``buf[0]``); returns where the walk ended (past a deferred value it may
-    lie beyond ``buf``), or None at anything it does not handle exactly as pydicom does:
-    an unknown VR, an undefined length, an item or delimiter tag, a value cut short."""
+    (tag -> RawDataElement, as pydicom's data_element_generator yields them with this
+    ``defer`` size; ``base``: the file offset of ``buf[0]``); returns where the walk ended
+    (past a deferred value it may lie beyond ``buf``), or None at anything it does not
+    handle exactly as pydicom does: an unknown VR, an undefined length, an item or
+    delimiter tag, a value cut short. With ``only_group`` it stops (returning where) at
+    the first element of another group, as pydicom's stop_when does for the File Meta."""
     unpack, unpack_long = _EXPLICIT_LE.unpack_from, _UINT32_LE.unpack_from
     short, long_ = _SHORT_VRS, _LONG_VRS
+    new_element, tag_of = tuple.__new__, BaseTag
     end = len(buf)
     while pos + 8 <= end:
         group, element, vr_bytes, length = unpack(buf, pos)
+        if only_group is not None and group != only_group:
+            return pos
         vr = short.get(vr_bytes)
         if vr is not None:
             value_tell = pos + 8
@@ -111,7 +125,7 @@ def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict) -> Optional[in
         if length == 0xFFFFFFFF or group == 0xFFFE:
             return None
         tag = group << 16 | element
-        if length > DEFER_BYTES and tag != 0x00080005:
+        if length > defer and tag != 0x00080005:
             value = None
         elif length == 0:
             value = empty_value_for_VR(vr, raw=True)
@@ -119,22 +133,65 @@ def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict) -> Optional[in
             if value_tell + length > end:
                 return None
             value = buf[value_tell:value_tell + length]
-        key = BaseTag(tag)
-        out[key] = RawDataElement(key, vr, length, value, base + value_tell, False, True)
+        key = tag_of(tag)      # RawDataElement(...), see _RAW_FIELDS_KNOWN
+        out[key] = new_element(RawDataElement, (key, vr, length, value, base + value_tell, False, True,
+                                                True, False))
         pos = value_tell + length
     return pos if pos >= end else (None if end - pos else pos)
 
 
-def _walked_explicit_le(fileobj: BinaryIO, head: bytes, file_size: int) -> Optional[Dataset]:
-    """An Explicit VR Little Endian file's parse built from _walk_explicit_le, as pydicom's
-    read_partial builds it (preamble and file meta parsed by pydicom itself), or None."""
-    probe = io.BytesIO(head)
-    meta_only = read_partial(probe, stop_when=_stop_at_first, defer_size=DEFER_BYTES, force=True)
-    if meta_only.original_encoding != (False, True) or len(meta_only._dict) \
-            or str(meta_only.file_meta.get("TransferSyntaxUID", "")) != ExplicitVRLittleEndian:
+_PREAMBLE_END = 132        # 128 bytes of preamble, then b"DICM"
+_NO_DEFER = 1 << 62
+
+
+def _walked_file_meta(head: bytes) -> Optional[tuple[bytes, FileMetaDataset, int]]:
+    """(preamble, File Meta, where the dataset starts) of a file with a preamble, as
+    pydicom's read_preamble and _read_file_meta_info make them, or None where the walk
+    gives up (no preamble, a meta element it does not handle, a meta that reaches the end
+    of ``head``): the caller then has pydicom read them.
+
+    The File Meta group is always Explicit VR Little Endian, its values never deferred;
+    pydicom converts its first element (to check that encoding) and, when present, the
+    group length (to log a mismatch): so does this, to leave the same elements converted.
+    """
+    if head[128:_PREAMBLE_END] != b"DICM":
         return None
     raw: dict = {}
-    pos = _walk_explicit_le(head, probe.tell(), 0, raw)
+    pos = _walk_explicit_le(head, _PREAMBLE_END, 0, raw, _NO_DEFER, only_group=0x0002)
+    if pos is None or pos >= len(head) or not raw:
+        return None
+    file_meta = FileMetaDataset(raw)
+    file_meta.set_original_encoding(False, True, default_encoding)
+    try:
+        file_meta[list(file_meta.elements())[0].tag]
+    except NotImplementedError:     # pydicom then re-reads the meta as Implicit VR
+        return None
+    if "FileMetaInformationGroupLength" in file_meta:
+        file_meta.FileMetaInformationGroupLength
+    return head[:128], file_meta, pos
+
+
+def _walked_explicit_le(fileobj: BinaryIO, head: bytes, file_size: int) -> Optional[Dataset]:
+    """An Explicit VR Little Endian file's parse built from _walk_explicit_le, as pydicom's
+    read_partial builds it (preamble and file meta walked by _walked_file_meta, else
+    parsed by pydicom itself), or None."""
+    if not _RAW_FIELDS_KNOWN:
+        return None
+    probe = io.BytesIO(head)
+    meta = _walked_file_meta(head)
+    if meta is not None:
+        preamble, file_meta, start = meta
+        if head[start:start + 2] == b"\0\0":      # a Command Set (group 0000): pydicom's to read
+            return None
+    else:
+        meta_only = read_partial(probe, stop_when=_stop_at_first, defer_size=DEFER_BYTES, force=True)
+        if meta_only.original_encoding != (False, True) or len(meta_only._dict):
+            return None
+        preamble, file_meta, start = meta_only.preamble, meta_only.file_meta, probe.tell()
+    if str(file_meta.get("TransferSyntaxUID", "")) != ExplicitVRLittleEndian:
+        return None
+    raw: dict = {}
+    pos = _walk_explicit_le(head, start, 0, raw)
     if pos is None:
         return None
     if pos < file_size:
@@ -153,6 +210,6 @@ def _walked_explicit_le(fileobj: BinaryIO, head: bytes, file_size: int) -> Optio
     encoding = convert_encodings(convert_raw_data_element(charset).value) if charset is not None \
         else default_encoding
     dataset.set_original_encoding(False, True, encoding)
-    ds = FileDataset(probe, dataset, meta_only.preamble, meta_only.file_meta, False, True)
+    ds = FileDataset(probe, dataset, preamble, file_meta, False, True)
     ds.set_original_encoding(False, True, dataset._character_set)
     return ds
