@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.archives import ct_file_bytes, ct_vendor_file_bytes
 from pipeline.sample_archive import pydicom_test_files
-from transforms.dicom import head_parse, needed as dicom_needed
+from transforms.dicom import head_parse, integrity, needed as dicom_needed
 from transforms.errors import ConversionError
 from transforms.records.probe import probe_file
 from transforms.values import SourceFile
@@ -108,8 +108,17 @@ def test_header_parsed_in_memory_is_the_whole_files_parse(tail):
         assert _same_parse(parsed, data)
 
 
+def _back_to_back(parsed, data: bytes) -> bool:
+    """What parse_head's ``walked`` promises integrity.check_whole: no top-level element runs
+    past the end of the file, and the last ends there."""
+    try:
+        return integrity._last_extent(parsed, len(data))[0] == len(data)
+    except ConversionError:
+        return False
+
+
 def test_header_parsed_in_memory_or_not_at_all_for_every_pydicom_file():
-    kinds = set()
+    kinds, walks = set(), set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name in sorted(os.listdir(SRC)):
@@ -119,11 +128,13 @@ def test_header_parsed_in_memory_or_not_at_all_for_every_pydicom_file():
             with open(path, "rb") as handle:
                 data = handle.read()
             for size in (len(data), len(data) + 1):     # the listed size is the file's, or not
-                parsed = head_parse.parse_from_head(io.BytesIO(data), size)
+                parsed, walked = head_parse.parse_head(io.BytesIO(data), size)
                 kinds.add(parsed is not None)
+                walks.add(walked)
                 if parsed is not None:
                     assert size == len(data) and _same_parse(parsed, data), name
-    assert kinds == {True, False}
+                    assert not walked or _back_to_back(parsed, data), name
+    assert kinds == {True, False} and walks == {True, False}
 
 
 def test_header_parsed_in_memory_or_not_at_all_for_the_fuzz_corpus():
@@ -135,15 +146,16 @@ def test_header_parsed_in_memory_or_not_at_all_for_the_fuzz_corpus():
         warnings.simplefilter("ignore")
         for name, data in _fuzz_corpus():
             try:
-                parsed = head_parse.parse_from_head(io.BytesIO(data), len(data))
+                parsed, back_to_back = head_parse.parse_head(io.BytesIO(data), len(data))
             except Exception:      # a read error propagates; a BytesIO has none
                 raise AssertionError(name)
             if parsed is None:
                 continue
-            walked += 1
+            walked += back_to_back
             try:
                 same = _same_parse(parsed, data)
             except Exception:
                 raise AssertionError(f"{name}: parsed in memory, but pydicom fails on it")
             assert same, name
+            assert not back_to_back or _back_to_back(parsed, data), name
     assert walked > 100

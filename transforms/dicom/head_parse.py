@@ -22,7 +22,13 @@ _HEAD_BYTES = 64 << 10
 
 def parse_from_head(fileobj: BinaryIO, file_size: int) -> Optional[Dataset]:
     """The file's header parsed in memory, or None where that is not provably the
-    parse of the whole file.
+    parse of the whole file (parse_head without its ``walked``)."""
+    return parse_head(fileobj, file_size)[0]
+
+
+def parse_head(fileobj: BinaryIO, file_size: int) -> tuple[Optional[Dataset], bool]:
+    """(the file's header parsed in memory, or None where that is not provably the
+    parse of the whole file; ``walked``).
 
     pydicom reads a header in a few hundred small reads and tells; from a file
     object (a TrackedReader over a storage stream) each is a Python call or two,
@@ -36,36 +42,38 @@ def parse_from_head(fileobj: BinaryIO, file_size: int) -> Optional[Dataset]:
     follows, or anything fails (a header longer than the head, encapsulated
     pixel data, a parse error), the caller parses the file itself. The main
     dataset of an Explicit VR Little Endian file is walked by _walk_explicit_le
-    rather than pydicom's element generator where it can be.
+    rather than pydicom's element generator where it can be; ``walked`` says it
+    was, and so that its top-level elements lie back to back from the start of
+    the dataset to the end of the file: none runs past it, the last ends there.
     """
     head = fileobj.read(_HEAD_BYTES)       # a read error propagates: the caller reports it
     try:
         ds = _walked_explicit_le(fileobj, head, file_size)
         if ds is not None:
-            return ds
+            return ds, True
         ds = pydicom.dcmread(io.BytesIO(head), force=True, defer_size=DEFER_BYTES)
         if len(head) >= file_size:
-            return ds if len(head) == file_size else None
+            return (ds if len(head) == file_size else None), False
         elements = ds._dict
         last = elements[next(reversed(elements))] if elements else None    # the last one parsed
         if not (isinstance(last, RawDataElement) and int(last.tag) == int(PIXEL_DATA_TAG)
                 and last.value is None and last.length != 0xFFFFFFFF):
-            return None
+            return None, False
         end = last.value_tell + last.length
         if end == file_size:
-            return ds
+            return ds, False
         tail = _tail(fileobj, end, file_size)
         if tail is None:
-            return None
+            return None, False
         trailing = read_dataset(io.BytesIO(tail), last.is_implicit_VR, last.is_little_endian,
                                 defer_size=DEFER_BYTES)
     except Exception:
-        return None
+        return None, False
     for tag, elem in trailing._dict.items():
         if not isinstance(elem, RawDataElement) or elem.value is None:
-            return None
+            return None, False
         elements[tag] = elem._replace(value_tell=elem.value_tell + end)
-    return ds
+    return ds, False
 
 
 def _tail(fileobj: BinaryIO, end: int, file_size: int) -> Optional[bytes]:
@@ -200,9 +208,11 @@ def _walked_explicit_le(fileobj: BinaryIO, head: bytes, file_size: int) -> Optio
         tail = _tail(fileobj, pos, file_size)
         if tail is None:
             return None
-        pos = _walk_explicit_le(tail, 0, pos, raw)
-        if pos is None or any(e.value is None for e in raw.values() if e.value_tell >= len(head)):
+        trailing: dict = {}
+        pos = _walk_explicit_le(tail, 0, pos, trailing)
+        if pos is None or any(e.value is None for e in trailing.values()):
             return None
+        raw.update(trailing)
     elif pos > file_size or len(head) < file_size and pos != file_size:
         return None
     dataset = Dataset(raw, parent_encoding=default_encoding)
