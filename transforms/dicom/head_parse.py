@@ -7,8 +7,8 @@ import struct
 from typing import BinaryIO, Optional
 
 import pydicom
-from pydicom.charset import convert_encodings, default_encoding
-from pydicom.dataelem import RawDataElement, convert_raw_data_element, empty_value_for_VR
+from pydicom.charset import default_encoding
+from pydicom.dataelem import RawDataElement, empty_value_for_VR
 from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
 from pydicom.filereader import read_dataset, read_partial
 from pydicom.tag import BaseTag
@@ -100,6 +100,19 @@ _RAW_FIELDS_KNOWN = RawDataElement._fields == (
     "is_buffered")
 
 
+class _Tags(dict):
+    """int tag -> its BaseTag, made once per process: the slices of a series repeat their
+    tags, and a BaseTag (an immutable int) costs more to make than to look up."""
+    def __missing__(self, tag: int) -> BaseTag:
+        if len(self) >= 50_000:
+            self.clear()
+        key = self[tag] = BaseTag(tag)
+        return key
+
+
+_BASE_TAGS = _Tags()
+
+
 def _stop_at_first(tag, vr, length) -> bool:
     return True
 
@@ -115,7 +128,7 @@ def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict, defer: int = D
     the first element of another group, as pydicom's stop_when does for the File Meta."""
     unpack, unpack_long = _EXPLICIT_LE.unpack_from, _UINT32_LE.unpack_from
     short, long_ = _SHORT_VRS, _LONG_VRS
-    new_element, tag_of = tuple.__new__, BaseTag
+    new_element, base_tags = tuple.__new__, _BASE_TAGS
     end = len(buf)
     while pos + 8 <= end:
         group, element, vr_bytes, length = unpack(buf, pos)
@@ -141,7 +154,8 @@ def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict, defer: int = D
             if value_tell + length > end:
                 return None
             value = buf[value_tell:value_tell + length]
-        key = tag_of(tag)      # RawDataElement(...), see _RAW_FIELDS_KNOWN
+        key = base_tags[tag]
+        # RawDataElement(...), see _RAW_FIELDS_KNOWN
         out[key] = new_element(RawDataElement, (key, vr, length, value, base + value_tell, False, True,
                                                 True, False))
         pos = value_tell + length
@@ -215,11 +229,8 @@ def _walked_explicit_le(fileobj: BinaryIO, head: bytes, file_size: int) -> Optio
         raw.update(trailing)
     elif pos > file_size or len(head) < file_size and pos != file_size:
         return None
-    dataset = Dataset(raw, parent_encoding=default_encoding)
-    charset = raw.get(0x00080005)
-    encoding = convert_encodings(convert_raw_data_element(charset).value) if charset is not None \
-        else default_encoding
-    dataset.set_original_encoding(False, True, encoding)
-    ds = FileDataset(probe, dataset, preamble, file_meta, False, True)
-    ds.set_original_encoding(False, True, dataset._character_set)
+    # read_partial wraps the elements in read_dataset's Dataset first, only to read its
+    # character set: the FileDataset around the same dict reads the same one.
+    ds = FileDataset(probe, raw, preamble, file_meta, False, True)
+    ds.set_original_encoding(False, True, ds._character_set)
     return ds
