@@ -7,7 +7,7 @@ import warnings
 from typing import Optional
 
 from pydicom.datadict import tag_for_keyword
-from pydicom.dataelem import RawDataElement
+from pydicom.dataelem import RawDataElement, convert_raw_data_element
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
@@ -127,15 +127,21 @@ def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettin
                 if elem.value is None and elem.length and tag in _PIXEL_TAG_INTS:
                     continue
                 if encoding is _MISSING:
-                    encoding = ds.original_character_set or ds._character_set
-                    encoding = tuple(encoding) if isinstance(encoding, list) else encoding
+                    charset = ds.original_character_set or ds._character_set   # as Dataset.__getitem__
+                    encoding = tuple(charset) if isinstance(charset, list) else charset
                 key = _conversion_key(elem, encoding)
                 if key is not None:
                     value = _CONVERTED.get(key, _MISSING)
                     if value is not _MISSING:
                         values[tag] = value      # the same bytes converted before, to this value
                         continue
-                value = values[tag] = ds[tag].value
+                if key is not None and tag not in _PIXEL_TAG_INTS:
+                    # what ds[tag] does to such an element (see _PURE_VRS: not SQ, not an
+                    # ambiguous VR, not private, not pixel data), without its dispatch
+                    converted = elements[tag] = convert_raw_data_element(elem, encoding=charset, ds=ds)
+                    value = values[tag] = converted.value
+                else:
+                    value = values[tag] = ds[tag].value
                 if key is not None:
                     if len(_CONVERTED) >= _CONVERTED_MAX:
                         _CONVERTED.clear()
