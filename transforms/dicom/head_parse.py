@@ -85,10 +85,11 @@ def _tail(fileobj: BinaryIO, end: int, file_size: int) -> Optional[bytes]:
     return tail if len(tail) == file_size - end else None
 
 
-_SHORT_VRS = {vr.encode(): vr for vr in "AE AS AT CS DA DS DT FL FD IS LO LT PN SH SL SS ST TM UI UL US"
-              .split()}
-_LONG_VRS = {vr.encode(): vr for vr in "OB OD OF OL OV OW SQ SV UC UN UR UT UV".split()}
-_EXPLICIT_LE = struct.Struct("<HH2sH")
+# keyed by the VR's two bytes read as a little-endian uint16 (no bytes object per element)
+_SHORT_VRS = {int.from_bytes(vr.encode(), "little"): vr
+              for vr in "AE AS AT CS DA DS DT FL FD IS LO LT PN SH SL SS ST TM UI UL US".split()}
+_LONG_VRS = {int.from_bytes(vr.encode(), "little"): vr for vr in "OB OD OF OL OV OW SQ SV UC UN UR UT UV".split()}
+_EXPLICIT_LE = struct.Struct("<HHHH")
 _UINT32_LE = struct.Struct("<L")
 
 
@@ -128,17 +129,17 @@ def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict, defer: int = D
     the first element of another group, as pydicom's stop_when does for the File Meta."""
     unpack, unpack_long = _EXPLICIT_LE.unpack_from, _UINT32_LE.unpack_from
     short, long_ = _SHORT_VRS, _LONG_VRS
-    new_element, base_tags = tuple.__new__, _BASE_TAGS
+    new_element, base_tags, raw_element = tuple.__new__, _BASE_TAGS, RawDataElement
     end = len(buf)
     while pos + 8 <= end:
-        group, element, vr_bytes, length = unpack(buf, pos)
+        group, element, vr_code, length = unpack(buf, pos)
         if only_group is not None and group != only_group:
             return pos
-        vr = short.get(vr_bytes)
+        vr = short.get(vr_code)
         if vr is not None:
             value_tell = pos + 8
         else:
-            vr = long_.get(vr_bytes)
+            vr = long_.get(vr_code)
             if vr is None or pos + 12 > end:
                 return None
             length = unpack_long(buf, pos + 8)[0]
@@ -156,8 +157,8 @@ def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict, defer: int = D
             value = buf[value_tell:value_tell + length]
         key = base_tags[tag]
         # RawDataElement(...), see _RAW_FIELDS_KNOWN
-        out[key] = new_element(RawDataElement, (key, vr, length, value, base + value_tell, False, True,
-                                                True, False))
+        out[key] = new_element(raw_element, (key, vr, length, value, base + value_tell, False, True,
+                                             True, False))
         pos = value_tell + length
     return pos if pos >= end else (None if end - pos else pos)
 
