@@ -188,3 +188,31 @@ def test_needed_elements_convert_as_pydicom_reads_them():
                     assert values[tag] == theirs[tag].value
             assert mine._dict == theirs._dict
     assert fast > 100
+
+
+def test_walk_reuses_only_elements_whose_bytes_are_the_same():
+    """The walk takes an element of the last head walked again only where the bytes at its
+    position are the same: consecutive slices share most of a vendor header, and a file
+    differing from the last in one byte of a value (same length), or shifted by one element,
+    still parses to pydicom's full parse of its own bytes."""
+    first = ct_vendor_file_bytes(0, 1, 0, 3, 10, 3)
+    second = ct_vendor_file_bytes(0, 1, 0, 3, 11, 3)
+    kvp = b"\x18\x00\x60\x00DS\x04\x00120 "
+    assert first.count(kvp) == 1
+    one_byte = first.replace(kvp, kvp[:8] + b"130 ")
+    ds = pydicom.dcmread(io.BytesIO(first))
+    ds.add_new(0x00080050, "SH", "12")       # Accession Number: every later element moves
+    out = io.BytesIO()
+    ds.save_as(out)
+    shifted = out.getvalue()
+    parsed = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for data in (first, second, one_byte, first, shifted):
+            ds = head_parse.parse_from_head(io.BytesIO(data), len(data))
+            assert ds is not None and _same_parse(ds, data)
+            parsed.append(ds)
+    reused = lambda a, b: sum(x is b._dict.get(tag) for tag, x in a._dict.items())  # noqa: E731
+    assert reused(parsed[1], parsed[0]) > len(parsed[1]._dict) // 2
+    assert parsed[2]._dict[0x00180060].value == b"130 " and parsed[0]._dict[0x00180060].value == b"120 "
+    assert reused(parsed[4], parsed[3]) < reused(parsed[1], parsed[0])

@@ -112,6 +112,7 @@ class _Tags(dict):
 
 
 _BASE_TAGS = _Tags()
+_LAST_HEAD: list = [{}]   # the ``seen`` of the last head walked (see _walk_explicit_le)
 
 
 def _stop_at_first(tag, vr, length) -> bool:
@@ -119,19 +120,36 @@ def _stop_at_first(tag, vr, length) -> bool:
 
 
 def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict, defer: int = DEFER_BYTES,
-                      only_group: Optional[int] = None) -> Optional[int]:
+                      only_group: Optional[int] = None, known: Optional[dict] = None,
+                      seen: Optional[dict] = None) -> Optional[int]:
     """Elements of an Explicit VR Little Endian dataset in ``buf`` from ``pos`` into ``out``
     (tag -> RawDataElement, as pydicom's data_element_generator yields them with this
     ``defer`` size; ``base``: the file offset of ``buf[0]``); returns where the walk ended
     (past a deferred value it may lie beyond ``buf``), or None at anything it does not
     handle exactly as pydicom does: an unknown VR, an undefined length, an item or
     delimiter tag, a value cut short. With ``only_group`` it stops (returning where) at
-    the first element of another group, as pydicom's stop_when does for the File Meta."""
+    the first element of another group, as pydicom's stop_when does for the File Meta.
+
+    ``seen`` (with ``base`` 0, ``defer`` DEFER_BYTES, no ``only_group``) receives, per
+    position, (the bytes the element was made from, the element, where the next one
+    starts); ``known``, a ``seen`` of an earlier walk: an element whose bytes are the same
+    at the same position is that walk's element again (an immutable tuple of immutable
+    values, made from nothing else), not made anew. The slices of a series repeat most of
+    their header at the same positions."""
     unpack, unpack_long = _EXPLICIT_LE.unpack_from, _UINT32_LE.unpack_from
     short, long_ = _SHORT_VRS, _LONG_VRS
     new_element, base_tags, raw_element = tuple.__new__, _BASE_TAGS, RawDataElement
+    starts = buf.startswith
     end = len(buf)
     while pos + 8 <= end:
+        if known is not None:
+            same = known.get(pos)
+            if same is not None and starts(same[0], pos):
+                elem = same[1]
+                out[elem[0]] = elem
+                seen[pos] = same
+                pos = same[2]
+                continue
         group, element, vr_code, length = unpack(buf, pos)
         if only_group is not None and group != only_group:
             return pos
@@ -157,8 +175,11 @@ def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict, defer: int = D
             value = buf[value_tell:value_tell + length]
         key = base_tags[tag]
         # RawDataElement(...), see _RAW_FIELDS_KNOWN
-        out[key] = new_element(raw_element, (key, vr, length, value, base + value_tell, False, True,
-                                             True, False))
+        elem = out[key] = new_element(raw_element, (key, vr, length, value, base + value_tell, False,
+                                                    True, True, False))
+        if seen is not None:
+            seen[pos] = (buf[pos:value_tell if value is None else value_tell + length], elem,
+                         value_tell + length)
         pos = value_tell + length
     return pos if pos >= end else (None if end - pos else pos)
 
@@ -214,9 +235,11 @@ def _walked_explicit_le(fileobj: BinaryIO, head: bytes, file_size: int) -> Optio
     if str(file_meta.get("TransferSyntaxUID", "")) != ExplicitVRLittleEndian:
         return None
     raw: dict = {}
-    pos = _walk_explicit_le(head, start, 0, raw)
+    seen: dict = {}
+    pos = _walk_explicit_le(head, start, 0, raw, known=_LAST_HEAD[0], seen=seen)
     if pos is None:
         return None
+    _LAST_HEAD[0] = seen      # replaced, never changed: another thread may be reading the last
     if pos < file_size:
         if pos < len(head):
             return None
