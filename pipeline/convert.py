@@ -35,6 +35,7 @@ from pipeline.option_rules import validate
 from pipeline.option_table import ConvertOptions
 from pipeline.salt import check_salt_stays_out_of_the_job
 from pipeline.usage import UsageError
+from pipeline.worker_fork import QUIETED_LOGGERS, ForkServer, fork_server, forking_runner
 
 from dataset import versions
 from dataset.manifest import read_failed_run, read_manifest
@@ -85,10 +86,31 @@ IN_PROCESS_MAX_BYTES = 256 << 20
 CLEANUP_RETRY_S = 5.0
 
 
+class ViewCachingOptions(PipelineOptions):
+    """PipelineOptions whose ``view_as`` builds each view once.
+
+    Beam's ``view_as`` builds an argparse parser of every registered option (~0.4 ms)
+    on each call, and building, translating and fusing this graph calls it ~830 times:
+    0.4 s of the launcher's CPU before the first record (docs/BENCHMARKS.md §8.4). A view
+    shares its values with the options it came from (Beam's own contract: a change
+    through one view shows in all), so handing out the same view again is the same.
+    Adds no options of its own."""
+
+    def __init__(self, flags=None, **kwargs):
+        super().__init__(flags, **kwargs)
+        object.__setattr__(self, "_views", {})
+
+    def view_as(self, cls):
+        view = self.__dict__["_views"].get(cls)
+        if view is None:
+            view = self.__dict__["_views"][cls] = super().view_as(cls)
+        return view
+
+
 def make_pipeline_options(beam_args: Sequence[str], patterns: Sequence[str] = ()) -> PipelineOptions:
     """Beam options. Local runs default to one worker process per core, or to one process
     (in_memory) when the local inputs are small (``local_execution`` says which)."""
-    options = PipelineOptions(list(beam_args))
+    options = ViewCachingOptions(list(beam_args))
     if options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
         direct = options.view_as(DirectOptions)
         workers_given = _given(beam_args, "--direct_num_workers")
@@ -102,19 +124,28 @@ def make_pipeline_options(beam_args: Sequence[str], patterns: Sequence[str] = ()
     return options
 
 
-def local_execution(options: PipelineOptions) -> str:
-    """How a local run executes, for the summary ("" on other runners)."""
+def local_execution(options: PipelineOptions, forked: bool = False) -> str:
+    """How a local run executes, for the summary ("" on other runners); ``forked``: its
+    worker processes were forked from the launcher (pipeline.worker_fork)."""
     if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
         return ""
     direct = options.view_as(DirectOptions)
     if direct.direct_running_mode == "in_memory" or direct.direct_num_workers == 1:
         return "one process"
     kind = "threads" if direct.direct_running_mode == "multi_threading" else "processes"
-    return f"{direct.direct_num_workers} worker {kind} ({direct.direct_running_mode})"
+    how = ", forked" if forked else ""
+    return f"{direct.direct_num_workers} worker {kind} ({direct.direct_running_mode}{how})"
 
 
-def make_runner(options: PipelineOptions):
-    """The in-process FnApiRunner for local runs.
+def forks_workers(options: PipelineOptions) -> bool:
+    """Whether a local run's worker processes are forked from the launcher (pipeline.worker_fork)."""
+    return (options.view_as(StandardOptions).runner in LOCAL_RUNNERS
+            and options.view_as(DirectOptions).direct_running_mode == "multi_processing")
+
+
+def make_runner(options: PipelineOptions, server: Optional[ForkServer] = None):
+    """The in-process FnApiRunner for local runs, its worker processes forked by ``server``
+    when there is one.
 
     Beam's DirectRunner first tries to download and start its Prism runner;
     offline that waits on the network before falling back to this same
@@ -122,6 +153,8 @@ def make_runner(options: PipelineOptions):
     """
     runner = options.view_as(StandardOptions).runner
     if runner in LOCAL_RUNNERS:
+        if server is not None:
+            return forking_runner(server)
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
         return FnApiRunner()
     return None   # Beam resolves --runner itself (DataflowRunner, ...)
@@ -238,8 +271,9 @@ class ConvertArchive(beam.PTransform):
             shards = (shards, reused) | "WrittenAndReused" >> beam.Flatten()
         outcome_parts.append(written | "WriteOutcomes" >> beam.Filter(lambda item: isinstance(item, Outcome)))
         outcomes = tuple(outcome_parts) | "CollectOutcomes" >> beam.Flatten()
-        matched = ((sources | "CountFiles" >> beam.combiners.Count.Globally(),
-                    broken | "CountBrokenLinks" >> beam.combiners.Count.Globally())
+        # one count over both: each global combine is two more stages for the runner to run
+        matched = ((sources | "OneFile" >> beam.Map(lambda _: 1),
+                    broken | "OneBrokenLink" >> beam.Map(lambda _: 1))
                    | "FilesAndLinks" >> beam.Flatten()
                    | "CountMatched" >> beam.CombineGlobally(sum))
         space_side = (AsSingleton(space) if space is not None
@@ -276,9 +310,10 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     check_writable(opts.output)
     failed = False
     try:
-        with OutputLock(opts.output):
+        # forked before the lock's heartbeat or any other thread starts
+        with fork_server(forks_workers(options) and not launch_only) as server, OutputLock(opts.output):
             try:
-                return _run(opts, options, launch_only, quiet)
+                return _run(opts, options, launch_only, quiet, server)
             except BaseException:
                 # tidying up after a failed run (the lock's release) never waits a whole retry
                 # budget: in an outage that would add one more --gcs_retry_s to the run's end
@@ -292,7 +327,8 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
             configure_storage_retry(opts.gcs_retry_s)
 
 
-def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool) -> dict:
+def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool,
+         server: Optional[ForkServer] = None) -> dict:
     root, version, base = opts.output, None, None
     if opts.incremental:
         version, target, base = prepare_version(opts, launch_only == "dry_run")
@@ -301,7 +337,7 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool) -> dict:
         prepare_output(opts)
         remove_progress(opts.output)   # left by an interrupted run
     started = time.time()
-    pipeline = beam.Pipeline(runner=make_runner(options), options=options)
+    pipeline = beam.Pipeline(runner=make_runner(options, server), options=options)
     build(pipeline, opts, base, version or "")
     if launch_only:
         return report_job_not_run(pipeline.run(), options, launch_only, quiet)
@@ -320,7 +356,7 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool) -> dict:
     if version is not None:
         versions.set_latest(root, version)   # only now do readers of the root see it
     summary = summarize(manifest, opts.output, wall)
-    summary["execution"] = local_execution(options)
+    summary["execution"] = local_execution(options, server is not None)
     if version is not None:
         summary["version"] = {"root": root, "name": version, **manifest["incremental"]}
     if opts.summary_json:
@@ -362,9 +398,9 @@ def main(argv: Sequence[str]) -> int:
     opts, beam_args = parse_convert(argv)
     debug = bool(os.environ.get(DEBUG_ENV))
     if not debug:   # a failed step is reported below in one line, not as Beam's ERROR traceback
-        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
-        # nor as the tracebacks local worker processes relay through the job service
-        logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.CRITICAL)
+        # (nor as the tracebacks local worker processes relay through the job service)
+        for name in QUIETED_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         run(opts, beam_args)
     except ConversionFailed as exc:

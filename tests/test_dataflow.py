@@ -38,8 +38,6 @@ EXPECTED_STEPS = ("MatchInputs", "ProbeHeaders", "AttachLabels", "AssignSplits",
 # added here with what it moves, and pixels are never an answer.
 SHUFFLING_STEPS = {
     "MatchInputs": "SourceFile (uri, rel path, size, mtime) keyed by uri",
-    "CountFiles": "counts",
-    "CountBrokenLinks": "counts",
     "CountMatched": "counts",
     "DropDuplicates": "ProbedRecord (header metadata) keyed by SOP Instance UID",
     "AttachLabels": "ProbedRecord and LabelRow keyed by the join key; label values",

@@ -175,3 +175,18 @@ def test_enhanced_rescale_in_a_run(tmp_path):
     write_png_archive(tmp_path / "in", 1, 8, 8)
     summary = run_convert(tmp_path / "in", tmp_path / "out")
     assert summary["failed"] == {} and summary["written"] == 2
+
+
+def test_pipeline_options_build_each_view_once_and_views_stay_shared():
+    """convert's options hand out one view per options class (Beam builds a parser on each
+    view_as); a value set through one view shows in every view and in the options."""
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+    options = convert.make_pipeline_options(["--direct_num_workers=3"])
+    assert options.view_as(DirectOptions) is options.view_as(DirectOptions)
+    options.view_as(StandardOptions).runner = "FnApiRunner"
+    assert options.view_as(StandardOptions).runner == "FnApiRunner"
+    assert options.get_all_options()["runner"] == "FnApiRunner"
+    assert options.view_as(DirectOptions).direct_num_workers == 3
+    # the same options as Beam's own class parses from the same flags
+    plain = PipelineOptions(["--direct_num_workers=3"]).get_all_options()
+    assert set(convert.make_pipeline_options(["--direct_num_workers=3"]).get_all_options()) == set(plain)
