@@ -15,6 +15,7 @@ from pydicom.tag import BaseTag
 from pydicom.uid import ExplicitVRLittleEndian
 
 from transforms.dicom.content import PIXEL_DATA_TAG
+from transforms.dicom.needed import converted_element
 
 DEFER_BYTES = 2048       # values longer than this stay unread on disk
 _HEAD_BYTES = 64 << 10
@@ -185,6 +186,7 @@ def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict, defer: int = D
 
 
 _PREAMBLE_END = 132        # 128 bytes of preamble, then b"DICM"
+_GROUP_LENGTH, _TRANSFER_SYNTAX = 0x00020000, 0x00020010
 _NO_DEFER = 1 << 62
 
 
@@ -207,11 +209,11 @@ def _walked_file_meta(head: bytes) -> Optional[tuple[bytes, FileMetaDataset, int
     file_meta = FileMetaDataset(raw)
     file_meta.set_original_encoding(False, True, default_encoding)
     try:
-        file_meta[list(file_meta.elements())[0].tag]
+        converted_element(file_meta, min(map(int, raw)))    # file_meta[its first element's tag]
     except NotImplementedError:     # pydicom then re-reads the meta as Implicit VR
         return None
-    if "FileMetaInformationGroupLength" in file_meta:
-        file_meta.FileMetaInformationGroupLength
+    if _GROUP_LENGTH in raw:
+        converted_element(file_meta, _GROUP_LENGTH)
     return head[:128], file_meta, pos
 
 
@@ -232,7 +234,8 @@ def _walked_explicit_le(fileobj: BinaryIO, head: bytes, file_size: int) -> Optio
         if meta_only.original_encoding != (False, True) or len(meta_only._dict):
             return None
         preamble, file_meta, start = meta_only.preamble, meta_only.file_meta, probe.tell()
-    if str(file_meta.get("TransferSyntaxUID", "")) != ExplicitVRLittleEndian:
+    if _TRANSFER_SYNTAX not in file_meta._dict \
+            or str(converted_element(file_meta, _TRANSFER_SYNTAX).value) != ExplicitVRLittleEndian:
         return None
     raw: dict = {}
     seen: dict = {}

@@ -91,6 +91,27 @@ def _conversion_key(elem: RawDataElement, encoding) -> Optional[tuple]:
             encoding)
 
 
+def converted_element(ds: Dataset, tag: int):
+    """``ds[tag]``: the element, converted and kept converted in ``ds`` as
+    Dataset.__getitem__ leaves it.
+
+    A raw element of a concrete VR (_PURE_VRS: not SQ, not an ambiguous "US or SS"),
+    public, read (not deferred), not pixel data and not Specific Character Set is
+    converted here: for such an element __getitem__ only converts it with the dataset's
+    character set and stores it, by way of Tag(), __setitem__'s checks and two more
+    lookups of the element to read its VR, about 15 us. Anything else goes to ds[tag].
+    """
+    elem = ds._dict[tag]
+    if not isinstance(elem, RawDataElement):
+        return elem
+    if elem.VR in _PURE_VRS and elem.value is not None and not (tag >> 16) & 1 \
+            and tag != 0x00080005 and tag not in _PIXEL_TAG_INTS:
+        converted = ds._dict[tag] = convert_raw_data_element(
+            elem, encoding=ds.original_character_set or ds._character_set, ds=ds)
+        return converted
+    return ds[tag]
+
+
 def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettings(),
                             values: Optional[dict] = None) -> None:
     """Converts the needed set's elements now (needed_tags), so a mangled one fails here, classified.
@@ -127,21 +148,15 @@ def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettin
                 if elem.value is None and elem.length and tag in _PIXEL_TAG_INTS:
                     continue
                 if encoding is _MISSING:
-                    charset = ds.original_character_set or ds._character_set   # as Dataset.__getitem__
-                    encoding = tuple(charset) if isinstance(charset, list) else charset
+                    encoding = ds.original_character_set or ds._character_set
+                    encoding = tuple(encoding) if isinstance(encoding, list) else encoding
                 key = _conversion_key(elem, encoding)
                 if key is not None:
                     value = _CONVERTED.get(key, _MISSING)
                     if value is not _MISSING:
                         values[tag] = value      # the same bytes converted before, to this value
                         continue
-                if key is not None and tag not in _PIXEL_TAG_INTS:
-                    # what ds[tag] does to such an element (see _PURE_VRS: not SQ, not an
-                    # ambiguous VR, not private, not pixel data), without its dispatch
-                    converted = elements[tag] = convert_raw_data_element(elem, encoding=charset, ds=ds)
-                    value = values[tag] = converted.value
-                else:
-                    value = values[tag] = ds[tag].value
+                value = values[tag] = converted_element(ds, tag).value
                 if key is not None:
                     if len(_CONVERTED) >= _CONVERTED_MAX:
                         _CONVERTED.clear()
