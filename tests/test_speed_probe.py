@@ -216,3 +216,28 @@ def test_walk_reuses_only_elements_whose_bytes_are_the_same():
     assert reused(parsed[1], parsed[0]) > len(parsed[1]._dict) // 2
     assert parsed[2]._dict[0x00180060].value == b"130 " and parsed[0]._dict[0x00180060].value == b"120 "
     assert reused(parsed[4], parsed[3]) < reused(parsed[1], parsed[0])
+
+
+def test_header_values_answer_as_the_dataset():
+    """HeaderValues (the probe's view of the header) says what the Dataset says for every
+    keyword of the needed set, present or not, and refuses a present element outside it."""
+    from pydicom.datadict import keyword_for_tag
+    from transforms.dicom.header import read_probe_header
+    data = ct_vendor_file_bytes(0, 1, 0, 3, 10, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        header, _ = read_probe_header(io.BytesIO(data), SETTINGS, len(data))
+        full = pydicom.dcmread(io.BytesIO(data), force=True, defer_size=2048)
+        keywords = [keyword_for_tag(tag) for tag in dicom_needed.needed_tags(())]
+        assert any(k not in full for k in keywords) and any(k in full for k in keywords)
+        for keyword in keywords:
+            assert (keyword in header) == (keyword in full), keyword
+            if keyword in ("PixelData",):
+                continue     # deferred: the writer reads it
+            assert header.get(keyword, "absent") == full.get(keyword, "absent"), keyword
+        outside = next(keyword_for_tag(t) for t in full._dict if t not in dicom_needed.needed_tags(())
+                       and keyword_for_tag(t) and t >> 16 != 2)
+        assert outside in header
+        with pytest.raises(dicom_needed.NotNeededError):
+            header.get(outside)
+        assert header.get("LossyImageCompressionRatio", "absent") == "absent"

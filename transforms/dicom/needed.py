@@ -206,13 +206,18 @@ class HeaderValues:
     fails again when read again, as it would on the Dataset. Names that are
     not DICOM keywords go to the Dataset itself.
     """
-    __slots__ = ("ds", "_tags", "_values", "_needed")
+    __slots__ = ("ds", "_elements", "_values", "_needed")
 
     def __init__(self, ds: Dataset, values: Optional[dict] = None, needed: tuple = ()):
         self.ds = ds
-        self._tags = frozenset(map(int, ds._dict))
-        self._values: dict = {} if values is None else values
+        self._elements = ds._dict
+        self._values: dict = {} if values is None else values    # tags of ds only
         self._needed = frozenset(needed)
+
+    def _present(self, tag: int) -> bool:
+        """Whether ``ds`` holds the element: a tag with a value known is there; else its dict
+        says (keyed by BaseTag, equal to the int; no set of the 265 ints built per header)."""
+        return tag in self._values or tag in self._elements
 
     def _value(self, tag: int):
         try:
@@ -228,7 +233,7 @@ class HeaderValues:
         tag = _tag_for_keyword(keyword)
         if tag is None:
             return self.ds.get(keyword, default)
-        if tag not in self._tags:
+        if not self._present(tag):
             return default
         try:
             return self._value(tag)
@@ -237,10 +242,10 @@ class HeaderValues:
 
     def __contains__(self, keyword: str) -> bool:
         tag = _tag_for_keyword(keyword)
-        return self.ds.__contains__(keyword) if tag is None else tag in self._tags
+        return self.ds.__contains__(keyword) if tag is None else self._present(tag)
 
     def __getattr__(self, name: str):
         tag = _tag_for_keyword(name)
-        if tag is not None and tag in self._tags:
+        if tag is not None and self._present(tag):
             return self._value(tag)
         return getattr(self.ds, name)
