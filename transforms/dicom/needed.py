@@ -230,6 +230,11 @@ class HeaderValues:
             return value
 
     def get(self, keyword: str, default=None):
+        tag = _KEYWORD_TAGS.get(keyword)
+        if tag is not None:
+            value = self._values.get(tag, _MISSING)
+            if value is not _MISSING:        # the common read: a keyword seen, its value known
+                return value
         tag = _tag_for_keyword(keyword)
         if tag is None:
             return self.ds.get(keyword, default)
@@ -245,6 +250,11 @@ class HeaderValues:
         return self.ds.__contains__(keyword) if tag is None else self._present(tag)
 
     def __getattr__(self, name: str):
+        tag = _KEYWORD_TAGS.get(name)
+        if tag is not None:
+            value = self._values.get(tag, _MISSING)
+            if value is not _MISSING:        # as in get
+                return value
         tag = _tag_for_keyword(name)
         if tag is not None and self._present(tag):
             return self._value(tag)
