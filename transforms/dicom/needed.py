@@ -73,7 +73,12 @@ def needed_tags(keep_tags: tuple[str, ...] = ()) -> tuple[int, ...]:
 # rescale elements are the same in every slice of a series.
 _PURE_VRS = frozenset("AE AS AT CS DA DS DT FD FL IS LO LT OB OD OF OL OV OW PN SH SL SS ST SV "
                       "TM UC UI UL UR US UT UV".split())
-_CONVERTED: dict = {}      # conversion key -> the value it converted to
+# conversion key -> the value it converted to; and id(element) -> (the element, the
+# encoding, that value) for an element object converted (or remembered) under its key:
+# the head walk hands consecutive slices the very same RawDataElement for the same bytes
+# at the same place (head_parse), found again by identity without building its key.
+# An int never equals a key tuple; the element is held, so its id is not reused.
+_CONVERTED: dict = {}
 _CONVERTED_MAX = 50_000
 _CONVERTED_VALUE_MAX = 256
 _PIXEL_TAG_INTS = frozenset(int(tag) for tag in PIXEL_TAGS)
@@ -150,17 +155,22 @@ def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettin
                 if encoding is _MISSING:
                     encoding = ds.original_character_set or ds._character_set
                     encoding = tuple(encoding) if isinstance(encoding, list) else encoding
+                seen = _CONVERTED.get(id(elem))
+                if seen is not None and seen[0] is elem and seen[1] == encoding:
+                    values[tag] = seen[2]        # this very element converted before (see _CONVERTED)
+                    continue
                 key = _conversion_key(elem, encoding)
                 if key is not None:
                     value = _CONVERTED.get(key, _MISSING)
-                    if value is not _MISSING:
-                        values[tag] = value      # the same bytes converted before, to this value
-                        continue
-                value = values[tag] = converted_element(ds, tag).value
-                if key is not None:
+                    if value is _MISSING:
+                        value = converted_element(ds, tag).value
                     if len(_CONVERTED) >= _CONVERTED_MAX:
                         _CONVERTED.clear()
                     _CONVERTED[key] = value
+                    _CONVERTED[id(elem)] = (elem, encoding, value)
+                    values[tag] = value          # the same bytes converted before, or now, to this value
+                else:
+                    values[tag] = converted_element(ds, tag).value
     except Exception as exc:
         name = _keyword_of(tag)
         raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: {name}: "
