@@ -89,7 +89,8 @@ def _tail(fileobj: BinaryIO, end: int, file_size: int) -> Optional[bytes]:
 # keyed by the VR's two bytes read as a little-endian uint16 (no bytes object per element)
 _SHORT_VRS = {int.from_bytes(vr.encode(), "little"): vr
               for vr in "AE AS AT CS DA DS DT FL FD IS LO LT PN SH SL SS ST TM UI UL US".split()}
-_LONG_VRS = {int.from_bytes(vr.encode(), "little"): vr for vr in "OB OD OF OL OV OW SQ SV UC UN UR UT UV".split()}
+_LONG_VRS = {int.from_bytes(vr.encode(), "little"): vr
+             for vr in "OB OD OF OL OV OW SQ SV UC UN UR UT UV".split()}
 _EXPLICIT_LE = struct.Struct("<HHHH")
 _UINT32_LE = struct.Struct("<L")
 
