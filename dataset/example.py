@@ -166,9 +166,15 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
 
     Scalars become one-element lists; ``bytes``/``str`` become BytesList,
     integers Int64List, floats FloatList. Byte values may be memoryviews, so a
-    pixel buffer is copied once, into the returned string. Small pieces are
-    joined per feature; only a large value stays a part of its own.
+    pixel buffer is copied once, into the returned string.
     """
+    return b"".join(encode_example_parts(features))
+
+
+def encode_example_parts(features: Mapping[str, FeatureValue]) -> list:
+    """:func:`encode_example`'s bytes as parts, in order, uncopied: small pieces are joined per
+    feature; a large value (a pixel buffer, perhaps a memoryview) stays a part of its own.
+    ``[]`` for no features."""
     map_parts: list = []
     total = 0
     for key in sorted(features):
@@ -185,8 +191,8 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
             map_parts.extend(feature)
         total += len(head) + feature_len
     if not map_parts:
-        return b""
-    return b"".join([b"\x0a" + _varint(total)] + map_parts)   # Example.features, field 1
+        return []
+    return [b"\x0a" + _varint(total)] + map_parts   # Example.features, field 1
 
 
 # ---------------------------------------------------------------- decoding

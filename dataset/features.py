@@ -10,7 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from dataset.example import encode_example
+from dataset.example import encode_example_parts
 
 FORMAT_VERSION = 1
 ENCODING_RAW = "raw"
@@ -43,6 +43,13 @@ def _label_feature(label):
 def serialize_record(pixels: np.ndarray, record_id: str, kind: str, label=-1,
                      metadata: Mapping[str, object] | None = None) -> bytes:
     """One serialized tf.train.Example for a (D, H, W, C) pixel array."""
+    return b"".join(serialize_record_parts(pixels, record_id, kind, label, metadata))
+
+
+def serialize_record_parts(pixels: np.ndarray, record_id: str, kind: str, label=-1,
+                           metadata: Mapping[str, object] | None = None) -> list:
+    """:func:`serialize_record`'s bytes as parts (``encode_example_parts``): the pixels
+    stay a view of ``pixels``, uncopied, for the shard writer to frame and write."""
     depth, height, width, channels = pixels.shape
     features: dict = {
         "image_raw": memoryview(pixels).cast("B"),
@@ -58,4 +65,4 @@ def serialize_record(pixels: np.ndarray, record_id: str, kind: str, label=-1,
     }
     if metadata:
         features.update(metadata)
-    return encode_example(features)
+    return encode_example_parts(features)

@@ -20,7 +20,7 @@ from typing import BinaryIO, Iterator
 from dataset.files import create_output, incomplete_file
 from dataset.names import index_file_name
 from dataset.storage import FileSystems
-from dataset.tfrecord import frame, index_lines
+from dataset.tfrecord import framed_segments, index_lines
 
 # Test-only: "POINT:DIR" stops every shard writer at POINT, so that kill tests stop a run
 # at an exact moment instead of polling for it. Each writer that stops creates
@@ -80,11 +80,15 @@ class ShardSink:
         self._pause, self._pause_after = (), -1
 
     def append(self, record) -> None:
-        """Frames ``record`` (bytes or a memoryview of them) onto the shard."""
-        head, tail = frame(record)
-        framed = b"".join([head, record, tail])     # one write, as gzip members come out the same
-        self._target.write(framed)
-        size = len(framed)
+        """Frames ``record`` onto the shard: bytes, a memoryview of them, or a list of parts
+        in order (``serialize_record_parts``), whose large ones are written as they are."""
+        segments = framed_segments(record if isinstance(record, list) else [record])
+        if self._target is self._file:
+            for segment in segments:
+                self._file.write(segment)
+        else:
+            self._target.write(b"".join(segments))   # one write, as gzip members come out the same
+        size = sum(len(segment) for segment in segments)
         self.offsets.append((self._stream_offset, size))
         self._stream_offset += size
         if self._pause_after == len(self.offsets):     # test-only (TEST_PAUSE_ENV)

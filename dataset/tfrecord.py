@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Sequence
 
 import google_crc32c
 import numpy as np
@@ -39,7 +39,10 @@ def crc32c(data) -> int:
 
 def masked_crc(data) -> int:
     """The masked CRC TFRecord stores (a rotation and an offset, so CRCs of CRCs differ)."""
-    crc = crc32c(data)
+    return _mask(crc32c(data))
+
+
+def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
@@ -48,8 +51,49 @@ def masked_crc(data) -> int:
 
 def frame(data) -> tuple[bytes, bytes]:
     """The bytes before and after ``data`` in its framed record (``data`` itself is not copied)."""
-    length = _LENGTH.pack(len(data))
-    return length + _FOOTER.pack(masked_crc(length)), _FOOTER.pack(masked_crc(data))
+    return _header(len(data)), _FOOTER.pack(masked_crc(data))
+
+
+def _header(length: int) -> bytes:
+    length_bytes = _LENGTH.pack(length)
+    return length_bytes + _FOOTER.pack(masked_crc(length_bytes))
+
+
+_SMALL_PART = 64 << 10      # parts up to this size are joined into their neighbours' segment
+
+
+def framed_segments(parts: Sequence) -> list[bytes]:
+    """One framed record, of data given as ``parts`` in order (bytes or memoryviews), as a
+    few byte strings whose concatenation is ``frame``'s record: small parts are joined,
+    a large one is its own segment (a memoryview is copied once, to bytes, which
+    google-crc32c needs), so a pixel buffer is never copied into a joined string."""
+    segments: list = []
+    small: list = []
+    crc, length = 0, 0
+    for part in parts:
+        size = part.nbytes if isinstance(part, memoryview) else len(part)
+        if size <= _SMALL_PART:
+            small.append(part)
+        else:
+            if small:
+                segments.append(b"".join(small))
+                small = []
+            segments.append(bytes(part) if isinstance(part, memoryview) else part)
+        length += size
+    if small:
+        segments.append(b"".join(small))
+    for segment in segments:
+        crc = google_crc32c.extend(crc, segment)
+    head, tail = _header(length), _FOOTER.pack(_mask(crc))
+    if segments and len(segments[0]) <= _SMALL_PART:
+        segments[0] = head + segments[0]
+    else:
+        segments.insert(0, head)
+    if len(segments[-1]) <= _SMALL_PART:
+        segments[-1] = segments[-1] + tail
+    else:
+        segments.append(tail)
+    return segments
 
 
 def index_lines(offsets) -> bytes:

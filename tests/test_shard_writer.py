@@ -85,3 +85,25 @@ def test_a_shard_that_fails_midway_leaves_no_file_under_its_name(tmp_path):
             raise RuntimeError("the source vanished")
     assert not [n for n in os.listdir(tmp_path) if not n.startswith(".")]
     assert os.listdir(tmp_path / ".incomplete") == []
+
+
+@pytest.mark.parametrize("sizes", [[], [3], [70_000], [5, 200_000, 7], [100_000, 90_000], [1, 2, 3] * 20,
+                                   [65_536, 65_537, 0, 10]])
+def test_a_record_given_as_parts_frames_as_its_joined_bytes(sizes):
+    """framed_segments(parts) is frame(joined parts) around the joined parts, whatever the
+    parts; a large part is written as it is (a bytes part is not copied at all)."""
+    import numpy as np
+    from dataset.tfrecord import frame, framed_segments
+    rng = np.random.default_rng(len(sizes) + sum(sizes))
+    parts = []
+    for i, size in enumerate(sizes):
+        data = rng.integers(0, 256, size, dtype=np.uint8)
+        parts.append(memoryview(data) if i % 2 else data.tobytes())
+    joined = b"".join(bytes(p) for p in parts)
+    head, tail = frame(joined)
+    segments = framed_segments(parts)
+    assert b"".join(segments) == head + joined + tail
+    for part in parts:
+        if isinstance(part, bytes) and len(part) > 65_536:
+            assert any(segment is part for segment in segments)
+    assert len(segments) <= 2 * len([s for s in sizes if s > 65_536]) + 2

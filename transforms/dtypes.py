@@ -21,7 +21,7 @@ def fit_integer_dtype(arr: np.ndarray, planned: str) -> str:
     Headers can under-state the range (pixels with bits above Bits Stored);
     widening keeps the values exact instead of wrapping them silently.
     """
-    if arr.size == 0:
+    if arr.size == 0 or arr.dtype == np.dtype(planned):    # every value of that dtype fits it
         return planned
     return fit_range(arr.min(), arr.max(), planned)
 

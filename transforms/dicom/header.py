@@ -15,7 +15,7 @@ from pydicom.dataset import Dataset
 from dataset import reasons
 from transforms.dicom import integrity
 from transforms.dicom.content import PIXEL_DATA_TAG
-from transforms.dicom.head_parse import DEFER_BYTES, parse_from_head
+from transforms.dicom.head_parse import DEFER_BYTES, parse_head
 from transforms.dicom.needed import HeaderValues, convert_needed_elements, needed_tags
 from transforms.errors import ConversionError
 from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
@@ -23,7 +23,7 @@ from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 
 def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
                       file_size: Optional[int] = None, max_pixels: int = DEFAULT_MAX_PIXELS,
-                      check: Optional[Callable[[Dataset], None]] = None,
+                      check: Optional[Callable[[Dataset, bool], None]] = None,
                       ) -> tuple["HeaderValues", Optional[RawDataElement]]:
     """Every element parsed, large values (pixel data) left unread on disk, wrapped in the
     HeaderValues the probe reads; and the raw (7FE0,0010) Pixel Data element as parsed, if
@@ -38,20 +38,22 @@ def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettin
     parse_from_head); otherwise, and always for a Deflated file, through
     transforms.dicom.integrity (parse failures classified, inflation bounded by
     ``max_pixels``). ``check`` sees the dataset as parsed, before any value is
-    converted (the probe's completeness checks, integrity.check_whole).
+    converted (the probe's completeness checks, integrity.check_whole), and
+    whether parse_head walked it (its elements back to back to the file's end).
     """
+    walked = False
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ds = parse_from_head(fileobj, file_size) \
-                if file_size and not integrity.maybe_deflated(fileobj) else None
+            ds, walked = parse_head(fileobj, file_size) \
+                if file_size and not integrity.maybe_deflated(fileobj) else (None, False)
     except Exception as exc:  # pydicom raises many types for a broken header
         raise ConversionError(reasons.INVALID_DICOM, f"header does not parse: {exc}") from exc
     if ds is None:
         fileobj.seek(0)
         ds = integrity.read_dataset(fileobj, DEFER_BYTES, max_pixels)
     if check is not None:
-        check(ds)
+        check(ds, walked)
     raw = ds._dict.get(PIXEL_DATA_TAG)
     if not (isinstance(raw, RawDataElement) and raw.value is None and raw.length):
         raw = None     # not deferred (small or empty): the general path handles it

@@ -220,7 +220,7 @@ def _extent(elem) -> Optional[tuple[int, int]]:
     return None
 
 
-def check_whole(ds, size: int) -> None:
+def check_whole(ds, size: int, back_to_back: bool = False) -> None:
     """TRUNCATED_FILE when an element's value runs past the end of the file, or when
     the file ends before the pixel data its header describes.
 
@@ -228,22 +228,12 @@ def check_whole(ds, size: int) -> None:
     ``size`` is the length of what the offsets refer to (stream_size). An object of an
     image SOP class without pixel data is truncated too: a file cut exactly between two
     elements before its Image Pixel module looks whole but for that (pydicom's header-only
-    stubs of CT and MR images fail the same way).
+    stubs of CT and MR images fail the same way). ``back_to_back``: the top-level
+    elements are known to lie back to back up to ``size`` (head_parse walked them), so
+    none runs past it and the last ends there; their extents are not looked at again.
     """
-    last_end, last_tag = 0, None
-    for tag, elem in ds._dict.items():
-        extent = _extent(elem)
-        if extent is None:
-            continue
-        start, end = extent
-        if end > size:
-            raise ConversionError(
-                reasons.TRUNCATED_FILE,
-                f"element {Tag(tag)} declares {elem.length} bytes from byte {start}, but the file ends at "
-                f"byte {size}: the file is cut short (or the length is corrupt)")
-        if end >= last_end:
-            last_end, last_tag = end, tag
-    if any(int(tag) in _PIXEL_TAGS for tag in ds._dict):
+    last_end, last_tag = (size, None) if back_to_back else _last_extent(ds, size)
+    if any(tag in ds._dict for tag in _PIXEL_TAGS):
         return
     image = [k for k in _IMAGE_KEYWORDS if k in ds]
     if image:
@@ -262,6 +252,24 @@ def check_whole(ds, size: int) -> None:
         raise ConversionError(reasons.TRUNCATED_FILE,
                               f"a {_sop_class_name(ds)} object without pixel data: it ends at byte {size} (cut short "
                               "before its pixel data, or its pixel data was removed)")
+
+
+def _last_extent(ds, size: int) -> tuple[int, Optional[int]]:
+    """(end, tag) of the top-level element ending last; TRUNCATED_FILE for one running past ``size``."""
+    last_end, last_tag = 0, None
+    for tag, elem in ds._dict.items():
+        extent = _extent(elem)
+        if extent is None:
+            continue
+        start, end = extent
+        if end > size:
+            raise ConversionError(
+                reasons.TRUNCATED_FILE,
+                f"element {Tag(tag)} declares {elem.length} bytes from byte {start}, but the file ends at "
+                f"byte {size}: the file is cut short (or the length is corrupt)")
+        if end >= last_end:
+            last_end, last_tag = end, tag
+    return last_end, last_tag
 
 
 def _sop_class_name(ds) -> str:

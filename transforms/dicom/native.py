@@ -163,7 +163,7 @@ def pack_metadata(metadata: dict, keys: tuple) -> bytes:
     out = []
     for key, value in metadata.items():
         if isinstance(value, np.ndarray):
-            value = tuple(float(v) for v in value.astype(np.float32))
+            value = tuple(value.astype(np.float32).tolist())     # Python floats, as float() of each
         elif key.endswith("_hash") and isinstance(value, str) and value:
             value = bytes.fromhex(value)
         out.append(value)

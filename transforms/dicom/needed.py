@@ -7,7 +7,7 @@ import warnings
 from typing import Optional
 
 from pydicom.datadict import tag_for_keyword
-from pydicom.dataelem import RawDataElement
+from pydicom.dataelem import RawDataElement, convert_raw_data_element
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
@@ -73,7 +73,12 @@ def needed_tags(keep_tags: tuple[str, ...] = ()) -> tuple[int, ...]:
 # rescale elements are the same in every slice of a series.
 _PURE_VRS = frozenset("AE AS AT CS DA DS DT FD FL IS LO LT OB OD OF OL OV OW PN SH SL SS ST SV "
                       "TM UC UI UL UR US UT UV".split())
-_CONVERTED: dict = {}      # conversion key -> the value it converted to
+# conversion key -> the value it converted to; and id(element) -> (the element, the
+# encoding, that value) for an element object converted (or remembered) under its key:
+# the head walk hands consecutive slices the very same RawDataElement for the same bytes
+# at the same place (head_parse), found again by identity without building its key.
+# An int never equals a key tuple; the element is held, so its id is not reused.
+_CONVERTED: dict = {}
 _CONVERTED_MAX = 50_000
 _CONVERTED_VALUE_MAX = 256
 _PIXEL_TAG_INTS = frozenset(int(tag) for tag in PIXEL_TAGS)
@@ -89,6 +94,27 @@ def _conversion_key(elem: RawDataElement, encoding) -> Optional[tuple]:
         return None
     return (tag, elem.VR, elem.length, bytes(value), elem.is_little_endian, elem.is_implicit_VR,
             encoding)
+
+
+def converted_element(ds: Dataset, tag: int):
+    """``ds[tag]``: the element, converted and kept converted in ``ds`` as
+    Dataset.__getitem__ leaves it.
+
+    A raw element of a concrete VR (_PURE_VRS: not SQ, not an ambiguous "US or SS"),
+    public, read (not deferred), not pixel data and not Specific Character Set is
+    converted here: for such an element __getitem__ only converts it with the dataset's
+    character set and stores it, by way of Tag(), __setitem__'s checks and two more
+    lookups of the element to read its VR, about 15 us. Anything else goes to ds[tag].
+    """
+    elem = ds._dict[tag]
+    if not isinstance(elem, RawDataElement):
+        return elem
+    if elem.VR in _PURE_VRS and elem.value is not None and not (tag >> 16) & 1 \
+            and tag != 0x00080005 and tag not in _PIXEL_TAG_INTS:
+        converted = ds._dict[tag] = convert_raw_data_element(
+            elem, encoding=ds.original_character_set or ds._character_set, ds=ds)
+        return converted
+    return ds[tag]
 
 
 def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettings(),
@@ -129,17 +155,22 @@ def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettin
                 if encoding is _MISSING:
                     encoding = ds.original_character_set or ds._character_set
                     encoding = tuple(encoding) if isinstance(encoding, list) else encoding
+                seen = _CONVERTED.get(id(elem))
+                if seen is not None and seen[0] is elem and seen[1] == encoding:
+                    values[tag] = seen[2]        # this very element converted before (see _CONVERTED)
+                    continue
                 key = _conversion_key(elem, encoding)
                 if key is not None:
                     value = _CONVERTED.get(key, _MISSING)
-                    if value is not _MISSING:
-                        values[tag] = value      # the same bytes converted before, to this value
-                        continue
-                value = values[tag] = ds[tag].value
-                if key is not None:
+                    if value is _MISSING:
+                        value = converted_element(ds, tag).value
                     if len(_CONVERTED) >= _CONVERTED_MAX:
                         _CONVERTED.clear()
                     _CONVERTED[key] = value
+                    _CONVERTED[id(elem)] = (elem, encoding, value)
+                    values[tag] = value          # the same bytes converted before, or now, to this value
+                else:
+                    values[tag] = converted_element(ds, tag).value
     except Exception as exc:
         name = _keyword_of(tag)
         raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: {name}: "
@@ -185,13 +216,18 @@ class HeaderValues:
     fails again when read again, as it would on the Dataset. Names that are
     not DICOM keywords go to the Dataset itself.
     """
-    __slots__ = ("ds", "_tags", "_values", "_needed")
+    __slots__ = ("ds", "_elements", "_values", "_needed")
 
     def __init__(self, ds: Dataset, values: Optional[dict] = None, needed: tuple = ()):
         self.ds = ds
-        self._tags = frozenset(map(int, ds._dict))
-        self._values: dict = {} if values is None else values
+        self._elements = ds._dict
+        self._values: dict = {} if values is None else values    # tags of ds only
         self._needed = frozenset(needed)
+
+    def _present(self, tag: int) -> bool:
+        """Whether ``ds`` holds the element: a tag with a value known is there; else its dict
+        says (keyed by BaseTag, equal to the int; no set of the 265 ints built per header)."""
+        return tag in self._values or tag in self._elements
 
     def _value(self, tag: int):
         try:
@@ -204,10 +240,15 @@ class HeaderValues:
             return value
 
     def get(self, keyword: str, default=None):
+        tag = _KEYWORD_TAGS.get(keyword)
+        if tag is not None:
+            value = self._values.get(tag, _MISSING)
+            if value is not _MISSING:        # the common read: a keyword seen, its value known
+                return value
         tag = _tag_for_keyword(keyword)
         if tag is None:
             return self.ds.get(keyword, default)
-        if tag not in self._tags:
+        if not self._present(tag):
             return default
         try:
             return self._value(tag)
@@ -216,10 +257,15 @@ class HeaderValues:
 
     def __contains__(self, keyword: str) -> bool:
         tag = _tag_for_keyword(keyword)
-        return self.ds.__contains__(keyword) if tag is None else tag in self._tags
+        return self.ds.__contains__(keyword) if tag is None else self._present(tag)
 
     def __getattr__(self, name: str):
+        tag = _KEYWORD_TAGS.get(name)
+        if tag is not None:
+            value = self._values.get(tag, _MISSING)
+            if value is not _MISSING:        # as in get
+                return value
         tag = _tag_for_keyword(name)
-        if tag is not None and tag in self._tags:
+        if tag is not None and self._present(tag):
             return self._value(tag)
         return getattr(self.ds, name)

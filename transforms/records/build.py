@@ -12,7 +12,7 @@ from transforms.dicom import native as native_dicom
 from transforms.images import raster
 from transforms.dicom.pixels import decode_dicom
 from transforms.sources.read import open_source
-from dataset.features import serialize_record
+from dataset.features import serialize_record_parts
 from transforms.values import ProbedRecord
 from transforms.settings import DecodeSettings
 from transforms.sources.read import read_unchanged, with_timeout
@@ -66,11 +66,12 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
 
 def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
                  settings: DecodeSettings = DecodeSettings()) -> tuple[bytes, str, tuple]:
-    """(serialized Example, stored dtype, shape) for one probed record."""
+    """(serialized Example as parts, ``serialize_record_parts``; stored dtype; shape) for one
+    probed record."""
     def decode():
         if record.members:
             return decode_volume(record, opener, settings)
         return decode_record(record, read_unchanged(record.source, opener), settings)
     pixels, metadata = with_timeout(decode, settings.decode_timeout_s, record.source.uri)
-    payload = serialize_record(pixels, record.record_id, record.kind, record.label, metadata)
+    payload = serialize_record_parts(pixels, record.record_id, record.kind, record.label, metadata)
     return payload, pixels.dtype.newbyteorder("=").name, tuple(int(d) for d in pixels.shape)

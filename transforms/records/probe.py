@@ -57,9 +57,9 @@ def _slice_info(ds) -> SliceInfo:
 def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file_size: int,
                  max_pixels: int = DEFAULT_MAX_PIXELS,
                  ) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels], tuple]:
-    def whole(ds) -> None:     # on the elements as parsed; noise is not judged truncated
+    def whole(ds, walked: bool) -> None:     # on the elements as parsed; noise is not judged truncated
         if sniffed == sniff.DICOM or dicom_content.looks_like_dicom(ds):
-            integrity.check_whole(ds, integrity.stream_size(ds, file_size))
+            integrity.check_whole(ds, integrity.stream_size(ds, file_size), walked)
 
     header, raw_pixels = dicom_header.read_probe_header(fileobj, settings, file_size, max_pixels,
                                                         check=whole)
@@ -78,7 +78,7 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
                               "of the pixels; pass --allow_burned_in to convert it anyway", skipped=True)
     spec = dicom_spec.image_spec(ds, settings)
     if spec.depth * spec.height * spec.width <= max_pixels:   # else too_many_pixels says it
-        integrity.check_frames_fit(header.ds, fileobj, transfer_syntax(ds))
+        integrity.check_frames_fit(ds, fileobj, transfer_syntax(ds))
     stacks = functional_groups.plan_stacks(ds) if functional_groups.present(ds) else ()
     native = None
     if raw_pixels is not None and settings.dicom_values == "modality" and not stacks:
