@@ -12,6 +12,7 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
 import reader
+from dataset.shard_writer import TEST_PAUSE_ENV
 from pipeline import convert
 from pipeline.option_table import ConvertOptions
 from pipeline.progress import LineRenderer, ProgressMonitor, ProgressReader, RateMeter, describe
@@ -122,12 +123,31 @@ def test_periodic_progress_lines_when_output_is_not_a_terminal(rgb_archive, tmp_
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2",
                DCM2TFRECORD_ID_SALT="progress-test-salt",
                DCM2TFRECORD_PROGRESS_POLL_S="0.05", DCM2TFRECORD_PROGRESS_LOG_S="0.2")
+    # every shard writer holds after its first record until "go" (dataset.shard_writer's
+    # test-only pause): a line while shards are written is then certain, not a race with
+    # writers that now finish within one log interval
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
+    env[TEST_PAUSE_ENV] = f"half_written:{pauses}"
     out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "convert", "--input", rgb_archive, "--output", str(out),
-         "--target_shard_mb", "1", "--min_shard_mb", "0.5", "--max_shard_mb", "2",
-         "--direct_num_workers=1", "--direct_running_mode=in_memory"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=600)
+    with open(tmp_path / "stdout", "w+") as stdout, open(tmp_path / "stderr", "w+") as stderr:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "convert", "--input", rgb_archive, "--output", str(out),
+             "--target_shard_mb", "1", "--min_shard_mb", "0.5", "--max_shard_mb", "2",
+             "--direct_num_workers=1", "--direct_running_mode=in_memory"],
+            stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, text=True, env=env)
+        deadline = time.time() + 600
+        while not any(n.startswith("half_written-") for n in os.listdir(pauses)):
+            assert run.poll() is None and time.time() < deadline, (tmp_path / "stderr").read_text()
+            time.sleep(0.05)
+        while not any(WRITING.search(line) for line in (tmp_path / "stderr").read_text().splitlines()):
+            assert run.poll() is None and time.time() < deadline, (tmp_path / "stderr").read_text()
+            time.sleep(0.05)
+        (pauses / "go").touch()
+        run.wait(timeout=600)
+        stdout.seek(0)
+        stderr.seek(0)
+        done = subprocess.CompletedProcess(run.args, run.returncode, stdout.read(), stderr.read())
     assert done.returncode == 0, done.stderr
     lines = [m.group(1) for m in map(LINE.match, done.stderr.splitlines()) if m]
     assert len(lines) >= 4, done.stderr
