@@ -11,6 +11,7 @@ reads back what was committed and prints the summary. The graph::
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import re
@@ -395,6 +396,9 @@ DEBUG_ENV = "DCM2TFRECORD_DEBUG"
 
 
 def main(argv: Sequence[str]) -> int:
+    # Beam, numpy, pydicom and this project are imported by now and live as long as the run:
+    # the collector need not scan them again in every full collection (~0.1 s of CPU)
+    gc.freeze()
     opts, beam_args = parse_convert(argv)
     debug = bool(os.environ.get(DEBUG_ENV))
     if not debug:   # a failed step is reported below in one line, not as Beam's ERROR traceback
