@@ -60,11 +60,13 @@ def sop_key(record: ProbedRecord) -> str:
     return record.ids.sop_uid
 
 
-def instance_key(record: ProbedRecord) -> str:
+def instance_key(record: ProbedRecord) -> bytes:
     """The key DropDuplicates groups by: the SOP Instance UID, or for a record without one
     its file's uri behind a NUL (which no UID holds), so that such a file only ever meets
-    its own frames and is kept."""
-    return sop_key(record) or "\0" + record.source.uri
+    its own frames and is kept. As bytes, the text's UTF-8 with a name's undecodable bytes
+    given back as they were (surrogateescape): a str key would go through Beam's UTF-8
+    coder, which refuses such a name."""
+    return (sop_key(record) or "\0" + record.source.uri).encode("utf-8", "surrogateescape")
 
 
 def keep_first_instance(records) -> tuple[list[ProbedRecord], list[Outcome]]:
@@ -78,7 +80,7 @@ def keep_first_instance(records) -> tuple[list[ProbedRecord], list[Outcome]]:
                           f"same SOPInstanceUID as {first}, which is kept") for uri in skipped]
 
 
-def _keyed_by_instance(record: ProbedRecord) -> tuple[str, bytes]:
+def _keyed_by_instance(record: ProbedRecord) -> tuple[bytes, bytes]:
     return instance_key(record), to_bytes(record)
 
 
