@@ -9,7 +9,8 @@ next to it: one ``offset size`` line per record, where ``size`` includes the
 16 framing bytes, which is what makes record ``i`` one read of ``size`` bytes
 at ``offset``.
 
-The shard writer frames with :func:`frame`, ``verify`` follows a whole
+The shard writer frames with :func:`framed_segments` (a record given as parts,
+its pixels uncopied; :func:`frame` is the same for one buffer), ``verify`` follows a whole
 stream with :func:`read_records`, ``reader.RandomAccess`` unframes one record
 read at its index offset with :func:`unframe`.
 """

@@ -312,7 +312,7 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
     failed = False
     try:
         # forked before the lock's heartbeat or any other thread starts
-        with fork_server(forks_workers(options) and not launch_only) as server, OutputLock(opts.output):
+        with fork_server(forks_workers(options)) as server, OutputLock(opts.output):
             try:
                 return _run(opts, options, launch_only, quiet, server)
             except BaseException:
@@ -357,7 +357,7 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool,
     if version is not None:
         versions.set_latest(root, version)   # only now do readers of the root see it
     summary = summarize(manifest, opts.output, wall)
-    summary["execution"] = local_execution(options, server is not None)
+    summary["execution"] = local_execution(options, server is not None and server.used)
     if version is not None:
         summary["version"] = {"root": root, "name": version, **manifest["incremental"]}
     if opts.summary_json:

@@ -101,6 +101,7 @@ class ForkServer:
         listener.close()
         self.pid = pid
         self.command = f"{shlex.quote(sys.executable)} -S -c {shlex.quote(_CLIENT)} {shlex.quote(path)}"
+        self.used = False   # whether a runner gave its workers this command (forking_runner)
 
     def close(self) -> None:
         """Stops the server (and any worker still running) and removes its socket."""
@@ -255,6 +256,7 @@ def forking_runner(server: ForkServer):
                 if (environment.urn == python_urns.SUBPROCESS_SDK
                         and environment.payload == STOCK_COMMAND.encode()):
                     environment.payload = server.command.encode()
+                    server.used = True
             return super().run_via_runner_api(pipeline_proto, options)
 
     return ForkedWorkersRunner()

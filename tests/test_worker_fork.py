@@ -33,11 +33,8 @@ def _command(archive, output) -> list[str]:
 
 
 def _env(**extra) -> dict:
-    env = {**os.environ, "PYTHONPATH": ROOT, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2",
-           **extra}
-    env.pop(worker_fork.SPAWN_ENV, None)
-    env.pop("DCM2TFRECORD_ID_SALT", None)
-    return {**env, **extra}
+    env = {k: v for k, v in os.environ.items() if k not in (worker_fork.SPAWN_ENV, "DCM2TFRECORD_ID_SALT")}
+    return {**env, "PYTHONPATH": ROOT, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
 
 
 @pytest.mark.parametrize("spawn", [False, True], ids=["forked", "spawned"])

@@ -20,11 +20,17 @@ import numpy as np
 _FIELD_NAMES: dict = {}
 
 
-def _fields_tuple(value) -> tuple:
-    names = _FIELD_NAMES.get(type(value))
+def field_names(cls) -> tuple[str, ...]:
+    """A dataclass's field names, looked up once per class (``dataclasses.fields`` builds
+    its tuple on every call)."""
+    names = _FIELD_NAMES.get(cls)
     if names is None:
-        names = _FIELD_NAMES[type(value)] = tuple(f.name for f in dataclasses.fields(value))
-    return tuple([getattr(value, name) for name in names])
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def _fields_tuple(value) -> tuple:
+    return tuple([getattr(value, name) for name in field_names(type(value))])
 
 
 def replaced(value, **changes):
@@ -35,9 +41,7 @@ def replaced(value, **changes):
     cls = type(value)
     if hasattr(cls, "__post_init__"):
         return dataclasses.replace(value, **changes)
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(value))
+    names = field_names(cls)
     unknown = changes.keys() - set(names)
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r}")

@@ -37,6 +37,7 @@ from dataset import reasons
 from transforms.dicom import metadata as dicom_metadata
 from transforms.dtypes import fit_range
 from transforms.errors import ConversionError
+from transforms.values import field_names
 
 EXPLICIT_LITTLE = uid.ExplicitVRLittleEndian
 IMPLICIT_LITTLE = uid.ImplicitVRLittleEndian
@@ -60,7 +61,7 @@ class NativePixels:
 
     def __reduce__(self):
         # positional, without field names: this travels with every planned record
-        return NativePixels, tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+        return NativePixels, tuple([getattr(self, name) for name in field_names(NativePixels)])
 
     @property
     def frame_bytes(self) -> int:
