@@ -19,18 +19,20 @@ COPY --from=template_launcher /opt/google/dataflow/python_template_launcher \
 ARG WORKDIR=/template
 WORKDIR ${WORKDIR}
 
-# What the sdist ships: setup.py and the four top-level packages of setup.py.
+# The two distributions: dcm2tfrecord-reader (reader_dist/: the format and the reader)
+# and the converter (setup.py: pipeline/ and transforms/), which requires it.
 COPY setup.py README.md ${WORKDIR}/
+COPY reader_dist ${WORKDIR}/reader_dist
 COPY pipeline ${WORKDIR}/pipeline
 COPY transforms ${WORKDIR}/transforms
 COPY dataset ${WORKDIR}/dataset
 COPY reader ${WORKDIR}/reader
-RUN pip install --no-cache-dir "${WORKDIR}"
+RUN pip install --no-cache-dir "${WORKDIR}/reader_dist" "${WORKDIR}"
 
 # The launcher runs this file with the template's parameters as --name=value flags.
 RUN printf '%s\n' \
     'import sys' \
-    'from pipeline.cli import main' \
+    'from dcm2tfrecord.pipeline.cli import main' \
     'sys.exit(main(["convert", *sys.argv[1:]]))' > ${WORKDIR}/main.py
 ENV FLEX_TEMPLATE_PYTHON_PY_FILE="${WORKDIR}/main.py"
 ENV TF_CPP_MIN_LOG_LEVEL=2 CUDA_VISIBLE_DEVICES=-1

@@ -12,8 +12,10 @@
 # MACHINE_TYPE, MAX_NUM_WORKERS, DISK_SIZE_GB. Every other flag goes to
 # `dcm2tfrecord convert` unchanged (convert options and any Beam option, e.g.
 # --sdk_container_image, --service_account_email, --subnetwork, --job_name).
-# The workers install this project from ./setup.py; their SDK container is the
-# one Beam picks for the installed Beam version unless --sdk_container_image is given.
+# The workers install this project from ./setup.py, and the format and the reader it
+# requires (dcm2tfrecord-reader) from a wheel of ./reader_dist built here and staged with
+# --extra_package (workers install extra packages before the sdist); their SDK container is
+# the one Beam picks for the installed Beam version unless --sdk_container_image is given.
 # Like run_local.sh it runs from the repository root: give local paths
 # (--dataflow_job_file, --summary_json) absolute.
 #
@@ -109,8 +111,13 @@ args+=(--output "$output"
        --machine_type="$machine_type" --max_num_workers="$max_num_workers"
        --disk_size_gb="$disk_size_gb"
        --experiments=use_runner_v2)
-[ -n "$setup_given" ] || args+=(--setup_file=./setup.py)
+if [ -z "$setup_given" ]; then
+  wheels="$(mktemp -d "${TMPDIR:-/tmp}/dcm2tfrecord-reader-wheel.XXXXXX")"
+  "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+    --wheel-dir "$wheels" ./reader_dist >&2 || die "could not build the wheel of ./reader_dist"
+  args+=(--setup_file=./setup.py --extra_package="$(ls "$wheels"/dcm2tfrecord_reader-*.whl)")
+fi
 [ -n "$dry_run" ] && args+=(--dry_run=True)
 args+=("${pass[@]+"${pass[@]}"}")
 
-exec "$python" -m pipeline "${args[@]}"
+exec "$python" -m dcm2tfrecord.pipeline "${args[@]}"

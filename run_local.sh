@@ -8,6 +8,6 @@ cd "$(dirname "$0")"
 source scripts/ensure_venv.sh
 ensure_venv
 if [ "$#" -eq 0 ]; then
-  exec python -m pipeline demo --output out/sample
+  exec python -m dcm2tfrecord.pipeline demo --output out/sample
 fi
-exec python -m pipeline convert "$@"
+exec python -m dcm2tfrecord.pipeline convert "$@"

@@ -97,4 +97,4 @@ args+=(--output "$output" --id_salt_file "$salt_file"
 [ -n "$environment_config" ] && args+=(--environment_config="$environment_config")
 args+=("${pass[@]+"${pass[@]}"}")
 
-exec "$python" -m pipeline "${args[@]}"
+exec "$python" -m dcm2tfrecord.pipeline "${args[@]}"

@@ -11,22 +11,27 @@ setup(
         "deterministic, size-bounded TFRecord shards, plus a tf.data reader."
     ),
     python_requires=">=3.10",
+    # One import name, dcm2tfrecord (README, "Migrating"). The converter ships the two
+    # packages whose folders the design puts at the top of the repository; the format
+    # (dcm2tfrecord.dataset) and the reader come from dcm2tfrecord-reader (reader_dist/),
+    # installed first, never a second copy (scripts/ensure_venv.sh, run_dataflow.sh).
     packages=[
-        "pipeline",
-        "transforms",
-        "transforms.dicom",
-        "transforms.images",
-        "transforms.labels",
-        "transforms.output",
-        "transforms.planning",
-        "transforms.records",
-        "transforms.series",
-        "transforms.sources",
-        "transforms.splits",
-        "dataset",
-        "reader",
+        "dcm2tfrecord.pipeline",
+        "dcm2tfrecord.transforms",
+        "dcm2tfrecord.transforms.dicom",
+        "dcm2tfrecord.transforms.images",
+        "dcm2tfrecord.transforms.labels",
+        "dcm2tfrecord.transforms.output",
+        "dcm2tfrecord.transforms.planning",
+        "dcm2tfrecord.transforms.records",
+        "dcm2tfrecord.transforms.series",
+        "dcm2tfrecord.transforms.sources",
+        "dcm2tfrecord.transforms.splits",
     ],
+    package_dir={"dcm2tfrecord.pipeline": "pipeline", "dcm2tfrecord.transforms": "transforms"},
     install_requires=[
+        # the format and the reader: reader_dist/ of this repository, its VERSION
+        "dcm2tfrecord-reader==0.1.0",
         "apache-beam[gcp]>=2.60",
         "tensorflow>=2.15",
         "numpy>=1.24",
@@ -52,5 +57,5 @@ setup(
                  # independent Enhanced multi-frame objects for tests/test_enhanced_multiframe.py
                  "highdicom>=0.28"],
     },
-    entry_points={"console_scripts": ["dcm2tfrecord=pipeline.cli:main"]},
+    entry_points={"console_scripts": ["dcm2tfrecord=dcm2tfrecord.pipeline.cli:main"]},
 )

@@ -29,13 +29,13 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from transforms.planning.shards import for_planning
-from transforms.planning.steps import PlanShards
-from transforms.records.probe import probe_file
-from transforms.records.steps import DropDuplicates
-from transforms.settings import ConversionSettings, DecodeSettings, ShardBounds
-from transforms.splits.steps import CountGroups, with_split
-from transforms.values import Identifiers, SourceFile
+from dcm2tfrecord.transforms.planning.shards import for_planning
+from dcm2tfrecord.transforms.planning.steps import PlanShards
+from dcm2tfrecord.transforms.records.probe import probe_file
+from dcm2tfrecord.transforms.records.steps import DropDuplicates
+from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings, ShardBounds
+from dcm2tfrecord.transforms.splits.steps import CountGroups, with_split
+from dcm2tfrecord.transforms.values import Identifiers, SourceFile
 
 DEFAULT_SLICE = "benchmarks/.cache/ct_vendor_2000MB_s0_v1/patient_000/series_000/slice_00000.dcm"
 

@@ -18,7 +18,7 @@ time and peak RSS of the largest process of their tree, /proc VmHWM):
                  nothing is written. A reference, not a ceiling: the
                  converter's native DICOM path reads uncompressed pixels
                  without pydicom's decoder and can beat it per file.
-  c. pipeline  - ``python -m pipeline convert`` (Beam FnApiRunner,
+  c. pipeline  - ``python -m dcm2tfrecord.pipeline convert`` (Beam FnApiRunner,
                  one worker process per core).
 
 Throughput is MiB of decoded pixels per second of wall time (the same
@@ -63,7 +63,7 @@ from benchmarks.archives import BUILDERS, CACHE_DIR, MIB, Archive        # noqa:
 from benchmarks.proc_monitor import (bench_env, machine_description, run_monitored,  # noqa: E402
                                      tfrecord_bytes, wait_until_quiet)
 from benchmarks import snapshot                                           # noqa: E402
-from dataset.names import SHARD_SUFFIX  # noqa: E402
+from dcm2tfrecord.dataset.names import SHARD_SUFFIX  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL_MB = 2000.0          # MiB of decoded pixels per archive at --scale 1 (2.1 GB)
@@ -169,7 +169,7 @@ def command(method: str, archive: Archive, out: str, workers: int, extra: list[s
         return me + ["_baseline", archive.path, out]
     if method == "decode":
         return me + ["_decode", archive.path, str(workers)]
-    return [sys.executable, "-m", "pipeline", "convert", "--input", archive.path,
+    return [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", archive.path,
             "--output", out, "--overwrite", *extra]
 
 

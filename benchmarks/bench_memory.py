@@ -2,7 +2,7 @@
 
 Converts CT archives of several sizes (default 500 MiB and 2000 MiB of
 uncompressed 512x512 int16 slices, see benchmarks/archives.py) with
-``python -m pipeline convert`` as a subprocess on all cores, and measures:
+``python -m dcm2tfrecord.pipeline convert`` as a subprocess on all cores, and measures:
 
 * wall time and MB/s of output (TFRecord bytes written / wall),
 * peak RSS of the largest single process of the tree (launcher or Beam SDK
@@ -34,13 +34,13 @@ from benchmarks.archives import CACHE_DIR, MIB, ct_archive          # noqa: E402
 from benchmarks.proc_monitor import (bench_env, machine_description, run_monitored,  # noqa: E402
                                      tfrecord_bytes, wait_until_quiet)
 from benchmarks import snapshot                                           # noqa: E402
-from dataset.names import MANIFEST_NAME  # noqa: E402
+from dcm2tfrecord.dataset.names import MANIFEST_NAME  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def convert_command(input_dir: str, output_dir: str, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "pipeline", "convert", "--input", input_dir,
+    return [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", input_dir,
             "--output", output_dir, "--overwrite", *extra]
 
 

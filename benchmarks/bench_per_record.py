@@ -23,11 +23,11 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.archives import ct_archive, ct_vendor_archive  # noqa: E402
-from transforms.records.build import build_record, decode_record  # noqa: E402
-from dataset.features import serialize_record  # noqa: E402
-from transforms.records.probe import probe_file  # noqa: E402
-from transforms.values import SourceFile  # noqa: E402
-from transforms.settings import DecodeSettings  # noqa: E402
+from dcm2tfrecord.transforms.records.build import build_record, decode_record  # noqa: E402
+from dcm2tfrecord.dataset.features import serialize_record  # noqa: E402
+from dcm2tfrecord.transforms.records.probe import probe_file  # noqa: E402
+from dcm2tfrecord.transforms.values import SourceFile  # noqa: E402
+from dcm2tfrecord.transforms.settings import DecodeSettings  # noqa: E402
 
 
 def _cpu_ms(fn):

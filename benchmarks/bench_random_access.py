@@ -63,7 +63,7 @@ def timed(run) -> dict:
 
 
 def load_pass(dataset, **kwargs):
-    import reader
+    from dcm2tfrecord import reader
 
     def run():
         return sum(int(images.shape[0]) for images, _ in reader.load(dataset, **kwargs))
@@ -72,7 +72,7 @@ def load_pass(dataset, **kwargs):
 
 def random_access_pass(dataset, seed):
     import numpy as np
-    import reader
+    from dcm2tfrecord import reader
 
     def run():
         records = reader.RandomAccess(dataset)
@@ -87,7 +87,7 @@ FIRST_BATCH: dict = {}
 
 def grain_pass(dataset, workers, seed, tuned=False, name="grain"):
     import grain.python as grain
-    import reader
+    from dcm2tfrecord import reader
 
     def run():
         records = reader.RandomAccess(dataset)
@@ -110,9 +110,9 @@ def grain_pass(dataset, workers, seed, tuned=False, name="grain"):
 def previous_seeded_pass(dataset, seed=0, batch_size=32):
     """The seeded ``reader.load`` of 37bed93 (before start_step), from reader's parts."""
     import tensorflow as tf
-    import reader
-    from reader.tfdata import MAX_CYCLE_LENGTH, _read_buffer, _shuffle_buffer
-    from reader.decode import batch_parser
+    from dcm2tfrecord import reader
+    from dcm2tfrecord.reader.tfdata import MAX_CYCLE_LENGTH, _read_buffer, _shuffle_buffer
+    from dcm2tfrecord.reader.decode import batch_parser
 
     def run():
         meta = reader.info(dataset)
@@ -134,7 +134,7 @@ def previous_seeded_pass(dataset, seed=0, batch_size=32):
 
 
 def resume_costs(dataset, repeats) -> dict:
-    import reader
+    from dcm2tfrecord import reader
     steps = {images: images // RESUME_BATCH for images in RESUME_IMAGES}
     out = {}
     for images, k in steps.items():
@@ -161,7 +161,7 @@ def main(argv) -> int:
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     dataset = converted(png_source())
-    import reader
+    from dcm2tfrecord import reader
     meta = reader.info(dataset)
     _warm_page_cache(meta.shard_paths())
     total = meta.num_records()

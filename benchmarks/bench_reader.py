@@ -2,7 +2,7 @@
 
 Builds once (cached under benchmarks/.cache/reader/) a dataset of 5,002
 224x224x3 uint8 images (benchmarks/archives.py ``png_archive(718)``, converted
-by ``python -m pipeline convert``) and, in one process, measures images/s of:
+by ``python -m dcm2tfrecord.pipeline convert``) and, in one process, measures images/s of:
 
   a. raw      - ``tf.data.TFRecordDataset(shards, num_parallel_reads=...)`` with
                 TensorFlow's default read buffer, batched, nothing parsed: the I/O +
@@ -60,7 +60,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.archives import CACHE_DIR, Archive, ct_archive, png_archive   # noqa: E402
-from dataset.names import MANIFEST_NAME  # noqa: E402
+from dcm2tfrecord.dataset.names import MANIFEST_NAME  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MB = 718.0        # 5,002 images of 224x224x3 (147 KiB each)
@@ -108,7 +108,7 @@ def converted(archive: Archive, log=print) -> str:
         return out
     log(f"[bench_reader] converting {archive.path} -> {out} ...")
     started = time.time()
-    cmd = [sys.executable, "-m", "pipeline", "convert", "--input", archive.path, "--output", out,
+    cmd = [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", archive.path, "--output", out,
            "--overwrite", *SHARD_ARGS]
     usage = subprocess.run(cmd[:4] + ["--help"], cwd=REPO, capture_output=True, text=True).stdout
     if "--id_salt" in usage:          # record ids play no part in reading speed
@@ -335,7 +335,7 @@ def main(argv: list[str]) -> int:
     ct_dataset = None if args.no_ct else converted(ct_archive(CT_MB))
 
     import tensorflow as tf
-    import reader
+    from dcm2tfrecord import reader
 
     meta = reader.info(dataset)
     files = meta.shard_paths("train")

@@ -25,7 +25,7 @@ import subprocess
 import time
 from typing import Optional, Sequence
 
-from dataset.names import SHARD_SUFFIX
+from dcm2tfrecord.dataset.names import SHARD_SUFFIX
 
 KIB = 1024
 MIB = 1 << 20

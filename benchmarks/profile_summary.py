@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
         raw = os.path.join(CACHE_DIR, "results", f"profile_ct_{args.ct_mb:g}MB.txt")
         os.makedirs(os.path.dirname(raw), exist_ok=True)
         cmd = [pyspy, "record", "--subprocesses", "--rate", str(args.rate), "--format", "raw",
-               "-o", raw, "--", sys.executable, "-m", "pipeline", "convert", "--input", archive.path,
+               "-o", raw, "--", sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", archive.path,
                "--output", out, "--overwrite", *extra]
         code_dir, code_label = snapshot.resolve(args.code)
         print(f"pipeline code: {code_label}\n$ " + " ".join(cmd), flush=True)

@@ -1,6 +1,6 @@
 """Which code a benchmark runs: the working tree, or a frozen commit.
 
-``--code worktree`` (default) runs ``python -m pipeline`` from the repository
+``--code worktree`` (default) runs ``python -m dcm2tfrecord.pipeline`` from the repository
 as it is. ``--code HEAD`` (or any commit) extracts that commit with
 ``git archive`` (read-only on the repository) into
 ``benchmarks/.cache/code_<hash>/`` and runs the pipeline from there, with

@@ -10,7 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from dataset.example import encode_example_parts
+from dcm2tfrecord.dataset.example import encode_example_parts
 
 FORMAT_VERSION = 1
 ENCODING_RAW = "raw"

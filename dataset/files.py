@@ -17,9 +17,9 @@ import stat
 import uuid
 from typing import BinaryIO, Iterator
 
-from dataset.storage import FileSystems
+from dcm2tfrecord.dataset.storage import FileSystems
 
-from dataset.names import INCOMPLETE_DIR, incomplete_name
+from dcm2tfrecord.dataset.names import INCOMPLETE_DIR, incomplete_name
 
 
 class OutputLinkError(OSError):

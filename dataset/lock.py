@@ -42,9 +42,9 @@ import time
 import uuid
 from typing import Optional
 
-from dataset.storage import FileSystems
+from dcm2tfrecord.dataset.storage import FileSystems
 
-from dataset.names import LOCK_NAME
+from dcm2tfrecord.dataset.names import LOCK_NAME
 
 HEARTBEAT_S = 60.0
 STALE_S = 300.0

@@ -17,12 +17,12 @@ import json
 from collections import Counter
 from typing import Iterable, Mapping, Optional, Sequence
 
-from dataset import reasons
-from dataset.features import CORE_FEATURES, FORMAT_VERSION
-from dataset.files import read_json, write_atomically
-from dataset.names import ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, index_file_name
-from dataset.results import Outcome, ShardResult
-from dataset.storage import FileSystems
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.features import CORE_FEATURES, FORMAT_VERSION
+from dcm2tfrecord.dataset.files import read_json, write_atomically
+from dcm2tfrecord.dataset.names import ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, index_file_name
+from dcm2tfrecord.dataset.results import Outcome, ShardResult
+from dcm2tfrecord.dataset.storage import FileSystems
 
 # Distinct [depth, height, width, channels] shapes listed: per shard by the writer, per split in
 # dataset.json, per split by verify. Beyond it a split is simply not fixed-shape.

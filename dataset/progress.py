@@ -10,10 +10,10 @@ import logging
 import os
 from typing import Mapping
 
-from dataset.storage import FileSystems
+from dcm2tfrecord.dataset.storage import FileSystems
 
-from dataset.files import create_output
-from dataset.names import DONE_SUFFIX, INCOMPLETE_DIR, PLAN_NAME, PROGRESS_DIR, done_file_name
+from dcm2tfrecord.dataset.files import create_output
+from dcm2tfrecord.dataset.names import DONE_SUFFIX, INCOMPLETE_DIR, PLAN_NAME, PROGRESS_DIR, done_file_name
 
 
 def progress_dir(output_dir: str) -> str:

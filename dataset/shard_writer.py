@@ -17,10 +17,10 @@ import os
 import time
 from typing import BinaryIO, Iterator
 
-from dataset.files import create_output, incomplete_file
-from dataset.names import index_file_name
-from dataset.storage import FileSystems
-from dataset.tfrecord import framed_segments, index_lines
+from dcm2tfrecord.dataset.files import create_output, incomplete_file
+from dcm2tfrecord.dataset.names import index_file_name
+from dcm2tfrecord.dataset.storage import FileSystems
+from dcm2tfrecord.dataset.tfrecord import framed_segments, index_lines
 
 # Test-only: "POINT:DIR" stops every shard writer at POINT, so that kill tests stop a run
 # at an exact moment instead of polling for it. Each writer that stops creates

@@ -28,13 +28,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from dataset.manifest import ManifestError, parse_manifest
-from dataset.names import MANIFEST_NAME
-from dataset.storage import FileSystems
-from dataset.verify_manifest import check_errors_file, check_manifest, check_split_stats, stray_files
-from dataset.verify_records import Problem, RecordIds, RecordStats
-from dataset.verify_shards import verify_shard
-from dataset.versions import resolve_dataset_dir
+from dcm2tfrecord.dataset.manifest import ManifestError, parse_manifest
+from dcm2tfrecord.dataset.names import MANIFEST_NAME
+from dcm2tfrecord.dataset.storage import FileSystems
+from dcm2tfrecord.dataset.verify_manifest import check_errors_file, check_manifest, check_split_stats, stray_files
+from dcm2tfrecord.dataset.verify_records import Problem, RecordIds, RecordStats
+from dcm2tfrecord.dataset.verify_shards import verify_shard
+from dcm2tfrecord.dataset.versions import resolve_dataset_dir
 
 
 @dataclasses.dataclass

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from dataset import reasons
-from dataset.names import (ERRORS_NAME, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB, files_of_shard,
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.names import (ERRORS_NAME, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB, files_of_shard,
                            parse_shard_name)
-from dataset.storage import FileSystems
-from dataset.verify_records import Problem, RecordStats
+from dcm2tfrecord.dataset.storage import FileSystems
+from dcm2tfrecord.dataset.verify_records import Problem, RecordStats
 
 
 def check_manifest(manifest: dict) -> list[Problem]:

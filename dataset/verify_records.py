@@ -15,8 +15,8 @@ from typing import Optional
 
 import numpy as np
 
-from dataset.manifest import MAX_SHAPES, label_count_keys
-from dataset.names import GZIP_SUFFIX, MANIFEST_NAME
+from dcm2tfrecord.dataset.manifest import MAX_SHAPES, label_count_keys
+from dcm2tfrecord.dataset.names import GZIP_SUFFIX, MANIFEST_NAME
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,13 +8,13 @@ import hashlib
 import zlib
 from typing import BinaryIO, Optional
 
-from dataset.example import ProtoError, decode_example
-from dataset.files import read_json
-from dataset.names import GZIP_SUFFIX, index_file_name, records_file_name
-from dataset.storage import FileSystems
-from dataset.tfrecord import HEADER_BYTES, FramingError, parse_index, read_records
-from dataset.verify_records import Problem, RecordStats, check_example, id_bytes
-from dataset.versions import shard_uri
+from dcm2tfrecord.dataset.example import ProtoError, decode_example
+from dcm2tfrecord.dataset.files import read_json
+from dcm2tfrecord.dataset.names import GZIP_SUFFIX, index_file_name, records_file_name
+from dcm2tfrecord.dataset.storage import FileSystems
+from dcm2tfrecord.dataset.tfrecord import HEADER_BYTES, FramingError, parse_index, read_records
+from dcm2tfrecord.dataset.verify_records import Problem, RecordStats, check_example, id_bytes
+from dcm2tfrecord.dataset.versions import shard_uri
 
 _READ_CHUNK = 16 << 20      # bytes read at a time to finish a shard's sha256
 

@@ -17,12 +17,12 @@ import dataclasses
 import json
 from typing import Callable, Iterable, Mapping, Optional
 
-from dataset import names
-from dataset.files import read_json, remove_empty_incomplete_dir, write_atomically
-from dataset.names import (LATEST_NAME, MANIFEST_NAME, VERSIONS_DIR, is_version_name,
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.dataset.files import read_json, remove_empty_incomplete_dir, write_atomically
+from dcm2tfrecord.dataset.names import (LATEST_NAME, MANIFEST_NAME, VERSIONS_DIR, is_version_name,
                            parse_version, records_file_name, reused_file, strip_parent, version_name)
-from dataset.results import ShardResult
-from dataset.storage import FileSystems
+from dcm2tfrecord.dataset.results import ShardResult
+from dcm2tfrecord.dataset.storage import FileSystems
 
 
 

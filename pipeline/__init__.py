@@ -1,7 +1,7 @@
 """Options, job graph and command line of dcm2tfrecord (knows Beam, no pixel math)."""
 from __future__ import annotations
 
-import transforms  # noqa: F401 - installs Beam's FileSystems under the format package (transforms/beam_files.py)
+from dcm2tfrecord import transforms  # noqa: F401 - installs Beam's FileSystems under the format package (transforms/beam_files.py)
 
 
 def tool_version() -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from pipeline.beam_args import check_runner, unknown_beam_args
-from pipeline.input_checks import check_inputs_exist, check_output_outside_inputs
-from pipeline.option_rules import validate
-from pipeline.option_table import OPTIONS, ConvertOptions
-from pipeline.salt import check_salt_stays_out_of_the_job
-from pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.beam_args import check_runner, unknown_beam_args
+from dcm2tfrecord.pipeline.input_checks import check_inputs_exist, check_output_outside_inputs
+from dcm2tfrecord.pipeline.option_rules import validate
+from dcm2tfrecord.pipeline.option_table import OPTIONS, ConvertOptions
+from dcm2tfrecord.pipeline.salt import check_salt_stays_out_of_the_job
+from dcm2tfrecord.pipeline.usage import UsageError
 
 
 def parse_flag(text: str) -> bool:

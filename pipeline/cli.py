@@ -1,4 +1,4 @@
-"""``dcm2tfrecord`` / ``python -m pipeline``: subcommands over the pipeline."""
+"""``dcm2tfrecord`` / ``python -m dcm2tfrecord.pipeline``: subcommands over the pipeline."""
 from __future__ import annotations
 
 import importlib
@@ -6,7 +6,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.usage import UsageError
 
 USAGE = """usage: dcm2tfrecord COMMAND [options]
 
@@ -42,7 +42,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if command in COMMANDS:
             module, function = COMMANDS[command]
-            return getattr(importlib.import_module(f"pipeline.{module}"), function)(rest)
+            return getattr(importlib.import_module(f".{module}", __package__), function)(rest)
     except UsageError as exc:
         print(f"dcm2tfrecord {command}: error: {exc}", file=sys.stderr)
         return 2

@@ -26,39 +26,39 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
-from pipeline import tool_version
-from dataset.lock import LockUnavailable, OutputBusy, OutputLock
-from pipeline.arguments import parse_convert
-from pipeline.beam_args import LOCAL_RUNNERS, check_runner
-from pipeline.label_csv_checks import scan_label_csv
-from pipeline.locations import absolute
-from pipeline.option_rules import validate
-from pipeline.option_table import ConvertOptions
-from pipeline.salt import check_salt_stays_out_of_the_job
-from pipeline.usage import UsageError
-from pipeline.worker_fork import QUIETED_LOGGERS, ForkServer, fork_server, forking_runner
+from dcm2tfrecord.pipeline import tool_version
+from dcm2tfrecord.dataset.lock import LockUnavailable, OutputBusy, OutputLock
+from dcm2tfrecord.pipeline.arguments import parse_convert
+from dcm2tfrecord.pipeline.beam_args import LOCAL_RUNNERS, check_runner
+from dcm2tfrecord.pipeline.label_csv_checks import scan_label_csv
+from dcm2tfrecord.pipeline.locations import absolute
+from dcm2tfrecord.pipeline.option_rules import validate
+from dcm2tfrecord.pipeline.option_table import ConvertOptions
+from dcm2tfrecord.pipeline.salt import check_salt_stays_out_of_the_job
+from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.worker_fork import QUIETED_LOGGERS, ForkServer, fork_server, forking_runner
 
-from dataset import versions
-from dataset.manifest import read_failed_run, read_manifest
-from dataset.names import ERRORS_NAME, version_tag
-from dataset.progress import remove_progress
-from dataset.versions import BaseVersion
-from pipeline.output_dir import check_writable, prepare_output, prepare_version, remove_stale_files
-from pipeline.progress import ProgressMonitor
-from pipeline.summary import print_summary, summarize, write_summary_json
-from transforms.settings import ConversionSettings
-from transforms.sources.read import configure_storage_retry
-from transforms.counters import OUTCOMES
-from transforms.labels.steps import AttachLabels
-from transforms.output.steps import WriteShardFn, commit_dataset, record_plan
-from transforms.planning.shards import for_planning
-from transforms.planning.steps import PlanShards, ReuseShards
-from transforms.records.steps import DropDuplicates, ProbeHeadersFn
-from dataset.results import Outcome, ShardResult
-from transforms.series.steps import BuildVolumes
-from transforms.sources.match import survey_local
-from transforms.sources.steps import MatchInputs
-from transforms.splits.steps import CountGroups, with_split
+from dcm2tfrecord.dataset import versions
+from dcm2tfrecord.dataset.manifest import read_failed_run, read_manifest
+from dcm2tfrecord.dataset.names import ERRORS_NAME, version_tag
+from dcm2tfrecord.dataset.progress import remove_progress
+from dcm2tfrecord.dataset.versions import BaseVersion
+from dcm2tfrecord.pipeline.output_dir import check_writable, prepare_output, prepare_version, remove_stale_files
+from dcm2tfrecord.pipeline.progress import ProgressMonitor
+from dcm2tfrecord.pipeline.summary import print_summary, summarize, write_summary_json
+from dcm2tfrecord.transforms.settings import ConversionSettings
+from dcm2tfrecord.transforms.sources.read import configure_storage_retry
+from dcm2tfrecord.transforms.counters import OUTCOMES
+from dcm2tfrecord.transforms.labels.steps import AttachLabels
+from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_dataset, record_plan
+from dcm2tfrecord.transforms.planning.shards import for_planning
+from dcm2tfrecord.transforms.planning.steps import PlanShards, ReuseShards
+from dcm2tfrecord.transforms.records.steps import DropDuplicates, ProbeHeadersFn
+from dcm2tfrecord.dataset.results import Outcome, ShardResult
+from dcm2tfrecord.transforms.series.steps import BuildVolumes
+from dcm2tfrecord.transforms.sources.match import survey_local
+from dcm2tfrecord.transforms.sources.steps import MatchInputs
+from dcm2tfrecord.transforms.splits.steps import CountGroups, with_split
 
 
 

@@ -6,14 +6,14 @@ import os
 import time
 from typing import Sequence
 
-from pipeline import convert
-from pipeline.option_table import ConvertOptions
-from pipeline.sample_archive import build_sample_archive
+from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline.option_table import ConvertOptions
+from dcm2tfrecord.pipeline.sample_archive import build_sample_archive
 
 
 def read_back(dataset_dir: str) -> dict:
     """Reads every record through reader.load, as a training job would."""
-    import reader
+    from dcm2tfrecord import reader
     started = time.time()
     records, pixels = 0, 0
     exact = reader.info(dataset_dir).layout("train").dtype   # the sample mixes dtypes: say which

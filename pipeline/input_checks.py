@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from pipeline.locations import absolute
-from pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.locations import absolute
+from dcm2tfrecord.pipeline.usage import UsageError
 
 
 def check_inputs_exist(patterns: Sequence[str]) -> None:
     """Each --input must match at least one file (gs://: one listing call, first match only)."""
     from apache_beam.io.filesystems import FileSystems
-    from transforms.sources.match import escape_glob, is_glob
+    from dcm2tfrecord.transforms.sources.match import escape_glob, is_glob
     for pattern in patterns:
         path = absolute(pattern).rstrip("/") or "/"
         if "://" not in path:
@@ -42,7 +42,7 @@ def _any_file(folder: str) -> bool:
 
 
 def _first_local_match(pattern: str):
-    from transforms.sources.match import expand_pattern
+    from dcm2tfrecord.transforms.sources.match import expand_pattern
     for source in expand_pattern(pattern):
         yield source
         return
@@ -50,7 +50,7 @@ def _first_local_match(pattern: str):
 
 def check_output_outside_inputs(output: str, patterns: Sequence[str]) -> None:
     """A dataset written inside its own archive would be read back as input by the next run."""
-    from transforms.sources.match import is_glob, pattern_root
+    from dcm2tfrecord.transforms.sources.match import is_glob, pattern_root
     out = absolute(output).rstrip("/") + "/"
     for pattern in patterns:
         path = absolute(pattern).rstrip("/")

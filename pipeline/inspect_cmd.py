@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Mapping, Optional, Sequence
 
-from dataset.names import ERRORS_NAME
-from pipeline.usage import UsageError
+from dcm2tfrecord.dataset.names import ERRORS_NAME
+from dcm2tfrecord.pipeline.usage import UsageError
 
 MB = 1 << 20
 SHARDS_LISTED = 20
@@ -45,12 +45,12 @@ def printable(text: str) -> str:
 
 def load_info(dataset_dir: str):
     """reader.info, with a missing dataset.json as a usage error (exit code 2)."""
-    import reader
+    from dcm2tfrecord import reader
     try:
         return reader.info(dataset_dir)
     except FileNotFoundError as exc:
         import tensorflow as tf
-        from dataset.names import LATEST_NAME
+        from dcm2tfrecord.dataset.names import LATEST_NAME
         hint = ""
         if tf.io.gfile.exists(tf.io.gfile.join(dataset_dir, LATEST_NAME)):
             hint = (f"; its {LATEST_NAME} names a version that is not committed: repair it with "
@@ -223,7 +223,7 @@ def format_dataset(manifest: Mapping, dataset_dir: str, all_shards: bool = False
 
 def read_record(dataset_dir: str, split: str, index: int) -> dict:
     """Record ``index`` of ``split`` as {feature: numpy value}, the image under ``image``."""
-    import reader
+    from dcm2tfrecord import reader
     exact = reader.info(dataset_dir).layout(split).dtype      # stored values, shown as they are
     ds = reader.load(dataset_dir, split=split, batch_size=1, shuffle=False, output="dict", pad=True,
                      dtype=exact)

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.locations import absolute
-from pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.locations import absolute
+from dcm2tfrecord.pipeline.usage import UsageError
 
 if TYPE_CHECKING:
-    from pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.pipeline.option_table import ConvertOptions
 
 
 def check_label_csv(opts: "ConvertOptions") -> None:
     from apache_beam.io.filesystems import FileSystems
     import io
-    from transforms.labels.table import LabelFileError, read_header
+    from dcm2tfrecord.transforms.labels.table import LabelFileError, read_header
     path = absolute(opts.labels)
     if not FileSystems.exists(path):
         raise UsageError(f"--labels {opts.labels}: file not found")
@@ -44,7 +44,7 @@ def scan_label_csv(labels: str) -> int:
     import csv
     import io
     from apache_beam.io.filesystems import FileSystems
-    from transforms.labels.table import FIELD_SIZE_LIMIT
+    from dcm2tfrecord.transforms.labels.table import FIELD_SIZE_LIMIT
     csv.field_size_limit(FIELD_SIZE_LIMIT)
     line = 0
     try:

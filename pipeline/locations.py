@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from transforms.hashing import location_hash
+from dcm2tfrecord.transforms.hashing import location_hash
 
 
 def absolute(path: str) -> str:

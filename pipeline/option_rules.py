@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.label_csv_checks import check_label_csv
-from pipeline.salt import RANDOM_SALT, SALT_ENV
-from pipeline.usage import UsageError
-from transforms.dicom.voi import parse_window
-from transforms.images.geometry import parse_resize
-from transforms.splits.assign import SplitSpecError, parse_splits
+from dcm2tfrecord.pipeline.label_csv_checks import check_label_csv
+from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV
+from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.transforms.dicom.voi import parse_window
+from dcm2tfrecord.transforms.images.geometry import parse_resize
+from dcm2tfrecord.transforms.splits.assign import SplitSpecError, parse_splits
 
 if TYPE_CHECKING:
-    from pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.pipeline.option_table import ConvertOptions
 
 
 def validate(opts: "ConvertOptions") -> None:

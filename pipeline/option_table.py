@@ -8,7 +8,7 @@ From it come the argparse parser (pipeline.arguments), the
 :class:`ConvertOptions` value, the settings the graph is built from
 (:meth:`ConvertOptions.settings`), the options recorded in dataset.json
 (:meth:`ConvertOptions.recorded`) and the Flex Template's ``metadata.json``
-(pipeline.template_metadata; ``python -m pipeline.template_metadata --metadata``
+(pipeline.template_metadata; ``python -m dcm2tfrecord.pipeline.template_metadata --metadata``
 prints it, and a test keeps the committed file equal to it).
 
 Adding an option: one ``Option(...)`` row below and its typed field in
@@ -22,13 +22,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
-from pipeline.locations import absolute, recorded_location
-from pipeline.salt import RANDOM_SALT, SALT_ENV, resolve_salt
-from transforms.images.geometry import RESIZE_MODES, parse_resize
-from transforms.labels.table import LABEL_KEYS
-from transforms.dicom.voi import PRESETS, parse_window
-from transforms.settings import MAX_SALT_BYTES, ConversionSettings, DecodeSettings, ShardBounds
-from transforms.splits.assign import SPLIT_BY, parse_splits
+from dcm2tfrecord.pipeline.locations import absolute, recorded_location
+from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV, resolve_salt
+from dcm2tfrecord.transforms.images.geometry import RESIZE_MODES, parse_resize
+from dcm2tfrecord.transforms.labels.table import LABEL_KEYS
+from dcm2tfrecord.transforms.dicom.voi import PRESETS, parse_window
+from dcm2tfrecord.transforms.settings import MAX_SALT_BYTES, ConversionSettings, DecodeSettings, ShardBounds
+from dcm2tfrecord.transforms.splits.assign import SPLIT_BY, parse_splits
 
 _GCS = r"^gs:\/\/[^\n\r]+$"
 _NUMBER = r"^[0-9]+(\.[0-9]+)?$"

@@ -8,15 +8,15 @@ import uuid
 
 from apache_beam.io.filesystems import FileSystems
 
-from dataset import versions
-from dataset.manifest import read_manifest
-from dataset.files import create_output, delete_tree, remove_empty_incomplete_dir
-from dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, LOCK_NAME,
+from dcm2tfrecord.dataset import versions
+from dcm2tfrecord.dataset.manifest import read_manifest
+from dcm2tfrecord.dataset.files import create_output, delete_tree, remove_empty_incomplete_dir
+from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, LOCK_NAME,
                            MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, VERSIONS_DIR, files_of_shard,
                            incomplete_name)
-from dataset.progress import remove_progress
-from pipeline.option_table import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions
-from pipeline.usage import UsageError
+from dcm2tfrecord.dataset.progress import remove_progress
+from dcm2tfrecord.pipeline.option_table import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions
+from dcm2tfrecord.pipeline.usage import UsageError
 
 
 def prepare_output(opts: ConvertOptions) -> None:

@@ -18,9 +18,9 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from pipeline.inspect_cmd import default_split, load_info
-from pipeline.usage import UsageError
-from transforms.images.display import display_image, text as _text
+from dcm2tfrecord.pipeline.inspect_cmd import default_split, load_info
+from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.transforms.images.display import display_image, text as _text
 
 MARGIN = 4                 # around each thumbnail
 CAPTION_LINES = 3
@@ -156,7 +156,7 @@ def draw_sheet(tiles: Sequence[tuple[np.ndarray, list[str]]], thumb: int, cols: 
 
 def sample_records(dataset_dir: str, split: str, count: int, seed: int) -> list[dict]:
     """``count`` records of ``split`` in ``reader.load``'s seeded shuffled order."""
-    import reader
+    from dcm2tfrecord import reader
     exact = reader.info(dataset_dir).layout(split).dtype      # stored values, shown as they are
     ds = reader.load(dataset_dir, split=split, batch_size=1, shuffle=True, seed=seed,
                      output="dict", pad=True, dtype=exact)

@@ -30,7 +30,7 @@ from typing import Optional, TextIO
 
 from apache_beam.io.filesystems import FileSystems
 
-from dataset.progress import done_pattern, incomplete_pattern, plan_path, progress_dir
+from dcm2tfrecord.dataset.progress import done_pattern, incomplete_pattern, plan_path, progress_dir
 
 MODES = ("auto", "bar", "log", "none")
 POLL_ENV = "DCM2TFRECORD_PROGRESS_POLL_S"

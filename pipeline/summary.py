@@ -11,7 +11,7 @@ import statistics
 
 from apache_beam.io.filesystems import FileSystems
 
-from dataset.names import ERRORS_NAME
+from dcm2tfrecord.dataset.names import ERRORS_NAME
 
 MB = 1 << 20
 SHARDS_LISTED = 10   # per split in the table; dataset.json and the JSON summary list all

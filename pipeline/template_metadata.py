@@ -1,11 +1,11 @@
 """The Flex Template's metadata.json, one parameter per option of the table
-(``python -m pipeline.template_metadata --metadata > metadata.json``)."""
+(``python -m dcm2tfrecord.pipeline.template_metadata --metadata > metadata.json``)."""
 from __future__ import annotations
 
 import json
 import sys
 
-from pipeline.option_table import OPTIONS
+from dcm2tfrecord.pipeline.option_table import OPTIONS
 
 
 def template_metadata() -> dict:
@@ -24,7 +24,7 @@ def template_metadata() -> dict:
     }
 
 
-if __name__ == "__main__":   # python -m pipeline.template_metadata --metadata > metadata.json
+if __name__ == "__main__":   # python -m dcm2tfrecord.pipeline.template_metadata --metadata > metadata.json
     if sys.argv[1:] != ["--metadata"]:
-        sys.exit("usage: python -m pipeline.template_metadata --metadata")
+        sys.exit("usage: python -m dcm2tfrecord.pipeline.template_metadata --metadata")
     print(json.dumps(template_metadata(), indent=2))

@@ -13,9 +13,9 @@ from typing import Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from dataset.names import MANIFEST_NAME, SHARD_GLOB
-from dataset.verify import verify_dataset
-from dataset.versions import DamagedLatest, resolve_dataset_dir
+from dcm2tfrecord.dataset.names import MANIFEST_NAME, SHARD_GLOB
+from dcm2tfrecord.dataset.verify import verify_dataset
+from dcm2tfrecord.dataset.versions import DamagedLatest, resolve_dataset_dir
 
 
 def parse_verify(argv: Sequence[str]) -> argparse.Namespace:

@@ -14,10 +14,10 @@ from typing import Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.usage import UsageError
-from dataset.manifest import read_manifest
-from dataset.names import MANIFEST_NAME, parse_version
-from dataset import versions
+from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.dataset.manifest import read_manifest
+from dcm2tfrecord.dataset.names import MANIFEST_NAME, parse_version
+from dcm2tfrecord.dataset import versions
 
 MB = 1 << 20
 

@@ -4,6 +4,8 @@
 ``RandomAccess`` reads records by index into NumPy arrays, for PyTorch, JAX
 or Grain, and imports neither TensorFlow nor Beam::
 
+    from dcm2tfrecord import reader
+
     ds = reader.load("/data/ct_tfr", split="train", batch_size=32)
     meta = reader.info("/data/ct_tfr")       # dataset.json, plus num_records(),
                                              # steps_per_epoch(), class_names, element_spec
@@ -12,21 +14,21 @@ or Grain, and imports neither TensorFlow nor Beam::
     for images, labels in reader.as_numpy(val): ...          # NumPy batches
 
 TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn``,
-``as_numpy`` or ``DatasetInfo``, not by ``import reader``.
+``as_numpy`` or ``DatasetInfo``, not by ``from dcm2tfrecord import reader``.
 """
-from reader.random_access import CorruptIndexError, CorruptRecordError, RandomAccess
+from dcm2tfrecord.reader.random_access import CorruptIndexError, CorruptRecordError, RandomAccess
 
 __all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "RandomAccess", "CorruptRecordError",
            "CorruptIndexError"]
 
-_LAZY = {"load": "reader.tfdata", "parse_fn": "reader.tfdata", "as_numpy": "reader.arrays",
-         "info": "reader.manifest", "DatasetInfo": "reader.manifest"}
+_LAZY = {"load": ".tfdata", "parse_fn": ".tfdata", "as_numpy": ".arrays",
+         "info": ".manifest", "DatasetInfo": ".manifest"}
 
 
 def __getattr__(name):
     if name in _LAZY:
         import importlib
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         globals()[name] = value
         return value
-    raise AttributeError(f"module 'reader' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

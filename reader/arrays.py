@@ -9,7 +9,7 @@ one NumPy array per row. Anything else is passed through unchanged.
 """
 from __future__ import annotations
 
-from reader.tfquiet import tf
+from dcm2tfrecord.reader.tfquiet import tf
 
 
 def _to_numpy(value):

@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 from typing import Callable, Mapping, Optional
 
-from reader.tfquiet import tf
+from dcm2tfrecord.reader.tfquiet import tf
 
-from reader.layout import Layout, parse_spec
+from dcm2tfrecord.reader.layout import Layout, parse_spec
 
 # decode_raw has no unsigned 32/64-bit output: decode the signed type of the
 # same width and reinterpret the bits.

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
-from reader.tfquiet import tf
+from dcm2tfrecord.reader.tfquiet import tf
 
-from reader.schema import (DEFAULT_LABEL, IMAGE_ENCODINGS, MISSING, RAW, REQUIRED,  # noqa: F401
+from dcm2tfrecord.reader.schema import (DEFAULT_LABEL, IMAGE_ENCODINGS, MISSING, RAW, REQUIRED,  # noqa: F401
                            SHAPE_FEATURES, Layout, common_dtype, split_layout)
 
 _TF_DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}

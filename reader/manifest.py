@@ -12,14 +12,14 @@ import math
 import operator
 from typing import Optional
 
-from reader.tfquiet import tf
+from dcm2tfrecord.reader.tfquiet import tf
 
-from dataset import names
-from dataset.manifest import missing_manifest, parse_manifest, readable_manifest
-from dataset.versions import locate_dataset
-from reader import splits
-from reader.layout import Layout, label_spec, split_layout
-from reader.sharding import ReadPlan, plan_reads
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.dataset.manifest import missing_manifest, parse_manifest, readable_manifest
+from dcm2tfrecord.dataset.versions import locate_dataset
+from dcm2tfrecord.reader import splits
+from dcm2tfrecord.reader.layout import Layout, label_spec, split_layout
+from dcm2tfrecord.reader.sharding import ReadPlan, plan_reads
 
 
 class DatasetInfo(dict):

@@ -28,13 +28,13 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from dataset import names
-from dataset.example import decode_example
-from dataset.manifest import missing_manifest, parse_manifest, readable_manifest
-from dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
-from dataset.versions import locate_dataset
-from reader import splits, storage
-from reader.schema import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.dataset.example import decode_example
+from dcm2tfrecord.dataset.manifest import missing_manifest, parse_manifest, readable_manifest
+from dcm2tfrecord.dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
+from dcm2tfrecord.dataset.versions import locate_dataset
+from dcm2tfrecord.reader import splits, storage
+from dcm2tfrecord.reader.schema import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
 
 __all__ = ["RandomAccess", "CorruptRecordError", "CorruptIndexError"]
 

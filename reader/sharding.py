@@ -20,7 +20,7 @@ import dataclasses
 import logging
 from typing import Optional
 
-logger = logging.getLogger("reader")
+logger = logging.getLogger("dcm2tfrecord.reader")
 
 ALL, BY_FILE, BY_RECORD = "all", "file", "record"
 

@@ -22,7 +22,7 @@ import dataclasses
 import re
 from typing import Mapping, Optional, Sequence
 
-from reader.schema import split_layout
+from dcm2tfrecord.reader.schema import split_layout
 
 FORMS = ("train", "train[:10%]", "train[10%:20%]", "train[-1000:]", "train[100:200]",
          "train+validation", "train[:50%]+validation[:10]")

@@ -24,13 +24,13 @@ import numbers
 import os
 from typing import Callable, Optional, Union
 
-from reader.tfquiet import tf
+from dcm2tfrecord.reader.tfquiet import tf
 
-from reader import splits
-from reader.decode import batch_parser, conversion
-from reader.manifest import DatasetInfo, info
-from reader.schedule import Order
-from reader.sharding import ALL, BY_RECORD, ReadPlan, logger
+from dcm2tfrecord.reader import splits
+from dcm2tfrecord.reader.decode import batch_parser, conversion
+from dcm2tfrecord.reader.manifest import DatasetInfo, info
+from dcm2tfrecord.reader.schedule import Order
+from dcm2tfrecord.reader.sharding import ALL, BY_RECORD, ReadPlan, logger
 
 AUTOTUNE = tf.data.AUTOTUNE
 MAX_CYCLE_LENGTH = 16

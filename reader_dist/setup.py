@@ -1,8 +1,9 @@
 """dcm2tfrecord-reader: the dataset format and the reader, without the converter.
 
-A training job installs this instead of dcm2tfrecord: it holds ``dataset``
-(the on-disk format: names, codecs, dataset.json, verify) and ``reader``
-(``reader.load`` for tf.data, ``reader.RandomAccess`` for NumPy), and needs
+A training job installs this instead of dcm2tfrecord: it holds
+``dcm2tfrecord.dataset`` (the on-disk format: names, codecs,
+dataset.json, verify) and ``dcm2tfrecord.reader`` (``reader.load`` for tf.data,
+``reader.RandomAccess`` for NumPy), and needs
 only numpy, protobuf and google-crc32c; TensorFlow comes with the
 ``tensorflow`` extra (for ``reader.load``), google-cloud-storage with ``gcs``
 (for ``RandomAccess`` on gs://). No Beam, pydicom or Pillow: their pins
@@ -12,7 +13,8 @@ cannot clash with the training framework's.
     pip install "./reader_dist[tensorflow]"   # and reader.load
 
 The packages are the repository's own folders (``../dataset``, ``../reader``),
-not copies; tests/test_reader_dist.py installs this into a fresh venv.
+not copies; the converter (``../setup.py``) depends on this distribution rather
+than shipping them again. tests/test_reader_dist.py installs it into a fresh venv.
 """
 import atexit
 import os
@@ -20,6 +22,8 @@ import shutil
 import tempfile
 
 from setuptools import setup
+
+VERSION = "0.1.0"  # the converter (../setup.py) requires exactly this one
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A fresh build folder each time, outside the tree: a module removed from ../reader
@@ -29,11 +33,14 @@ atexit.register(shutil.rmtree, BUILD, True)
 
 setup(
     name="dcm2tfrecord-reader",
-    version="0.1.0",
+    version=VERSION,
     description="Read datasets written by dcm2tfrecord (tf.data and random access), without Beam.",
     python_requires=">=3.10",
-    packages=["dataset", "reader"],
-    package_dir={"dataset": os.path.join(ROOT, "dataset"), "reader": os.path.join(ROOT, "reader")},
+    # dcm2tfrecord is a namespace package (no __init__.py): this distribution and the
+    # converter each install their own subpackages into it, neither owns a shared file.
+    packages=["dcm2tfrecord.dataset", "dcm2tfrecord.reader"],
+    package_dir={"dcm2tfrecord.dataset": os.path.join(ROOT, "dataset"),
+                 "dcm2tfrecord.reader": os.path.join(ROOT, "reader")},
     install_requires=["numpy>=1.24", "protobuf>=4.21", "google-crc32c>=1.5"],
     extras_require={
         "tensorflow": ["tensorflow>=2.15"],

@@ -9,7 +9,7 @@ ensure_venv() {
   local python="${PYTHON:-python3}"
   local stamp="$venv/.dcm2tfrecord-installed${extras:+-$extras}"
   local want
-  want="$(cat "$root/setup.py" | sha256sum | cut -d' ' -f1)"
+  want="$(cat "$root/setup.py" "$root/reader_dist/setup.py" | sha256sum | cut -d' ' -f1)"
   if [ ! -x "$venv/bin/python" ]; then
     echo "setting up $venv (first run installs Beam and TensorFlow, a few minutes)..." >&2
     "$python" -m venv "$venv"
@@ -18,7 +18,10 @@ ensure_venv() {
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
     local spec="$root"
     [ -n "$extras" ] && spec="$root[$extras]"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+    # the converter requires dcm2tfrecord-reader (the format and the reader): both in one
+    # resolve, so pip takes it from reader_dist/ and never looks for it on an index
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+      -e "$root/reader_dist" -e "$spec"
     echo "$want" > "$stamp"
   fi
   export PATH="$venv/bin:$PATH"

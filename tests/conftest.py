@@ -10,9 +10,9 @@ from PIL import Image
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from pipeline import convert  # noqa: E402
-from pipeline.option_table import ConvertOptions  # noqa: E402
-from pipeline.sample_archive import build_sample_archive, synthetic_image  # noqa: E402
+from dcm2tfrecord.pipeline import convert  # noqa: E402
+from dcm2tfrecord.pipeline.option_table import ConvertOptions  # noqa: E402
+from dcm2tfrecord.pipeline.sample_archive import build_sample_archive, synthetic_image  # noqa: E402
 
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 # Every local runner mode, each with more than one worker where it can have them.
@@ -69,7 +69,7 @@ SAMPLE_OPTIONS = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=16, duplic
 
 def rid(rel_path: str) -> str:
     """The record id the tests' conversions give the file at ``rel_path``."""
-    from transforms.hashing import record_id
+    from dcm2tfrecord.transforms.hashing import record_id
     return record_id(rel_path, TEST_SALT)
 
 
@@ -78,3 +78,39 @@ def pytest_configure(config):
         "markers", "slow: minutes (installs into a fresh virtual environment, or waits out the default "
                    "storage retry budget); "
                    "./run_tests.sh skips these, ./run_tests.sh -m slow runs them")
+
+
+# ---------------------------------------------------------------- the import name
+# The repository's top-level folders and the names they install as (setup.py's and
+# reader_dist/setup.py's package_dir): one import name, dcm2tfrecord.
+PACKAGE_FOLDERS = {"dcm2tfrecord.pipeline": "pipeline", "dcm2tfrecord.transforms": "transforms",
+                   "dcm2tfrecord.dataset": "dataset", "dcm2tfrecord.reader": "reader"}
+
+
+def package_folder(package: str) -> str:
+    """dcm2tfrecord.transforms.dicom -> transforms/dicom (relative to the repository)."""
+    for name, folder in PACKAGE_FOLDERS.items():
+        if package == name or package.startswith(name + "."):
+            return os.path.join(folder, *package[len(name):].split(".")[1:])
+    raise KeyError(package)
+
+
+# PyPI distributions that own the import names this project used before 0.2
+# (dataset, reader, pipeline, transforms): the fresh-venv tests install them first,
+# then ours, and check that both sides import and work.
+# (PyPI's transforms imports sgmllib without declaring it: sgmllib3k provides it.)
+COLLIDING_PYPI = ("dataset==2.0.0", "reader==3.26", "pipeline==0.1.0", "transforms==0.2.1",
+                  "sgmllib3k==1.0.0")
+THEIRS_WORK = """
+import dataset, pipeline.pipeline, reader, transforms
+db = dataset.connect("sqlite:///:memory:")
+db["t"].insert({"x": 1})
+assert [row["x"] for row in db["t"].all()] == [1], "PyPI dataset"
+feeds = reader.make_reader(":memory:")
+assert list(feeds.get_feeds()) == [], "PyPI reader"
+feeds.close()
+assert issubclass(pipeline.pipeline.PipelineError, RuntimeError), "PyPI pipeline"
+assert transforms.safe_html("<p>a <b>b</b></p>") == "<p>a <b>b</b></p>", "PyPI transforms"
+for module in (dataset, pipeline, reader, transforms):
+    assert "site-packages" in module.__file__ and "dcm2tfrecord" not in module.__file__, module
+"""

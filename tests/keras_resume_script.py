@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import reader
+from dcm2tfrecord import reader
 
 BATCH, SAVE_EVERY, SEED = 4, 5, 11
 

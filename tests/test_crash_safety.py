@@ -1,6 +1,6 @@
 """SIGKILL during a conversion, then a rerun with the same arguments, gives the same bytes (issue 6, item 3).
 
-``python -m pipeline convert`` runs as a subprocess in its own session, on
+``python -m dcm2tfrecord.pipeline convert`` runs as a subprocess in its own session, on
 Beam's multi-process local runner (the default local mode), and is killed
 with SIGKILL on its whole process group — launcher and Beam worker processes
 alike — at several points of one chain of runs on the same output directory:
@@ -34,8 +34,8 @@ from typing import Callable, Optional
 
 import pytest
 
-from dataset.shard_writer import TEST_PAUSE_ENV
-from dataset.verify import verify_dataset
+from dcm2tfrecord.dataset.shard_writer import TEST_PAUSE_ENV
+from dcm2tfrecord.dataset.verify import verify_dataset
 from tests.conftest import write_png_archive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,7 +66,7 @@ def _env(extra: Optional[dict] = None) -> dict:
 
 
 def _command(archive: str, output: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline", "convert", "--input", archive, "--output", output,
+    return [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", archive, "--output", output,
             *SHARD_ARGS, *BEAM_ARGS]
 
 

@@ -29,13 +29,13 @@ import pytest
 from pydicom.data import get_testdata_file
 from pydicom.encaps import encapsulate, generate_frames
 
-import reader
+from dcm2tfrecord import reader
 from tests.conftest import run_convert, write_png_archive
-from dataset import reasons
-from transforms.errors import ConversionError
-from transforms.records.probe import probe_file
-from transforms.values import SourceFile
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.probe import probe_file
+from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 SPLIT = DecodeSettings(frames="split", id_salt="s")
 
@@ -173,8 +173,8 @@ def test_a_damaged_multi_frame_file_is_one_input_that_fails_once(tmp_path, frame
 
 
 def test_every_frame_outcome_of_a_file_becomes_one_and_written_counts_it_once():
-    from transforms.output.commit import one_outcome_per_input
-    from dataset.results import Outcome
+    from dcm2tfrecord.transforms.output.commit import one_outcome_per_input
+    from dcm2tfrecord.dataset.results import Outcome
 
     def frame(uri, i, n, reason="decode_error"):
         return Outcome(uri, "failed", "decode", reason, f"frame {i} broke", frame=i, frames=n)
@@ -310,9 +310,9 @@ def test_a_deflate_bomb_is_refused_in_bounded_memory(tmp_path):
         paths[-1].write_bytes(deflate_bomb(kind, inflated))
     script = textwrap.dedent(f"""
         import json, os, resource, sys
-        from transforms.errors import ConversionError
-        from transforms.records.probe import probe_file
-        from transforms.values import SourceFile
+        from dcm2tfrecord.transforms.errors import ConversionError
+        from dcm2tfrecord.transforms.records.probe import probe_file
+        from dcm2tfrecord.transforms.values import SourceFile
 
         def probe(path):
             st = os.stat(path)
@@ -400,7 +400,7 @@ def test_a_whole_object_without_an_image_is_still_skipped_as_no_pixel_data(name)
 
 
 def test_truncated_files_count_toward_the_failure_ratio(tmp_path):
-    from pipeline.convert import ConversionFailed
+    from dcm2tfrecord.pipeline.convert import ConversionFailed
     root = tmp_path / "a"
     write_png_archive(root, count=2, height=16, width=16)
     ct = open(get_testdata_file("CT_small.dcm"), "rb").read()
@@ -472,10 +472,10 @@ def test_an_out_of_memory_read_says_so(tmp_path):
                      + ct[pixels:])
     script = textwrap.dedent(f"""
         import json, os, resource
-        from transforms.errors import ConversionError
-        from transforms.records.probe import probe_file
-        from transforms.values import SourceFile
-        from transforms.sources.read import unreadable
+        from dcm2tfrecord.transforms.errors import ConversionError
+        from dcm2tfrecord.transforms.records.probe import probe_file
+        from dcm2tfrecord.transforms.values import SourceFile
+        from dcm2tfrecord.transforms.sources.read import unreadable
         with open("/proc/self/statm") as handle:
             used = int(handle.read().split()[0]) * resource.getpagesize()
         resource.setrlimit(resource.RLIMIT_AS, (used + (1 << 30), resource.RLIM_INFINITY))

@@ -21,7 +21,7 @@ import apache_beam
 import pytest
 from google.protobuf import json_format
 
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import TEST_SALT, write_png_archive
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 
@@ -220,6 +220,8 @@ def test_worker_sdk_matches_installed_beam_and_gets_the_sdist(dry_run):
         staged = {beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(d.role_payload).staged_name
                   for d in env.dependencies if d.role_urn == "beam:artifact:role:staging_to:v1"}
         assert "workflow.tar.gz" in staged, staged     # the sdist of ./setup.py
+        # and the format and the reader it requires, from reader_dist/ (never in the sdist)
+        assert any(n.startswith("dcm2tfrecord_reader-") and n.endswith(".whl") for n in staged), staged
 
 
 def test_job_graph_has_the_expected_steps(dry_run):
@@ -309,7 +311,7 @@ def _metadata() -> dict:
 
 def _convert_parser():
     import argparse
-    from pipeline.arguments import add_convert_arguments
+    from dcm2tfrecord.pipeline.arguments import add_convert_arguments
     parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False)
     add_convert_arguments(parser)
     return parser
@@ -356,10 +358,10 @@ def test_flex_template_parameters_are_convert_options():
 
 
 def test_flex_template_metadata_is_generated_from_the_option_table_and_lists_every_option():
-    from pipeline.option_table import OPTIONS
-    from pipeline.template_metadata import template_metadata
+    from dcm2tfrecord.pipeline.option_table import OPTIONS
+    from dcm2tfrecord.pipeline.template_metadata import template_metadata
     assert _metadata() == template_metadata(), \
-        "metadata.json is stale: python -m pipeline.template_metadata --metadata > metadata.json"
+        "metadata.json is stale: python -m dcm2tfrecord.pipeline.template_metadata --metadata > metadata.json"
     parser = _convert_parser()
     flags = {s[2:] for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"help"}
     assert flags == {o.flag for o in OPTIONS}
@@ -376,10 +378,10 @@ def test_dockerfile_uses_the_installed_beam_sdk_image_and_ships_the_packages():
     froms = re.findall(r"^FROM\s+(\S+)", dockerfile, flags=re.M)
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
     assert froms[-1] == f"apache/beam_python{py}_sdk:{apache_beam.__version__}", froms
-    with open(os.path.join(ROOT, "setup.py")) as handle:
-        packages = re.search(r"packages=\[([^\]]*)\]", handle.read()).group(1)
-    for package in {p.split(".")[0] for p in re.findall(r"[\"']([\w.]+)[\"']", packages)}:
-        assert re.search(rf"^COPY\s+{package}\s", dockerfile, flags=re.M), f"{package} not copied"
+    from tests.conftest import PACKAGE_FOLDERS
+    for folder in [*PACKAGE_FOLDERS.values(), "reader_dist"]:     # both distributions' folders
+        assert re.search(rf"^COPY\s+{folder}\s", dockerfile, flags=re.M), f"{folder} not copied"
+    assert re.search(r'^RUN pip install .*reader_dist.* "\$\{WORKDIR\}"$', dockerfile, flags=re.M)
     assert re.search(r'^ENV FLEX_TEMPLATE_PYTHON_PY_FILE="\$\{WORKDIR\}/main.py"', dockerfile, flags=re.M)
 
 
@@ -392,7 +394,7 @@ def test_flex_template_main_file_runs_convert(tmp_path):
     lines = re.findall(r"'([^']*)'", block)
     main = tmp_path / "main.py"
     main.write_text("\n".join(lines) + "\n")
-    env = {**_env(), "PYTHONPATH": ROOT}
+    env = _env()
     proc = subprocess.run([sys.executable, str(main), "--input=gs://b/a"], capture_output=True,
                           text=True, env=env, cwd=str(tmp_path), timeout=120)
     assert proc.returncode == 2, proc.stderr

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import RUNNER_MODES, run_convert, write_png_archive
 from tests.test_output_bytes_pinned import shard_hashes
-from transforms.planning import shards
+from dcm2tfrecord.transforms.planning import shards
 
 BUCKETS = 3
 OPTION_SETS = {

@@ -6,15 +6,15 @@ import numpy as np
 import pydicom
 import pytest
 
-import reader
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import rid, run_convert, write_png_archive
-from transforms.images import geometry
-from transforms.dicom import voi
-from transforms.records.build import decode_record
-from transforms.records.probe import expand_frames, probe_file
-from transforms.values import SourceFile
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.images import geometry
+from dcm2tfrecord.transforms.dicom import voi
+from dcm2tfrecord.transforms.records.build import decode_record
+from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
+from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()
 SMALL = dict(target_shard_mb=1, min_shard_mb=0.1, max_shard_mb=8)
@@ -207,7 +207,7 @@ def test_no_identifier_or_path_reaches_the_training_outputs(tmp_path):
     assert scanned >= 3    # shard, index, dataset.json
     for batch in reader.load(str(out), batch_size=1, shuffle=False, output="dict"):
         assert "source_path" not in batch
-    from transforms.hashing import identifier_hash
+    from dcm2tfrecord.transforms.hashing import identifier_hash
     from tests.conftest import TEST_SALT
     import tensorflow as tf
     shard = out / manifest["splits"]["train"]["shards"][0]["file"]

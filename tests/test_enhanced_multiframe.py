@@ -19,18 +19,18 @@ import pydicom
 import pytest
 from pydicom.pixels import apply_modality_lut
 
-import reader
+from dcm2tfrecord import reader
 from tests import enhanced_objects as eo
 from tests.conftest import TEST_SALT, run_convert
-from dataset import reasons
-from transforms.dicom import functional_groups
-from transforms.dicom.pixels import decode_dicom
-from transforms.errors import ConversionError
-from transforms.records.probe import expand_frames, probe_file
-from transforms.values import SourceFile
-from transforms.dicom.voi import linear_window
-from transforms.series import volumes
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import functional_groups
+from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
+from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.dicom.voi import linear_window
+from dcm2tfrecord.transforms.series import volumes
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 PYDICOM_DATA = os.path.join(os.path.dirname(__file__), "data", "pydicom_data")
 OPTIONS = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64)
@@ -320,7 +320,7 @@ def test_jpeg2000_with_a_corrupt_size_marker_fails_with_that_reason():
     marker overwritten by a Sequence Delimiter (pydicom's README says so): its image would be
     3722445056 columns wide. GDCM's gdcmconv --raw fails on it too ("Invalid number of tiles"); the
     DICOM structure around it parses, and the intact JPEG2000.dcm still decodes."""
-    from pipeline.sample_archive import pydicom_test_files
+    from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
     settings = DecodeSettings(id_salt=TEST_SALT)
     broken = os.path.join(pydicom_test_files(), "JPEG2000-embedded-sequence-delimiter.dcm")
     with open(broken, "rb") as handle, pytest.raises(ConversionError) as caught:
@@ -428,7 +428,7 @@ def test_stack_id_echo_and_dimension_indices_separate_stacks():
 
 def test_colour_frames_are_reordered_and_keep_their_values(tmp_path):
     """Functional groups on an RGB file: no rescale or window applies to colour, the order does."""
-    from pipeline.sample_archive import pydicom_test_files
+    from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
     from pydicom.dataset import Dataset
     from pydicom.sequence import Sequence as Seq
     ds = pydicom.dcmread(os.path.join(pydicom_test_files(), "SC_rgb_rle_2frame.dcm"))

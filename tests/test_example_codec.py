@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dataset.example import encode_example
+from dcm2tfrecord.dataset.example import encode_example
 
 
 def _tf_example(features: dict) -> bytes:

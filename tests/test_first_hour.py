@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-import reader
-from pipeline.convert import ConversionFailed
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.convert import ConversionFailed
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert
 
 
@@ -44,7 +44,7 @@ def test_duplicate_instances_are_skipped_whether_frames_are_split_or_not(tmp_pat
     (["--resize", "0x10"], "height and width must be at least 1"),
 ])
 def test_misleading_messages_now_name_the_real_problem(tmp_path, capsys, args, message):
-    from pipeline.cli import main
+    from dcm2tfrecord.pipeline.cli import main
     from tests.conftest import write_png_archive
     write_png_archive(tmp_path / "in", 1, 8, 8)
     base = ["convert", "--output", str(tmp_path / "out"), "--id_salt", "a-test-salt"]
@@ -56,7 +56,7 @@ def test_misleading_messages_now_name_the_real_problem(tmp_path, capsys, args, m
 
 
 def test_verify_on_a_directory_that_is_not_a_dataset_is_a_usage_error(tmp_path, capsys):
-    from pipeline.cli import main
+    from dcm2tfrecord.pipeline.cli import main
     os.makedirs(tmp_path / "nothing")
     assert main(["verify", str(tmp_path / "nothing")]) == 2
     captured = capsys.readouterr()
@@ -74,8 +74,8 @@ def _python_blocks(section: str) -> list[str]:
 def test_the_readme_reading_example_runs_as_written_on_the_demo_dataset(tmp_path, monkeypatch):
     """./run_local.sh writes out/sample-uniform; the README's snippet trains on it as written."""
     import tensorflow as tf
-    from pipeline.demo import UNIFORM_OPTIONS
-    from pipeline.sample_archive import build_sample_archive
+    from dcm2tfrecord.pipeline.demo import UNIFORM_OPTIONS
+    from dcm2tfrecord.pipeline.sample_archive import build_sample_archive
     archive = build_sample_archive(str(tmp_path / "archive"))
     run_convert(archive, tmp_path / "out" / "sample-uniform", **UNIFORM_OPTIONS)
     monkeypatch.chdir(tmp_path)
@@ -101,7 +101,7 @@ def test_the_demo_prints_no_tensorflow_start_up_lines(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env.update(PYTHONPATH=root, DCM2TFRECORD_ID_SALT="first-hour-test")
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "demo", "--output", str(tmp_path / "s"),
+    proc = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline", "demo", "--output", str(tmp_path / "s"),
                            "--archive", str(tmp_path / "a"), "--direct_num_workers=1",
                            "--direct_running_mode=in_memory"],
                           capture_output=True, text=True, env=env, timeout=600, cwd=str(tmp_path))

@@ -33,14 +33,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from transforms.output.write import size_mismatch
-from pipeline.sample_archive import pydicom_test_files, synthetic_image
-from dataset import reasons
-from transforms.records.build import build_record
-from transforms.errors import ConversionError
-from transforms.records.probe import probe_file
-from transforms.values import SourceFile
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.output.write import size_mismatch
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files, synthetic_image
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.records.build import build_record
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.probe import probe_file
+from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 # Small enough that a mutated header claiming a huge image is refused before a
 # large allocation; the classification contract does not depend on the value.

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import reader
-from pipeline.sample_archive import pydicom_test_files
-from pipeline.locations import recorded_location
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.pipeline.locations import recorded_location
 from tests.conftest import IN_MEMORY, TEST_SALT, rid, run_convert, write_png_archive
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 
@@ -189,7 +189,7 @@ def test_overwrite_on_gs_removes_stale_shards(converted, gcs_emulator):
 def test_incremental_versions_on_gs(converted, gcs_emulator):
     """--incremental with a gs:// root: versions, LATEST, reused shards referenced across
     version prefixes, a killed run's leftovers under the new version's prefix removed."""
-    from dataset.verify import verify_dataset
+    from dcm2tfrecord.dataset.verify import verify_dataset
     root = gcs_emulator.url("versioned")
     options = dict(incremental=True, target_shard_mb=0.015, min_shard_mb=0.005, max_shard_mb=0.1)
     first = _convert(gcs_emulator.url("archive"), converted["gs_labels"], root, **options)

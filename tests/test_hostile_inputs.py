@@ -11,17 +11,17 @@ import numpy as np
 import pydicom
 import pytest
 
-import reader
-from pipeline.convert import ConversionFailed
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.convert import ConversionFailed
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert, write_png_archive
-from dataset import reasons
-from transforms.records.build import build_record
-from transforms.errors import ConversionError
-from transforms.records.probe import probe_file
-from transforms.values import SourceFile
-from transforms.settings import DecodeSettings
-from transforms.sources.match import expand_pattern
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.records.build import build_record
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.probe import probe_file
+from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.sources.match import expand_pattern
 
 SRC = pydicom_test_files()
 SMALL = dict(target_shard_mb=1, min_shard_mb=0.1, max_shard_mb=8, max_failure_ratio=1.0)
@@ -123,7 +123,7 @@ def test_too_many_failures_refuse_to_commit(tmp_path):
     assert not (tmp_path / "out" / "dataset.json").exists()
     assert len(open(tmp_path / "out" / "errors.jsonl").readlines()) == 2
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", DCM2TFRECORD_ID_SALT="s")
-    done = subprocess.run([sys.executable, "-m", "pipeline", "convert", "--input", str(tmp_path / "a"),
+    done = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", str(tmp_path / "a"),
                            "--output", str(tmp_path / "out2"), "--max_failures", "1",
                            "--direct_num_workers=1", "--direct_running_mode=in_memory"],
                           capture_output=True, text=True, env=env, timeout=300)

@@ -29,8 +29,8 @@ import pydicom
 import pytest
 import tensorflow as tf
 
-import reader
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert
 from tests.test_no_identity_in_outputs import STANDARD_UID_ROOT, TEXT_VRS, _identify
 

@@ -21,13 +21,13 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-import reader
-from pipeline import cli
-from pipeline.summary import format_summary
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline import cli
+from dcm2tfrecord.pipeline.summary import format_summary
 from tests.conftest import run_convert, write_png_archive
-from dataset.shard_writer import TEST_PAUSE_ENV
+from dcm2tfrecord.dataset.shard_writer import TEST_PAUSE_ENV
 from tests.test_crash_safety import ROOT, run_until
-from dataset.verify import verify_dataset
+from dcm2tfrecord.dataset.verify import verify_dataset
 
 MB = 1 << 20
 # ~27.6 KB per 96x96x3 record: a few shards per split
@@ -206,7 +206,7 @@ def test_killed_run_leaves_latest_on_the_old_version_and_a_rerun_commits(chain, 
             return "writing version 3"
         return None
 
-    command = [sys.executable, "-m", "pipeline", "convert", "--input", archive, "--output", root,
+    command = [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", archive, "--output", root,
                "--incremental", "--labels_from_dirs", "--splits", "train=0.75,test=0.25",
                "--target_shard_mb", "0.2", "--min_shard_mb", "0.1", "--max_shard_mb", "0.4",
                "--id_salt", "dcm2tfrecord-tests", "--direct_num_workers=1",

@@ -7,10 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-import reader
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert, write_png_archive
-from transforms.sources.match import expand_pattern
+from dcm2tfrecord.transforms.sources.match import expand_pattern
 
 
 @pytest.fixture()
@@ -72,16 +72,16 @@ def test_cli_convert_and_python_m_pipeline(tmp_path):
     done = subprocess.run([exe] + args, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "4 written" in done.stdout and "MB/s" in done.stdout
-    again = subprocess.run([sys.executable, "-m", "pipeline"] + args, capture_output=True,
+    again = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline"] + args, capture_output=True,
                            text=True, env=env, timeout=300)
     assert again.returncode == 2 and "--overwrite" in again.stderr
-    bad = subprocess.run([sys.executable, "-m", "pipeline", "convert", "--input", "x", "--output",
+    bad = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", "x", "--output",
                           str(tmp_path / "o2"), "--min_shard_mb", "5", "--max_shard_mb", "1"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 2 and "--min_shard_mb" in bad.stderr
     assert not (tmp_path / "o2").exists()
     no_salt = {k: v for k, v in env.items() if k != "DCM2TFRECORD_ID_SALT"}
-    refused = subprocess.run([sys.executable, "-m", "pipeline"] + args[:4] + ["--output", str(tmp_path / "o3")],
+    refused = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline"] + args[:4] + ["--output", str(tmp_path / "o3")],
                              capture_output=True, text=True, env=no_salt, timeout=300)
     assert refused.returncode == 2 and "--id_salt" in refused.stderr and "--allow_random_salt" in refused.stderr
     assert not (tmp_path / "o3").exists()

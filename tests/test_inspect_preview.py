@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import reader
-from pipeline import cli
-from pipeline import preview_cmd
-from transforms.images import display
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline import cli
+from dcm2tfrecord.pipeline import preview_cmd
+from dcm2tfrecord.transforms.images import display
 from tests.conftest import run_convert, write_png_archive
 
 

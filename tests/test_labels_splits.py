@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 from pydicom.uid import generate_uid
 
-import reader
-from pipeline.usage import UsageError
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert, write_png_archive
 
 SMALL = dict(target_shard_mb=0.2, min_shard_mb=0.05, max_shard_mb=0.5)
@@ -294,7 +294,7 @@ def test_two_thousand_patients_ratios_no_leak_and_stable_after_growth(tmp_path):
 
 
 def test_summary_says_when_min_shards_is_overridden(tmp_path):
-    from pipeline.summary import format_summary
+    from dcm2tfrecord.pipeline.summary import format_summary
     write_png_archive(tmp_path / "in", count=20, height=64, width=64, channels=3)
     summary = run_convert(tmp_path / "in", tmp_path / "out", target_shard_mb=1, min_shard_mb=0.1,
                           max_shard_mb=2, min_shards=40)

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from dataset import names
+from dcm2tfrecord.dataset import names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("pipeline", "transforms", "dataset", "reader", "benchmarks", "tools")
@@ -91,10 +91,13 @@ def _transforms_imports() -> dict:
             tree = ast.parse(handle.read(), path)
         deps = set()
         for node in tree.body:
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("transforms"):
-                deps |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and \
+                    (node.module or "").startswith("dcm2tfrecord.transforms"):
+                module = node.module.removeprefix("dcm2tfrecord.")
+                deps |= {module} | {f"{module}.{a.name}" for a in node.names}
             elif isinstance(node, ast.Import):
-                deps |= {a.name for a in node.names if a.name.startswith("transforms")}
+                deps |= {a.name.removeprefix("dcm2tfrecord.") for a in node.names
+                         if a.name.startswith("dcm2tfrecord.transforms")}
         modules[name] = deps
     return {name: {d for d in deps if d in modules} for name, deps in modules.items()}
 
@@ -132,3 +135,23 @@ def test_shared_transforms_modules_reach_into_no_subpackage():
     stray = {m: sorted(d for d in deps if _package(d) in subpackages)
              for m, deps in modules.items() if m.count(".") == 1 and m != "transforms.beam_files"}
     assert not {m: d for m, d in stray.items() if d}, stray
+
+
+OLD_TOP_LEVEL = ("dataset", "reader", "pipeline", "transforms")
+
+
+def test_nothing_imports_the_old_top_level_names():
+    """Every import of this project goes through dcm2tfrecord.*: the bare names belong to PyPI
+    packages (dataset, reader, pipeline, transforms) a training image may hold."""
+    stray = []
+    for path in glob.glob(os.path.join(ROOT, "**", "*.py"), recursive=True):
+        rel = os.path.relpath(path, ROOT)
+        if rel.startswith((".venv", "build", os.path.join("tests", "data"))):
+            continue
+        with open(path) as handle:
+            tree = ast.parse(handle.read(), path)
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            stray += [f"{rel}:{node.lineno} {name}" for name in names if name.split(".")[0] in OLD_TOP_LEVEL]
+    assert not stray, stray

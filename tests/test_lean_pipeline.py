@@ -8,14 +8,14 @@ import pytest
 from apache_beam.coders.coders import FastPrimitivesCoder
 from apache_beam.options.pipeline_options import DirectOptions
 
-from pipeline import convert
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import TEST_SALT, run_convert, write_png_archive
-from transforms.planning.shards import for_planning
-from transforms.records.probe import probe_file
-from transforms.values import ImageSpec, SourceFile
-from transforms.settings import DecodeSettings
-from transforms.sources.match import expand_pattern, survey_local
+from dcm2tfrecord.transforms.planning.shards import for_planning
+from dcm2tfrecord.transforms.records.probe import probe_file
+from dcm2tfrecord.transforms.values import ImageSpec, SourceFile
+from dcm2tfrecord.transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.sources.match import expand_pattern, survey_local
 
 
 def _direct(options):
@@ -59,7 +59,7 @@ def test_small_local_archives_run_in_one_process(tmp_path, monkeypatch):
 
 
 def test_summary_says_how_the_run_executed(tmp_path, capsys):
-    from pipeline.summary import format_summary
+    from dcm2tfrecord.pipeline.summary import format_summary
     write_png_archive(tmp_path / "in", 2, 8, 8)
     summary = run_convert(tmp_path / "in", tmp_path / "out", beam_args=[])
     assert summary["execution"] == "one process"
@@ -149,7 +149,7 @@ def _enhanced_ct(path, slope=None, intercept=None, per_frame=False):
 @pytest.mark.parametrize("per_frame", [False, True])
 def test_enhanced_rescale_in_functional_groups_is_applied(tmp_path, per_frame):
     """Once refused as functional_group_rescale: the rescale is now applied frame by frame."""
-    from transforms.records.build import decode_record
+    from dcm2tfrecord.transforms.records.build import decode_record
     path = _enhanced_ct(tmp_path / "enh.dcm", slope="1", intercept="-1024", per_frame=per_frame)
     source = SourceFile(path, "enh.dcm", os.path.getsize(path), 1.0)
     settings = DecodeSettings(id_salt=TEST_SALT)
@@ -183,7 +183,7 @@ def test_enhanced_rescale_in_a_run(tmp_path):
 def test_flat_record_encoding_round_trips_every_field():
     """ProbedRecord pickles as one flat tuple (transforms.values): every field comes back,
     nested parts included, whether or not the uri ends with rel_path, with or without ids."""
-    from transforms.values import Identifiers, ProbedRecord, SliceInfo, from_bytes, to_bytes
+    from dcm2tfrecord.transforms.values import Identifiers, ProbedRecord, SliceInfo, from_bytes, to_bytes
     ct = [r for r in _probed_slices() if r.source.rel_path == "CT_small.dcm"][0]
     assert ct.ids is not None and ct.slice_info is not None
     odd = SourceFile("/in/x.dcm", "elsewhere/x.dcm", 3, 2.5)
@@ -207,7 +207,7 @@ def test_flat_record_encoding_round_trips_every_field():
 
 def test_replaced_is_dataclasses_replace_for_records():
     import dataclasses
-    from transforms.values import replaced
+    from dcm2tfrecord.transforms.values import replaced
     ct = [r for r in _probed_slices() if r.source.rel_path == "CT_small.dcm"][0]
     fast, slow = replaced(ct, split="x", ids=None), dataclasses.replace(ct, split="x", ids=None)
     assert fast == slow and fast.__dict__ == slow.__dict__ and hash(fast) == hash(slow)
@@ -223,8 +223,8 @@ def test_drop_duplicates_groups_records_without_a_uid_by_their_own_file():
     a SOP Instance UID keeps all its frames, images pass; no record lost or added."""
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
-    from transforms.records.steps import DropDuplicates
-    from transforms.values import Identifiers, ProbedRecord
+    from dcm2tfrecord.transforms.records.steps import DropDuplicates
+    from dcm2tfrecord.transforms.values import Identifiers, ProbedRecord
 
     def rec(uri, sop, frame=None, kind="dicom"):
         return ProbedRecord(SourceFile(uri, uri.lstrip("/"), 1, 1.0), f"{uri}#{frame}", kind,

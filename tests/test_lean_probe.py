@@ -37,12 +37,12 @@ from benchmarks.archives import ct_file_bytes, ct_vendor_file_bytes
 from tests import test_fuzz, test_speed_native_dicom
 from tests.reference_v0 import header as reference_header
 from tests.reference_v0 import probe as reference_probe
-from transforms.dicom import needed as dicom_needed
-from transforms.errors import ConversionError
-from transforms.records.build import build_record
-from transforms.records.probe import expand_frames, probe_file
-from transforms.values import SourceFile
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.dicom import needed as dicom_needed
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.build import build_record
+from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
+from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 SETTINGS = {
     "default": DecodeSettings(id_salt="s"),

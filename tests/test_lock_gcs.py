@@ -14,8 +14,8 @@ import time
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
-from dataset import lock
-from dataset.lock import OutputBusy, OutputLock
+from dcm2tfrecord.dataset import lock
+from dcm2tfrecord.dataset.lock import OutputBusy, OutputLock
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 
 

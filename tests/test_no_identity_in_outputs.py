@@ -42,8 +42,8 @@ import os
 import pydicom
 import pytest
 
-from pipeline.convert import ConversionFailed
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.pipeline.convert import ConversionFailed
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert
 from tests.test_crash_safety import _files
 
@@ -224,9 +224,9 @@ def test_no_input_value_or_path_in_any_written_byte(archive, tmp_path, case):
 
 
 def test_locations_are_recorded_as_a_keyed_hash_unless_asked_for():
-    from dataset.versions import changed_options
-    from pipeline.option_table import PLACEMENT_OPTIONS, ConvertOptions
-    from transforms.hashing import location_hash
+    from dcm2tfrecord.dataset.versions import changed_options
+    from dcm2tfrecord.pipeline.option_table import PLACEMENT_OPTIONS, ConvertOptions
+    from dcm2tfrecord.transforms.hashing import location_hash
     inputs = ("gs://hospital-archive/Smith_Jane_12345/ct", "/archive/Doe_John_67890")
     labels = "gs://hospital-archive/Smith_Jane_12345_labels.csv"
     opts = ConvertOptions(inputs=inputs, output="/data/out", labels=labels, id_salt=SALT)

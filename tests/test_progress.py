@@ -11,13 +11,13 @@ import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
-import reader
-from dataset.shard_writer import TEST_PAUSE_ENV
-from pipeline import convert
-from pipeline.option_table import ConvertOptions
-from pipeline.progress import LineRenderer, ProgressMonitor, ProgressReader, RateMeter, describe
+from dcm2tfrecord import reader
+from dcm2tfrecord.dataset.shard_writer import TEST_PAUSE_ENV
+from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline.option_table import ConvertOptions
+from dcm2tfrecord.pipeline.progress import LineRenderer, ProgressMonitor, ProgressReader, RateMeter, describe
 from tests.conftest import IN_MEMORY, TEST_SALT, write_png_archive
-from transforms.counters import NAMESPACE
+from dcm2tfrecord.transforms.counters import NAMESPACE
 
 MB = 1 << 20
 LINE = re.compile(r"^progress \[\d+:\d\d:\d\d\] (.*)$")
@@ -54,7 +54,7 @@ def test_reader_adds_up_plan_done_shards_and_bytes_in_flight(tmp_path):
 
 
 def test_line_shows_records_mb_rate_and_eta():
-    from pipeline.progress import Snapshot
+    from dcm2tfrecord.pipeline.progress import Snapshot
     snap = Snapshot(planned_records=100, planned_bytes=100 * MB, planned_shards=4, shards_done=1,
                     records_done=25, records_written=25, bytes_done=25 * MB,
                     planned_bytes_done=25 * MB, bytes_in_flight=0)
@@ -132,7 +132,7 @@ def test_periodic_progress_lines_when_output_is_not_a_terminal(rgb_archive, tmp_
     out = tmp_path / "out"
     with open(tmp_path / "stdout", "w+") as stdout, open(tmp_path / "stderr", "w+") as stderr:
         run = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "convert", "--input", rgb_archive, "--output", str(out),
+            [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", rgb_archive, "--output", str(out),
              "--target_shard_mb", "1", "--min_shard_mb", "0.5", "--max_shard_mb", "2",
              "--direct_num_workers=1", "--direct_running_mode=in_memory"],
             stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, text=True, env=env)

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reader
-from dataset.example import KINDS, decode_example
-from dataset.tfrecord import crc32c, masked_crc, parse_index
+from dcm2tfrecord import reader
+from dcm2tfrecord.dataset.example import KINDS, decode_example
+from dcm2tfrecord.dataset.tfrecord import crc32c, masked_crc, parse_index
 from tests.conftest import run_convert, write_png_archive
 from tests.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 from tests.test_reader_dtypes import converted  # noqa: F401  (fixture)
@@ -232,7 +232,8 @@ BLOCKER = """
 import sys
 class _Block:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("tensorflow", "apache_beam", "pipeline", "transforms", "keras"):
+        if name.split(".")[0] in ("tensorflow", "apache_beam", "keras") or \
+                name.startswith(("dcm2tfrecord.pipeline", "dcm2tfrecord.transforms")):
             raise ImportError(f"blocked: {name}")
 sys.meta_path.insert(0, _Block())
 """
@@ -240,7 +241,7 @@ sys.meta_path.insert(0, _Block())
 
 def test_random_access_imports_neither_tensorflow_nor_beam(plain):  # noqa: F811
     script = BLOCKER + textwrap.dedent(f"""
-        import reader
+        from dcm2tfrecord import reader
         records = reader.RandomAccess({plain!r}, "train")
         first = records[0]
         print("records", len(records), first["image"].shape, first["image"].dtype)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reader
+from dcm2tfrecord import reader
 from tests.test_reader_standalone import _write_png_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,7 +89,7 @@ def test_as_numpy_of_reader_load_yields_numpy_batches(tmp_path):
 def test_as_numpy_is_exported_without_importing_tensorflow_before_use():
     code = textwrap.dedent("""
         import sys
-        import reader
+        from dcm2tfrecord import reader
         assert "as_numpy" in reader.__all__
         assert "tensorflow" not in sys.modules
         reader.as_numpy

@@ -23,12 +23,12 @@ import time
 import numpy as np
 import pytest
 
-import reader
-from tests.conftest import run_convert, write_png_archive
+from dcm2tfrecord import reader
+from tests.conftest import COLLIDING_PYPI, THEIRS_WORK, run_convert, write_png_archive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIST = os.path.join(ROOT, "reader_dist")
-ABSENT = ("apache_beam", "pydicom", "PIL", "transforms", "pipeline")
+ABSENT = ("apache_beam", "pydicom", "PIL", "dcm2tfrecord.transforms", "dcm2tfrecord.pipeline")
 
 
 def _clean_env() -> dict:
@@ -45,7 +45,7 @@ def _setup_keywords(path: str) -> dict:
 
 def test_reader_dist_ships_the_format_and_the_reader_with_light_requirements():
     keywords = _setup_keywords(os.path.join(DIST, "setup.py"))
-    assert ast.literal_eval(keywords["packages"]) == ["dataset", "reader"]
+    assert ast.literal_eval(keywords["packages"]) == ["dcm2tfrecord.dataset", "dcm2tfrecord.reader"]
     requires = [r.split(">")[0].split("=")[0] for r in ast.literal_eval(keywords["install_requires"])]
     assert requires == ["numpy", "protobuf", "google-crc32c"]
     assert ast.literal_eval(keywords["extras_require"])["tensorflow"][0].startswith("tensorflow")
@@ -72,6 +72,10 @@ def reader_venv(tmp_path_factory):
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")
+    # PyPI's owners of our old import names go in first: ours must install beside them
+    proc = subprocess.run([python, "-m", "pip", "install", "--quiet", *COLLIDING_PYPI],
+                          capture_output=True, text=True, timeout=600, cwd=str(work), env=_clean_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
     proc = subprocess.run([python, "-m", "pip", "install", "--quiet", wheels[0]],
                           capture_output=True, text=True, timeout=1200, cwd=str(work), env=_clean_env())
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -82,7 +86,12 @@ def reader_venv(tmp_path_factory):
 def _run(venv: dict, script: str, timeout: int = 600) -> dict:
     code = textwrap.dedent("""
         import importlib.util, json, sys
-        out = {"absent": {name: importlib.util.find_spec(name) is None for name in %r}}
+        def _absent(name):
+            try:
+                return importlib.util.find_spec(name) is None
+            except ModuleNotFoundError:
+                return True
+        out = {"absent": {name: _absent(name) for name in %r}}
     """ % (ABSENT,)) + textwrap.dedent(script) + "\nprint(json.dumps(out))\n"
     proc = subprocess.run([venv["python"], "-c", code], capture_output=True, text=True,
                           cwd=venv["work"], env=_clean_env(), timeout=timeout)
@@ -93,8 +102,9 @@ def _run(venv: dict, script: str, timeout: int = 600) -> dict:
 @pytest.mark.slow
 def test_random_access_and_verify_from_the_fresh_venv(reader_venv, dataset_dir):
     out = _run(reader_venv, f"""
-        import hashlib, reader
-        from dataset.verify import verify_dataset
+        import hashlib
+        from dcm2tfrecord import reader
+        from dcm2tfrecord.dataset.verify import verify_dataset
         records = reader.RandomAccess({dataset_dir!r})
         out["where"] = reader.__file__
         out["records"] = len(records)
@@ -119,7 +129,7 @@ def test_reader_load_from_the_fresh_venv_with_the_tensorflow_extra(reader_venv, 
                           env=_clean_env())
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = _run(reader_venv, f"""
-        import reader
+        from dcm2tfrecord import reader
         ds = reader.load({dataset_dir!r}, batch_size=5, shuffle=False)
         out["shapes"] = [list(images.shape) for images, _ in ds]
         out["first"] = next(iter(ds))[0].numpy()[0].tolist()
@@ -128,3 +138,17 @@ def test_reader_load_from_the_fresh_venv_with_the_tensorflow_extra(reader_venv, 
     assert out["shapes"] == [[5, 9, 7, 3], [5, 9, 7, 3], [2, 9, 7, 3]]
     expected = next(iter(reader.load(dataset_dir, batch_size=5, shuffle=False)))[0].numpy()[0]
     assert np.array_equal(np.asarray(out["first"], expected.dtype), expected)
+
+
+@pytest.mark.slow
+def test_reader_dist_installs_beside_the_pypi_packages_of_the_old_import_names(reader_venv, dataset_dir):
+    """PyPI's dataset, reader, pipeline and transforms, installed first, still work; ours
+    reads as dcm2tfrecord.reader in the same interpreter."""
+    out = _run(reader_venv, THEIRS_WORK + f"""
+from dcm2tfrecord import reader as ours
+out["records"] = len(ours.RandomAccess({dataset_dir!r}))
+out["ours"] = ours.__file__
+""")
+    assert out["records"] == 12
+    assert "site-packages" in out["ours"] and out["ours"].endswith(os.path.join("dcm2tfrecord", "reader",
+                                                                                "__init__.py"))

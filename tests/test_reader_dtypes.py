@@ -21,8 +21,8 @@ from pydicom.dataset import FileDataset, FileMetaDataset
 from pydicom.pixels import apply_modality_lut
 from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
 
-import reader
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert
 
 DTYPES = ("uint8", "uint16", "int16", "int32", "uint32", "float32")

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reader
-from reader.schedule import Order
-from dataset.tfrecord import parse_index
+from dcm2tfrecord import reader
+from dcm2tfrecord.reader.schedule import Order
+from dcm2tfrecord.dataset.tfrecord import parse_index
 from tests.test_reader_training import RECORDS, archive, plain  # noqa: F401  (fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

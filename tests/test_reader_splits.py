@@ -7,9 +7,9 @@ import math
 import pytest
 import tensorflow as tf
 
-import reader
-from reader import splits
-from reader.splits import Piece, Slice
+from dcm2tfrecord import reader
+from dcm2tfrecord.reader import splits
+from dcm2tfrecord.reader.splits import Piece, Slice
 from tests.conftest import run_convert
 from tests.test_reader_training import SMALL_SHARDS, archive  # noqa: F401  (fixture)
 

@@ -19,13 +19,13 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-import reader
+from dcm2tfrecord import reader
 from tests.conftest import run_convert, write_png_archive
 
 READER_DIR = pathlib.Path(reader.__file__).parent
 FORMAT_DIR = READER_DIR.parent / "dataset"
-FORBIDDEN = ("apache_beam", "pipeline", "transforms", "pydicom", "PIL")
-PRODUCT = ("dataset", "reader", "pipeline", "transforms", "benchmarks", "tools", "tests")
+FORBIDDEN = ("apache_beam", "dcm2tfrecord.pipeline", "dcm2tfrecord.transforms", "pydicom", "PIL")
+PRODUCT = ("dcm2tfrecord", "benchmarks", "tools", "tests")
 # what the format package (dataset/) may import besides the standard library and itself
 FORMAT_THIRD_PARTY = ("numpy", "google.protobuf", "google_crc32c")
 # and the reader, besides those and the format package: TensorFlow for load(), Pillow for
@@ -58,7 +58,8 @@ def _imports(folder: pathlib.Path):
 
 def _outside(name: str, own: tuple, third_party: tuple) -> bool:
     top = name.split(".")[0]
-    if top in own or (top in sys.stdlib_module_names and top not in PRODUCT):
+    if any(name == pkg or name.startswith(pkg + ".") for pkg in own) or \
+            (top in sys.stdlib_module_names and top not in PRODUCT):
         return False
     return not any(name == allowed or name.startswith(allowed + ".") for allowed in third_party)
 
@@ -67,7 +68,7 @@ def test_format_package_is_a_leaf():
     """dataset/ imports nothing of the converter (transforms/, pipeline/) or the reader, and
     nothing heavier than numpy, protobuf and crc32c: both sides stand on it."""
     stray = [f"dataset/{module} imports {name}" for module, name in _imports(FORMAT_DIR)
-             if _outside(name, ("dataset",), FORMAT_THIRD_PARTY)]
+             if _outside(name, ("dcm2tfrecord.dataset",), FORMAT_THIRD_PARTY)]
     assert not stray, stray
 
 
@@ -75,7 +76,7 @@ def test_reader_modules_import_nothing_but_the_format():
     """reader/ imports, of this project, only itself and the format package; of the rest only
     what its own distribution installs (reader_dist/setup.py and its extras)."""
     stray = [f"reader/{module} imports {name}" for module, name in _imports(READER_DIR)
-             if _outside(name, ("reader", "dataset"), READER_THIRD_PARTY)]
+             if _outside(name, ("dcm2tfrecord.reader", "dcm2tfrecord.dataset"), READER_THIRD_PARTY)]
     assert not stray, stray
 
 
@@ -87,10 +88,10 @@ def test_format_package_verifies_a_dataset_with_the_converter_hidden(small_datas
         import importlib, pkgutil, sys
         for name in {hidden!r}:
             sys.modules[name] = None          # any import of it now raises ImportError
-        import dataset
+        from dcm2tfrecord import dataset
         for info in pkgutil.iter_modules(dataset.__path__):
-            importlib.import_module("dataset." + info.name)
-        from dataset.verify import verify_dataset
+            importlib.import_module("dcm2tfrecord.dataset." + info.name)
+        from dcm2tfrecord.dataset.verify import verify_dataset
         print(verify_dataset({small_dataset!r}).verdict())
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -110,7 +111,7 @@ def test_reader_imports_and_reads_with_beam_hidden(small_dataset):
             pass
         else:
             raise SystemExit("apache_beam still importable")
-        import reader
+        from dcm2tfrecord import reader
         ds = reader.load({small_dataset!r}, batch_size=4)
         print("records", sum(int(images.shape[0]) for images, _ in ds))
         print("loaded", sorted(m for m in sys.modules

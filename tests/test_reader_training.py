@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reader
+from dcm2tfrecord import reader
 from tests.conftest import run_convert, write_png_archive
 
 SMALL_SHARDS = dict(target_shard_mb=0.002, min_shard_mb=0.001, max_shard_mb=0.01)
@@ -123,7 +123,7 @@ def test_input_pipelines_see_disjoint_records_that_make_up_the_split(plain, capl
     for index in range(pipelines):
         context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=index,
                                              num_replicas_in_sync=pipelines)
-        with caplog.at_level(logging.INFO, logger="reader"):
+        with caplog.at_level(logging.INFO, logger="dcm2tfrecord.reader"):
             caplog.clear()
             ds = reader.load(plain, batch_size=2, output="dict", input_context=context)
         assert f"sharded by {mode}" in caplog.text
@@ -229,7 +229,7 @@ def test_scale_needs_a_float_dtype(plain):
 
 
 def test_read_buffer_is_off_only_for_large_local_uncompressed_records():
-    from reader.tfdata import READ_BUFFER_BYTES, _read_buffer
+    from dcm2tfrecord.reader.tfdata import READ_BUFFER_BYTES, _read_buffer
     large = {"num_records": 10, "num_bytes": 10 * 150_000}
     assert _read_buffer(large, "", ["/data/a.tfrecord", "/data/b.tfrecord"]) == 0
     assert _read_buffer(large, "GZIP", ["/data/a.tfrecord.gz"]) == READ_BUFFER_BYTES
@@ -241,7 +241,7 @@ def test_read_buffer_is_off_only_for_large_local_uncompressed_records():
 def test_large_records_read_unbuffered_come_back_exact(tmp_path, monkeypatch):
     from PIL import Image
 
-    import reader.tfdata
+    import dcm2tfrecord.reader.tfdata
     paths = write_png_archive(tmp_path / "archive", count=10, height=160, width=160, channels=3, seed=5)
     out = str(tmp_path / "dataset")
     run_convert(tmp_path / "archive", out, target_shard_mb=0.3, min_shard_mb=0.1, max_shard_mb=0.5)

@@ -8,7 +8,7 @@ import tensorflow as tf
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
-import reader
+from dcm2tfrecord import reader
 from tests.conftest import IN_MEMORY, run_convert, write_png_archive
 
 

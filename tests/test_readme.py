@@ -3,8 +3,8 @@ import argparse
 import os
 import re
 
-from pipeline.arguments import add_convert_arguments
-from dataset import reasons
+from dcm2tfrecord.pipeline.arguments import add_convert_arguments
+from dcm2tfrecord.dataset import reasons
 
 README = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
 

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-import reader
-from dataset import names
-from pipeline.usage import UsageError
+from dcm2tfrecord import reader
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.pipeline.usage import UsageError
 from tests.conftest import IN_MEMORY, TEST_SALT, run_convert, write_png_archive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,10 +26,10 @@ def our_lines(stderr: str) -> list[str]:
 
 
 def cli(*args, env=None, timeout=600):
-    """``python -m pipeline ...`` in a subprocess, one worker in-process: (code, stdout, stderr)."""
+    """``python -m dcm2tfrecord.pipeline ...`` in a subprocess, one worker in-process: (code, stdout, stderr)."""
     base = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2",
             "PYTHONPATH": ROOT}
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline", *args], capture_output=True, text=True,
                           env={**base, **(env or {})}, cwd=ROOT, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -91,7 +91,7 @@ def test_hostile_split_names_in_splits_option_are_usage_errors(tmp_path):
 
 def _start(args, env=None):
     base = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
-    return subprocess.Popen([sys.executable, "-m", "pipeline", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "dcm2tfrecord.pipeline", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**base, **(env or {})}, cwd=ROOT)
 
 
@@ -126,7 +126,7 @@ def test_runs_started_together_on_one_output_leave_one_result(tmp_path, incremen
 
 
 def test_a_held_lock_names_its_holder_and_a_dead_holder_leaves_none(tmp_path):
-    from dataset.lock import OutputBusy, OutputLock
+    from dcm2tfrecord.dataset.lock import OutputBusy, OutputLock
     with OutputLock(str(tmp_path / "out")):
         with pytest.raises(OutputBusy, match=r"process \d+ on .*started"):
             OutputLock(str(tmp_path / "out")).__enter__()
@@ -169,9 +169,9 @@ def test_duplicate_label_rows_are_counted_as_rows_and_do_not_make_classes(tmp_pa
 
 def test_a_run_whose_counts_do_not_add_up_commits_nothing(tmp_path):
     """The commit step itself refuses when matched != written + skipped + failed."""
-    from pipeline.option_table import ConvertOptions
-    from transforms.output.steps import commit_dataset
-    from transforms.planning.shards import layout
+    from dcm2tfrecord.pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.transforms.output.steps import commit_dataset
+    from dcm2tfrecord.transforms.planning.shards import layout
     opts = ConvertOptions(inputs=(str(tmp_path),), output=str(tmp_path / "out"), id_salt=TEST_SALT)
     os.makedirs(tmp_path / "out")
     settings = opts.settings()
@@ -189,7 +189,7 @@ def test_a_run_whose_counts_do_not_add_up_commits_nothing(tmp_path):
 def test_a_record_lost_between_steps_is_caught_by_the_accounting_and_nothing_is_committed(
         tmp_path, monkeypatch, beam_args):
     """A real loss fed through the pipeline: a test-only step drops one record silently."""
-    from pipeline.convert import TEST_LOSE_ENV, ConversionFailed
+    from dcm2tfrecord.pipeline.convert import TEST_LOSE_ENV, ConversionFailed
     from tests.conftest import rid
     write_png_archive(tmp_path / "in", 5, 8, 8)
     monkeypatch.setenv(TEST_LOSE_ENV, rid("img_0003.png"))
@@ -343,14 +343,14 @@ def test_a_salt_file_that_is_not_a_regular_file_is_refused_at_once_in_one_line(t
     """A pipe (<(printf ...): the launcher would drain it, the workers find it empty or block),
     a device or a directory: refused before anything is opened, exit 2, one line saying what it is."""
     write_png_archive(tmp_path / "in", 1, 8, 8)
-    command = (f"exec {sys.executable} -m pipeline convert --input {tmp_path / 'in'} "
+    command = (f"exec {sys.executable} -m dcm2tfrecord.pipeline convert --input {tmp_path / 'in'} "
                f"--output {tmp_path / 'out'} --id_salt_file <(printf pipe-salt-Sx9) --progress none "
                "--direct_num_workers=1 --direct_running_mode=in_memory")
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "PYTHONPATH": ROOT, "CUDA_VISIBLE_DEVICES": "-1"})
     assert proc.returncode == 2 and "is a FIFO" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "pipe-salt-Sx9" not in proc.stderr
-    from pipeline.arguments import parse_convert
+    from dcm2tfrecord.pipeline.arguments import parse_convert
     for path, kind in (("/dev/null", "a device"), (str(tmp_path), "a directory")):
         with pytest.raises(UsageError, match=f"--id_salt_file {path} is {kind}: give a regular file"):
             parse_convert(["--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),
@@ -361,7 +361,7 @@ def test_a_salt_file_that_is_not_a_regular_file_is_refused_at_once_in_one_line(t
 def test_the_whole_salt_file_is_the_salt_up_to_its_documented_maximum(tmp_path):
     """Surrounding whitespace is removed (the README says so), inner whitespace kept, every byte
     up to MAX_SALT_BYTES counts; a larger file and text that is not UTF-8 are refused, never cut."""
-    from transforms.settings import MAX_SALT_BYTES, SaltFileError, read_salt_file
+    from dcm2tfrecord.transforms.settings import MAX_SALT_BYTES, SaltFileError, read_salt_file
     path = tmp_path / "salt"
     path.write_bytes(b" \t two words\r\n\n")
     assert read_salt_file(str(path)) == "two words"
@@ -430,7 +430,7 @@ def test_a_storage_outage_fails_the_run_within_its_budget_and_a_rerun_is_identic
 
 
 def test_key_filter_never_drops_a_key_it_was_given_and_passes_few_others():
-    from transforms.labels.table import KeyFilter, key_hash, repeated_hashes
+    from dcm2tfrecord.transforms.labels.table import KeyFilter, key_hash, repeated_hashes
     keys = [f"patient/{i:06d}.dcm".encode() for i in range(20_000)]
     merged = KeyFilter()
     for part in (keys[:10_000], keys[10_000:]):       # built in two workers, merged

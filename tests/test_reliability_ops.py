@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
-import reader
-from dataset import names
-from dataset.files import OutputLinkError, create_output
-from dataset.lock import LockUnavailable, OutputBusy, OutputLock
-from pipeline.usage import UsageError
+from dcm2tfrecord import reader
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.dataset.files import OutputLinkError, create_output
+from dcm2tfrecord.dataset.lock import LockUnavailable, OutputBusy, OutputLock
+from dcm2tfrecord.pipeline.usage import UsageError
 from tests.conftest import IN_MEMORY, TEST_SALT, run_convert, write_png_archive
 from tests.test_reliability import cli, errors_of, our_lines
 
@@ -261,8 +261,8 @@ def test_start_step_of_the_wrong_type_or_sign_is_refused_before_tensorflow(small
 
 
 def test_the_outage_breaker_trips_once_storage_is_silent_for_the_budget_and_then_fails_fast():
-    from transforms.errors import StorageOutage
-    from transforms.sources.read import OutageBreaker, process_breaker
+    from dcm2tfrecord.transforms.errors import StorageOutage
+    from dcm2tfrecord.transforms.sources.read import OutageBreaker, process_breaker
     now = [0.0]
     budget = 60.0
 
@@ -308,7 +308,7 @@ def _outage_run(tmp_path, files: int, extra: list[str], wait_for: str):
     with running_emulator(str(tmp_path / "e")) as emulator, open(stderr_path, "w") as stderr:
         emulator.upload_tree(str(tmp_path / "archive"), "a")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "convert", "--input", emulator.url("a"),
+            [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", emulator.url("a"),
              "--output", emulator.url("out"), "--id_salt", TEST_SALT, "--progress", "none",
              "--target_shard_mb=0.0005", "--min_shard_mb=0.0001", "--max_shard_mb=1", *extra],
             stdout=subprocess.DEVNULL, stderr=stderr, env={**env, **emulator.env}, cwd=ROOT)
@@ -351,7 +351,7 @@ def test_an_outage_mid_write_ends_the_run_within_twice_the_retry_budget(tmp_path
 def test_an_outage_mid_write_at_default_settings_ends_within_twice_the_default_budget(tmp_path):
     """The same at default settings (--gcs_retry_s 60, the default local runner), with more
     shards than a run could write in the budget one at a time: about 1 to 2 minutes."""
-    from pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.pipeline.option_table import ConvertOptions
     default_retry = ConvertOptions(inputs=("x",), output="y").gcs_retry_s
     code, elapsed, stderr, listed = _outage_run(tmp_path, 240, [], names.DONE_SUFFIX)
     _assert_failed_cleanly(code, stderr, listed)
@@ -454,9 +454,9 @@ def test_nul_bytes_and_repeated_header_columns_in_a_labels_csv_are_refused_in_on
 def test_a_version_written_before_an_option_existed_counts_it_at_its_default():
     """--label_key_case is new: a version that did not record it used its default, so the
     next --incremental run reuses its shards instead of rebuilding everything."""
-    from dataset.versions import changed_options
-    from pipeline.option_table import OPTIONS, ConvertOptions
-    from pipeline.output_dir import with_new_options
+    from dcm2tfrecord.dataset.versions import changed_options
+    from dcm2tfrecord.pipeline.option_table import OPTIONS, ConvertOptions
+    from dcm2tfrecord.pipeline.output_dir import with_new_options
     now = ConvertOptions(inputs=("/in",), output="/out", id_salt=TEST_SALT).recorded()
     for option in OPTIONS:       # any option at its default, missing from an older manifest
         if option.recorded and option.name in now and now[option.name] == option.default_value:

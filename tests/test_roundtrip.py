@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 from pydicom.pixels import apply_color_lut, apply_modality_lut
 
-import reader
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import rid
 
 

@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from pipeline.option_table import ConvertOptions
-from dataset import reasons
-from transforms.labels import join
-from transforms.labels.table import LabelRow, LabelSpaceAccumulator
-from transforms.output.commit import accounting_verdict, empty_verdict, failure_verdict, leak_verdict
-from dataset.results import Outcome
-from transforms.values import Identifiers, ImageSpec, ProbedRecord, SourceFile
+from dcm2tfrecord.pipeline.option_table import ConvertOptions
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.labels import join
+from dcm2tfrecord.transforms.labels.table import LabelRow, LabelSpaceAccumulator
+from dcm2tfrecord.transforms.output.commit import accounting_verdict, empty_verdict, failure_verdict, leak_verdict
+from dcm2tfrecord.dataset.results import Outcome
+from dcm2tfrecord.transforms.values import Identifiers, ImageSpec, ProbedRecord, SourceFile
 
 
 def _record(rel: str, patient: str = "P1") -> ProbedRecord:
@@ -139,7 +139,7 @@ def test_a_group_in_several_splits_is_refused_unless_allowed():
 
 
 def test_splits_of_a_group_merge_by_union_whatever_the_partial_results():
-    from transforms.splits.steps import LeakSummary, SplitsOfGroup
+    from dcm2tfrecord.transforms.splits.steps import LeakSummary, SplitsOfGroup
     fn = SplitsOfGroup()
     parts = [fn.add_input(fn.create_accumulator(), s) for s in ("train", "test", "train")]
     assert fn.extract_output(fn.merge_accumulators(parts)) == ("test", "train")
@@ -156,7 +156,7 @@ def test_splits_of_a_group_merge_by_union_whatever_the_partial_results():
 def test_split_fractions_are_met_to_sampling_precision():
     """200,000 groups: each split's share within 5 standard deviations of its fraction."""
     from collections import Counter
-    from transforms.splits.assign import assign_split
+    from dcm2tfrecord.transforms.splits.assign import assign_split
     fractions = (("train", 0.7), ("validation", 0.15), ("test", 0.1), ("empty", 0.0), ("rest", 0.05))
     n = 200_000
     got = Counter(assign_split(f"patient_id:P{i:07d}", fractions) for i in range(n))

@@ -25,15 +25,15 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pipeline import PipelineVisitor
 
-from dataset import names
-from dataset.versions import BaseVersion, PreviousShard
-from pipeline import convert
-from pipeline.arguments import parse_convert
-from pipeline.beam_args import unknown_beam_args
-from pipeline.option_table import ConvertOptions
-from pipeline.salt import check_salt_stays_out_of_the_job
-from pipeline.usage import UsageError
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.dataset.versions import BaseVersion, PreviousShard
+from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline.arguments import parse_convert
+from dcm2tfrecord.pipeline.beam_args import unknown_beam_args
+from dcm2tfrecord.pipeline.option_table import ConvertOptions
+from dcm2tfrecord.pipeline.salt import check_salt_stays_out_of_the_job
+from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import TEST_SALT, write_png_archive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -249,7 +249,7 @@ def test_options_of_every_beam_runner_are_known_and_typos_still_refused():
 
 def test_a_runner_module_that_cannot_be_imported_breaks_nothing(monkeypatch):
     """Runner modules are imported for their options, each guarded (the Dask runner's needs dask)."""
-    from pipeline import beam_args
+    from dcm2tfrecord.pipeline import beam_args
     monkeypatch.setattr(beam_args, "RUNNER_OPTION_MODULES",
                         ("apache_beam.runners.no_such_runner",) + beam_args.RUNNER_OPTION_MODULES)
     assert unknown_beam_args(["--flink_master=x", "--typo_option=1"]) == ["--typo_option=1"]

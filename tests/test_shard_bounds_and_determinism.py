@@ -18,8 +18,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-import reader
-from pipeline.sample_archive import synthetic_image
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.sample_archive import synthetic_image
 from tests.conftest import SAMPLE_OPTIONS, run_convert, write_png_archive
 from tests.test_output_bytes_pinned import PINNED, archive, convert  # noqa: F401 (archive: a fixture)
 
@@ -86,7 +86,7 @@ def test_in_memory_and_multi_process_runs_are_byte_identical(sample_archive, sam
 
 
 def test_existing_dataset_is_not_replaced_without_overwrite(rgb_archive, tmp_path):
-    from pipeline.usage import UsageError
+    from dcm2tfrecord.pipeline.usage import UsageError
     small = dict(target_shard_mb=8, min_shard_mb=1, max_shard_mb=64)
     run_convert(rgb_archive, tmp_path / "out", **small)
     with pytest.raises(UsageError, match="--overwrite"):

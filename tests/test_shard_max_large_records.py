@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-import reader
+from dcm2tfrecord import reader
 from tests.conftest import run_convert, write_png_archive
 
 MAX_BYTES = 6000

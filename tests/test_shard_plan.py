@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from transforms.values import ImageSpec, ProbedRecord, SourceFile
-from transforms.settings import MB, ShardBounds
-from transforms.planning.shards import (ORDER, assign_entries, bucket_of_order,
+from dcm2tfrecord.transforms.values import ImageSpec, ProbedRecord, SourceFile
+from dcm2tfrecord.transforms.settings import MB, ShardBounds
+from dcm2tfrecord.transforms.planning.shards import (ORDER, assign_entries, bucket_of_order,
                                         bucket_starts, choose_num_shards, dense_index, entry_record,
                                         for_planning, layout, occupied_cuts, over_max,
                                         planning_entry)
@@ -104,7 +104,7 @@ def test_buckets_do_not_change_the_shards(seed):
 
 
 def test_for_planning_keeps_what_planning_and_writing_use():
-    from transforms.values import Identifiers, SliceInfo
+    from dcm2tfrecord.transforms.values import Identifiers, SliceInfo
     import dataclasses
     record = dataclasses.replace(_records([100])[0], ids=Identifiers("p", "st", "se", "sop"),
                                  slice_info=SliceInfo(position=(1.0, 2.0, 3.0)), label=3, split="test")

@@ -34,7 +34,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.test_shard_plan import _plan, _records
-from transforms.settings import ShardBounds
+from dcm2tfrecord.transforms.settings import ShardBounds
 
 
 @st.composite

@@ -15,12 +15,12 @@ import os
 import pytest
 import tensorflow as tf
 
-from dataset.shard_writer import open_shard
-from dataset.tfrecord import parse_index
-from transforms.output.write import write_shard
-from dataset import reasons
-from transforms.records.probe import probe_file
-from transforms.values import ShardPlan, SourceFile
+from dcm2tfrecord.dataset.shard_writer import open_shard
+from dcm2tfrecord.dataset.tfrecord import parse_index
+from dcm2tfrecord.transforms.output.write import write_shard
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.records.probe import probe_file
+from dcm2tfrecord.transforms.values import ShardPlan, SourceFile
 from tests.conftest import write_png_archive
 
 
@@ -93,7 +93,7 @@ def test_a_record_given_as_parts_frames_as_its_joined_bytes(sizes):
     """framed_segments(parts) is frame(joined parts) around the joined parts, whatever the
     parts; a large part is written as it is (a bytes part is not copied at all)."""
     import numpy as np
-    from dataset.tfrecord import frame, framed_segments
+    from dcm2tfrecord.dataset.tfrecord import frame, framed_segments
     rng = np.random.default_rng(len(sizes) + sum(sizes))
     parts = []
     for i, size in enumerate(sizes):

@@ -16,14 +16,14 @@ import pydicom
 import pytest
 
 from benchmarks.archives import ct_file_bytes
-from pipeline.sample_archive import pydicom_test_files
-from transforms.dicom import metadata as dicom_metadata
-from transforms.dicom import native as native_dicom
-from transforms.records.build import build_record, decode_record
-from transforms.errors import ConversionError
-from transforms.records.probe import expand_frames, probe_file
-from transforms.values import SourceFile
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
+from dcm2tfrecord.transforms.dicom import native as native_dicom
+from dcm2tfrecord.transforms.records.build import build_record, decode_record
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
+from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()
 SETTINGS = {

@@ -13,12 +13,12 @@ import pydicom
 import pytest
 
 from benchmarks.archives import ct_file_bytes, ct_vendor_file_bytes
-from pipeline.sample_archive import pydicom_test_files
-from transforms.dicom import head_parse, integrity, needed as dicom_needed
-from transforms.errors import ConversionError
-from transforms.records.probe import probe_file
-from transforms.values import SourceFile
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.transforms.dicom import head_parse, integrity, needed as dicom_needed
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.probe import probe_file
+from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()
 SETTINGS = DecodeSettings(id_salt="s")
@@ -223,7 +223,7 @@ def test_header_values_answer_as_the_dataset():
     keyword of the needed set, present or not (get, in, attribute access, the second read
     of each from the values known), and refuses a present element outside it."""
     from pydicom.datadict import keyword_for_tag
-    from transforms.dicom.header import read_probe_header
+    from dcm2tfrecord.transforms.dicom.header import read_probe_header
     data = ct_vendor_file_bytes(0, 1, 0, 3, 10, 3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

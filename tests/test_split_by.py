@@ -22,8 +22,8 @@ import pydicom
 import pytest
 import tensorflow as tf
 
-import reader
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import run_convert
 
 LEVELS = ("patient", "study", "series")

@@ -10,10 +10,10 @@ import os
 import pydicom
 import pytest
 
-import reader
-from dataset import names
-from pipeline import convert
-from pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord import reader
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
 from tests.conftest import RUNNER_MODES, TEST_SALT
 
 # patient -> the split of each of its slices (from the CSV): P0 in train and test,

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import reader
-from dataset import names
-from dataset.verify import verify_dataset
-from pipeline import cli
+from dcm2tfrecord import reader
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.dataset.verify import verify_dataset
+from dcm2tfrecord.pipeline import cli
 from tests.conftest import run_convert, write_png_archive
-from transforms.splits.assign import SplitSpecError, parse_splits
+from dcm2tfrecord.transforms.splits.assign import SplitSpecError, parse_splits
 
 FRAGMENTS = ["a", "Z", "0", "7", "_", "-", ".", "=", "+", "-v", "v", "0001", "12345", "-00001",
              "-of-", "00002", ".tfrecord", ".gz", ".idx", "-v0001", "-v12345"]

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import reader
-from pipeline import cli
+from dcm2tfrecord import reader
+from dcm2tfrecord.pipeline import cli
 from tests.conftest import write_png_archive
 
 MB = 1 << 20

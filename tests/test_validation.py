@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from pipeline.cli import main
+from dcm2tfrecord.pipeline.cli import main
 from tests.conftest import write_png_archive
 
 

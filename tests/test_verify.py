@@ -10,12 +10,12 @@ import struct
 import numpy as np
 import pytest
 
-from pipeline import cli
+from dcm2tfrecord.pipeline import cli
 from tests.conftest import run_convert, write_png_archive
-from dataset.example import decode_example, encode_example
-from dataset.tfrecord import FramingError, frame, masked_crc, read_records
-from dataset.verify import verify_dataset
-from dataset.verify_records import check_example
+from dcm2tfrecord.dataset.example import decode_example, encode_example
+from dcm2tfrecord.dataset.tfrecord import FramingError, frame, masked_crc, read_records
+from dcm2tfrecord.dataset.verify import verify_dataset
+from dcm2tfrecord.dataset.verify_records import check_example
 
 SMALL = dict(target_shard_mb=0.03, min_shard_mb=0.01, max_shard_mb=1.0)
 

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from dataset.shard_writer import TEST_PAUSE_ENV
-from pipeline import worker_fork
+from dcm2tfrecord.dataset.shard_writer import TEST_PAUSE_ENV
+from dcm2tfrecord.pipeline import worker_fork
 from tests.test_runners import _shards, archive, reference  # noqa: F401 - fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,7 +27,7 @@ WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 
 def _command(archive, output) -> list[str]:
     root, labels, salt, _ = archive
-    return [sys.executable, "-m", "pipeline", "convert", "--input", root, "--output", str(output),
+    return [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", root, "--output", str(output),
             "--labels", labels, "--id_salt_file", salt, "--splits", "train=0.5,validation=0.5",
             "--max_failure_ratio", "1.0", "--progress", "none", *WORKERS]
 

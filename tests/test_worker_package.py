@@ -16,6 +16,7 @@ import ast
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,8 +25,9 @@ from importlib import metadata
 
 import pytest
 
-from pipeline.sample_archive import pydicom_test_files
-from tests.conftest import TEST_SALT, run_convert, write_png_archive
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.conftest import (COLLIDING_PYPI, TEST_SALT, THEIRS_WORK, package_folder, run_convert,
+                            write_png_archive)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One per decoder the workers need (distinct SOP Instance UIDs: no duplicates dropped):
@@ -77,15 +79,21 @@ def _imports(path: str) -> set[str]:
 
 
 def test_setup_lists_every_package_of_the_tree():
+    """The converter ships pipeline/ and transforms/ (every subpackage) as dcm2tfrecord.*;
+    the format and the reader come from the dcm2tfrecord-reader distribution it requires."""
     listed = set(_setup_packages())
     for package in listed:
-        assert os.path.isfile(os.path.join(ROOT, *package.split("."), "__init__.py")), package
-    for name in ("pipeline", "transforms", "dataset", "reader"):
-        assert name in listed
-    for init in glob.glob(os.path.join(ROOT, "*", "**", "__init__.py"), recursive=True):
-        package = os.path.relpath(os.path.dirname(init), ROOT).replace(os.sep, ".")
-        if package.split(".")[0] in listed:
+        assert os.path.isfile(os.path.join(ROOT, package_folder(package), "__init__.py")), package
+    assert {"dcm2tfrecord.pipeline", "dcm2tfrecord.transforms"} <= listed
+    assert not {"dcm2tfrecord.dataset", "dcm2tfrecord.reader"} & listed      # never a second copy
+    assert all(name.startswith("dcm2tfrecord.") for name in listed)
+    for folder in ("pipeline", "transforms"):
+        for init in glob.glob(os.path.join(ROOT, folder, "**", "__init__.py"), recursive=True):
+            package = "dcm2tfrecord." + os.path.relpath(os.path.dirname(init), ROOT).replace(os.sep, ".")
             assert package in listed, f"package {package} is not in setup.py packages"
+    reader_version = re.search(r'^VERSION = "([^"]+)"',
+                               open(os.path.join(ROOT, "reader_dist", "setup.py")).read(), re.M)[1]
+    assert f"dcm2tfrecord-reader=={reader_version}" in _install_requires()
 
 
 def test_package_imports_nothing_outside_itself():
@@ -135,8 +143,8 @@ def test_every_third_party_import_is_installed_by_install_requires():
     for module, path in _modules():
         for name in _imports(path):
             top = name.split(".")[0]
-            if top in own or top in sys.stdlib_module_names:
-                continue
+            if top == "dcm2tfrecord" or top in sys.stdlib_module_names:
+                continue        # ours: this distribution, or dcm2tfrecord-reader it requires
             dists = {canonicalize_name(d) for d in providers.get(top, [])}
             if not dists & closure:
                 missing.append(f"{module} imports {name} (from {sorted(dists) or 'nothing installed'})")
@@ -175,14 +183,25 @@ def worker_venv(tmp_path_factory):
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=300)
     sdists = glob.glob(str(dist / "*.tar.gz"))
     assert len(sdists) == 1, sdists
+    # the reader distribution it requires, as the wheel run_dataflow.sh stages beside it
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                    "--wheel-dir", str(dist), os.path.join(ROOT, "reader_dist")],
+                   cwd=str(work), check=True, capture_output=True, timeout=300)
+    reader_wheel = glob.glob(str(dist / "*.whl"))
+    assert len(reader_wheel) == 1, reader_wheel
     timings["sdist_s"] = time.time() - started
 
     venv = work / "venv"
     started = time.time()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")
+    # PyPI's owners of our old import names go in first: ours must install beside them
     proc = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                           sdists[0]], capture_output=True, text=True, timeout=1800,
+                           *COLLIDING_PYPI], capture_output=True, text=True, timeout=600,
+                          cwd=str(work), env=_clean_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                           reader_wheel[0], sdists[0]], capture_output=True, text=True, timeout=1800,
                           cwd=str(work), env=_clean_env())
     assert proc.returncode == 0, proc.stderr[-4000:]
     timings["install_s"] = time.time() - started
@@ -202,9 +221,9 @@ def test_sdist_ships_the_packages_only(worker_venv):
     import tarfile
     with tarfile.open(worker_venv["sdist"]) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    for module, _ in _modules():
-        path = module.replace(".", "/")
-        assert f"{path}.py" in names or f"{path}/__init__.py" in names, module
+    for _, path in _modules():
+        assert os.path.relpath(path, ROOT) in names, path
+    assert not any(n.startswith(("dataset/", "reader/")) for n in names)   # dcm2tfrecord-reader's
 
 
 @pytest.mark.slow
@@ -225,6 +244,21 @@ def test_every_module_imports_from_the_fresh_venv(worker_venv):
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     for name, where in found.items():
         assert where.startswith(worker_venv["venv"]), f"{name} imported from {where}, not the venv"
+
+
+@pytest.mark.slow
+def test_installs_beside_the_pypi_packages_of_the_old_import_names(worker_venv):
+    """dataset, reader, pipeline and transforms from PyPI, installed first, still work,
+    and so do ours, as dcm2tfrecord.*, in the same interpreter."""
+    code = THEIRS_WORK + (
+        "from dcm2tfrecord import reader as ours\n"
+        "from dcm2tfrecord.pipeline.cli import main\n"
+        "from dcm2tfrecord.dataset.names import MANIFEST_NAME\n"
+        "assert callable(ours.RandomAccess) and callable(main) and MANIFEST_NAME\n"
+        "print('both')\n")
+    proc = _run(worker_venv, "-c", code)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().endswith("both")
 
 
 @pytest.mark.slow

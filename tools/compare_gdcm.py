@@ -19,10 +19,10 @@ import warnings
 import numpy as np
 import pydicom
 
-from pipeline.sample_archive import pydicom_test_files
-from transforms.dicom.pixels import decode_dicom
-from transforms.errors import ConversionError
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 
 def _gdcm(path: str, workdir: str):

@@ -11,12 +11,12 @@ import warnings
 
 import pydicom
 
-from pipeline.sample_archive import pydicom_test_files
-from transforms.records.build import build_record
-from transforms.errors import ConversionError
-from transforms.records.probe import probe_file
-from transforms.values import SourceFile
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.transforms.records.build import build_record
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.probe import probe_file
+from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 _NOT_DICOM = {".txt", ".json", ".icc", ".dump", ".gz", ".py"}
 

@@ -6,4 +6,4 @@ the tests call without Beam; ``steps.py`` holds the thin Beam shells (DoFns
 and composite PTransforms) that pipeline/convert.py wires into the job graph.
 """
 
-from transforms import beam_files  # noqa: E402,F401 - the format package writes through Beam's FileSystems
+from dcm2tfrecord.transforms import beam_files  # noqa: E402,F401 - the format package writes through Beam's FileSystems

@@ -11,7 +11,7 @@ from typing import BinaryIO, Sequence
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
-from dataset import storage
+from dcm2tfrecord.dataset import storage
 
 
 class BeamFiles:

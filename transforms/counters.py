@@ -8,7 +8,7 @@ from __future__ import annotations
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
-from dataset.results import Outcome
+from dcm2tfrecord.dataset.results import Outcome
 
 NAMESPACE = "dcm2tfrecord"
 OUTCOMES = "outcomes"     # the output tag of Outcomes (inputs not written, and why)

@@ -22,11 +22,11 @@ from pydicom.dataelem import RawDataElement
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
-from dataset import reasons
-from transforms.dtypes import smallest_integer_dtype
-from transforms.errors import ConversionError
-from transforms.values import ImageSpec
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dtypes import smallest_integer_dtype
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.values import ImageSpec
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 PIXEL_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
 _DEFER_BYTES = 2048
@@ -404,7 +404,7 @@ def metadata_keys(settings: DecodeSettings) -> tuple[str, ...]:
 
 def metadata(ds: Dataset, settings: DecodeSettings, window: dict) -> dict:
     """Allowlisted, non-identifying attributes under ``dicom/``; identifiers only hashed."""
-    from transforms.hashing import identifier_hash
+    from dcm2tfrecord.transforms.hashing import identifier_hash
     out: dict = {}
     for keyword in ALLOWED_TEXT:
         try:

@@ -35,10 +35,10 @@ from typing import Optional
 
 import numpy as np
 
-from dataset import reasons
+from dcm2tfrecord.dataset import reasons
 from tests.reference_v0 import header as dicom_header
-from transforms.dtypes import fit_range
-from transforms.errors import ConversionError
+from dcm2tfrecord.transforms.dtypes import fit_range
+from dcm2tfrecord.transforms.errors import ConversionError
 
 EXPLICIT_LITTLE = "1.2.840.10008.1.2.1"
 IMPLICIT_LITTLE = "1.2.840.10008.1.2"

@@ -8,17 +8,17 @@ import dataclasses
 
 from typing import BinaryIO, Callable, Optional
 
-from dataset import reasons
+from dcm2tfrecord.dataset import reasons
 from tests.reference_v0 import header as dicom_header
-from transforms.images import raster
-from transforms.sources import sniff
-from transforms.errors import ConversionError
-from transforms.hashing import record_id
+from dcm2tfrecord.transforms.images import raster
+from dcm2tfrecord.transforms.sources import sniff
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.hashing import record_id
 from tests.reference_v0.native import NativePixels, native_layout
-from transforms.images.geometry import plan_spec
-from transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
-from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
-from transforms.sources.read import open_checked, open_source
+from dcm2tfrecord.transforms.images.geometry import plan_spec
+from dcm2tfrecord.transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
+from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
+from dcm2tfrecord.transforms.sources.read import open_checked, open_source
 
 
 

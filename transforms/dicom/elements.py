@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydicom.dataset import Dataset
 
-from dataset import reasons
-from transforms.errors import ConversionError
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.errors import ConversionError
 
 
 def int_value(ds: Dataset, keyword: str, default=None) -> int:

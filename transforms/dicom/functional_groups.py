@@ -28,8 +28,8 @@ import numpy as np
 from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 
-from dataset import reasons
-from transforms.errors import ConversionError
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.errors import ConversionError
 
 GROUPS = ("SharedFunctionalGroupsSequence", "PerFrameFunctionalGroupsSequence")
 

@@ -12,13 +12,13 @@ from typing import BinaryIO, Callable, Optional
 from pydicom.dataelem import RawDataElement
 from pydicom.dataset import Dataset
 
-from dataset import reasons
-from transforms.dicom import integrity
-from transforms.dicom.content import PIXEL_DATA_TAG
-from transforms.dicom.head_parse import DEFER_BYTES, parse_head
-from transforms.dicom.needed import HeaderValues, convert_needed_elements, needed_tags
-from transforms.errors import ConversionError
-from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import integrity
+from dcm2tfrecord.transforms.dicom.content import PIXEL_DATA_TAG
+from dcm2tfrecord.transforms.dicom.head_parse import DEFER_BYTES, parse_head
+from dcm2tfrecord.transforms.dicom.needed import HeaderValues, convert_needed_elements, needed_tags
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 
 
 def read_probe_header(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),

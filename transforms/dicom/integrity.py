@@ -29,10 +29,10 @@ from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 from pydicom.uid import DeflatedExplicitVRLittleEndian
 
-from dataset import reasons
-from transforms.dicom.elements import int_value
-from transforms.dicom.syntax import NATIVE_SYNTAXES, transfer_syntax
-from transforms.errors import ConversionError
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom.elements import int_value
+from dcm2tfrecord.transforms.dicom.syntax import NATIVE_SYNTAXES, transfer_syntax
+from dcm2tfrecord.transforms.errors import ConversionError
 
 DEFLATED = str(DeflatedExplicitVRLittleEndian)
 _DEFLATED_BYTES = DEFLATED.encode("ascii")

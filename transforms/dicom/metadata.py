@@ -7,9 +7,9 @@ import functools
 import numpy as np
 from pydicom.dataset import Dataset
 
-from transforms.dicom import functional_groups
-from transforms.dicom.syntax import transfer_syntax
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.dicom import functional_groups
+from dcm2tfrecord.transforms.dicom.syntax import transfer_syntax
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 # Non-identifying attributes written by default (PS3.15 Annex E keeps these).
 ALLOWED_TEXT = ("Modality", "BodyPartExamined", "Manufacturer", "ManufacturerModelName",
@@ -98,7 +98,7 @@ def metadata_keys(settings: DecodeSettings) -> tuple[str, ...]:
 
 def metadata(ds: Dataset, settings: DecodeSettings, window: dict) -> dict:
     """Allowlisted, non-identifying attributes under ``dicom/``; identifiers only hashed."""
-    from transforms.hashing import identifier_hash
+    from dcm2tfrecord.transforms.hashing import identifier_hash
     out: dict = {}
     for key, how, keyword in _plan(tuple(settings.keep_tags)):
         if how == _TEXT:

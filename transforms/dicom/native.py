@@ -33,11 +33,11 @@ from typing import Optional
 import numpy as np
 from pydicom import uid
 
-from dataset import reasons
-from transforms.dicom import metadata as dicom_metadata
-from transforms.dtypes import fit_range
-from transforms.errors import ConversionError
-from transforms.values import field_names
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
+from dcm2tfrecord.transforms.dtypes import fit_range
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.values import field_names
 
 EXPLICIT_LITTLE = uid.ExplicitVRLittleEndian
 IMPLICIT_LITTLE = uid.ImplicitVRLittleEndian

@@ -11,11 +11,11 @@ from pydicom.dataelem import RawDataElement, convert_raw_data_element
 from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
-from dataset import reasons
-from transforms.dicom.content import PIXEL_TAGS
-from transforms.dicom.metadata import ALLOWED_NUMBERS, ALLOWED_TEXT, IDENTIFIERS
-from transforms.errors import ConversionError
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom.content import PIXEL_TAGS
+from dcm2tfrecord.transforms.dicom.metadata import ALLOWED_NUMBERS, ALLOWED_TEXT, IDENTIFIERS
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 #
 # The one list of the header elements a record is made from: what the probe,

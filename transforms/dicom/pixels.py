@@ -22,15 +22,15 @@ from pydicom.dataset import Dataset
 from pydicom.pixels import apply_color_lut, apply_modality_lut
 from pydicom.pixels import pixel_array as decode_pixels
 
-from dataset import reasons
-from transforms.dicom import functional_groups, voi
-from transforms.dicom.integrity import check_native_length
-from transforms.dicom.needed import convert_needed_elements
-from transforms.dicom.spec import image_spec
-from transforms.dicom.syntax import infer_transfer_syntax
-from transforms.dtypes import fit_integer_dtype
-from transforms.errors import ConversionError
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import functional_groups, voi
+from dcm2tfrecord.transforms.dicom.integrity import check_native_length
+from dcm2tfrecord.transforms.dicom.needed import convert_needed_elements
+from dcm2tfrecord.transforms.dicom.spec import image_spec
+from dcm2tfrecord.transforms.dicom.syntax import infer_transfer_syntax
+from dcm2tfrecord.transforms.dtypes import fit_integer_dtype
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 _JPEG_FAMILY = {uid.JPEGBaseline8Bit, uid.JPEGExtended12Bit, uid.JPEGLossless, uid.JPEGLosslessSV1}
 

@@ -11,14 +11,14 @@ import math
 
 from pydicom.dataset import Dataset
 
-from dataset import reasons
-from transforms.dicom import functional_groups
-from transforms.dicom.content import has_float_pixels
-from transforms.dicom.elements import float_value, int_value
-from transforms.dtypes import smallest_integer_dtype
-from transforms.errors import ConversionError
-from transforms.values import ImageSpec
-from transforms.settings import DecodeSettings
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import functional_groups
+from dcm2tfrecord.transforms.dicom.content import has_float_pixels
+from dcm2tfrecord.transforms.dicom.elements import float_value, int_value
+from dcm2tfrecord.transforms.dtypes import smallest_integer_dtype
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.values import ImageSpec
+from dcm2tfrecord.transforms.settings import DecodeSettings
 
 _REQUIRED = ("Rows", "Columns", "BitsAllocated")
 

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 from PIL import Image
 
-from transforms.values import ImageSpec
+from dcm2tfrecord.transforms.values import ImageSpec
 
 RESIZE_MODES = ("stretch", "pad", "crop")
 # ITU-R BT.601 luma, the weights Pillow uses for RGB -> L.

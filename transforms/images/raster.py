@@ -11,9 +11,9 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image
 
-from dataset import reasons
-from transforms.errors import ConversionError
-from transforms.values import ImageSpec
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.values import ImageSpec
 
 # We enforce --max_pixels ourselves, from the header, before any allocation.
 Image.MAX_IMAGE_PIXELS = None

@@ -8,11 +8,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Optional, Union
 
-from dataset.names import BadName, check_component as check_split_name
-from dataset import reasons
-from transforms.labels.table import LabelRow, dir_label, exact_key
-from dataset.results import Outcome
-from transforms.values import ProbedRecord
+from dcm2tfrecord.dataset.names import BadName, check_component as check_split_name
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.labels.table import LabelRow, dir_label, exact_key
+from dcm2tfrecord.dataset.results import Outcome
+from dcm2tfrecord.transforms.values import ProbedRecord
 
 # A labelled record, or why it has none: one Outcome per input file it is made of (a
 # --unit series volume is made of its slices, each counted as an input).

@@ -7,11 +7,11 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.pvalue import AsSingleton
 
-from transforms.counters import OUTCOMES, emit
-from transforms.labels import join
-from transforms.labels import table as labels_lib
-from transforms.settings import ConversionSettings
-from transforms.sources.match import uri_key
+from dcm2tfrecord.transforms.counters import OUTCOMES, emit
+from dcm2tfrecord.transforms.labels import join
+from dcm2tfrecord.transforms.labels import table as labels_lib
+from dcm2tfrecord.transforms.settings import ConversionSettings
+from dcm2tfrecord.transforms.sources.match import uri_key
 
 
 REPEATED = "repeated"   # rows whose key may occur on several lines: deduplicated by a shuffle

@@ -12,8 +12,8 @@ import posixpath
 import unicodedata
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
-from dataset import reasons
-from dataset.results import Outcome
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.results import Outcome
 
 LABEL_KEYS = ("path", "sop_instance_uid", "series_instance_uid", "study_instance_uid", "patient_id")
 MAX_CLASSES = 100_000

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Optional
 
-from dataset import manifest, reasons
-from dataset.features import SOURCE_PATH_FEATURE
-from dataset.results import Outcome
-from transforms.dicom import metadata as dicom_metadata
-from transforms.settings import ConversionSettings
+from dcm2tfrecord.dataset import manifest, reasons
+from dcm2tfrecord.dataset.features import SOURCE_PATH_FEATURE
+from dcm2tfrecord.dataset.results import Outcome
+from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
+from dcm2tfrecord.transforms.settings import ConversionSettings
 
 
 def _frame_list(frames: list[int]) -> str:

@@ -4,17 +4,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Optional
 
-from dataset import progress, versions
-from dataset.manifest import commit, refuse_commit
-from transforms.counters import count, count_outcome
-from transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
+from dcm2tfrecord.dataset import progress, versions
+from dcm2tfrecord.dataset.manifest import commit, refuse_commit
+from dcm2tfrecord.transforms.counters import count, count_outcome
+from dcm2tfrecord.transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
                                       leak_verdict, one_outcome_per_input, run_manifest)
-from transforms.output.write import record_fingerprint, write_shard
-from transforms.values import ShardPlan
-from transforms.settings import ConversionSettings, DecodeSettings
-from transforms.errors import StorageOutage
-from transforms.sources.read import is_outage, open_source
-from transforms.sources.steps import ReadsSourcesFn
+from dcm2tfrecord.transforms.output.write import record_fingerprint, write_shard
+from dcm2tfrecord.transforms.values import ShardPlan
+from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings
+from dcm2tfrecord.transforms.errors import StorageOutage
+from dcm2tfrecord.transforms.sources.read import is_outage, open_source
+from dcm2tfrecord.transforms.sources.steps import ReadsSourcesFn
 
 
 def record_plan(_, layouts: Mapping, output_dir: str) -> str:

@@ -14,16 +14,16 @@ from typing import BinaryIO, Callable, Optional
 
 import numpy as np
 
-from dataset import reasons
-from dataset.manifest import MAX_SHAPES, label_count_keys
-from dataset.names import shard_file_name
-from dataset.results import Outcome, ShardResult
-from dataset.shard_writer import open_shard
-from transforms.errors import ConversionError
-from transforms.records.build import build_record
-from transforms.values import ProbedRecord, ShardPlan
-from transforms.settings import DecodeSettings
-from transforms.sources.read import open_source
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.manifest import MAX_SHAPES, label_count_keys
+from dcm2tfrecord.dataset.names import shard_file_name
+from dcm2tfrecord.dataset.results import Outcome, ShardResult
+from dcm2tfrecord.dataset.shard_writer import open_shard
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.build import build_record
+from dcm2tfrecord.transforms.values import ProbedRecord, ShardPlan
+from dcm2tfrecord.transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.sources.read import open_source
 
 
 def size_mismatch(record: ProbedRecord, dtype: str, shape: tuple) -> str:

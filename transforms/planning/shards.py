@@ -39,9 +39,9 @@ import math
 import os
 from typing import Iterable, Iterator
 
-from transforms.hashing import ORDER_KEY_SPACE, order_key
-from transforms.settings import ShardBounds
-from transforms.values import ProbedRecord, from_bytes, replaced, to_bytes
+from dcm2tfrecord.transforms.hashing import ORDER_KEY_SPACE, order_key
+from dcm2tfrecord.transforms.settings import ShardBounds
+from dcm2tfrecord.transforms.values import ProbedRecord, from_bytes, replaced, to_bytes
 
 # Hash buckets per split: the side input of bucket starts holds at most this many
 # numbers per split (~2.5 MB); a bucket of a 16 M record split holds ~250 records.

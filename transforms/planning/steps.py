@@ -19,15 +19,15 @@ from typing import Iterable, Mapping
 import apache_beam as beam
 from apache_beam.pvalue import AsDict, AsSingleton
 
-from dataset.versions import (BaseVersion, PreviousShard, choose_reused, read_records_file,
+from dcm2tfrecord.dataset.versions import (BaseVersion, PreviousShard, choose_reused, read_records_file,
                               shard_result_from_json)
-from transforms.output.write import record_fingerprint
-from transforms.counters import distribution
-from transforms.planning.shards import (ORDER, PLANNED_BYTES, RECORD_ID, assign_entries,
+from dcm2tfrecord.transforms.output.write import record_fingerprint
+from dcm2tfrecord.transforms.counters import distribution
+from dcm2tfrecord.transforms.planning.shards import (ORDER, PLANNED_BYTES, RECORD_ID, assign_entries,
                                         bucket_of_order, bucket_starts, dense_index, entry_record,
                                         layout, occupied_cuts, over_max, planning_entry)
-from transforms.settings import ShardBounds
-from transforms.values import ProbedRecord, ShardPlan
+from dcm2tfrecord.transforms.settings import ShardBounds
+from dcm2tfrecord.transforms.values import ProbedRecord, ShardPlan
 
 RESULTS = "results"
 BUCKET_RECORDS = "records_per_hash_bucket"   # a Beam distribution: records in each planning group

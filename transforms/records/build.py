@@ -5,17 +5,17 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
-from transforms.dicom import functional_groups
-from transforms.dicom import metadata as dicom_metadata
-from transforms.images import geometry
-from transforms.dicom import native as native_dicom
-from transforms.images import raster
-from transforms.dicom.pixels import decode_dicom
-from transforms.sources.read import open_source
-from dataset.features import serialize_record_parts
-from transforms.values import ProbedRecord
-from transforms.settings import DecodeSettings
-from transforms.sources.read import read_unchanged, with_timeout
+from dcm2tfrecord.transforms.dicom import functional_groups
+from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
+from dcm2tfrecord.transforms.images import geometry
+from dcm2tfrecord.transforms.dicom import native as native_dicom
+from dcm2tfrecord.transforms.images import raster
+from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
+from dcm2tfrecord.transforms.sources.read import open_source
+from dcm2tfrecord.dataset.features import serialize_record_parts
+from dcm2tfrecord.transforms.values import ProbedRecord
+from dcm2tfrecord.transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.sources.read import read_unchanged, with_timeout
 
 
 def decode_record(record: ProbedRecord, fileobj: BinaryIO,

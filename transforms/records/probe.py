@@ -7,22 +7,22 @@ import stat
 
 from typing import BinaryIO, Callable, Optional
 
-from dataset import reasons
-from transforms.dicom import functional_groups
-from transforms.dicom import content as dicom_content
-from transforms.dicom import header as dicom_header
-from transforms.dicom import spec as dicom_spec
-from transforms.dicom.syntax import transfer_syntax
-from transforms.dicom import integrity
-from transforms.images import raster
-from transforms.sources import sniff
-from transforms.errors import ConversionError
-from transforms.hashing import record_id
-from transforms.dicom.native import NativePixels, native_layout
-from transforms.images.geometry import plan_spec
-from transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
-from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
-from transforms.sources.read import open_checked, open_source
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import functional_groups
+from dcm2tfrecord.transforms.dicom import content as dicom_content
+from dcm2tfrecord.transforms.dicom import header as dicom_header
+from dcm2tfrecord.transforms.dicom import spec as dicom_spec
+from dcm2tfrecord.transforms.dicom.syntax import transfer_syntax
+from dcm2tfrecord.transforms.dicom import integrity
+from dcm2tfrecord.transforms.images import raster
+from dcm2tfrecord.transforms.sources import sniff
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.hashing import record_id
+from dcm2tfrecord.transforms.dicom.native import NativePixels, native_layout
+from dcm2tfrecord.transforms.images.geometry import plan_spec
+from dcm2tfrecord.transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
+from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
+from dcm2tfrecord.transforms.sources.read import open_checked, open_source
 
 
 

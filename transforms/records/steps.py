@@ -6,14 +6,14 @@ from typing import Optional
 import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
-from dataset import reasons
-from transforms.counters import OUTCOMES, count, count_outcome
-from transforms.errors import ConversionError
-from transforms.records.probe import expand_frames, probe_file
-from dataset.results import Outcome
-from transforms.values import ProbedRecord, SourceFile, from_bytes, to_bytes
-from transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
-from transforms.sources.steps import ReadsSourcesFn
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.counters import OUTCOMES, count, count_outcome
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
+from dcm2tfrecord.dataset.results import Outcome
+from dcm2tfrecord.transforms.values import ProbedRecord, SourceFile, from_bytes, to_bytes
+from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
+from dcm2tfrecord.transforms.sources.steps import ReadsSourcesFn
 
 
 class ProbeHeadersFn(ReadsSourcesFn):

@@ -4,13 +4,13 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
-from dataset import reasons
-from transforms.counters import OUTCOMES, count_outcome
-from transforms.errors import ConversionError
-from dataset.results import Outcome
-from transforms.values import ProbedRecord
-from transforms.series import volumes
-from transforms.settings import DecodeSettings, with_salt
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.counters import OUTCOMES, count_outcome
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.dataset.results import Outcome
+from dcm2tfrecord.transforms.values import ProbedRecord
+from dcm2tfrecord.transforms.series import volumes
+from dcm2tfrecord.transforms.settings import DecodeSettings, with_salt
 
 
 def series_key(record: ProbedRecord) -> str:

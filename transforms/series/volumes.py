@@ -13,10 +13,10 @@ from typing import Sequence
 
 import numpy as np
 
-from dataset import reasons
-from transforms.errors import ConversionError
-from transforms.hashing import record_id
-from transforms.values import ProbedRecord
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.hashing import record_id
+from dcm2tfrecord.transforms.values import ProbedRecord
 
 _ORIENTATION_TOLERANCE = 1e-3
 _POSITION_TOLERANCE = 1e-3   # mm

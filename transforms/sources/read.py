@@ -15,9 +15,9 @@ from typing import BinaryIO, Callable, TypeVar
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
-from dataset import reasons
-from transforms.errors import ConversionError, StorageOutage
-from transforms.values import SourceFile
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.errors import ConversionError, StorageOutage
+from dcm2tfrecord.transforms.values import SourceFile
 
 T = TypeVar("T")
 

@@ -5,14 +5,14 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from dataset import reasons
-from transforms.counters import count, count_outcome
-from dataset.results import Outcome
-from transforms.values import SourceFile
-from transforms.sources.match import broken_links, expand_pattern, uri_key
-from transforms.dicom.quiet import silence_pydicom
-from transforms.settings import OUTAGE_INPUTS, DecodeSettings, with_salt
-from transforms.sources.read import configure_storage_retry, process_breaker
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.counters import count, count_outcome
+from dcm2tfrecord.dataset.results import Outcome
+from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.sources.match import broken_links, expand_pattern, uri_key
+from dcm2tfrecord.transforms.dicom.quiet import silence_pydicom
+from dcm2tfrecord.transforms.settings import OUTAGE_INPUTS, DecodeSettings, with_salt
+from dcm2tfrecord.transforms.sources.read import configure_storage_retry, process_breaker
 
 
 class ReadsSourcesFn(beam.DoFn):

@@ -10,8 +10,8 @@ import hashlib
 import hmac
 from typing import Optional, Sequence
 
-from dataset.names import check_component as check_split_name
-from transforms.values import Identifiers
+from dcm2tfrecord.dataset.names import check_component as check_split_name
+from dcm2tfrecord.transforms.values import Identifiers
 
 _SPLIT_KEY = b"dcm2tfrecord/split/v1"
 SPLIT_BY = ("patient", "study", "series", "record")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms.values import ProbedRecord, replaced
-from transforms.settings import ConversionSettings
-from transforms.splits import assign
+from dcm2tfrecord.transforms.values import ProbedRecord, replaced
+from dcm2tfrecord.transforms.settings import ConversionSettings
+from dcm2tfrecord.transforms.splits import assign
 
 
 def group_of(record: ProbedRecord, settings: ConversionSettings) -> str:
