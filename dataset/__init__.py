@@ -8,3 +8,8 @@ progress files, the output lock and verify. It imports nothing from
 ``transforms/``, ``pipeline/`` or ``reader/``, and nothing heavier than numpy,
 protobuf and google-crc32c (tests/test_reader_standalone.py holds it to that).
 """
+from dcm2tfrecord.dataset.errors import (CorruptDataError, Dcm2TfrecordError, FormatError, InputError,
+                                         OptionError, OutputError, StorageError)
+
+__all__ = ["CorruptDataError", "Dcm2TfrecordError", "FormatError", "InputError", "OptionError",
+           "OutputError", "StorageError"]

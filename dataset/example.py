@@ -34,6 +34,8 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from dcm2tfrecord.dataset.errors import CorruptDataError
+
 FeatureValue = Union[bytes, str, int, float, Sequence[bytes], Sequence[str],
                      Sequence[int], Sequence[float], np.ndarray, memoryview]
 
@@ -234,7 +236,7 @@ _POOL.Add(_file_descriptor())
 Example = message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{_PACKAGE}.Example"))
 
 
-class ProtoError(ValueError):
+class ProtoError(CorruptDataError, ValueError):
     """Bytes that are not a well-formed tf.train.Example."""
 
 

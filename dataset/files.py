@@ -17,12 +17,13 @@ import stat
 import uuid
 from typing import BinaryIO, Iterator
 
+from dcm2tfrecord.dataset.errors import OutputError
 from dcm2tfrecord.dataset.storage import FileSystems
 
 from dcm2tfrecord.dataset.names import INCOMPLETE_DIR, incomplete_name
 
 
-class OutputLinkError(OSError):
+class OutputLinkError(OutputError, OSError):
     """A symbolic link (or a non-folder) where the run would write inside its output."""
 
 

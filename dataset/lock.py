@@ -42,6 +42,7 @@ import time
 import uuid
 from typing import Optional
 
+from dcm2tfrecord.dataset.errors import OutputError
 from dcm2tfrecord.dataset.storage import FileSystems
 
 from dcm2tfrecord.dataset.names import LOCK_NAME
@@ -51,11 +52,11 @@ STALE_S = 300.0
 SETTLE_S = 2.0
 
 
-class OutputBusy(Exception):
+class OutputBusy(OutputError):
     """Another run holds the output's lock."""
 
 
-class LockUnavailable(Exception):
+class LockUnavailable(OutputError):
     """The output's lock cannot be taken at all (a directory, a link, unwritable)."""
 
 

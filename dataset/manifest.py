@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Iterable, Mapping, Optional, Sequence
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.errors import FormatError, OutputError
 from dcm2tfrecord.dataset.features import CORE_FEATURES, FORMAT_VERSION
 from dcm2tfrecord.dataset.files import read_json, write_atomically
 from dcm2tfrecord.dataset.names import ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, index_file_name
@@ -166,7 +167,7 @@ def errors_jsonl(outcomes: Iterable[Outcome]) -> str:
     return "".join(json.dumps(o.as_json(), sort_keys=True) + "\n" for o in ordered)
 
 
-class CommitConflict(Exception):
+class CommitConflict(OutputError):
     """dataset.json appeared while this run was writing: another run committed here."""
 
 
@@ -202,7 +203,7 @@ def read_failed_run(output_dir: str) -> dict | None:
 # ---------------------------------------------------------------- parsing
 
 
-class ManifestError(ValueError):
+class ManifestError(FormatError, ValueError):
     """A dataset.json that does not parse, or is not a JSON object; ``reason`` says which."""
 
     def __init__(self, path: str, reason: str):

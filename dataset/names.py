@@ -31,6 +31,8 @@ import dataclasses
 import re
 from typing import Callable, Optional
 
+from dcm2tfrecord.dataset.errors import FormatError
+
 MANIFEST_NAME = "dataset.json"
 ERRORS_NAME = "errors.jsonl"
 FAILED_RUN_NAME = "run_failed.json"
@@ -57,7 +59,7 @@ _PARENT_DIR = re.compile(r"^" + re.escape(PARENT) + r"(?P<dir>\d{4,})/(?P<name>[
 # ---------------------------------------------------------------- names from outside
 
 
-class BadName(ValueError):
+class BadName(FormatError, ValueError):
     """A name that must not become part of a path."""
 
 

@@ -23,6 +23,8 @@ from typing import BinaryIO, Iterator, Sequence
 import google_crc32c
 import numpy as np
 
+from dcm2tfrecord.dataset.errors import CorruptDataError
+
 HEADER_BYTES = 12           # uint64 length + masked CRC32C of it
 FOOTER_BYTES = 4            # masked CRC32C of the data
 FRAMING_BYTES = HEADER_BYTES + FOOTER_BYTES
@@ -105,7 +107,7 @@ def index_lines(offsets) -> bytes:
 # ---------------------------------------------------------------- reading
 
 
-class CorruptRecordError(ValueError):
+class CorruptRecordError(CorruptDataError, ValueError):
     """A record whose framing or checksum does not match; names the shard and record."""
 
 
@@ -130,7 +132,7 @@ def unframe(record: bytes, shard: str, index: int, verify: bool = True) -> memor
     return data
 
 
-class FramingError(Exception):
+class FramingError(CorruptDataError):
     """The record stream cannot be followed past this point (bad length, truncation)."""
 
     def __init__(self, message: str, record: int, offset: int):

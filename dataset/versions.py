@@ -18,6 +18,7 @@ import json
 from typing import Callable, Iterable, Mapping, Optional
 
 from dcm2tfrecord.dataset import names
+from dcm2tfrecord.dataset.errors import FormatError
 from dcm2tfrecord.dataset.files import read_json, remove_empty_incomplete_dir, write_atomically
 from dcm2tfrecord.dataset.names import (LATEST_NAME, MANIFEST_NAME, VERSIONS_DIR, is_version_name,
                            parse_version, records_file_name, reused_file, strip_parent, version_name)
@@ -35,7 +36,7 @@ def latest_path(root: str) -> str:
     return FileSystems.join(root, LATEST_NAME)
 
 
-class DamagedLatest(ValueError):
+class DamagedLatest(FormatError, ValueError):
     """LATEST names no committed version: nobody can tell which version is current."""
 
 

@@ -27,6 +27,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from dcm2tfrecord.pipeline import tool_version
+from dcm2tfrecord.dataset.errors import Dcm2TfrecordError
 from dcm2tfrecord.dataset.lock import LockUnavailable, OutputBusy, OutputLock
 from dcm2tfrecord.pipeline.arguments import parse_convert
 from dcm2tfrecord.pipeline.beam_args import LOCAL_RUNNERS, check_runner
@@ -72,7 +73,7 @@ def _given(beam_args: Sequence[str], flag: str) -> bool:
 TEST_LOSE_ENV = "DCM2TFRECORD_TEST_LOSE_RECORDS"
 
 
-class ConversionFailed(Exception):
+class ConversionFailed(Dcm2TfrecordError):
     """The run finished but refused to commit (too many failures): exit code 1."""
 
 

@@ -16,10 +16,17 @@ or Grain, and imports neither TensorFlow nor Beam::
 TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn``,
 ``as_numpy`` or ``DatasetInfo``, not by ``from dcm2tfrecord import reader``.
 """
+from dcm2tfrecord.dataset.errors import CorruptDataError, Dcm2TfrecordError, FormatError
+from dcm2tfrecord.dataset.manifest import ManifestError
+from dcm2tfrecord.dataset.versions import DamagedLatest
 from dcm2tfrecord.reader.random_access import CorruptIndexError, CorruptRecordError, RandomAccess
 
-__all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "RandomAccess", "CorruptRecordError",
-           "CorruptIndexError"]
+__all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "RandomAccess",
+           # what the readers raise: a dataset.json that does not parse (ManifestError), a
+           # LATEST naming no committed version (DamagedLatest), damaged shard or index bytes
+           # (CorruptRecordError, CorruptIndexError); their groups; the base of them all
+           "ManifestError", "DamagedLatest", "CorruptRecordError", "CorruptIndexError",
+           "FormatError", "CorruptDataError", "Dcm2TfrecordError"]
 
 _LAZY = {"load": ".tfdata", "parse_fn": ".tfdata", "as_numpy": ".arrays",
          "info": ".manifest", "DatasetInfo": ".manifest"}

@@ -1,8 +1,10 @@
 """The one exception type the transforms raise for bad input."""
 from __future__ import annotations
 
+from dcm2tfrecord.dataset.errors import InputError, StorageError
 
-class ConversionError(Exception):
+
+class ConversionError(InputError):
     """An input that cannot be converted, with a stable reason code.
 
     ``reason`` is one of ``dataset.reasons``; the message says what in the
@@ -16,7 +18,7 @@ class ConversionError(Exception):
         self.outage = outage       # the storage did not answer (not the file's fault)
 
 
-class StorageOutage(Exception):
+class StorageOutage(StorageError):
     """Storage stopped answering: several inputs in a row could not be read for that reason.
 
     Raised out of a step on purpose: the run stops (exit 1, nothing committed)

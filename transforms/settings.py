@@ -7,6 +7,8 @@ import socket
 import stat
 from typing import Optional
 
+from dcm2tfrecord.dataset.errors import OptionError
+
 DEFAULT_MAX_PIXELS = 1 << 28
 MB = 1 << 20
 
@@ -86,7 +88,7 @@ OUTAGE_INPUTS = 5
 MAX_SALT_BYTES = 1 << 16
 
 
-class SaltFileError(ValueError):
+class SaltFileError(OptionError, ValueError):
     """An --id_salt_file that gives no salt: one line naming the file and what to do."""
 
 

@@ -12,6 +12,7 @@ from pydicom.dataset import Dataset
 from pydicom.tag import Tag
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.errors import Dcm2TfrecordError
 from dcm2tfrecord.transforms.dicom.content import PIXEL_TAGS
 from dcm2tfrecord.transforms.dicom.metadata import ALLOWED_NUMBERS, ALLOWED_TEXT, IDENTIFIERS
 from dcm2tfrecord.transforms.errors import ConversionError
@@ -196,7 +197,7 @@ def _tag_for_keyword(keyword: str) -> Optional[int]:
     return tag
 
 
-class NotNeededError(LookupError):
+class NotNeededError(Dcm2TfrecordError, LookupError):
     """A reader of the probe's header asked for an element outside the needed set."""
 
 

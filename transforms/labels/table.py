@@ -13,6 +13,7 @@ import unicodedata
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.errors import OptionError
 from dcm2tfrecord.dataset.results import Outcome
 
 LABEL_KEYS = ("path", "sop_instance_uid", "series_instance_uid", "study_instance_uid", "patient_id")
@@ -98,7 +99,7 @@ def _index(names: Sequence[str], value: str) -> int:
 FIELD_SIZE_LIMIT = 16 << 20     # bytes in one CSV cell (Python's csv default is 128 KiB)
 
 
-class LabelFileError(ValueError):
+class LabelFileError(OptionError, ValueError):
     """The labels CSV cannot be used at all (missing column, unreadable)."""
 
 

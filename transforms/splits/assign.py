@@ -10,6 +10,7 @@ import hashlib
 import hmac
 from typing import Optional, Sequence
 
+from dcm2tfrecord.dataset.errors import OptionError
 from dcm2tfrecord.dataset.names import check_component as check_split_name
 from dcm2tfrecord.transforms.values import Identifiers
 
@@ -21,7 +22,7 @@ _FALLBACK = {"patient": ("patient_id", "study_uid", "series_uid"),
              "record": ()}
 
 
-class SplitSpecError(ValueError):
+class SplitSpecError(OptionError, ValueError):
     pass
 
 
