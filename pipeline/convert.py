@@ -27,7 +27,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from dcm2tfrecord.pipeline import tool_version
-from dcm2tfrecord.dataset.errors import Dcm2TfrecordError
+from dcm2tfrecord.dataset.errors import Dcm2TfrecordError, StorageError
 from dcm2tfrecord.dataset.lock import LockUnavailable, OutputBusy, OutputLock
 from dcm2tfrecord.pipeline.arguments import parse_convert
 from dcm2tfrecord.pipeline.beam_args import LOCAL_RUNNERS, check_runner
@@ -371,15 +371,20 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool,
 def root_cause(exc: BaseException) -> str:
     """One line naming why a run failed, out of Beam's wrapped multi-line errors:
     the innermost ``SomeError: message`` and the step it happened in."""
-    text = "\n".join(str(e) for e in _chain(exc))
+    chain = list(_chain(exc))
+    text = "\n".join(str(e) for e in chain)
     errors = re.findall(r"^\s*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Conflict|Busy|Exit)\b"
                         r"(?::[^\n]*)?)$", text, flags=re.M)
     step = re.findall(r"\[while running '([^']+)'\]", text)
-    if re.search(r"RetryError|Connection refused|ServiceUnavailable|StorageOutage", text):
+    # By type where the exception is this process's (StorageOutage is a StorageError); by text
+    # where a worker process raised it: Beam relays a failed step to the launcher as an
+    # exception holding the worker's traceback as text, and no type survives that.
+    if any(isinstance(e, StorageError) for e in chain) or \
+            re.search(r"RetryError|Connection refused|ServiceUnavailable|StorageOutage", text):
         prefix = "storage did not answer within the retry budget (--gcs_retry_s): "
     else:
         prefix = ""
-    inner = list(_chain(exc))[-1]
+    inner = chain[-1]
     cause = re.sub(r"\s*\[while running '[^']+'\]", "", errors[-1]) if errors else (
         f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[0]}")
     return prefix + cause.strip()[:400] + (f" (in step {step[-1]})" if step else "")

@@ -67,6 +67,9 @@ def read_dataset(fileobj: BinaryIO, defer_size: int, max_pixels: int):
     except Exception as exc:  # pydicom raises many types for a broken header
         raise parse_failure(exc, "header does not parse", _at_end(fileobj)) from exc
     for warning in caught:
+        # Text, as no type exists: pydicom (3.0, filereader.read_dataset) turns the EOFError
+        # of a short read into a plain UserWarning holding its message. Its RAISE reading
+        # mode would re-raise the EOFError, but also raise on every value it now only warns of.
         text = str(warning.message)
         if "nexpected end of file" in text or "End of file reached" in text:
             raise ConversionError(reasons.TRUNCATED_FILE,
@@ -109,7 +112,10 @@ def _chain(exc: Optional[BaseException]) -> list:
 
 
 def _is_end_of_file(exc: BaseException) -> bool:
-    """pydicom's ways of saying the bytes ran out: EOFError, or an item tag it could not read."""
+    """pydicom's ways of saying the bytes ran out: EOFError, or an item tag it could not read.
+
+    The latter by its text, as no type exists: pydicom (3.0, filereader.read_sequence_item)
+    raises a plain OSError("No tag to read at file position ...") for a short item header."""
     return isinstance(exc, EOFError) or (isinstance(exc, OSError) and "No tag to read" in str(exc))
 
 

@@ -36,6 +36,9 @@ _JPEG_FAMILY = {uid.JPEGBaseline8Bit, uid.JPEGExtended12Bit, uid.JPEGLossless, u
 
 
 def _classify(exc: Exception) -> str:
+    # By the message, as no types exist: pydicom's pixel handlers and the decoder plugins
+    # raise plain ValueError, RuntimeError or AttributeError for all of these (the reason
+    # code only sorts the failure; DECODE_ERROR is the answer for anything else).
     text = str(exc).lower()
     if "bytes of pixel data" in text or "length of the pixel data" in text or "expected length" in text:
         return reasons.PIXEL_DATA_LENGTH

@@ -6,6 +6,8 @@ by the largest file, which DESIGN.md allows.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
 import os
 import queue
@@ -28,21 +30,35 @@ def open_source(uri: str) -> BinaryIO:
                             compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-# What the storage client raises when the storage itself does not answer (after its
-# retries): an outage, as opposed to a file that is missing or forbidden.
-_OUTAGE_NAMES = {"ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", "RetryError",
-                 "ServiceUnavailable", "InternalServerError", "BadGateway", "GatewayTimeout",
-                 "TooManyRequests", "ProtocolError", "RemoteDisconnected", "ConnectionRefusedError",
-                 "ConnectionResetError", "TimeoutError", "socket.timeout", "MaxRetryError",
-                 "NewConnectionError"}
+@functools.lru_cache(maxsize=None)
+def outage_types() -> tuple[type[BaseException], ...]:
+    """What the storage clients raise when the storage itself does not answer (after their
+    retries): an outage, as opposed to a file that is missing or forbidden. Each client's
+    types where it is installed (google-cloud-storage comes with Beam's gcp extra)."""
+    # the builtins: ConnectionRefusedError, ConnectionResetError, http.client's
+    # RemoteDisconnected; socket.timeout is TimeoutError
+    found: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    with contextlib.suppress(ImportError):
+        from google.api_core import exceptions as api_core
+        found += [api_core.RetryError, api_core.ServiceUnavailable, api_core.InternalServerError,
+                  api_core.BadGateway, api_core.GatewayTimeout, api_core.TooManyRequests]
+    with contextlib.suppress(ImportError):
+        from requests import exceptions as requests_exceptions   # ConnectTimeout, ReadTimeout too
+        found += [requests_exceptions.ConnectionError, requests_exceptions.Timeout]
+    with contextlib.suppress(ImportError):
+        from urllib3 import exceptions as urllib3_exceptions     # its TimeoutError is not the builtin
+        found += [urllib3_exceptions.ProtocolError, urllib3_exceptions.MaxRetryError,
+                  urllib3_exceptions.NewConnectionError, urllib3_exceptions.TimeoutError]
+    return tuple(found)
 
 
-def is_outage(exc: BaseException) -> bool:
+def is_outage(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or what caused it) says the storage did not answer."""
     seen = set()
+    types = outage_types()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if type(exc).__name__ in _OUTAGE_NAMES:
+        if isinstance(exc, types):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
