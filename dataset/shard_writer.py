@@ -13,45 +13,12 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
-import os
-import time
 from typing import BinaryIO, Iterator
 
 from dcm2tfrecord.dataset.files import create_output, incomplete_file
 from dcm2tfrecord.dataset.names import index_file_name
 from dcm2tfrecord.dataset.storage import FileSystems
 from dcm2tfrecord.dataset.tfrecord import framed_segments, index_lines
-
-# Test-only: "POINT:DIR" stops every shard writer at POINT, so that kill tests stop a run
-# at an exact moment instead of polling for it. Each writer that stops creates
-# DIR/POINT-<shard file> and waits until DIR/go exists. POINT is
-#   half_written:  the shard's first record framed and flushed to its temp file (the
-#                  shard is still under .incomplete/, unfinished);
-#   partly_final:  the first writer done with its temp files renames them into place, then
-#                  stops; every other writer stops before its renames.
-# Unset (always, outside tests): one environment lookup per shard.
-TEST_PAUSE_ENV = "DCM2TFRECORD_TEST_PAUSE"
-HALF_WRITTEN_RECORDS = 1
-
-
-def _test_pause() -> tuple[str, str]:
-    point, _, folder = os.environ.get(TEST_PAUSE_ENV, "").partition(":")
-    return (point, folder) if folder else ("", "")
-
-
-def _stop_here(point: str, folder: str, file_name: str, announce: bool = True) -> None:
-    if announce:
-        open(os.path.join(folder, f"{point}-{file_name}"), "w").close()
-    while not os.path.exists(os.path.join(folder, "go")):
-        time.sleep(0.05)
-
-
-def _first_to_rename(folder: str) -> bool:
-    try:
-        os.close(os.open(os.path.join(folder, "first"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        return True
-    except FileExistsError:
-        return False
 
 
 class _HashingWriter:
@@ -77,7 +44,6 @@ class ShardSink:
             if compress else self._file
         self.offsets: list[tuple[int, int]] = []    # (offset, size) per record, uncompressed stream
         self._stream_offset = 0
-        self._pause, self._pause_after = (), -1
 
     def append(self, record) -> None:
         """Frames ``record`` onto the shard: bytes, a memoryview of them, or a list of parts
@@ -91,9 +57,6 @@ class ShardSink:
         size = sum(len(segment) for segment in segments)
         self.offsets.append((self._stream_offset, size))
         self._stream_offset += size
-        if self._pause_after == len(self.offsets):     # test-only (TEST_PAUSE_ENV)
-            self._file.raw.flush()     # (gzip keeps its pending bytes: flushing them would change the shard)
-            _stop_here(*self._pause)
 
     def _finish(self) -> None:
         if self._target is not self._file:
@@ -123,22 +86,12 @@ def open_shard(output_dir: str, file_name: str, compression: str = "none") -> It
     offsets then refer to the uncompressed record stream.
     """
     final_path = FileSystems.join(output_dir, file_name)
-    pause, pause_dir = _test_pause()
-    first = False
     with incomplete_file(final_path, output_dir) as tmp:
         with create_output(output_dir, tmp) as raw:
             shard = ShardSink(raw, compression == "gzip")
-            if pause == "half_written":
-                shard._pause, shard._pause_after = (pause, pause_dir, file_name), HALF_WRITTEN_RECORDS
             yield shard
             shard._finish()
-        if pause == "partly_final":
-            first = _first_to_rename(pause_dir)
-            if not first:
-                _stop_here(pause, pause_dir, file_name, announce=False)
         index_path = FileSystems.join(output_dir, index_file_name(file_name))
         with incomplete_file(index_path, output_dir) as index_tmp:
             with create_output(output_dir, index_tmp, "text/plain") as handle:
                 handle.write(index_lines(shard.offsets))
-    if first:
-        _stop_here(pause, pause_dir, file_name)

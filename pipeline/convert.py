@@ -67,12 +67,6 @@ def _given(beam_args: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in beam_args)
 
 
-# Test-only: record ids (comma-separated) that a step of the graph drops without a trace, so
-# that tests feed a real loss to the accounting check (transforms.output.commit). Read when
-# the graph is built; unset, the graph has no such step.
-TEST_LOSE_ENV = "DCM2TFRECORD_TEST_LOSE_RECORDS"
-
-
 class ConversionFailed(Dcm2TfrecordError):
     """The run finished but refused to commit (too many failures): exit code 1."""
 
@@ -238,10 +232,6 @@ class ConvertArchive(beam.PTransform):
             outcome_parts.append(label_outcomes)
         if not settings.split_column:
             records = records | "AssignSplits" >> beam.Map(with_split, settings)
-        lost = os.environ.get(TEST_LOSE_ENV)
-        if lost:   # test-only: a step that loses records, as a runner bug would (see TEST_LOSE_ENV)
-            records = records | "TestOnlyLoseRecords" >> beam.Filter(
-                lambda record, ids: record.record_id not in ids, frozenset(lost.split(",")))
         # ProbedRecord with label and split
         group_counts, leaking = records | "CountGroups" >> CountGroups(settings)
         # from here on: no raw identifiers, the order key computed once

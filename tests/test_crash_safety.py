@@ -12,9 +12,9 @@ alike — at several points of one chain of runs on the same output directory:
 3. ``shards_partly_final``: once this run has renamed some of its shards into
    place and not yet the others (so before dataset.json).
 
-Points 2 and 3 are exact: the writer's test-only pause point
-(``dataset.shard_writer.TEST_PAUSE_ENV``) stops every shard writer there and
-says so with a file; the kill follows that file, not a race against polling.
+Points 2 and 3 are exact: a test-only pause point (tests/hooks, loaded by the
+run's processes from PYTHONPATH) stops every shard writer there and says so
+with a file; the kill follows that file, not a race against polling.
 
 At every kill no file under a final shard or index name differs from the
 uninterrupted run's (none is half-written) and no dataset.json exists; each
@@ -34,9 +34,9 @@ from typing import Callable, Optional
 
 import pytest
 
-from dcm2tfrecord.dataset.shard_writer import TEST_PAUSE_ENV
 from dcm2tfrecord.dataset.verify import verify_dataset
 from tests.conftest import write_png_archive
+from tests.hooks import PAUSE_ENV, subprocess_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TIMEOUT_S = 600
@@ -59,8 +59,9 @@ def archive(tmp_path_factory) -> str:
 
 
 def _env(extra: Optional[dict] = None) -> dict:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # tests/hooks on the path too: a pause point, when ``extra`` sets one (PAUSE_ENV)
+    env = subprocess_env(dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2",
+                              PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
     env.setdefault("DCM2TFRECORD_ID_SALT", "crash-safety-test")
     return {**env, **(extra or {})}
 
@@ -238,7 +239,7 @@ def test_sigkill_at_several_points_then_rerun_gives_identical_bytes(archive, tmp
         launched["ns"] = time.time_ns() - 1_000_000_000   # mtime granularity, clock skew
         shutil.rmtree(pauses, ignore_errors=True)
         os.makedirs(pauses)
-        env = {TEST_PAUSE_ENV: f"{pause}:{pauses}"} if pause else None
+        env = {PAUSE_ENV: f"{pause}:{pauses}"} if pause else None
         hit = run_until(command, str(tmp_path / f"run{number}_{moment}.log"), kill_when, env)
         if hit is None or os.path.exists(os.path.join(output, "dataset.json")):
             # The run committed before the kill point came: a rerun without --overwrite

@@ -2,12 +2,12 @@
 
 The end-to-end archives elsewhere put about one record in each of the 65536
 planning buckets, so the order inside a bucket (transforms.planning.shards.
-assign_entries) is only unit-tested. Here $DCM2TFRECORD_TEST_PLANNING_BUCKETS=3
-(and the module constant, for in-process runners) puts ~20 records in each
-bucket of each split; the shards must equal those of the default bucket count
-(the shards do not depend on how the order is cut into buckets) under
-in_memory, multi_threading and multi_processing, for the default options and a
-set that changes seed, splits, compression, min_shards, resize and channels.
+assign_entries) is only unit-tested. Here PlanShards(buckets=3) (the count travels
+with the graph to every worker process) puts ~20 records in each bucket of each
+split; the shards must equal those of the default bucket count (the shards do
+not depend on how the order is cut into buckets) under in_memory, multi_threading
+and multi_processing, for the default options and a set that changes seed,
+splits, compression, min_shards, resize and channels.
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 
 from tests.conftest import RUNNER_MODES, run_convert, write_png_archive
 from tests.test_output_bytes_pinned import shard_hashes
-from dcm2tfrecord.transforms.planning import shards
+from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.transforms.planning.steps import PlanShards
 
 BUCKETS = 3
 OPTION_SETS = {
@@ -51,7 +52,14 @@ def _convert(archive, out, beam_args, options) -> str:
 @pytest.mark.parametrize("options", sorted(OPTION_SETS))
 def test_many_records_per_bucket_give_the_same_bytes(archive, reference, tmp_path, monkeypatch, mode,
                                                      options):
-    monkeypatch.setenv("DCM2TFRECORD_TEST_PLANNING_BUCKETS", str(BUCKETS))   # worker processes
-    monkeypatch.setattr(shards, "PLANNING_BUCKETS", BUCKETS)                # this process
+    # the graph is built here: its PlanShards step takes the count, and its workers get it
+    built: list = []
+
+    def few_buckets(*args, **kwargs) -> PlanShards:
+        built.append(PlanShards(*args, buckets=BUCKETS, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(convert, "PlanShards", few_buckets)
     got = shard_hashes(_convert(archive, tmp_path / "out", MODES[mode], OPTION_SETS[options]))
+    assert [step.buckets for step in built] == [BUCKETS]
     assert len(got) >= 6 and got == reference[options]

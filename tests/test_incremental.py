@@ -25,7 +25,7 @@ from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline import cli
 from dcm2tfrecord.pipeline.summary import format_summary
 from tests.conftest import run_convert, write_png_archive
-from dcm2tfrecord.dataset.shard_writer import TEST_PAUSE_ENV
+from tests.hooks import PAUSE_ENV
 from tests.test_crash_safety import ROOT, run_until
 from dcm2tfrecord.dataset.verify import verify_dataset
 
@@ -212,7 +212,7 @@ def test_killed_run_leaves_latest_on_the_old_version_and_a_rerun_commits(chain, 
                "--id_salt", "dcm2tfrecord-tests", "--direct_num_workers=1",
                "--direct_running_mode=in_memory"]
     hit = run_until(command, str(tmp_path / "killed.log"), writing,
-                    env={TEST_PAUSE_ENV: f"half_written:{pauses}"})
+                    env={PAUSE_ENV: f"half_written:{pauses}"})
     assert hit == "writing version 3", "the run finished before it could be killed"
     assert _latest(root) == "0002"
     assert not os.path.exists(os.path.join(v3_dir, "dataset.json"))

@@ -12,11 +12,11 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.dataset.shard_writer import TEST_PAUSE_ENV
 from dcm2tfrecord.pipeline import convert
 from dcm2tfrecord.pipeline.option_table import ConvertOptions
 from dcm2tfrecord.pipeline.progress import LineRenderer, ProgressMonitor, ProgressReader, RateMeter, describe
 from tests.conftest import IN_MEMORY, TEST_SALT, write_png_archive
+from tests.hooks import subprocess_env
 from dcm2tfrecord.transforms.counters import NAMESPACE
 
 MB = 1 << 20
@@ -123,12 +123,12 @@ def test_periodic_progress_lines_when_output_is_not_a_terminal(rgb_archive, tmp_
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2",
                DCM2TFRECORD_ID_SALT="progress-test-salt",
                DCM2TFRECORD_PROGRESS_POLL_S="0.05", DCM2TFRECORD_PROGRESS_LOG_S="0.2")
-    # every shard writer holds after its first record until "go" (dataset.shard_writer's
-    # test-only pause): a line while shards are written is then certain, not a race with
-    # writers that now finish within one log interval
+    # every shard writer holds after its first record until "go" (the test-only pause point
+    # of tests/hooks, which the run loads from PYTHONPATH): a line while shards are written
+    # is then certain, not a race with writers that now finish within one log interval
     pauses = tmp_path / "pauses"
     pauses.mkdir()
-    env[TEST_PAUSE_ENV] = f"half_written:{pauses}"
+    env = subprocess_env(env, pause="half_written", pause_dir=pauses)
     out = tmp_path / "out"
     with open(tmp_path / "stdout", "w+") as stdout, open(tmp_path / "stderr", "w+") as stderr:
         run = subprocess.Popen(

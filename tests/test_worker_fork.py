@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from dcm2tfrecord.dataset.shard_writer import TEST_PAUSE_ENV
 from dcm2tfrecord.pipeline import worker_fork
+from tests.hooks import PAUSE_ENV, subprocess_env
 from tests.test_runners import _shards, archive, reference  # noqa: F401 - fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +34,10 @@ def _command(archive, output) -> list[str]:
 
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in (worker_fork.SPAWN_ENV, "DCM2TFRECORD_ID_SALT")}
-    return {**env, "PYTHONPATH": ROOT, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
+    path = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    # tests/hooks on the path too: a pause point, when ``extra`` sets one (PAUSE_ENV)
+    return {**subprocess_env({**env, "PYTHONPATH": path}), "CUDA_VISIBLE_DEVICES": "-1",
+            "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
 
 
 @pytest.mark.parametrize("spawn", [False, True], ids=["forked", "spawned"])
@@ -107,7 +110,7 @@ def test_a_launcher_killed_outright_leaves_no_worker_and_no_socket(archive, tmp_
     pauses = tmp_path / "pauses"
     pauses.mkdir()
     temp = tempfile.mkdtemp(prefix="fork-test-", dir="/tmp")   # short enough for the socket
-    env = _env(TMPDIR=temp, **{TEST_PAUSE_ENV: f"half_written:{pauses}"})
+    env = _env(TMPDIR=temp, **{PAUSE_ENV: f"half_written:{pauses}"})
     log = open(tmp_path / "run.log", "wb")
     launcher = subprocess.Popen(_command(archive, tmp_path / "out"), env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import os
 from typing import Iterable, Iterator
 
 from dcm2tfrecord.transforms.hashing import ORDER_KEY_SPACE, order_key
@@ -45,9 +44,9 @@ from dcm2tfrecord.transforms.values import ProbedRecord, from_bytes, replaced, t
 
 # Hash buckets per split: the side input of bucket starts holds at most this many
 # numbers per split (~2.5 MB); a bucket of a 16 M record split holds ~250 records.
-# Test-only: $DCM2TFRECORD_TEST_PLANNING_BUCKETS sets fewer, so that a test archive of
-# tens of records puts many in each bucket (the shards do not depend on the count).
-PLANNING_BUCKETS = int(os.environ.get("DCM2TFRECORD_TEST_PLANNING_BUCKETS") or 1 << 16)
+# The shards do not depend on the count: PlanShards takes another (``buckets``), as tests
+# do to put many records of a small archive in each bucket.
+PLANNING_BUCKETS = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,8 +167,8 @@ def for_planning(record: ProbedRecord, seed: int = 0) -> ProbedRecord:
                     order=order_key(record.record_id, seed))
 
 
-def bucket_of_order(order: int) -> int:
-    return order * PLANNING_BUCKETS // ORDER_KEY_SPACE
+def bucket_of_order(order: int, buckets: int = PLANNING_BUCKETS) -> int:
+    return order * buckets // ORDER_KEY_SPACE
 
 
 # A planning entry: what the planning shuffles move per record, a plain tuple

@@ -23,8 +23,8 @@ from dcm2tfrecord.dataset.versions import (BaseVersion, PreviousShard, choose_re
                               shard_result_from_json)
 from dcm2tfrecord.transforms.output.write import record_fingerprint
 from dcm2tfrecord.transforms.counters import distribution
-from dcm2tfrecord.transforms.planning.shards import (ORDER, PLANNED_BYTES, RECORD_ID, assign_entries,
-                                        bucket_of_order, bucket_starts, dense_index, entry_record,
+from dcm2tfrecord.transforms.planning.shards import (ORDER, PLANNED_BYTES, PLANNING_BUCKETS, RECORD_ID,
+                                        assign_entries, bucket_of_order, bucket_starts, dense_index, entry_record,
                                         layout, occupied_cuts, over_max, planning_entry)
 from dcm2tfrecord.transforms.settings import ShardBounds
 from dcm2tfrecord.transforms.values import ProbedRecord, ShardPlan
@@ -125,9 +125,9 @@ class SplitTotalsFn(beam.CombineFn):
         return acc
 
 
-def bucket_key(split: str, entry: tuple):
+def bucket_key(split: str, entry: tuple, buckets: int = PLANNING_BUCKETS):
     """((split, hash bucket), entry): the key GroupHashBuckets groups by."""
-    return (split, bucket_of_order(entry[ORDER])), entry
+    return (split, bucket_of_order(entry[ORDER], buckets)), entry
 
 
 def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping):
@@ -174,12 +174,16 @@ class PlanShards(beam.PTransform):
     """ProbedRecord -> (ShardPlan, (split, SplitLayout)), from header metadata only.
 
     See transforms.planning.shards for why this keeps shards within bounds without
-    any step holding a whole split.
+    any step holding a whole split. ``buckets``: hash buckets per split (the shards are the
+    same for any count; tests give a few, so that each holds many records).
     """
 
-    def __init__(self, bounds: ShardBounds, seed: int = 0, min_shards: int = 1):
+    def __init__(self, bounds: ShardBounds, seed: int = 0, min_shards: int = 1,
+                 buckets: int = PLANNING_BUCKETS):
         super().__init__()
-        self.bounds, self.seed, self.min_shards = bounds, seed, min_shards
+        if not (isinstance(buckets, int) and buckets >= 1):
+            raise ValueError(f"buckets must be a whole number >= 1, not {buckets!r}")
+        self.bounds, self.seed, self.min_shards, self.buckets = bounds, seed, min_shards, buckets
 
     def expand(self, records):
         bounds, seed, min_shards = self.bounds, self.seed, self.min_shards
@@ -193,7 +197,7 @@ class PlanShards(beam.PTransform):
                        lambda split, t: (split, layout(t[0], t[1], t[2], bounds, min_shards, t[3]))))
                    # (split, SplitLayout): shards of the capped count, fine cuts
         layouts_by_split = AsDict(layouts)
-        bucketed = entries | "AssignHashBucket" >> beam.MapTuple(bucket_key)
+        bucketed = entries | "AssignHashBucket" >> beam.MapTuple(bucket_key, self.buckets)
                    # ((split, bucket), entry)
         starts = (bucketed
                   | "BucketPlannedBytes" >> beam.MapTuple(lambda key, e: (key, e[PLANNED_BYTES]))
