@@ -67,6 +67,9 @@ class _HashingWriter:
         self.raw.write(data)
         self.num_bytes += len(data)
 
+    def flush(self) -> None:     # a writable file object, as GzipFile's fileobj (which never calls it)
+        self.raw.flush()
+
 
 class ShardSink:
     """The open shard: ``append`` one encoded record at a time."""
@@ -77,7 +80,8 @@ class ShardSink:
             if compress else self._file
         self.offsets: list[tuple[int, int]] = []    # (offset, size) per record, uncompressed stream
         self._stream_offset = 0
-        self._pause, self._pause_after = (), -1
+        self._pause: tuple = ()
+        self._pause_after = -1
 
     def append(self, record) -> None:
         """Frames ``record`` onto the shard: bytes, a memoryview of them, or a list of parts
@@ -96,7 +100,7 @@ class ShardSink:
             _stop_here(*self._pause)
 
     def _finish(self) -> None:
-        if self._target is not self._file:
+        if isinstance(self._target, gzip.GzipFile):
             self._target.close()
 
     @property
