@@ -37,7 +37,7 @@ _OUTAGE_NAMES = {"ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", 
                  "NewConnectionError"}
 
 
-def is_outage(exc: BaseException) -> bool:
+def is_outage(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or what caused it) says the storage did not answer."""
     seen = set()
     while exc is not None and id(exc) not in seen:
