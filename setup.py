@@ -55,7 +55,9 @@ setup(
                  # run_tests.sh: one worker per core (the suite fits CI's 20 minutes)
                  "pytest-xdist>=3.5",
                  # independent Enhanced multi-frame objects for tests/test_enhanced_multiframe.py
-                 "highdicom>=0.28"],
+                 "highdicom>=0.28",
+                 # scripts/static_checks.sh (ruff.toml, mypy.ini), run by .ci/run
+                 "ruff>=0.6", "mypy>=1.10"],
     },
     entry_points={"console_scripts": ["dcm2tfrecord=dcm2tfrecord.pipeline.cli:main"]},
 )

@@ -61,7 +61,6 @@ import apache_beam as beam                                                # noqa
 from apache_beam.coders import registry                                   # noqa: E402
 from apache_beam.metrics.metric import MetricsFilter                      # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions          # noqa: E402
-from apache_beam.pvalue import AsDict                                     # noqa: E402
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner     # noqa: E402
 
 from dcm2tfrecord.transforms.counters import NAMESPACE                               # noqa: E402

@@ -300,7 +300,7 @@ def _breakdown_rows(summary: dict, memcpy: float, record_bytes: int) -> list[str
              ("s_decode", "+ decode_raw + reshape (copies into the batch tensor)"),
              ("d_reader", "+ shuffle, cardinality check: reader.load"),
              ("d_float", "+ cast and scale to float32 (one XLA kernel)")]
-    rows = [f"| stage | CPU us / image | step adds (us) |", "|---|---|---|"]
+    rows = ["| stage | CPU us / image | step adds (us) |", "|---|---|---|"]
     previous = None
     for name, what in steps:
         cpu = summary[name]["cpu_ms_per_1000"]

@@ -52,7 +52,7 @@ def serialize_record_parts(pixels: np.ndarray, record_id: str, kind: str, label=
     stay a view of ``pixels``, uncopied, for the shard writer to frame and write."""
     depth, height, width, channels = pixels.shape
     features: dict = {
-        "image_raw": memoryview(pixels).cast("B"),
+        "image_raw": pixels.data.cast("B"),     # memoryview(pixels)
         "label": _label_feature(label),
         "height": height,
         "width": width,

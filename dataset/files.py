@@ -56,7 +56,7 @@ def create_output(output_dir: str, path: str, mime_type: str = "application/octe
     _real_folders(output_dir, os.path.dirname(path))
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
+    except OSError:
         if os.path.islink(path):
             raise OutputLinkError(f"{path} is a symbolic link; dcm2tfrecord never writes through "
                                   "links in its output: remove it and rerun") from None

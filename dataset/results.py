@@ -19,8 +19,8 @@ class Outcome:
     reason: str          # stable code, see dataset.reasons
     message: str
     # --frames split (or a stack of an Enhanced file), at write: which frame (stack) of how
-    # many did not convert; the outcomes of one file's frames become one (transforms.output.commit.one_outcome_per_input). Not in
-    # errors.jsonl.
+    # many did not convert; the outcomes of one file's frames become one
+    # (transforms.output.commit.one_outcome_per_input). Not in errors.jsonl.
     frame: Optional[int] = None
     frames: int = 0
     part: str = "frame"   # what frame counts: a frame (--frames split) or a stack (Enhanced)

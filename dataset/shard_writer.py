@@ -34,6 +34,9 @@ class _HashingWriter:
         self.raw.write(data)
         self.num_bytes += len(data)
 
+    def flush(self) -> None:     # a writable file object, as GzipFile's fileobj (which never calls it)
+        self.raw.flush()
+
 
 class ShardSink:
     """The open shard: ``append`` one encoded record at a time."""
@@ -59,7 +62,7 @@ class ShardSink:
         self._stream_offset += size
 
     def _finish(self) -> None:
-        if self._target is not self._file:
+        if isinstance(self._target, gzip.GzipFile):
             self._target.close()
 
     @property

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import BinaryIO, Iterator, Sequence
+from typing import Iterator, Protocol, Sequence
 
 import google_crc32c
 import numpy as np
@@ -152,7 +152,12 @@ class FramedRecord:
         return FRAMING_BYTES + len(self.data)
 
 
-def _read_exact(stream: BinaryIO, n: int) -> bytes:
+class Readable(Protocol):
+    """What read_records reads from: a binary file, or anything with its read()."""
+    def read(self, n: int, /) -> bytes: ...
+
+
+def _read_exact(stream: Readable, n: int) -> bytes:
     """Up to ``n`` bytes (fewer only at end of stream), read in bounded chunks."""
     parts, got = [], 0
     while got < n:
@@ -164,7 +169,7 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes:
     return b"".join(parts)
 
 
-def read_records(stream: BinaryIO) -> Iterator[FramedRecord]:
+def read_records(stream: Readable) -> Iterator[FramedRecord]:
     """Yields each record of a whole stream with its offset, checking both masked CRC32Cs.
 
     A data CRC mismatch is reported on the record (the length was intact, so

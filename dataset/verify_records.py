@@ -107,7 +107,7 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
     label_spec = schema.get("label", {})
     label_values = features["label"][1]
     if label_spec.get("shape"):
-        label = tuple(label_values)
+        label: object = tuple(label_values)
     elif not label_values:
         label = None
     elif label_spec.get("dtype") == "float":

@@ -59,7 +59,8 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
         return check
     with raw:
         hashing = _HashingReader(raw)
-        stream = gzip.GzipFile(fileobj=hashing, mode="rb") if name.endswith(GZIP_SUFFIX) else hashing
+        # (GzipFile's fileobj type wants seek(), which it calls only to rewind: never here)
+        stream = gzip.GzipFile(fileobj=hashing, mode="rb") if name.endswith(GZIP_SUFFIX) else hashing  # type: ignore[call-overload]
         try:
             for framed in read_records(stream):
                 check.records += 1

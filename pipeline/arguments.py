@@ -101,5 +101,6 @@ def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
     validate(opts)
     check_salt_stays_out_of_the_job(opts, beam_args)
     check_inputs_exist(opts.inputs)
+    assert opts.output is not None      # set above
     check_output_outside_inputs(opts.output, opts.inputs)
     return opts, beam_args

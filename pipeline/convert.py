@@ -288,7 +288,10 @@ def build(pipeline: beam.Pipeline, opts: ConvertOptions,
 
 def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
     """Converts; returns the run summary (see pipeline.summary)."""
+    if opts.output is None:    # the command line requires --output; a library caller may leave it out
+        raise UsageError("--output is required: the dataset directory, local or gs://")
     opts = opts.replace(output=absolute(opts.output))
+    assert opts.output is not None
     validate(opts)
     check_runner(beam_args)
     options = make_pipeline_options(beam_args, opts.inputs)
@@ -321,10 +324,12 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
 
 def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool,
          server: Optional[ForkServer] = None) -> dict:
+    assert opts.output is not None      # run refuses options without one
     root, version, base = opts.output, None, None
     if opts.incremental:
         version, target, base = prepare_version(opts, launch_only == "dry_run")
         opts = opts.replace(output=target)
+    assert opts.output is not None
     if launch_only != "dry_run":   # a dry run leaves --output untouched
         prepare_output(opts)
         remove_progress(opts.output)   # left by an interrupted run
@@ -380,7 +385,7 @@ def root_cause(exc: BaseException) -> str:
     return prefix + cause.strip()[:400] + (f" (in step {step[-1]})" if step else "")
 
 
-def _chain(exc: BaseException):
+def _chain(exc: Optional[BaseException]):
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

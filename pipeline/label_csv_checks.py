@@ -16,6 +16,7 @@ def check_label_csv(opts: "ConvertOptions") -> None:
     from apache_beam.io.filesystems import FileSystems
     import io
     from dcm2tfrecord.transforms.labels.table import LabelFileError, read_header
+    assert opts.labels is not None      # validate calls this only with --labels
     path = absolute(opts.labels)
     if not FileSystems.exists(path):
         raise UsageError(f"--labels {opts.labels}: file not found")

@@ -37,7 +37,8 @@ _BOOL = r"^(true|false|True|False)$"
 
 def _setting_default(cls, name: str):
     field = {f.name: f for f in dataclasses.fields(cls)}[name]
-    return field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    # mypy cannot tie the two: a field without a default has a default_factory
+    return field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[operator]
 
 
 @dataclasses.dataclass(frozen=True)

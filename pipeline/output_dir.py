@@ -25,6 +25,7 @@ def prepare_output(opts: ConvertOptions) -> None:
 
     A report of an earlier refused run (run_failed.json) is removed first.
     """
+    assert opts.output is not None      # convert.run refuses options without one
     failed_report = FileSystems.join(opts.output, FAILED_RUN_NAME)
     if FileSystems.exists(failed_report):
         FileSystems.delete([failed_report])
@@ -110,6 +111,7 @@ def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, vers
     version's name is emptied first; committed versions are never touched.
     """
     root = opts.output
+    assert root is not None      # convert.run refuses options without one
     if FileSystems.exists(FileSystems.join(root, MANIFEST_NAME)):
         raise UsageError(f"--output {root} holds a dataset written without --incremental; give "
                          "--incremental an empty or versioned --output (versions go to OUT/versions/NNNN)")

@@ -80,7 +80,7 @@ def caption(record: Mapping, class_names: Sequence[str]) -> list[str]:
     """Label (class name), then format/modality, shape and dtype, then one more detail."""
     label = np.asarray(record.get("label", -1))
     if label.ndim:
-        hot = [class_names[i] if i < len(class_names) else str(i) for i in np.flatnonzero(label == 1)]
+        hot = [class_names[i] if i < len(class_names) else str(i) for i in np.flatnonzero(label == 1).tolist()]
         first = ", ".join(hot) or "no class"
     elif label.dtype.kind == "f":
         first = "unlabeled" if np.isnan(label) else f"label {float(label):.4g}"
@@ -130,7 +130,7 @@ def thumbnail(rgb: np.ndarray, thumb: int):
     image = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8))
     scale = thumb / max(image.width, image.height)
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    return image.resize(size, Image.NEAREST if scale >= 1 else Image.LANCZOS)
+    return image.resize(size, Image.Resampling.NEAREST if scale >= 1 else Image.Resampling.LANCZOS)
 
 
 def draw_sheet(tiles: Sequence[tuple[np.ndarray, list[str]]], thumb: int, cols: Optional[int] = None):

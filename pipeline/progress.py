@@ -137,10 +137,10 @@ class RateMeter:
 
     def eta_seconds(self, snapshot: Snapshot) -> Optional[float]:
         rate = self.bytes_per_second()
-        fraction = snapshot.fraction
-        if fraction is None or rate <= 0:
+        fraction, planned = snapshot.fraction, snapshot.planned_bytes
+        if fraction is None or planned is None or rate <= 0:
             return None
-        return (1.0 - fraction) * snapshot.planned_bytes / rate
+        return (1.0 - fraction) * planned / rate
 
 
 def _clock(seconds: Optional[float]) -> str:
@@ -157,7 +157,7 @@ def describe(snapshot: Snapshot, rate: float, eta: Optional[float]) -> str:
     percent = 100.0 * (snapshot.fraction or 0.0)
     return (f"{snapshot.records_done}/{snapshot.planned_records} records, "
             f"{snapshot.shards_done}/{snapshot.planned_shards} shards, "
-            f"{percent:.0f}% of {snapshot.planned_bytes / MB:.1f} MB planned, "
+            f"{percent:.0f}% of {(snapshot.planned_bytes or 0) / MB:.1f} MB planned, "
             f"{snapshot.bytes_written / MB:.1f} MB on disk, {rate / MB:.1f} MB/s, ETA {_clock(eta)}")
 
 
@@ -211,7 +211,7 @@ class BarRenderer:
             self.bar.set_description_str("writing", refresh=False)
         self.bar.n = snapshot.records_done
         self.bar.set_postfix_str(f"{100.0 * (snapshot.fraction or 0.0):.0f}% of "
-                                 f"{snapshot.planned_bytes / MB:.1f} MB planned, {rate / MB:.1f} MB/s, "
+                                 f"{(snapshot.planned_bytes or 0) / MB:.1f} MB planned, {rate / MB:.1f} MB/s, "
                                  f"ETA {_clock(eta)}", refresh=False)
         self.bar.refresh()
 
@@ -249,7 +249,7 @@ class ProgressMonitor:
         self.log_s = log_s or _env_seconds(LOG_ENV, DEFAULT_LOG_S)
         self.reader = ProgressReader(output_dir)
         self.rate = RateMeter()
-        self.renderer = None
+        self.renderer: Optional[BarRenderer | LineRenderer] = None     # set by __enter__
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._started = 0.0
@@ -272,6 +272,7 @@ class ProgressMonitor:
         snapshot = self.reader.read()
         now = time.monotonic()
         self.rate.add(now, snapshot.bytes_written)
+        assert self.renderer is not None       # __enter__ sets it before the thread starts
         self.renderer.update(snapshot, self.rate.bytes_per_second(), self.rate.eta_seconds(snapshot),
                              now - self._started)
         self._last = snapshot
@@ -295,6 +296,7 @@ class ProgressMonitor:
         try:
             finished = exc_type is None and not self._thread.is_alive()
             snapshot = self._tick() if finished else self._last
+            assert self.renderer is not None
             self.renderer.close(snapshot, time.monotonic() - self._started, finished=exc_type is None)
         except Exception:  # noqa: BLE001
             pass

@@ -69,6 +69,7 @@ def can_fork() -> bool:
 
 class ForkServer:
     """The fork server process (see the module docstring); ``command`` is the worker command."""
+    _control: Optional[int]     # the launcher's end of the control pipe, None once closed
 
     def __init__(self):
         self._dir = _socket_folder()     # 0700: this user's processes only may connect
@@ -136,11 +137,12 @@ def _serve(listener: socket.socket, control: int, launcher: int) -> None:
     workers: dict[int, socket.socket] = {}         # worker pid -> its client's connection
     try:
         while True:
-            readable, _, _ = select.select([listener, control, *workers.values()], [], [], _POLL_S)
+            waiting: list[socket.socket | int] = [listener, control, *workers.values()]
+            readable, _, _ = select.select(waiting, [], [], _POLL_S)
             _reap(workers)
             if control in readable or os.getppid() != launcher:
                 return                              # the launcher closed its end, or died
-            for conn in [c for c in readable if c is not listener and c is not control]:
+            for conn in [c for c in readable if isinstance(c, socket.socket) and c is not listener]:
                 if not conn.recv(1, socket.MSG_PEEK):   # the client is gone: so is its worker
                     pid = next(p for p, c in workers.items() if c is conn)
                     _kill(pid)

@@ -208,7 +208,7 @@ class RandomAccess:
             shard_bytes = storage.size(self._paths[shard])
         return checked_index(text, path, shard_bytes)
 
-    def serialized(self, index) -> bytes:
+    def serialized(self, index) -> memoryview:
         """The serialized ``tf.train.Example`` of record ``index`` (CRC-checked with ``verify``)."""
         shard, k = self.locate(index)
         offsets, sizes = self._index(shard)

@@ -158,7 +158,7 @@ def pieces(slices: Sequence[Slice], shard_records: Mapping[str, Sequence[int]]) 
     return out
 
 
-def selection_entry(manifest: Mapping, spec: str, slices: Sequence[Slice]) -> Mapping:
+def selection_entry(manifest: Mapping, spec: str, slices: Sequence[Slice]) -> dict:
     """The manifest entry of ``spec``'s records: the split's own for a whole split, else one
     computed like it (record count, bytes pro rata, the stored dtypes and shapes of every split
     in it), so that layout, dtype and buffer sizes come out of the rules a split goes by.

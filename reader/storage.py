@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 GS = "gs://"
 
@@ -71,14 +72,14 @@ class RangeReader:
 
     def __init__(self, path: str):
         self.path = str(path)
-        self._pid = None
-        self._handle = None
+        self._pid: int | None = None
+        self._handle: Any = None    # an fd (int), or a google.cloud.storage Blob
 
     def __getstate__(self):
         return {"path": self.path}
 
     def __setstate__(self, state):
-        self.__init__(state["path"])
+        RangeReader.__init__(self, state["path"])
 
     def _open(self):
         if is_gcs(self.path):

@@ -292,7 +292,7 @@ def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0
     return records.shard(step, plan.pipeline) if plan.mode == BY_RECORD else records
 
 
-def _window_seed(seed: int, split: str, epoch, window) -> tf.Tensor:
+def _window_seed(seed: Optional[int], split: str, epoch, window) -> tf.Tensor:
     """A 62-bit seed per (seed, split, epoch, window): FarmHash of their text."""
     text = tf.strings.format("{}:{}:{}", (epoch, window, tf.constant(f"{seed}/{split}")))
     return tf.strings.to_hash_bucket_fast(text, 1 << 62)

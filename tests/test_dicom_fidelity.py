@@ -4,11 +4,10 @@ import warnings
 
 import numpy as np
 import pydicom
-import pytest
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
-from tests.conftest import rid, run_convert, write_png_archive
+from tests.conftest import run_convert
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import voi
 from dcm2tfrecord.transforms.records.build import decode_record

@@ -150,7 +150,8 @@ def test_split_frames_carry_their_own_rescale_window_and_position(archives, tmp_
     for series in truth.values():
         for datasets in series:
             for ds in datasets:
-                key = tuple(np.float32(float(v)) for v in list(ds.ImagePositionPatient) + list(ds.ImageOrientationPatient))
+                key = tuple(np.float32(float(v))
+                            for v in list(ds.ImagePositionPatient) + list(ds.ImageOrientationPatient))
                 at.setdefault(key, []).append(ds)
     for record in got:
         key = tuple(record["dicom/image_position_patient"]) + tuple(record["dicom/image_orientation_patient"])

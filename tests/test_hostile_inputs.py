@@ -19,7 +19,6 @@ from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.records.build import build_record
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import probe_file
-from dcm2tfrecord.transforms.values import SourceFile
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.sources.match import expand_pattern
 

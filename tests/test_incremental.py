@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -26,7 +25,7 @@ from dcm2tfrecord.pipeline import cli
 from dcm2tfrecord.pipeline.summary import format_summary
 from tests.conftest import run_convert, write_png_archive
 from tests.hooks import PAUSE_ENV
-from tests.test_crash_safety import ROOT, run_until
+from tests.test_crash_safety import run_until
 from dcm2tfrecord.dataset.verify import verify_dataset
 
 MB = 1 << 20

@@ -52,7 +52,7 @@ def test_hostile_files_are_counted_and_the_rest_converted(tmp_path):
     # MR_truncated.dcm is cut inside its pixel data: failed at probe, before planning.
     assert counts["failed"] == {"empty_file": 1, "invalid_dicom": 1, "invalid_image": 1,
                                 "truncated_file": 1}
-    errors = [json.loads(l) for l in open(tmp_path / "out" / "errors.jsonl")]
+    errors = [json.loads(line) for line in open(tmp_path / "out" / "errors.jsonl")]
     by_name = {os.path.basename(e["uri"]): e for e in errors}
     assert by_name["random.dcm"]["stage"] == "probe"
     assert by_name["truncated.png"]["reason"] == "invalid_image"
@@ -81,7 +81,8 @@ def test_cli_convert_and_python_m_pipeline(tmp_path):
     assert bad.returncode == 2 and "--min_shard_mb" in bad.stderr
     assert not (tmp_path / "o2").exists()
     no_salt = {k: v for k, v in env.items() if k != "DCM2TFRECORD_ID_SALT"}
-    refused = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline"] + args[:4] + ["--output", str(tmp_path / "o3")],
+    refused = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline"] + args[:4]
+                             + ["--output", str(tmp_path / "o3")],
                              capture_output=True, text=True, env=no_salt, timeout=300)
     assert refused.returncode == 2 and "--id_salt" in refused.stderr and "--allow_random_salt" in refused.stderr
     assert not (tmp_path / "o3").exists()

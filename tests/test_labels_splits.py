@@ -110,7 +110,7 @@ def test_malformed_label_rows_are_reported_by_line(images, tmp_path):
     csv.write_text("path,label\ncats/img_0000.png,cat\ncats/img_0001.png\n,dog\n"
                    "cats/img_0002.png,cat,extra\ncats/img_0000.png,dog\n")
     run_convert(images, tmp_path / "out", labels=str(csv), **SMALL)
-    errors = [json.loads(l) for l in open(tmp_path / "out" / "errors.jsonl")]
+    errors = [json.loads(line) for line in open(tmp_path / "out" / "errors.jsonl")]
     bad = sorted(e["uri"].rsplit(":", 1)[1] for e in errors if e["reason"] == "malformed_label_row")
     assert bad == ["3", "4", "5", "6"]
     with pytest.raises(UsageError, match="--label_column"):

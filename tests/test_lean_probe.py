@@ -12,8 +12,8 @@ elements outside the needed set (transforms.dicom.needed.NEEDED_KEYWORDS,
 plus --keep_tags) and only those, which the probe now leaves raw, so the
 file goes on to whatever the rest of the probe says. Which inputs change is
 enumerated: none of pydicom's test files, the generated CT variants named in
-CHANGED_CT_VARIANTS, and (by the rule alone) some of the fuzz corpus. Inputs: every file ``pydicom.data.get_testdata_files()``
-lists, the generated CT slice variants of test_speed_native_dicom and
+CHANGED_CT_VARIANTS, and (by the rule alone) some of the fuzz corpus. Inputs: every file
+``pydicom.data.get_testdata_files()`` lists, the generated CT slice variants of test_speed_native_dicom and
 test_speed_probe, and a derandomized fuzz corpus built with
 test_fuzz's mutations (plus the inputs fuzzing found). The new probe runs
 both cold (its conversion memo empty before each file) and warm (the memo

@@ -187,7 +187,7 @@ def _by_label(ds) -> dict:
 CASES = [(d, layout) for d in DTYPES for layout in LAYOUTS]
 
 
-@pytest.mark.parametrize("dtype,layout", CASES, ids=[f"{d}-{l}" for d, l in CASES])
+@pytest.mark.parametrize("dtype,layout", CASES, ids=[f"{d}-{lay}" for d, lay in CASES])
 def test_generated_dicom_round_trips(converted, dtype, layout):
     dataset, expected = converted
     split = f"{dtype}_{layout}"

@@ -241,7 +241,7 @@ def test_read_buffer_is_off_only_for_large_local_uncompressed_records():
 def test_large_records_read_unbuffered_come_back_exact(tmp_path, monkeypatch):
     from PIL import Image
 
-    import dcm2tfrecord.reader.tfdata
+    import dcm2tfrecord.reader.tfdata  # noqa: F401 (binds reader.tfdata, used below)
     paths = write_png_archive(tmp_path / "archive", count=10, height=160, width=160, channels=3, seed=5)
     out = str(tmp_path / "dataset")
     run_convert(tmp_path / "archive", out, target_shard_mb=0.3, min_shard_mb=0.1, max_shard_mb=0.5)

@@ -55,3 +55,13 @@ def test_output_that_is_a_file(archive, capsys):
     assert code == 2 and "--output" in err and "is a file" in err
     assert target.read_text() == "x"
     assert not os.path.exists(str(target) + ".incomplete")
+
+
+def test_library_options_without_output_are_a_usage_error(archive):
+    # convert.run(ConvertOptions(...)) with no output (the command line requires --output)
+    # raised TypeError from absolute(None); found by mypy (scripts/static_checks.sh)
+    from dcm2tfrecord.pipeline import convert
+    from dcm2tfrecord.pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.pipeline.usage import UsageError
+    with pytest.raises(UsageError, match="--output is required"):
+        convert.run(ConvertOptions(inputs=(str(archive / "in"),)), [])

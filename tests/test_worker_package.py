@@ -137,7 +137,6 @@ def _requirement_closure() -> set[str]:
 def test_every_third_party_import_is_installed_by_install_requires():
     from packaging.utils import canonicalize_name
     closure = _requirement_closure()
-    own = set(_setup_packages())
     providers = metadata.packages_distributions()
     missing = []
     for module, path in _modules():

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from typing import Optional
+from typing import Optional, TypeVar
 
 import numpy as np
 
 _FIELD_NAMES: dict = {}
+_T = TypeVar("_T")
 
 
 def field_names(cls) -> tuple[str, ...]:
@@ -194,7 +195,7 @@ class ProbedRecord:
         return self.spec.num_pixel_bytes + RECORD_OVERHEAD_BYTES
 
 
-def _built(cls, names: tuple, values) -> object:
+def _built(cls: type[_T], names: tuple, values) -> _T:
     """A frozen value of this module from its field values, without ``__init__`` (which sets
     each field through ``object.__setattr__``): for values that were built once already."""
     value = object.__new__(cls)
@@ -212,15 +213,15 @@ _SOURCE_FIELDS, _SPEC_FIELDS, _IDS_FIELDS, _SLICE_FIELDS = (
 def _probed_record(source, *values) -> ProbedRecord:
     """ProbedRecord from the flat tuple of its __reduce__."""
     head, rel, size, mtime, joined = source
-    values = list(values)
-    values.insert(0, _built(SourceFile, _SOURCE_FIELDS,
+    fields = list(values)
+    fields.insert(0, _built(SourceFile, _SOURCE_FIELDS,
                             (head + rel if joined else head, rel, size, mtime)))
-    values[_SPEC] = _built(ImageSpec, _SPEC_FIELDS, values[_SPEC])
-    if values[_IDS] is not None:
-        values[_IDS] = _built(Identifiers, _IDS_FIELDS, values[_IDS])
-    if values[_SLICE] is not None:
-        values[_SLICE] = _built(SliceInfo, _SLICE_FIELDS, values[_SLICE])
-    return _built(ProbedRecord, _RECORD_FIELDS, values)
+    fields[_SPEC] = _built(ImageSpec, _SPEC_FIELDS, fields[_SPEC])
+    if fields[_IDS] is not None:
+        fields[_IDS] = _built(Identifiers, _IDS_FIELDS, fields[_IDS])
+    if fields[_SLICE] is not None:
+        fields[_SLICE] = _built(SliceInfo, _SLICE_FIELDS, fields[_SLICE])
+    return _built(ProbedRecord, _RECORD_FIELDS, fields)
 
 
 # Features, proto framing and TFRecord framing around the pixels; measured on

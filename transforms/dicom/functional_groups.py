@@ -90,7 +90,7 @@ def _lift(item: Dataset, out: dict) -> None:
     a 1000-frame file are read once each, converting only the macros listed)."""
     elements = item._dict
     for macro_tag, keywords in _MACRO_TAGS:
-        if macro_tag not in elements:
+        if macro_tag is None or macro_tag not in elements:
             continue
         macro_items = item[macro_tag].value
         if not macro_items:
@@ -102,7 +102,7 @@ def _lift(item: Dataset, out: dict) -> None:
                 if value is not None and value != "":
                     out[keyword] = value
     # a Modality LUT given in the group item itself rather than in its transformation macro
-    if _MODALITY_LUT_TAG in elements and item[_MODALITY_LUT_TAG].value:
+    if _MODALITY_LUT_TAG is not None and _MODALITY_LUT_TAG in elements and item[_MODALITY_LUT_TAG].value:
         out["ModalityLUTSequence"] = item[_MODALITY_LUT_TAG].value
 
 

@@ -56,7 +56,8 @@ def parse_head(fileobj: BinaryIO, file_size: int) -> tuple[Optional[Dataset], bo
         if len(head) >= file_size:
             return (ds if len(head) == file_size else None), False
         elements = ds._dict
-        last = elements[next(reversed(elements))] if elements else None    # the last one parsed
+        # (Dataset._dict is a dict, which pydicom types as a MutableMapping: not reversible)
+        last = elements[next(reversed(elements))] if elements else None  # type: ignore[arg-type]  # the last parsed
         if not (isinstance(last, RawDataElement) and int(last.tag) == int(PIXEL_DATA_TAG)
                 and last.value is None and last.length != 0xFFFFFFFF):
             return None, False
@@ -149,7 +150,7 @@ def _walk_explicit_le(buf: bytes, pos: int, base: int, out: dict, defer: int = D
             if same is not None and starts(same[0], pos):
                 elem = same[1]
                 out[elem[0]] = elem
-                seen[pos] = same
+                seen[pos] = same  # type: ignore[index]  # ``known`` comes with ``seen``
                 pos = same[2]
                 continue
         group, element, vr_code, length = unpack(buf, pos)
@@ -226,6 +227,7 @@ def _walked_explicit_le(fileobj: BinaryIO, head: bytes, file_size: int) -> Optio
         return None
     probe = io.BytesIO(head)
     meta = _walked_file_meta(head)
+    preamble: Optional[bytes]
     if meta is not None:
         preamble, file_meta, start = meta
         if head[start:start + 2] == b"\0\0":      # a Command Set (group 0000): pydicom's to read

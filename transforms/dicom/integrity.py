@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 import warnings
 import zlib
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Literal, Optional
 
 import pydicom
 from pydicom.dataelem import RawDataElement
@@ -144,9 +144,11 @@ def _read_deflated(fileobj: BinaryIO, defer_size: int, max_pixels: int):
         return None
     data = inflate_bounded(fileobj, max_pixels)
     buffer = DicomBytesIO(data)
-    buffer.name = getattr(fileobj, "name", None)
-    buffer.inflated_size = len(data)
-    dataset = pydicom_read_dataset(buffer, False, True, defer_size=defer_size)
+    # (pydicom types DicomIO.name as str; inflated_size is ours, read back by stream_size;
+    # read_dataset reads a DicomBytesIO as pydicom's own reader does, though typed BinaryIO)
+    buffer.name = getattr(fileobj, "name", None)  # type: ignore[assignment]
+    buffer.inflated_size = len(data)  # type: ignore[attr-defined]
+    dataset = pydicom_read_dataset(buffer, False, True, defer_size=defer_size)  # type: ignore[arg-type]
     ds = pydicom.dataset.FileDataset(buffer, dataset, preamble, meta, False, True)
     ds.set_original_encoding(False, True, dataset._character_set)
     return ds
@@ -189,7 +191,7 @@ def _inflate_limit(head: bytes, max_pixels: int) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ds = pydicom_read_dataset(DicomBytesIO(head), False, True,
+            ds = pydicom_read_dataset(DicomBytesIO(head), False, True,  # type: ignore[arg-type]  # as above
                                       stop_when=lambda tag, vr, length: int(tag) in _PIXEL_TAGS)
             rows, columns = int(ds.get("Rows", 0) or 0), int(ds.get("Columns", 0) or 0)
             frames = int(ds.get("NumberOfFrames", 1) or 1)
@@ -382,7 +384,7 @@ def _check_fragments(elem, fileobj: BinaryIO, frames: int) -> None:
     else:
         return
     little = elem.is_little_endian if isinstance(elem, RawDataElement) else True
-    order = "little" if little else "big"
+    order: Literal["little", "big"] = "little" if little else "big"
     try:
         here = fileobj.tell()
         try:
@@ -403,7 +405,8 @@ def _check_fragments(elem, fileobj: BinaryIO, frames: int) -> None:
                               f"{frames} frames the header declares (each frame has its own)")
 
 
-def _count_items(fileobj: BinaryIO, start: int, order: str, frames: int) -> tuple[Optional[int], int]:
+def _count_items(fileobj: BinaryIO, start: int, order: Literal["little", "big"],
+                 frames: int) -> tuple[Optional[int], int]:
     """(Basic Offset Table length, fragments seen up to ``frames``), or (None, 0) if the
     value does not start with an item."""
     fileobj.seek(start)

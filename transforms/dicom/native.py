@@ -229,7 +229,7 @@ def decode_native(data, native: NativePixels, frame: Optional[int]) -> np.ndarra
             np.left_shift(samples, shift, out=samples)
             np.right_shift(samples, shift, out=samples)
             lo, hi = int(samples.min()), int(samples.max())
-    if native.slope is not None:
+    if native.slope is not None and native.intercept is not None:     # (set together)
         slope, intercept = native.slope, native.intercept
         lo, hi = sorted((lo * slope + intercept, hi * slope + intercept))
     out_dtype = np.dtype(fit_range(lo, hi, native.value_dtype) if count else native.value_dtype)

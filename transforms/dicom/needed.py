@@ -107,12 +107,13 @@ def converted_element(ds: Dataset, tag: int):
     character set and stores it, by way of Tag(), __setitem__'s checks and two more
     lookups of the element to read its VR, about 15 us. Anything else goes to ds[tag].
     """
-    elem = ds._dict[tag]
+    # (int tags: pydicom types Dataset._dict's keys as BaseTag, an int, which Tag() would make)
+    elem = ds._dict[tag]  # type: ignore[index]
     if not isinstance(elem, RawDataElement):
         return elem
     if elem.VR in _PURE_VRS and elem.value is not None and not (tag >> 16) & 1 \
             and tag != 0x00080005 and tag not in _PIXEL_TAG_INTS:
-        converted = ds._dict[tag] = convert_raw_data_element(
+        converted = ds._dict[tag] = convert_raw_data_element(  # type: ignore[index]
             elem, encoding=ds.original_character_set or ds._character_set, ds=ds)
         return converted
     return ds[tag]
@@ -145,7 +146,7 @@ def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettin
             warnings.simplefilter("ignore")
             encoding = _MISSING
             for tag in needed_tags(tuple(settings.keep_tags)):
-                elem = elements.get(tag)
+                elem = elements.get(tag)  # type: ignore[call-overload]  # an int tag, as above
                 if elem is None:
                     continue
                 if not isinstance(elem, RawDataElement):

@@ -35,7 +35,7 @@ from dcm2tfrecord.transforms.settings import DecodeSettings
 _JPEG_FAMILY = {uid.JPEGBaseline8Bit, uid.JPEGExtended12Bit, uid.JPEGLossless, uid.JPEGLosslessSV1}
 
 
-def _classify(exc: Exception) -> str:
+def _classify(exc: BaseException) -> str:
     # By the message, as no types exist: pydicom's pixel handlers and the decoder plugins
     # raise plain ValueError, RuntimeError or AttributeError for all of these (the reason
     # code only sorts the failure; DECODE_ERROR is the answer for anything else).
@@ -201,7 +201,7 @@ def modality_lut(arr: np.ndarray, ds: Dataset, target: Optional[str] = None) -> 
             if fitted is not None:
                 return fitted
             narrow = arr.dtype.itemsize <= 2 and abs(slope) <= 2 ** 14 and abs(intercept) <= 2 ** 29
-            out = arr.astype(np.int32 if narrow else np.int64)
+            out: np.ndarray = arr.astype(np.int32 if narrow else np.int64)
             if slope != 1:
                 out *= int(slope)
             if intercept:

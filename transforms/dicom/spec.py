@@ -78,6 +78,8 @@ def modality_range(ds: Dataset):
         return "float32"
     if "DoubleFloatPixelData" in ds:
         return "float64"
+    lo: float       # ints, or integer-valued floats after a rescale
+    hi: float
     lo, hi = stored_range(ds)
     if int_value(ds, "SamplesPerPixel", 1) == 1:
         if "ModalityLUTSequence" in ds:

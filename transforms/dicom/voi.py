@@ -99,12 +99,13 @@ def apply_window(values: np.ndarray, ds: Dataset, requested, bits: int = 8) -> t
         mapped = apply_voi_lut(values, ds, index=0, prefer_lut=True).astype(np.float64)
         top = float((1 << lut_bits) - 1)
         y_max = (1 << bits) - 1
-        out = np.clip(np.rint(mapped / top * y_max), 0, y_max).astype(np.uint8 if bits == 8 else np.uint16)
+        out: np.ndarray = np.clip(np.rint(mapped / top * y_max), 0, y_max).astype(np.uint8 if bits == 8 else np.uint16)
         used = {"source": "lut", "center": 0.0, "width": 0.0}
     else:
         if source == "auto":
             lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
             window = ((lo + hi + 1) / 2, max(hi - lo + 1, 2.0))
+        assert window is not None     # resolve_window: a window for every source but lut and auto
         out = linear_window(values, window[0], window[1], bits)
         used = {"source": source, "center": float(window[0]), "width": float(window[1])}
     if str(ds.get("PhotometricInterpretation", "")).upper() == "MONOCHROME1":

@@ -55,7 +55,7 @@ def labelled(record: ProbedRecord, raw: str, split: Optional[str], space, settin
                              f"label {raw!r} is not a valid {space.kind} label: {exc}")
     if settings.split_column:
         try:   # a split name becomes part of shard file names: never a path of its own
-            check_split_name(split or "", f"{settings.split_column} value for this record")
+            split = check_split_name(split or "", f"{settings.split_column} value for this record")
         except BadName as exc:
             return _not_labelled(record, reasons.FAILED, reasons.INVALID_SPLIT, str(exc))
         return dataclasses.replace(record, label=label, split=split)

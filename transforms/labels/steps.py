@@ -107,6 +107,7 @@ class LabelSpaceFn(beam.CombineFn):
 
 
 def _first_row_of_key(keyed, settings: ConversionSettings):
+    assert settings.labels_csv is not None     # a step of the --labels branch only
     first, rejected = labels_lib.first_row(keyed[1], settings.labels_csv)
     yield keyed[0], first
     for outcome in rejected:

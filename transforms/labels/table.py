@@ -199,7 +199,11 @@ def check_header(header: Sequence[str], uri: str) -> list[str]:
         raise LabelFileError(f"{uri}: the header holds a NUL byte; a labels CSV is text: save it "
                              "again as UTF-8 CSV")
     seen: set = set()
-    repeated = [n for n in names if n and (n in seen or seen.add(n))]
+    repeated = []
+    for n in filter(None, names):
+        if n in seen:
+            repeated.append(n)
+        seen.add(n)
     if repeated:
         raise LabelFileError(f"{uri}: column {repeated[0]!r} appears more than once in the header "
                              f"{names[:20]}; give each column one name")

@@ -22,7 +22,7 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
                   settings: DecodeSettings = DecodeSettings()):
     """(pixels (D, H, W, C) after values and geometry, metadata features) for one record."""
     native = record.native
-    if native is not None and record.kind == "dicom" and not record.members \
+    if isinstance(native, native_dicom.NativePixels) and record.kind == "dicom" and not record.members \
             and settings.dicom_values == "modality":
         pixels = native_dicom.decode_native(native_dicom.file_bytes(fileobj), native, record.frame)
         metadata = native_dicom.unpack_metadata(native.metadata, dicom_metadata.metadata_keys(settings))
@@ -60,12 +60,13 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
         slices.append(pixels)
         if metadata is None:
             metadata = dicom_metadata.metadata(ds, settings, window)
+    assert metadata is not None     # a series record has members
     metadata["dicom/slice_spacing"] = np.asarray([record.slice_spacing], dtype=np.float32)
     return _geometry_and_path(np.ascontiguousarray(np.concatenate(slices)), metadata, record, settings)
 
 
 def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
-                 settings: DecodeSettings = DecodeSettings()) -> tuple[bytes, str, tuple]:
+                 settings: DecodeSettings = DecodeSettings()) -> tuple[list, str, tuple]:
     """(serialized Example as parts, ``serialize_record_parts``; stored dtype; shape) for one
     probed record."""
     def decode():

@@ -68,7 +68,8 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
         raise ConversionError(reasons.TRUNCATED_FILE, "DICOM preamble, then the file ends before any element")
     if sniffed == sniff.MAYBE_DICOM and not dicom_content.looks_like_dicom(ds):
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
-    ds = header     # every keyword read below, each element converted once
+    # every keyword read below, each element converted once (HeaderValues stands in for the Dataset)
+    ds = header  # type: ignore[assignment]
     if not dicom_content.has_pixel_data(ds):
         sop = str(ds.get("SOPClassUID", "") or "unknown SOP class")
         raise ConversionError(reasons.NO_PIXEL_DATA, f"no pixel data ({sop})", skipped=True)

@@ -50,7 +50,7 @@ class BuildVolumes(beam.PTransform):
 
     def expand(self, records):
         files, slices = records | "HasSeries" >> beam.Partition(
-            lambda r, _: 1 if series_key(r) else 0, 2)
+            lambda r, _: 1 if series_key(r) else 0, 2)  # type: ignore[arg-type]  # Beam: WithTypeHints, or a callable
         built = (slices
                  | "KeyBySeries" >> beam.Map(lambda r: (series_key(r), r))
                  | "GroupBySeries" >> beam.GroupByKey()

@@ -22,7 +22,7 @@ _ORIENTATION_TOLERANCE = 1e-3
 _POSITION_TOLERANCE = 1e-3   # mm
 
 
-def _normal(orientation: Sequence[float]) -> np.ndarray:
+def _normal(orientation: Sequence[float] | np.ndarray) -> np.ndarray:
     row, col = np.asarray(orientation[:3], float), np.asarray(orientation[3:6], float)
     return np.cross(row, col)
 
@@ -33,8 +33,9 @@ def order_slices(slices: Sequence[ProbedRecord]) -> tuple[list[ProbedRecord], fl
     if len(shapes) > 1:
         raise ConversionError(reasons.SERIES_MIXED_SHAPES,
                               f"slices differ in shape/dtype: {sorted(shapes)[:4]}")
-    infos = [s.slice_info for s in slices]
-    have_geometry = all(i is not None and len(i.orientation) == 6 and len(i.position) == 3 for i in infos)
+    infos = [s.slice_info for s in slices if s.slice_info is not None]
+    complete = len(infos) == len(slices)     # then infos[k] is slices[k]'s
+    have_geometry = complete and all(len(i.orientation) == 6 and len(i.position) == 3 for i in infos)
     if have_geometry:
         first = np.asarray(infos[0].orientation)
         for info in infos[1:]:
@@ -53,7 +54,7 @@ def order_slices(slices: Sequence[ProbedRecord]) -> tuple[list[ProbedRecord], fl
                                   f"two slices at the same position ({duplicate} and its neighbour)")
         spacing = float(np.median(gaps)) if len(gaps) else 0.0
         return [k[2] for k in keyed], spacing
-    if all(i is not None and i.instance is not None for i in infos):
+    if complete and all(i.instance is not None for i in infos):
         numbers = [i.instance for i in infos]
         if len(set(numbers)) != len(numbers):
             raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from typing import Optional, Iterator
+from typing import Iterable, Optional, Iterator
 
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
@@ -96,6 +96,7 @@ def survey_local(patterns, max_files: int, max_bytes: int) -> Optional[tuple[int
         if "://" in pattern:
             return None
         pattern = pattern.rstrip("/") or "/"
+        paths: Iterable[str]
         if os.path.isdir(pattern):
             paths = _walk(pattern)
         else:
