@@ -26,7 +26,7 @@ Which values are needles (the rule):
   (modality, body part, manufacturer and model, photometric interpretation,
   view position, laterality, spacings, slice thickness, KVP, bits stored,
   rescale, window, transfer syntax) — the list is restated here from the
-  README, not imported from the code under test;
+  guide, not imported from the code under test;
 - except Coded String values (CS: defined terms of the standard such as
   ORIGINAL, PRIMARY, AXIAL — the same words in every hospital's files) and
   UIDs defined by the standard itself (root 1.2.840.10008: SOP classes,
