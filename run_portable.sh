@@ -4,8 +4,8 @@
 #   ./run_portable.sh --job_endpoint HOST:8099 --input /shared/archive --output /shared/datasets/ct \
 #       --id_salt_file /run/secrets/dcm2tfrecord-salt [--labels /shared/labels.csv ...]
 #
-# --job_endpoint is the Beam job server of your cluster (Flink's or Spark's, see README
-# "On your own cluster"); --job_endpoint embed runs Beam's own job service in this process
+# --job_endpoint is the Beam job server of your cluster (Flink's or Spark's, see
+# docs/OPERATIONS.md, "On your own cluster"); --job_endpoint embed runs Beam's own job service in this process
 # (to try the workers without a cluster). The SDK workers default to
 # --environment_type=EXTERNAL --environment_config=localhost:50000: a Beam worker pool
 # beside each task manager (python -m apache_beam.runners.worker.worker_pool_main

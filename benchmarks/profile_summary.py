@@ -44,7 +44,7 @@ def _short(frame: str) -> str:
     if not m:
         return frame
     path = m.group("file")
-    for marker in ("site-packages/", "/work/main/", "<frozen "):
+    for marker in ("site-packages/", REPO + os.sep, "<frozen "):
         if marker in path:
             path = path.split(marker, 1)[1]
     return f"{m.group('func')} ({path})"

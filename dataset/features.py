@@ -1,4 +1,4 @@
-"""The default record layout (DESIGN.md, "Record format").
+"""The default record layout (docs/ARCHITECTURE.md, "Record format").
 
 ``image_raw``/``label``/``height``/``width``/``channels`` keep the classic
 layout, so a textbook ``parse_single_example`` reader works on 8-bit output;

@@ -27,7 +27,7 @@ DASK_REFUSAL = ("--runner=DaskRunner is not supported: Beam's DaskRunner keeps o
                 "step, not per output (tagged outputs mix), recomputes side inputs (each file was "
                 "probed 13-15 times), computes only the last step and has no data parallelism "
                 "(Reshuffle does nothing there); run on your own cluster through Flink or Spark "
-                "instead (README, 'On your own cluster')")
+                "instead (docs/OPERATIONS.md, 'On your own cluster')")
 
 
 def check_runner(beam_args: Sequence[str]) -> None:

@@ -12,6 +12,7 @@ cannot clash with the training framework's.
     pip install ./reader_dist                 # RandomAccess, verify
     pip install "./reader_dist[tensorflow]"   # and reader.load
 
+README.md beside this file is the distribution's long description.
 The packages are the repository's own folders (``../dataset``, ``../reader``),
 not copies; the converter (``../setup.py``) depends on this distribution rather
 than shipping them again. tests/test_reader_dist.py installs it into a fresh venv.
@@ -35,6 +36,9 @@ setup(
     name="dcm2tfrecord-reader",
     version=VERSION,
     description="Read datasets written by dcm2tfrecord (tf.data and random access), without Beam.",
+    long_description=open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md"),
+                          encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # dcm2tfrecord is a namespace package (no __init__.py): this distribution and the
     # converter each install their own subpackages into it, neither owns a shared file.

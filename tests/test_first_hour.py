@@ -63,16 +63,18 @@ def test_verify_on_a_directory_that_is_not_a_dataset_is_a_usage_error(tmp_path, 
     assert "is not a dataset" in captured.err and "CORRUPT" not in captured.out + captured.err
 
 
-def _python_blocks(section: str) -> list[str]:
+def _python_blocks(section: str, doc: str = "README.md") -> list[str]:
+    """The ```python blocks of one ``## section`` of ``doc`` (a path from the repository root)."""
     import re
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    start = readme.index(f"## {section}\n")
-    end = readme.index("\n## ", start + 1)
-    return re.findall(r"```python\n(.*?)```", readme[start:end], flags=re.S)
+    text = open(os.path.join(os.path.dirname(__file__), "..", doc)).read()
+    start = text.index(f"## {section}\n")
+    end = text.find("\n## ", start + 1)
+    return re.findall(r"```python\n(.*?)```", text[start:end if end >= 0 else None], flags=re.S)
 
 
 def test_the_readme_reading_example_runs_as_written_on_the_demo_dataset(tmp_path, monkeypatch):
-    """./run_local.sh writes out/sample-uniform; the README's snippet trains on it as written."""
+    """./run_local.sh writes out/sample-uniform; the README's snippet and docs/READING.md's
+    first example train on it as written, and READING.md's slices example runs on it."""
     import tensorflow as tf
     from dcm2tfrecord.pipeline.demo import UNIFORM_OPTIONS
     from dcm2tfrecord.pipeline.sample_archive import build_sample_archive
@@ -80,17 +82,22 @@ def test_the_readme_reading_example_runs_as_written_on_the_demo_dataset(tmp_path
     run_convert(archive, tmp_path / "out" / "sample-uniform", **UNIFORM_OPTIONS)
     monkeypatch.chdir(tmp_path)
     classes = len(reader.info("out/sample-uniform").class_names)
-    model = tf.keras.Sequential([tf.keras.layers.Flatten(), tf.keras.layers.Dense(classes)])
-    model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    namespace = {"model": model}
-    snippet = _python_blocks("Reading")[0]
-    exec(compile(snippet, "README.md#reading", "exec"), namespace)
-    assert namespace["ds"].element_spec[0].dtype == namespace["val"].element_spec[0].dtype == tf.float32
-    assert namespace["ds"].element_spec[0].shape.as_list() == [None, 64, 64, 3]
-    history = model.history.history
-    assert len(history["loss"]) == 10 and len(history["val_loss"]) == 10
+    ran = {}
+    for doc, section in (("README.md", "Reading"), ("docs/READING.md", "Reading with tf.data")):
+        model = tf.keras.Sequential([tf.keras.layers.Flatten(), tf.keras.layers.Dense(classes)])
+        model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        namespace = ran[doc] = {"model": model}
+        exec(compile(_python_blocks(section, doc)[0], f"{doc}#reading", "exec"), namespace)
+        assert namespace["ds"].element_spec[0].dtype == namespace["val"].element_spec[0].dtype == tf.float32
+        assert namespace["ds"].element_spec[0].shape.as_list() == [None, 64, 64, 3]
+        history = model.history.history
+        assert len(history["loss"]) == 10 and len(history["val_loss"]) == 10, doc
+    # the README's random-access lines ran on the same dataset
+    assert ran["README.md"]["image"].shape == (64, 64, 3)
+    assert 0 <= int(ran["README.md"]["label"]) < classes
     slices = {}
-    exec(compile(_python_blocks("Reading")[1], "README.md#slices", "exec"), slices)
+    exec(compile(_python_blocks("Slices, class names and NumPy", "docs/READING.md")[0],
+                 "docs/READING.md#slices", "exec"), slices)
     assert slices["names"] and set(slices["names"]) <= set(slices["info"].class_names)
     assert len(slices["folds"]) == 5
 

@@ -126,7 +126,7 @@ def test_gs_to_gs_same_bytes_as_local(converted):
     local_m, local_inputs, local_labels, local_source = manifest(local)
     gs_m, gs_inputs, gs_labels, gs_source = manifest(copy)
     gs_archive = converted["gs_out"].rsplit("/", 2)[0] + "/archive"
-    # locations recorded as scheme, bucket and a keyed hash (README, "Patient safety")
+    # locations recorded as scheme, bucket and a keyed hash (docs/CONVERTING.md, "Patient safety")
     assert gs_inputs == [recorded_location(gs_archive, TEST_SALT)]
     assert gs_inputs[0].startswith(gs_archive.split("/archive")[0] + "/<hmac:")
     assert gs_labels == gs_source == recorded_location(converted["gs_labels"], TEST_SALT)

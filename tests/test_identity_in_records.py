@@ -1,11 +1,11 @@
-"""No identity in the records, asserted on their structure (README, "Patient safety").
+"""No identity in the records, asserted on their structure (docs/CONVERTING.md, "Patient safety").
 
 tests/test_no_identity_in_outputs.py searches every written byte for long
 values; a byte search cannot look for short values ("F", "066Y") or Coded
 Strings (they occur in pixel bytes and in the standard's own words). This
 test reads each record as a tf.train.Example instead and asserts:
 
-- the set of dicom/* features is exactly the README's allowlist, the *_hash
+- the set of dicom/* features is exactly docs/CONVERTING.md's allowlist, the *_hash
   features and the --keep_tags asked for (restated here, not imported);
 - no value of any text element outside the allowlist (CS and short values
   included: PatientSex "F", PatientAge "066Y", ImageType's "ORIGINAL"), file
@@ -37,7 +37,7 @@ from tests.test_no_identity_in_outputs import STANDARD_UID_ROOT, TEXT_VRS, _iden
 SALT = "identity-structure-salt"
 TEMPLATES = ("CT_small.dcm", "MR_small.dcm", "rtdose.dcm", "JPEG2000.dcm", "MR_small_RLE.dcm",
              "SC_rgb_rle.dcm", "SC_rgb_jpeg_gdcm.dcm")
-# README, "Patient safety": what reaches dicom/ by default (feature names as dataset.json lists them)
+# docs/CONVERTING.md, "Patient safety": what reaches dicom/ by default (feature names as dataset.json lists them)
 ALLOWLIST = {
     "modality": "Modality", "body_part_examined": "BodyPartExamined", "manufacturer": "Manufacturer",
     "manufacturer_model_name": "ManufacturerModelName",
@@ -142,7 +142,7 @@ def test_records_hold_exactly_the_allowlist_and_no_other_value(archive, tmp_path
     assert len(seen) == len(TEMPLATES)
 
 
-# README: "record ids are salted hashes of them" (the paths relative to the input root);
+# docs/CONVERTING.md: "record ids are salted hashes of them" (the paths relative to the input root);
 # the key is restated here, not imported from the code under test
 RECORD_ID_KEY = b"dcm2tfrecord/record-id/v1"
 

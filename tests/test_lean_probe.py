@@ -135,7 +135,7 @@ def _pydicom_files() -> list[tuple[str, bytes]]:
 
 
 # pydicom's test files whose probe outcome changed with the integrity checks (issue 25), and
-# why (README changelog): files cut short, and header-only stubs of image objects (an image
+# why (CHANGELOG.md): files cut short, and header-only stubs of image objects (an image
 # SOP class, no pixel data: the 50 CT stubs of dicomdirtests/TINY_ALPHA and three below),
 # once skipped as no_pixel_data.
 CHANGED_PYDICOM_FILES = {
@@ -151,7 +151,7 @@ TINY_ALPHA_STUBS = "dicomdirtests/TINY_ALPHA/PT000000/ST000000/SE000000/IM0000"
 @pytest.mark.parametrize("mode", sorted(SETTINGS))
 def test_every_pydicom_test_file_probes_as_before(mode):
     outcomes, changed = _check_same(_pydicom_files(), SETTINGS[mode])
-    # the README changelog says so: no pydicom test file's outcome changes by issue 27; by
+    # CHANGELOG.md says so: no pydicom test file's outcome changes by issue 27; by
     # issue 25 those of CHANGED_PYDICOM_FILES and the TINY_ALPHA stubs do
     changed = {n: (r[:1] if r[0] == "record" else r[:2], c[:2]) for n, (r, c) in changed.items()}
     stubs = {n: c for n, c in changed.items() if n.startswith(TINY_ALPHA_STUBS)}

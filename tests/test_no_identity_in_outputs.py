@@ -1,4 +1,5 @@
-"""No patient identity in any byte a run writes, whatever the options (README, "Patient safety").
+"""No patient identity in any byte a run writes, whatever the options
+(docs/CONVERTING.md, "Patient safety").
 
 The needles come from the inputs themselves, not from a hand-picked list:
 every string value of every element of every input DICOM (file meta and
@@ -12,7 +13,7 @@ The haystack is every file the run writes: everything under ``--output``
 (hidden folders, versions, ``LATEST``, ``*.records.json``, a failed run's
 ``run_failed.json``) and the ``--summary_json`` file, searched as UTF-8 and
 UTF-16 (both byte orders). One part is excluded by design: the ``uri`` of
-each ``errors.jsonl`` line, which the README says names the failing source
+each ``errors.jsonl`` line, which docs/CONVERTING.md says names the failing source
 file on purpose, for the operator (not training data; the reader never opens
 it). Every other field of those lines is searched.
 
@@ -21,11 +22,11 @@ Which values are needles (the rule):
   each value of a multi-valued element, and each component of a person name;
 - except values shorter than ``MIN_NEEDLE`` characters ("1", "CT", "F"): they
   identify no one and occur by chance in pixel bytes;
-- except the attributes the README lists as written by design under ``dicom/``
+- except the attributes docs/CONVERTING.md lists as written by design under ``dicom/``
   (modality, body part, manufacturer and model, photometric interpretation,
   view position, laterality, spacings, slice thickness, KVP, bits stored,
   rescale, window, transfer syntax) — the list is restated here from the
-  README, not imported from the code under test;
+  guide, not imported from the code under test;
 - except Coded String values (CS: defined terms of the standard such as
   ORIGINAL, PRIMARY, AXIAL — the same words in every hospital's files) and
   UIDs defined by the standard itself (root 1.2.840.10008: SOP classes,
@@ -50,7 +51,7 @@ from tests.test_crash_safety import _files
 SALT = "phi-test-salt-7d1e0c9b"
 MIN_NEEDLE = 4
 TEXT_VRS = frozenset("AE AS CS DA DS DT IS LO LT PN SH ST TM UC UI UR UT".split())
-# README, "Patient safety": the attributes written under dicom/ by default.
+# docs/CONVERTING.md, "Patient safety": the attributes written under dicom/ by default.
 WRITTEN_BY_DESIGN = frozenset((
     "Modality", "BodyPartExamined", "Manufacturer", "ManufacturerModelName",
     "PhotometricInterpretation", "ViewPosition", "Laterality", "ImageLaterality",

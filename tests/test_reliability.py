@@ -371,7 +371,7 @@ def test_a_salt_file_that_is_not_a_regular_file_is_refused_at_once_in_one_line(t
 
 
 def test_the_whole_salt_file_is_the_salt_up_to_its_documented_maximum(tmp_path):
-    """Surrounding whitespace is removed (the README says so), inner whitespace kept, every byte
+    """Surrounding whitespace is removed (docs/CONVERTING.md says so), inner whitespace kept, every byte
     up to MAX_SALT_BYTES counts; a larger file and text that is not UTF-8 are refused, never cut."""
     from dcm2tfrecord.transforms.settings import MAX_SALT_BYTES, SaltFileError, read_salt_file
     path = tmp_path / "salt"
@@ -389,8 +389,8 @@ def test_the_whole_salt_file_is_the_salt_up_to_its_documented_maximum(tmp_path):
     path.write_text(" \n")
     with pytest.raises(SaltFileError, match="is empty"):
         read_salt_file(str(path))
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    assert "surrounding whitespace" in readme and f"{MAX_SALT_BYTES // 1024} KiB" in readme
+    guide = open(os.path.join(ROOT, "docs", "CONVERTING.md")).read()
+    assert "surrounding whitespace" in guide and f"{MAX_SALT_BYTES // 1024} KiB" in guide
 
 
 # ---------------------------------------------------------------- 3. a storage outage

@@ -1,6 +1,7 @@
 """The shard planner over random record sizes and bounds (hypothesis).
 
-The README's promise: every shard lies within [--min_shard_mb, --max_shard_mb]
+docs/CONVERTING.md's promise ("Concepts", *Shard*): every shard lies within
+[--min_shard_mb, --max_shard_mb]
 (a split smaller than the minimum is one shard), a shard of a single record
 being the only allowed excess over the maximum (in a run a record above the
 maximum fails as record_too_large before planning; the planner is given such

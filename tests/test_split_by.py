@@ -3,8 +3,8 @@
 The archive holds patients with several studies, each with several series,
 each with several slices; then patient-less studies (PatientID removed),
 study-less series (PatientID and StudyInstanceUID removed) and bare files
-(no PatientID, study or series). README: "a DICOM without the identifier
-falls back to the next finer one" — patient -> study -> series -> record.
+(no PatientID, study or series). docs/CONVERTING.md (`--split_by`): "a DICOM without
+the identifier falls back to the next finer one" — patient -> study -> series -> record.
 
 For each --split_by value the test reads every record back with its split
 and its hashed identifiers (``dicom/*_hash``), and checks that every group —

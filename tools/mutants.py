@@ -1,4 +1,4 @@
-"""Plants one-line mutants in the modules that carry the README's promises and runs
+"""Plants one-line mutants in the modules that carry the documented promises and runs
 the tests that should catch each; prints per module how many were killed and which
 survived.
 

@@ -2,7 +2,7 @@
 
 Reading into memory once gives the decoders a fast seekable buffer (pydicom
 and Pillow seek a lot) and makes the size check free; memory stays bounded
-by the largest file, which DESIGN.md allows.
+by the largest file (docs/ARCHITECTURE.md, "Bounded memory").
 """
 from __future__ import annotations
 
