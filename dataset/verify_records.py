@@ -16,7 +16,8 @@ from typing import Optional
 import numpy as np
 
 from dcm2tfrecord.dataset.manifest import MAX_SHAPES, label_count_keys
-from dcm2tfrecord.dataset.names import GZIP_SUFFIX, MANIFEST_NAME
+from dcm2tfrecord.dataset import file_adapters
+from dcm2tfrecord.dataset.names import MANIFEST_NAME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Problem:
         if self.record is not None:
             where += f": record {self.record}"
         if self.offset is not None:
-            stream = "uncompressed byte" if self.file.endswith(GZIP_SUFFIX) else "byte"
+            stream = file_adapters.of_file(self.file).offset_unit
             where += f" at {stream} {self.offset}"
         return f"{where}: {self.message}"
 

@@ -3,14 +3,13 @@ schema, size and sha256), its ``.idx``, and its entry in dataset.json."""
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
-import zlib
 from typing import BinaryIO, Optional
 
+from dcm2tfrecord.dataset import file_adapters
 from dcm2tfrecord.dataset.example import ProtoError, decode_example
 from dcm2tfrecord.dataset.files import read_json
-from dcm2tfrecord.dataset.names import GZIP_SUFFIX, index_file_name, records_file_name
+from dcm2tfrecord.dataset.names import index_file_name, records_file_name
 from dcm2tfrecord.dataset.storage import FileSystems
 from dcm2tfrecord.dataset.tfrecord import HEADER_BYTES, FramingError, parse_index, read_records
 from dcm2tfrecord.dataset.verify_records import Problem, RecordStats, check_example, id_bytes
@@ -57,9 +56,10 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
     except Exception as exc:
         check.problems.append(Problem(name, f"cannot be opened: {exc}"))
         return check
+    adapter = file_adapters.of_file(name)
     with raw:
         hashing = _HashingReader(raw)
-        stream = gzip.GzipFile(fileobj=hashing, mode="rb") if name.endswith(GZIP_SUFFIX) else hashing
+        stream = adapter.open_reader(hashing)  # type: ignore[arg-type]
         try:
             for framed in read_records(stream):
                 check.records += 1
@@ -85,10 +85,10 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
                     check.stats.add(summary)
         except FramingError as exc:
             check.problems.append(Problem(name, str(exc), exc.record, exc.offset))
-        except (OSError, EOFError, zlib.error) as exc:   # gzip: bad header, CRC, truncation
+        except adapter.stream_errors as exc:   # e.g. gzip: bad header, CRC, truncation
             record = len(check.index)
             offset = check.index[-1][0] + check.index[-1][1] if check.index else 0
-            check.problems.append(Problem(name, f"gzip stream is corrupt: {exc}", record, offset))
+            check.problems.append(Problem(name, f"{adapter.name} stream is corrupt: {exc}", record, offset))
         try:
             hashing.drain()
         except OSError as exc:
