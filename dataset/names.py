@@ -54,7 +54,7 @@ SHARD_GLOB = "*" + SHARD_SUFFIX + "*"      # shards and every file named after o
 _VERSION = re.compile(r"^\d{4,}$")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _shard_pattern(suffixes: tuple[str, ...]) -> re.Pattern:
     """Shard names, with any of the registered containers' suffixes."""
     after = "|".join(re.escape(s) for s in suffixes)
