@@ -10,7 +10,7 @@ import uuid
 from apache_beam.io.filesystems import FileSystems
 
 from dcm2tfrecord.dataset import versions
-from dcm2tfrecord.dataset.manifest import Manifest, read_manifest
+from dcm2tfrecord.dataset.manifest import Manifest, NewerFormatError, read_manifest
 from dcm2tfrecord.dataset.files import create_output, delete_tree, remove_empty_incomplete_dir
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, LOCK_NAME,
                            MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, VERSIONS_DIR, files_of_shard,
@@ -125,7 +125,10 @@ def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, vers
     if latest is None:
         base = versions.BaseVersion("", ())
     else:
-        previous = with_new_options(read_manifest(versions.version_dir(root, latest)))
+        try:
+            previous = with_new_options(read_manifest(versions.version_dir(root, latest)))
+        except NewerFormatError as exc:
+            raise UsageError(f"--incremental cannot build on version {latest}: {exc}") from None
         base = versions.base_version(root, latest, previous, opts.recorded(), PLACEMENT_OPTIONS)
         if base.rebuild_reason:
             logging.getLogger(__name__).warning("%s: no shard of version %s is reused",

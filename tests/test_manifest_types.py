@@ -181,3 +181,16 @@ def test_core_feature_names_are_spelled_only_in_dataset_features():
     # "channels" is also the --channels option's name
     stray = [s for s in stray if not s.startswith(os.path.join("pipeline", "option_table.py"))]
     assert not stray, f"feature names spelled outside dataset/features.py: {stray}"
+
+
+def test_an_incremental_run_refuses_to_build_on_a_newer_version(tmp_path):
+    from dcm2tfrecord.pipeline.usage import UsageError
+    write_png_archive(tmp_path / "archive", 3, 8, 8)
+    root = tmp_path / "root"
+    run_convert(tmp_path / "archive", root, incremental=True)
+    path = root / "versions" / "0001" / "dataset.json"
+    manifest = json.loads(path.read_text())
+    manifest["format_version"] = NEWER
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(UsageError, match=f"^--incremental cannot build on version 0001: {path} {REFUSAL}"):
+        run_convert(tmp_path / "archive", root, incremental=True)
