@@ -12,21 +12,36 @@ import numpy as np
 
 from dcm2tfrecord.dataset.example import encode_example_parts
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1        # dataset.json's; a reader refuses a newer one (dataset/manifest.py)
 ENCODING_RAW = "raw"
 
+# Feature names: every module spells them through these.
+IMAGE_RAW = "image_raw"
+LABEL = "label"
+HEIGHT = "height"
+WIDTH = "width"
+CHANNELS = "channels"
+DEPTH = "depth"
+DTYPE = "dtype"
+ENCODING = "encoding"
+ID = "id"
+FORMAT = "format"
+SOURCE_PATH = "source_path"
+DICOM_PREFIX = "dicom/"       # dicom/<keyword> metadata features
+SHAPE_FEATURES = (DEPTH, HEIGHT, WIDTH, CHANNELS)     # the order of a record's [d, h, w, c]
+
 CORE_FEATURES = {
-    "image_raw": {"dtype": "bytes", "shape": [], "encoding": ENCODING_RAW,
-                  "description": "pixels, little-endian, row-major [depth, height, width, channels]"},
-    "label": {"dtype": "int64", "shape": [], "description": "class index, -1 when unlabeled"},
-    "height": {"dtype": "int64", "shape": []},
-    "width": {"dtype": "int64", "shape": []},
-    "channels": {"dtype": "int64", "shape": []},
-    "depth": {"dtype": "int64", "shape": [], "description": "frames or slices; 1 for 2-D"},
-    "dtype": {"dtype": "bytes", "shape": [], "description": "numpy dtype name of image_raw"},
-    "encoding": {"dtype": "bytes", "shape": [], "description": "raw"},
-    "id": {"dtype": "bytes", "shape": [], "description": "keyed hash of the source path"},
-    "format": {"dtype": "bytes", "shape": [], "description": "dicom or image"},
+    IMAGE_RAW: {"dtype": "bytes", "shape": [], "encoding": ENCODING_RAW,
+                "description": "pixels, little-endian, row-major [depth, height, width, channels]"},
+    LABEL: {"dtype": "int64", "shape": [], "description": "class index, -1 when unlabeled"},
+    HEIGHT: {"dtype": "int64", "shape": []},
+    WIDTH: {"dtype": "int64", "shape": []},
+    CHANNELS: {"dtype": "int64", "shape": []},
+    DEPTH: {"dtype": "int64", "shape": [], "description": "frames or slices; 1 for 2-D"},
+    DTYPE: {"dtype": "bytes", "shape": [], "description": "numpy dtype name of image_raw"},
+    ENCODING: {"dtype": "bytes", "shape": [], "description": "raw"},
+    ID: {"dtype": "bytes", "shape": [], "description": "keyed hash of the source path"},
+    FORMAT: {"dtype": "bytes", "shape": [], "description": "dicom or image"},
 }
 SOURCE_PATH_FEATURE = {"dtype": "bytes", "shape": [], "description": "--keep_source_path"}
 
@@ -52,16 +67,16 @@ def serialize_record_parts(pixels: np.ndarray, record_id: str, kind: str, label=
     stay a view of ``pixels``, uncopied, for the shard writer to frame and write."""
     depth, height, width, channels = pixels.shape
     features: dict = {
-        "image_raw": pixels.data.cast("B"),     # memoryview(pixels)
-        "label": _label_feature(label),
-        "height": height,
-        "width": width,
-        "channels": channels,
-        "depth": depth,
-        "dtype": pixels.dtype.newbyteorder("=").name,
-        "encoding": ENCODING_RAW,
-        "id": record_id,
-        "format": kind,
+        IMAGE_RAW: pixels.data.cast("B"),
+        LABEL: _label_feature(label),
+        HEIGHT: height,
+        WIDTH: width,
+        CHANNELS: channels,
+        DEPTH: depth,
+        DTYPE: pixels.dtype.newbyteorder("=").name,
+        ENCODING: ENCODING_RAW,
+        ID: record_id,
+        FORMAT: kind,
     }
     if metadata:
         features.update(metadata)

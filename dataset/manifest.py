@@ -13,13 +13,14 @@ so the same input gives a byte-identical manifest.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset import file_adapters, reasons
 from dcm2tfrecord.dataset.errors import FormatError, OutputError
-from dcm2tfrecord.dataset.features import CORE_FEATURES, FORMAT_VERSION
+from dcm2tfrecord.dataset.features import CORE_FEATURES, FORMAT_VERSION, LABEL
 from dcm2tfrecord.dataset.files import read_json, write_atomically
 from dcm2tfrecord.dataset.names import ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, index_file_name
 from dcm2tfrecord.dataset.results import Outcome, ShardResult
@@ -28,6 +29,243 @@ from dcm2tfrecord.dataset.storage import FileSystems
 # Distinct [depth, height, width, channels] shapes listed: per shard by the writer, per split in
 # dataset.json, per split by verify. Beyond it a split is simply not fixed-shape.
 MAX_SHAPES = 16
+
+
+# ---------------------------------------------------------------- the types
+
+
+Json = Any      # a value json.loads returns
+
+
+class _Bad(Exception):
+    """A value of dataset.json of the wrong kind; becomes a ManifestError naming the file."""
+
+
+def _whole(value: Json, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Bad(f"{what} is {value!r}, not a whole number")
+    return value
+
+
+def _maybe_whole(value: Json, what: str) -> Optional[int]:
+    return None if value is None else _whole(value, what)
+
+
+def _text(value: Json, what: str) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f"{what} is {value!r}, not a string")
+    return value
+
+
+def _object(value: Json, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise _Bad(f"{what} is not a JSON object")
+    return value
+
+
+def _list(value: Json, what: str) -> list:
+    if not isinstance(value, list):
+        raise _Bad(f"{what} is not a JSON list")
+    return value
+
+
+def _extra(data: Mapping[str, Json], known: tuple[str, ...]) -> dict:
+    """The keys this code does not know (an older or newer writer's), kept to be written back."""
+    return {k: v for k, v in data.items() if k not in known}
+
+
+def _present(**fields: Json) -> dict:
+    """The fields that are there: an optional one that is None was absent, and stays so."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardEntry:
+    """One shard of a split, as dataset.json lists it.
+
+    ``index_file``, ``num_bytes`` and ``sha256`` are None where a manifest
+    (written by hand) leaves them out; :attr:`index` is the index file either way.
+    """
+    file: str
+    num_records: int
+    index_file: Optional[str] = None
+    num_bytes: Optional[int] = None
+    sha256: Optional[str] = None
+    extra: Mapping[str, Json] = dataclasses.field(default_factory=dict)
+
+    KEYS = ("file", "num_records", "index_file", "num_bytes", "sha256")
+
+    @property
+    def index(self) -> str:
+        """The ``.idx`` file of the shard, relative like ``file``."""
+        return self.index_file or index_file_name(self.file)
+
+    @classmethod
+    def from_json(cls, data: Json, where: str = "a shard") -> ShardEntry:
+        data = _object(data, where)
+        if "file" not in data or "num_records" not in data:
+            raise _Bad(f"{where} has no {'file' if 'file' not in data else 'num_records'!r}")
+        return cls(file=_text(data["file"], f"{where}: file"),
+                   num_records=_whole(data["num_records"], f"{where}: num_records"),
+                   index_file=None if data.get("index_file") is None
+                   else _text(data["index_file"], f"{where}: index_file"),
+                   num_bytes=_maybe_whole(data.get("num_bytes"), f"{where}: num_bytes"),
+                   sha256=None if data.get("sha256") is None else _text(data["sha256"], f"{where}: sha256"),
+                   extra=_extra(data, cls.KEYS))
+
+    def to_json(self) -> dict:
+        return {**self.extra, "file": self.file, "num_records": self.num_records,
+                **_present(index_file=self.index_file, num_bytes=self.num_bytes, sha256=self.sha256)}
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitEntry:
+    """One split of dataset.json: its totals, what its records look like, and its shards in order.
+
+    ``num_bytes``, ``num_shards``, ``label_counts`` and ``num_groups`` are None where a
+    manifest leaves them out (``verify`` says so); ``shapes`` are
+    ``(depth, height, width, channels)``.
+    """
+    num_records: int
+    shards: tuple[ShardEntry, ...] = ()
+    num_bytes: Optional[int] = None
+    num_shards: Optional[int] = None
+    dtypes: tuple[str, ...] = ()
+    shapes: tuple[tuple[int, ...], ...] = ()
+    fixed_shape: bool = False
+    max_depth: int = 1
+    label_counts: Optional[Mapping[str, int]] = None
+    num_groups: Optional[int] = None
+    extra: Mapping[str, Json] = dataclasses.field(default_factory=dict)
+
+    KEYS = ("num_records", "shards", "num_bytes", "num_shards", "dtypes", "shapes", "fixed_shape",
+            "max_depth", "label_counts", "num_groups")
+
+    @property
+    def shard_records(self) -> list[int]:
+        return [s.num_records for s in self.shards]
+
+    @classmethod
+    def from_json(cls, data: Json, where: str = "a split") -> SplitEntry:
+        data = _object(data, where)
+        if "num_records" not in data:
+            raise _Bad(f"{where} has no 'num_records'")
+        shards = _list(data.get("shards", []), f"{where}: shards")
+        shapes = _list(data.get("shapes") or [], f"{where}: shapes")
+        label_counts = data.get("label_counts")
+        return cls(
+            num_records=_whole(data["num_records"], f"{where}: num_records"),
+            shards=tuple(ShardEntry.from_json(s, f"{where}: shard {i}") for i, s in enumerate(shards)),
+            num_bytes=_maybe_whole(data.get("num_bytes"), f"{where}: num_bytes"),
+            num_shards=_maybe_whole(data.get("num_shards"), f"{where}: num_shards"),
+            dtypes=tuple(_text(d, f"{where}: a dtype") for d in _list(data.get("dtypes") or [], f"{where}: dtypes")),
+            shapes=tuple(tuple(_whole(x, f"{where}: a shape") for x in _list(shape, f"{where}: a shape"))
+                         for shape in shapes),
+            fixed_shape=bool(data.get("fixed_shape", False)),
+            max_depth=_whole(data.get("max_depth", 1), f"{where}: max_depth"),
+            label_counts=None if label_counts is None else {
+                str(k): _whole(v, f"{where}: label_counts[{k!r}]")
+                for k, v in _object(label_counts, f"{where}: label_counts").items()},
+            num_groups=_maybe_whole(data.get("num_groups"), f"{where}: num_groups"),
+            extra=_extra(data, cls.KEYS))
+
+    def to_json(self) -> dict:
+        return {**self.extra, "num_records": self.num_records, "shards": [s.to_json() for s in self.shards],
+                "dtypes": list(self.dtypes), "shapes": [list(s) for s in self.shapes],
+                "fixed_shape": self.fixed_shape, "max_depth": self.max_depth,
+                **_present(num_bytes=self.num_bytes, num_shards=self.num_shards,
+                           label_counts=None if self.label_counts is None else dict(self.label_counts),
+                           num_groups=self.num_groups)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """dataset.json, typed: what :func:`build_manifest` writes and :func:`parse_manifest` reads.
+
+    The blocks beyond the splits (``features``: name -> description;
+    ``counts``, ``options``, ``labels``, ``groups``, ``min_shards``,
+    ``incremental``, ``tool``) are the JSON objects as written; an optional
+    one is None when absent. Keys this code does not know stay in ``extra``
+    and are written back by :meth:`to_json`.
+    """
+    splits: Mapping[str, SplitEntry]
+    features: Mapping[str, Mapping[str, Json]] = dataclasses.field(default_factory=dict)
+    format_version: Optional[int] = None
+    tool: Optional[Mapping[str, Json]] = None
+    counts: Optional[Mapping[str, Json]] = None
+    errors_file: Optional[str] = None
+    options: Optional[Mapping[str, Json]] = None
+    labels: Optional[Mapping[str, Json]] = None
+    groups: Optional[Mapping[str, Json]] = None
+    min_shards: Optional[Mapping[str, Json]] = None
+    incremental: Optional[Mapping[str, Json]] = None
+    extra: Mapping[str, Json] = dataclasses.field(default_factory=dict)
+
+    KEYS = ("splits", "features", "format_version", "tool", "counts", "errors_file", "options", "labels",
+            "groups", "min_shards", "incremental")
+
+    @property
+    def split_names(self) -> list[str]:
+        return sorted(self.splits)
+
+    @property
+    def compression(self) -> str:
+        """The ``--compression`` it was written with (``options.compression``), else "none"."""
+        value = (self.options or {}).get("compression")
+        return value if isinstance(value, str) else file_adapters.DEFAULT
+
+    @property
+    def adapter(self) -> file_adapters.FileAdapter:
+        """The container its shards are in (dataset/file_adapters.py)."""
+        return file_adapters.of_dataset(self.options, [s.file for e in self.splits.values() for s in e.shards])
+
+    @property
+    def class_names(self) -> list[str]:
+        """Label index -> class name (empty when labels are numbers or absent)."""
+        return list((self.labels or {}).get("class_names") or [])
+
+    @property
+    def label_kind(self) -> str:
+        return str((self.labels or {}).get("kind") or "none")
+
+    def feature(self, name: str, default: Optional[Mapping[str, Json]] = None) -> Mapping[str, Json]:
+        """The description of feature ``name`` (``{}`` or ``default`` when not declared)."""
+        return self.features.get(name, default if default is not None else {})
+
+    @classmethod
+    def from_json(cls, data: Json, path: str = MANIFEST_NAME) -> Manifest:
+        """The parsed JSON of dataset.json, typed; ManifestError naming ``path`` when it is not a
+        dcm2tfrecord manifest, is newer than this code reads, or holds a value of the wrong kind."""
+        if not isinstance(data, dict):
+            raise ManifestError(path, "is not a JSON object")
+        check_format_version(data.get("format_version"), path)
+        if not isinstance(data.get("splits"), dict):
+            raise ManifestError(path, "is not a dcm2tfrecord manifest (no 'splits' object); restore it, "
+                                      "or convert again")
+        try:
+            optional = {key: None if data.get(key) is None else _object(data[key], repr(key))
+                        for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
+                                    "incremental")}
+            return cls(
+                splits={str(name): SplitEntry.from_json(entry, f"split {name!r}")
+                        for name, entry in data["splits"].items()},
+                features={str(k): _object(v, f"feature {k!r}")
+                          for k, v in _object(data.get("features") or {}, "'features'").items()},
+                format_version=data.get("format_version"),
+                errors_file=None if data.get("errors_file") is None else _text(data["errors_file"], "errors_file"),
+                extra=_extra(data, cls.KEYS), **optional)
+        except _Bad as exc:
+            raise ManifestError(path, f"is not a readable dcm2tfrecord manifest: {exc}; restore it, "
+                                      "or convert again") from None
+
+    def to_json(self) -> dict:
+        """The object dataset.json holds (:func:`encode_manifest` writes it with sorted keys)."""
+        return {**self.extra, "splits": {name: entry.to_json() for name, entry in self.splits.items()},
+                "features": {k: dict(v) for k, v in self.features.items()},
+                **_present(format_version=self.format_version, errors_file=self.errors_file,
+                           **{key: None if getattr(self, key) is None else dict(getattr(self, key))
+                              for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
+                                          "incremental")})}
 
 
 def label_count_keys(label) -> list[str]:
@@ -40,7 +278,7 @@ def label_count_keys(label) -> list[str]:
     return [str(label) if label != -1 else "unlabeled"]
 
 
-def _split_entry(shards: list[ShardResult]) -> dict:
+def _split_entry(shards: list[ShardResult], num_groups: int) -> SplitEntry:
     shapes: list = []
     for shard in shards:
         for shape in shard.shapes:
@@ -49,19 +287,19 @@ def _split_entry(shards: list[ShardResult]) -> dict:
     labels: Counter = Counter()
     for shard in shards:
         labels.update(dict(shard.label_counts))
-    return {
-        "num_records": sum(s.num_records for s in shards),
-        "num_bytes": sum(s.num_bytes for s in shards),
-        "num_shards": len(shards),
-        "dtypes": sorted({d for s in shards for d in s.dtypes}),
-        "shapes": sorted(shapes)[:MAX_SHAPES],
-        "fixed_shape": len(shapes) == 1,
-        "max_depth": max((s.max_depth for s in shards), default=1),
-        "label_counts": {str(k): v for k, v in sorted(labels.items())},
-        "shards": [{"file": s.file, "index_file": index_file_name(s.file), "num_records": s.num_records,
-                    "num_bytes": s.num_bytes, "sha256": s.sha256}
-                   for s in sorted(shards, key=lambda s: (s.file, s.index))],
-    }
+    return SplitEntry(
+        num_records=sum(s.num_records for s in shards),
+        num_bytes=sum(s.num_bytes for s in shards),
+        num_shards=len(shards),
+        dtypes=tuple(sorted({d for s in shards for d in s.dtypes})),
+        shapes=tuple(tuple(shape) for shape in sorted(shapes)[:MAX_SHAPES]),
+        fixed_shape=len(shapes) == 1,
+        max_depth=max((s.max_depth for s in shards), default=1),
+        label_counts={str(k): v for k, v in sorted(labels.items())},
+        num_groups=num_groups,
+        shards=tuple(ShardEntry(file=s.file, index_file=index_file_name(s.file), num_records=s.num_records,
+                                num_bytes=s.num_bytes, sha256=s.sha256)
+                     for s in sorted(shards, key=lambda s: (s.file, s.index))))
 
 
 NO_LABELS_FEATURE = {"dtype": "int64", "shape": [], "description": "-1: unlabeled"}
@@ -90,8 +328,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
                    splits_sharing_groups: Sequence[str] = (),
                    min_shards: Optional[Mapping[str, tuple[int, int]]] = None,
                    base_version: Optional[tuple[str, str]] = None,
-                   written_also_failed: int = 0) -> dict:
-    """dataset.json content.
+                   written_also_failed: int = 0) -> Manifest:
+    """dataset.json content (``.to_json()`` is the object written).
 
     ``features``: the features beyond CORE_FEATURES (``dicom/*``, ``source_path``);
     ``labels``: a :func:`labels_block`; ``split_by``, ``num_groups`` (per split) and
@@ -115,7 +353,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     extra: dict = {}
     if labels is not None:
         extra["labels"] = dict(labels)
-        all_features["label"] = extra["labels"].pop("feature")
+        all_features[LABEL] = extra["labels"].pop("feature")
     if split_by is not None:
         extra["groups"] = {"split_by": split_by, "num_groups": dict(sorted((num_groups or {}).items())),
                            "groups_in_several_splits": groups_in_several_splits}
@@ -129,15 +367,14 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         extra["incremental"] = {"base_version": base_version[0] or None, "rebuild_reason": base_version[1],
                                 "reused_shards": len(reused), "written_shards": len(results) - len(reused),
                                 "reused_records": sum(r.num_records for r in reused)}
-    splits = {name: _split_entry(shards) for name, shards in sorted(by_split.items())}
-    for name, entry in splits.items():
-        entry["num_groups"] = (num_groups or {}).get(name, 0)
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "tool": {"name": "dcm2tfrecord", "version": tool_version},
-        "features": all_features,
-        "splits": splits,
-        "counts": {
+    splits = {name: _split_entry(shards, (num_groups or {}).get(name, 0))
+              for name, shards in sorted(by_split.items())}
+    return Manifest(
+        format_version=FORMAT_VERSION,
+        tool={"name": "dcm2tfrecord", "version": tool_version},
+        features=all_features,
+        splits=splits,
+        counts={
             "matched": matched,
             "written": written,
             "records": sum(r.num_records for r in results),
@@ -146,15 +383,16 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
             "unaccounted": matched - written - sum(skipped.values()) - sum(failed.values()),
             "label_rows_rejected": dict(sorted(rejected_rows.items())),
         },
-        "errors_file": ERRORS_NAME,
-        "options": dict(options),
-    }
-    manifest.update(extra)
-    return manifest
+        errors_file=ERRORS_NAME,
+        options=dict(options),
+        labels=extra.get("labels"), groups=extra.get("groups"), min_shards=extra.get("min_shards"),
+        incremental=extra.get("incremental"))
 
 
-def encode_manifest(manifest: Mapping) -> str:
+def encode_manifest(manifest: Manifest | Mapping) -> str:
     """The text of dataset.json: sorted keys, so equal content gives equal bytes."""
+    if isinstance(manifest, Manifest):
+        manifest = manifest.to_json()
     return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
 
 
@@ -171,7 +409,7 @@ class CommitConflict(OutputError):
     """dataset.json appeared while this run was writing: another run committed here."""
 
 
-def commit(output_dir: str, manifest: dict, outcomes: Iterable[Outcome]) -> str:
+def commit(output_dir: str, manifest: Manifest, outcomes: Iterable[Outcome]) -> str:
     """Writes errors.jsonl, then dataset.json last; returns the manifest path.
 
     Never over a dataset.json that is already there: the launcher removed an
@@ -185,10 +423,10 @@ def commit(output_dir: str, manifest: dict, outcomes: Iterable[Outcome]) -> str:
     return _write_text(output_dir, MANIFEST_NAME, encode_manifest(manifest))
 
 
-def refuse_commit(output_dir: str, manifest: dict, outcomes: Iterable[Outcome], reason: str) -> str:
+def refuse_commit(output_dir: str, manifest: Manifest, outcomes: Iterable[Outcome], reason: str) -> str:
     """Too many failures: errors.jsonl and run_failed.json, and no dataset.json."""
     _write_text(output_dir, ERRORS_NAME, errors_jsonl(outcomes))
-    report = {"reason": reason, "counts": manifest["counts"], "errors_file": ERRORS_NAME}
+    report = {"reason": reason, "counts": manifest.counts, "errors_file": ERRORS_NAME}
     return _write_text(output_dir, FAILED_RUN_NAME, json.dumps(report, indent=2, sort_keys=True) + "\n")
 
 
@@ -211,17 +449,39 @@ class ManifestError(FormatError, ValueError):
         self.path, self.reason = path, reason
 
 
+class NewerFormatError(ManifestError):
+    """A dataset.json of a format_version newer than this code reads."""
+
+    def __init__(self, path: str, found: int):
+        super().__init__(path, f"has format_version {found}; this dcm2tfrecord reads up to "
+                               f"{FORMAT_VERSION}: upgrade dcm2tfrecord (or dcm2tfrecord-reader)")
+        self.found = found
+
+
+def check_format_version(value: Json, path: str = MANIFEST_NAME) -> None:
+    """Refuses (NewerFormatError, one line naming both versions) a format_version newer than
+    FORMAT_VERSION; absent is accepted (a manifest written by hand), not a whole number is
+    a ManifestError."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManifestError(path, f"has format_version {value!r}, not a whole number; restore it, "
+                                  "or convert again")
+    if value > FORMAT_VERSION:
+        raise NewerFormatError(path, value)
+
+
 def missing_manifest(path: str, dataset_dir: str) -> FileNotFoundError:
     return FileNotFoundError(
         f"{path} not found: {dataset_dir} is not a finished dcm2tfrecord dataset "
         "(dataset.json is written last, when a conversion commits)")
 
 
-def parse_manifest(data, path: str = MANIFEST_NAME) -> dict:
-    """dataset.json's bytes (or text), however they were read, as a dict.
+def parse_json(data: bytes | bytearray | str, path: str = MANIFEST_NAME) -> dict:
+    """dataset.json's bytes (or text), however they were read, as a dict, untyped
+    (what ``verify`` checks key by key before :meth:`Manifest.from_json`).
 
-    ManifestError naming ``path`` when they are not JSON or not a JSON object
-    (what the object holds is ``verify``'s to check).
+    ManifestError naming ``path`` when they are not JSON or not a JSON object.
     """
     try:
         manifest = json.loads(data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data)
@@ -234,16 +494,14 @@ def parse_manifest(data, path: str = MANIFEST_NAME) -> dict:
     return manifest
 
 
-def readable_manifest(manifest: dict, path: str) -> dict:
-    """``manifest`` if a reader can use it (it has a ``splits`` object), else ManifestError
-    naming ``path`` (``verify`` reports what else is wrong on its own)."""
-    if not isinstance(manifest.get("splits"), dict):
-        raise ManifestError(path, "is not a dcm2tfrecord manifest (no 'splits' object); restore it, "
-                                  "or convert again")
-    return manifest
+def parse_manifest(data: bytes | bytearray | str, path: str = MANIFEST_NAME) -> Manifest:
+    """dataset.json's bytes (or text), however they were read, as a :class:`Manifest`:
+    ManifestError naming ``path`` when they do not parse, are not a dcm2tfrecord manifest
+    or are of a newer format_version (NewerFormatError)."""
+    return Manifest.from_json(parse_json(data, path), path)
 
 
-def read_manifest(dataset_dir: str) -> dict:
+def read_manifest(dataset_dir: str) -> Manifest:
     """The dataset.json of ``dataset_dir``, read through the format's file system."""
     path = FileSystems.join(dataset_dir, MANIFEST_NAME)
     if not FileSystems.exists(path):

@@ -5,7 +5,8 @@ A plain dataset directory::
     dataset.json                          the manifest, written last (commit)
     errors.jsonl                          one line per input not written
     run_failed.json                       instead of dataset.json when a run refused to commit
-    {split}-{i:05d}-of-{n:05d}.tfrecord[.gz]      a shard
+    {split}-{i:05d}-of-{n:05d}.tfrecord[.gz]      a shard (the suffix after .tfrecord is its
+                                          container's: dataset/file_adapters.py)
     {shard}.idx                           its index (DALI tfrecord2idx: "offset size" lines)
     .incomplete/{name}.{uuid}             files being written, renamed into place when whole
     .progress/plan.json, {shard}.done     progress of a running job (removed at commit)
@@ -28,10 +29,12 @@ CSV) goes through :func:`check_component` before it reaches a path.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Callable, Optional
 
 from dcm2tfrecord.dataset.errors import FormatError
+from dcm2tfrecord.dataset import file_adapters
 
 MANIFEST_NAME = "dataset.json"
 ERRORS_NAME = "errors.jsonl"
@@ -45,14 +48,21 @@ VERSIONS_DIR = "versions"
 LATEST_NAME = "LATEST"
 PARENT = "../"
 SHARD_SUFFIX = ".tfrecord"
-GZIP_SUFFIX = ".gz"
 INDEX_SUFFIX = ".idx"
 RECORDS_SUFFIX = ".records.json"
 SHARD_GLOB = "*" + SHARD_SUFFIX + "*"      # shards and every file named after one
 
 _VERSION = re.compile(r"^\d{4,}$")
-_SHARD = re.compile(r"^(?P<split>.+?)(-v(?P<version>\d{4,}))?-(?P<index>\d{5})-of-(?P<count>\d{5})"
-                    + re.escape(SHARD_SUFFIX) + r"(?P<gz>" + re.escape(GZIP_SUFFIX) + r")?$")
+
+
+@functools.cache
+def _shard_pattern(suffixes: tuple[str, ...]) -> re.Pattern:
+    """Shard names, with any of the registered containers' suffixes."""
+    after = "|".join(re.escape(s) for s in suffixes)
+    return re.compile(r"^(?P<split>.+?)(-v(?P<version>\d{4,}))?-(?P<index>\d{5})-of-(?P<count>\d{5})"
+                      + re.escape(SHARD_SUFFIX) + (r"(?P<suffix>" + after + r")?$" if after else r"$"))
+
+
 _PARENT_DIR = re.compile(r"^" + re.escape(PARENT) + r"(?P<dir>\d{4,})/(?P<name>[^/]+)$")
 
 
@@ -103,19 +113,20 @@ class ShardName:
     index: int
     num_shards: int
     version: str = ""        # "0002" for a shard written by version 0002 of a versioned root
-    gzip: bool = False
+    compression: str = file_adapters.DEFAULT    # its container (dataset/file_adapters.py)
     parent: str = ""         # "0001" when listed as ../0001/<file> (reused from that version)
 
     @property
     def file(self) -> str:
         base = shard_file_name(self.split, self.index, self.num_shards,
-                               f"v{self.version}" if self.version else "", self.gzip)
+                               f"v{self.version}" if self.version else "", self.compression)
         return f"{PARENT}{self.parent}/{base}" if self.parent else base
 
 
 def shard_file_name(split: str, index: int, num_shards: int, tag: str = "",
-                    gzip: bool = False) -> str:
-    """``{split}[-{tag}]-{index:05d}-of-{num_shards:05d}.tfrecord[.gz]``.
+                    compression: str = file_adapters.DEFAULT) -> str:
+    """``{split}[-{tag}]-{index:05d}-of-{num_shards:05d}.tfrecord{suffix}``, the suffix of
+    the container ``compression`` names (``.gz`` for gzip, none for none).
 
     ``split`` is checked again here (BadName): whatever let an unsafe name
     through upstream, it never becomes a path.
@@ -123,7 +134,7 @@ def shard_file_name(split: str, index: int, num_shards: int, tag: str = "",
     check_component(split, "split name")
     middle = f"-{tag}" if tag else ""
     return (f"{split}{middle}-{index:05d}-of-{num_shards:05d}{SHARD_SUFFIX}"
-            + (GZIP_SUFFIX if gzip else ""))
+            + file_adapters.adapter(compression).suffix)
 
 
 def parse_shard_name(file: str) -> Optional[ShardName]:
@@ -132,12 +143,13 @@ def parse_shard_name(file: str) -> Optional[ShardName]:
     match = _PARENT_DIR.match(file)
     if match:
         parent, file = match.group("dir"), match.group("name")
-    match = _SHARD.match(file)
+    match = _shard_pattern(file_adapters.suffixes()).match(file)
     if not match or "/" in file:
         return None
+    suffix = match.groupdict().get("suffix") or ""
     return ShardName(split=match.group("split"), index=int(match.group("index")),
                      num_shards=int(match.group("count")), version=match.group("version") or "",
-                     gzip=bool(match.group("gz")), parent=parent)
+                     compression=file_adapters.of_suffix(suffix).name, parent=parent)
 
 
 def index_file_name(shard_file: str) -> str:

@@ -11,10 +11,10 @@ first: a file with a final shard name is always whole, and has its index.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import hashlib
 from typing import BinaryIO, Iterator
 
+from dcm2tfrecord.dataset import file_adapters
 from dcm2tfrecord.dataset.files import create_output, incomplete_file
 from dcm2tfrecord.dataset.names import index_file_name
 from dcm2tfrecord.dataset.storage import FileSystems
@@ -41,10 +41,9 @@ class _HashingWriter:
 class ShardSink:
     """The open shard: ``append`` one encoded record at a time."""
 
-    def __init__(self, raw: BinaryIO, compress: bool):
+    def __init__(self, raw: BinaryIO, adapter: file_adapters.FileAdapter = file_adapters.ADAPTERS["none"]):
         self._file = _HashingWriter(raw)
-        self._target = gzip.GzipFile(filename="", mode="wb", fileobj=self._file, mtime=0) \
-            if compress else self._file
+        self._target = adapter.open_writer(self._file)  # type: ignore[arg-type]
         self.offsets: list[tuple[int, int]] = []    # (offset, size) per record, uncompressed stream
         self._stream_offset = 0
 
@@ -56,13 +55,13 @@ class ShardSink:
             for segment in segments:
                 self._file.write(segment)
         else:
-            self._target.write(b"".join(segments))   # one write, as gzip members come out the same
+            self._target.write(b"".join(segments))   # one write, as compressed streams come out the same
         size = sum(len(segment) for segment in segments)
         self.offsets.append((self._stream_offset, size))
         self._stream_offset += size
 
     def _finish(self) -> None:
-        if isinstance(self._target, gzip.GzipFile):
+        if self._target is not self._file:
             self._target.close()
 
     @property
@@ -71,7 +70,7 @@ class ShardSink:
 
     @property
     def num_bytes(self) -> int:
-        """Bytes of the file (compressed, with gzip)."""
+        """Bytes of the file (compressed, in a compressing container)."""
         return self._file.num_bytes
 
     @property
@@ -84,14 +83,15 @@ def open_shard(output_dir: str, file_name: str, compression: str = "none") -> It
     """``with open_shard(out, name) as shard: shard.append(record) ...``; on a clean exit the
     ``.idx`` and then the shard are renamed into place, on an exception neither appears.
 
-    With ``compression="gzip"`` the shard is one gzip member with a zero
-    timestamp and no file name, so its bytes are deterministic too; index
-    offsets then refer to the uncompressed record stream.
+    ``compression`` names the container (dataset/file_adapters.py): with
+    ``"gzip"`` the shard is one gzip member with a zero timestamp and no file
+    name, so its bytes are deterministic too; index offsets always refer to
+    the uncompressed record stream.
     """
     final_path = FileSystems.join(output_dir, file_name)
     with incomplete_file(final_path, output_dir) as tmp:
         with create_output(output_dir, tmp) as raw:
-            shard = ShardSink(raw, compression == "gzip")
+            shard = ShardSink(raw, file_adapters.adapter(compression))
             yield shard
             shard._finish()
         index_path = FileSystems.join(output_dir, index_file_name(file_name))

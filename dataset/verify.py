@@ -28,10 +28,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from dcm2tfrecord.dataset.manifest import ManifestError, parse_manifest
+from dcm2tfrecord.dataset.manifest import Manifest, ManifestError, NewerFormatError, check_format_version, parse_json
 from dcm2tfrecord.dataset.names import MANIFEST_NAME
 from dcm2tfrecord.dataset.storage import FileSystems
-from dcm2tfrecord.dataset.verify_manifest import check_errors_file, check_manifest, check_split_stats, stray_files
+from dcm2tfrecord.dataset.verify_manifest import (check_errors_file, check_manifest, check_split_stats,
+                                                  missing_blocks, stray_files)
 from dcm2tfrecord.dataset.verify_records import Problem, RecordIds, RecordStats
 from dcm2tfrecord.dataset.verify_shards import verify_shard
 from dcm2tfrecord.dataset.versions import resolve_dataset_dir
@@ -62,13 +63,20 @@ class Report:
 
 
 def load_manifest(dataset_dir: str) -> tuple[Optional[dict], list[Problem]]:
+    """dataset.json as parsed JSON, untyped (verify checks what is missing key by key), or the
+    problem that it is missing or does not parse. One of a newer format_version than this code
+    reads is not checked against rules it does not know: NewerFormatError."""
     path = FileSystems.join(dataset_dir, MANIFEST_NAME)
     if not FileSystems.exists(path):
         return None, [Problem(MANIFEST_NAME, "missing: not a finished dataset "
                                              "(dataset.json is written last, when a conversion commits)")]
     try:
         with FileSystems.open(path) as handle:
-            return parse_manifest(handle.read(), path), []
+            data = parse_json(handle.read(), path)
+        check_format_version(data.get("format_version"), path)
+        return data, []
+    except NewerFormatError:
+        raise
     except ManifestError as exc:
         return None, [Problem(MANIFEST_NAME, exc.reason)]
     except Exception as exc:  # noqa: BLE001 - unreadable: say so, as for any file
@@ -78,23 +86,30 @@ def load_manifest(dataset_dir: str) -> tuple[Optional[dict], list[Problem]]:
 def verify_dataset(dataset_dir: str) -> Report:
     """Every check above, shard by shard; problems in the order they are found.
 
-    A versioned root (--incremental) is checked at the version LATEST names.
+    A versioned root (--incremental) is checked at the version LATEST names; a dataset.json
+    newer than this code reads is refused (NewerFormatError), not reported as corrupt.
     """
     dataset_dir = resolve_dataset_dir(dataset_dir)
     report = Report(dataset_dir=dataset_dir)
-    manifest, problems = load_manifest(dataset_dir)
+    data, problems = load_manifest(dataset_dir)
     report.problems.extend(problems)
-    if manifest is None:
+    if data is None:
         return report
-    manifest_problems = check_manifest(manifest)
-    if manifest_problems and not isinstance(manifest.get("splits"), dict):
-        report.problems.extend(manifest_problems)
+    missing = missing_blocks(data)
+    if missing and not isinstance(data.get("splits"), dict):
+        report.problems.extend(missing)
         return report
-    schema = manifest.get("features") or {}
+    try:
+        manifest = Manifest.from_json(data, FileSystems.join(dataset_dir, MANIFEST_NAME))
+    except ManifestError as exc:
+        report.problems.extend(missing or [Problem(MANIFEST_NAME, exc.reason)])
+        return report
+    manifest_problems = missing or check_manifest(manifest)
+    schema = dict(manifest.features)
     ids = RecordIds()
-    for split, entry in sorted(manifest["splits"].items()):
+    for split, entry in sorted(manifest.splits.items()):
         stats, complete = RecordStats(), True
-        for shard in entry.get("shards", []):
+        for shard in entry.shards:
             check = verify_shard(dataset_dir, shard, schema, split)
             ids.add(check.file, bytes(check.ids))
             report.problems.extend(check.problems)

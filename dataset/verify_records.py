@@ -16,7 +16,9 @@ from typing import Optional
 import numpy as np
 
 from dcm2tfrecord.dataset.manifest import MAX_SHAPES, label_count_keys
-from dcm2tfrecord.dataset.names import GZIP_SUFFIX, MANIFEST_NAME
+from dcm2tfrecord.dataset import file_adapters
+from dcm2tfrecord.dataset.features import DICOM_PREFIX, DTYPE, ENCODING, FORMAT, IMAGE_RAW, LABEL, SHAPE_FEATURES
+from dcm2tfrecord.dataset.names import MANIFEST_NAME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +34,7 @@ class Problem:
         if self.record is not None:
             where += f": record {self.record}"
         if self.offset is not None:
-            stream = "uncompressed byte" if self.file.endswith(GZIP_SUFFIX) else "byte"
+            stream = file_adapters.of_file(self.file).offset_unit
             where += f" at {stream} {self.offset}"
         return f"{where}: {self.message}"
 
@@ -63,10 +65,10 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
     too: the schema is the reader's contract.
     """
     problems = []
-    is_dicom = _text(features.get("format", (None, []))[1]) == "dicom"
+    is_dicom = _text(features.get(FORMAT, (None, []))[1]) == "dicom"
     for name, spec in sorted(schema.items()):
         if name not in features:
-            if (name.startswith("dicom/") and not is_dicom) or spec.get("optional"):
+            if (name.startswith(DICOM_PREFIX) and not is_dicom) or spec.get("optional"):
                 continue
             problems.append(f"feature {name!r} is missing")
             continue
@@ -79,18 +81,18 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
     for name in sorted(set(features) - set(schema)):
         problems.append(f"feature {name!r} is not in the schema")
     summary: dict = {}
-    needed = ("image_raw", "depth", "height", "width", "channels", "dtype", "label")
+    needed = (IMAGE_RAW, *SHAPE_FEATURES, DTYPE, LABEL)
     problems.extend(f"feature {name!r} is missing" for name in needed
                     if name not in features and name not in schema)
     if problems:
         return problems, summary
-    scalars = ("depth", "height", "width", "channels")
+    scalars = SHAPE_FEATURES
     if any(features[k][0] != "int64" or len(features[k][1]) != 1 for k in scalars) \
-            or any(features[k][0] != "bytes" or len(features[k][1]) != 1 for k in ("image_raw", "dtype")):
+            or any(features[k][0] != "bytes" or len(features[k][1]) != 1 for k in (IMAGE_RAW, DTYPE)):
         return ["image_raw, dtype, depth, height, width and channels are not single values of their "
                 "standard kinds"], summary
     dims = [features[k][1][0] for k in scalars]
-    dtype_name = _text(features["dtype"][1])
+    dtype_name = _text(features[DTYPE][1])
     try:
         itemsize = np.dtype(dtype_name).itemsize
     except Exception:
@@ -98,14 +100,14 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
     if min(dims) <= 0:
         problems.append(f"non-positive shape {dims}")
     expected = math.prod(dims) * itemsize
-    got = len(features["image_raw"][1][0])
+    got = len(features[IMAGE_RAW][1][0])
     if got != expected:
         problems.append(f"image_raw holds {got} bytes; shape {dims} of {dtype_name} needs {expected}")
-    encoding = schema.get("image_raw", {}).get("encoding")
-    if encoding and "encoding" in features and _text(features["encoding"][1]) != encoding:
-        problems.append(f"encoding {_text(features['encoding'][1])!r}, the schema says {encoding!r}")
-    label_spec = schema.get("label", {})
-    label_values = features["label"][1]
+    encoding = schema.get(IMAGE_RAW, {}).get("encoding")
+    if encoding and ENCODING in features and _text(features[ENCODING][1]) != encoding:
+        problems.append(f"encoding {_text(features[ENCODING][1])!r}, the schema says {encoding!r}")
+    label_spec = schema.get(LABEL, {})
+    label_values = features[LABEL][1]
     if label_spec.get("shape"):
         label: object = tuple(label_values)
     elif not label_values:

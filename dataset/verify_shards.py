@@ -3,14 +3,15 @@ schema, size and sha256), its ``.idx``, and its entry in dataset.json."""
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
-import zlib
 from typing import BinaryIO, Optional
 
+from dcm2tfrecord.dataset import file_adapters
 from dcm2tfrecord.dataset.example import ProtoError, decode_example
+from dcm2tfrecord.dataset.features import ID
 from dcm2tfrecord.dataset.files import read_json
-from dcm2tfrecord.dataset.names import GZIP_SUFFIX, index_file_name, records_file_name
+from dcm2tfrecord.dataset.manifest import ShardEntry
+from dcm2tfrecord.dataset.names import records_file_name
 from dcm2tfrecord.dataset.storage import FileSystems
 from dcm2tfrecord.dataset.tfrecord import HEADER_BYTES, FramingError, parse_index, read_records
 from dcm2tfrecord.dataset.verify_records import Problem, RecordStats, check_example, id_bytes
@@ -57,10 +58,10 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
     except Exception as exc:
         check.problems.append(Problem(name, f"cannot be opened: {exc}"))
         return check
+    adapter = file_adapters.of_file(name)
     with raw:
         hashing = _HashingReader(raw)
-        # (GzipFile's fileobj type wants seek(), which it calls only to rewind: never here)
-        stream = gzip.GzipFile(fileobj=hashing, mode="rb") if name.endswith(GZIP_SUFFIX) else hashing  # type: ignore[call-overload]
+        stream = adapter.open_reader(hashing)  # type: ignore[arg-type]
         try:
             for framed in read_records(stream):
                 check.records += 1
@@ -80,16 +81,16 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
                     continue
                 messages, summary = check_example(features, schema)
                 check.problems.extend(Problem(name, m, framed.index, framed.offset) for m in messages)
-                kind, values = features.get("id", (None, []))
+                kind, values = features.get(ID, (None, []))
                 check.ids.extend(id_bytes(values[0] if kind == "bytes" and len(values) == 1 else b""))
                 if summary:
                     check.stats.add(summary)
         except FramingError as exc:
             check.problems.append(Problem(name, str(exc), exc.record, exc.offset))
-        except (OSError, EOFError, zlib.error) as exc:   # gzip: bad header, CRC, truncation
+        except adapter.stream_errors as exc:   # e.g. gzip: bad header, CRC, truncation
             record = len(check.index)
             offset = check.index[-1][0] + check.index[-1][1] if check.index else 0
-            check.problems.append(Problem(name, f"gzip stream is corrupt: {exc}", record, offset))
+            check.problems.append(Problem(name, f"{adapter.name} stream is corrupt: {exc}", record, offset))
         try:
             hashing.drain()
         except OSError as exc:
@@ -114,26 +115,26 @@ def check_index(path: str, name: str, actual: list[tuple[int, int]]) -> list[Pro
     return []
 
 
-def verify_shard(dataset_dir: str, entry: dict, schema: dict, split: Optional[str] = None) -> ShardCheck:
+def verify_shard(dataset_dir: str, entry: ShardEntry, schema: dict, split: Optional[str] = None) -> ShardCheck:
     """One dataset.json shard entry against the files: shard, then its index (and, in a
     versioned dataset, the split its records file says it was written for)."""
-    name = entry.get("file", "?")
+    name = entry.file
     path = shard_uri(dataset_dir, name)
     if not FileSystems.exists(path):
         check = ShardCheck(file=name)
         check.problems.append(Problem(name, "listed in dataset.json but missing"))
         return check
     check = read_shard(path, name, schema)
-    if check.records != entry.get("num_records"):
+    if check.records != entry.num_records:
         check.problems.append(Problem(name, f"holds {check.records} readable records, dataset.json "
-                                            f"says {entry.get('num_records')}"))
-    if check.num_bytes != entry.get("num_bytes"):
+                                            f"says {entry.num_records}"))
+    if check.num_bytes != entry.num_bytes:
         check.problems.append(Problem(name, f"is {check.num_bytes} bytes, dataset.json says "
-                                            f"{entry.get('num_bytes')}"))
-    if check.sha256 != entry.get("sha256"):
+                                            f"{entry.num_bytes}"))
+    if check.sha256 != entry.sha256:
         check.problems.append(Problem(name, f"sha256 {check.sha256} differs from dataset.json's "
-                                            f"{entry.get('sha256')}"))
-    index_name = entry.get("index_file") or index_file_name(name)
+                                            f"{entry.sha256}"))
+    index_name = entry.index
     index_path = shard_uri(dataset_dir, index_name)
     if not FileSystems.exists(index_path):
         check.problems.append(Problem(index_name, "index file missing"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
 
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.dataset.errors import FormatError
@@ -24,6 +24,9 @@ from dcm2tfrecord.dataset.names import (LATEST_NAME, MANIFEST_NAME, VERSIONS_DIR
                            parse_version, records_file_name, reused_file, strip_parent, version_name)
 from dcm2tfrecord.dataset.results import ShardResult
 from dcm2tfrecord.dataset.storage import FileSystems
+
+if TYPE_CHECKING:
+    from dcm2tfrecord.dataset.manifest import Manifest
 
 
 
@@ -188,24 +191,24 @@ def changed_options(old: Mapping, new: Mapping, placement: frozenset = frozenset
     return sorted(n for n in names if old.get(n) != new.get(n))
 
 
-def base_version(root: str, name: str, manifest: Mapping, options: Mapping,
+def base_version(root: str, name: str, manifest: Manifest, options: Mapping,
                  placement: frozenset = frozenset()) -> BaseVersion:
     """The base version's shards, or none (with the reason) when content options changed."""
-    changed = changed_options(manifest.get("options", {}), options, placement)
+    changed = changed_options(manifest.options or {}, options, placement)
     if changed:
         return BaseVersion(name, (), "options changed since version {}: {}".format(
             name, ", ".join(f"--{n}" for n in changed)))
     shards = []
     versions = FileSystems.join(root, VERSIONS_DIR)
-    for split, entry in sorted(manifest["splits"].items()):
-        for shard in entry["shards"]:
-            if int(shard["num_records"]) == 0:
+    for split, entry in sorted(manifest.splits.items()):
+        for shard in entry.shards:
+            if shard.num_records == 0:
                 continue
-            file = reused_file(name, shard["file"])
+            file = reused_file(name, shard.file)
             shards.append(PreviousShard(split=split, file=file,
                                         records_uri=FileSystems.join(versions, records_file_name(strip_parent(file))),
-                                        num_records=int(shard["num_records"]),
-                                        num_bytes=int(shard["num_bytes"])))
+                                        num_records=shard.num_records,
+                                        num_bytes=int(shard.num_bytes or 0)))
     return BaseVersion(name, tuple(shards))
 
 

@@ -355,7 +355,7 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool,
     summary = summarize(manifest, opts.output, wall)
     summary["execution"] = local_execution(options, server is not None and server.used)
     if version is not None:
-        summary["version"] = {"root": root, "name": version, **manifest["incremental"]}
+        summary["version"] = {"root": root, "name": version, **(manifest.incremental or {})}
     if opts.summary_json:
         write_summary_json(summary, opts.summary_json)
     if not quiet:

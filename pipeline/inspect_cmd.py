@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Mapping, Optional, Sequence
 
+from dcm2tfrecord.dataset.features import DTYPE, LABEL
+from dcm2tfrecord.dataset.manifest import Manifest, NewerFormatError, SplitEntry
 from dcm2tfrecord.dataset.names import ERRORS_NAME
 from dcm2tfrecord.pipeline.usage import UsageError
 
@@ -56,13 +58,15 @@ def load_info(dataset_dir: str):
             hint = (f"; its {LATEST_NAME} names a version that is not committed: repair it with "
                     "'dcm2tfrecord rollback ROOT N'")
         raise UsageError(f"{exc}{hint}") from None
+    except NewerFormatError as exc:
+        raise UsageError(str(exc)) from None
     except ValueError as exc:     # e.g. a damaged LATEST in a versioned root
         raise UsageError(f"{dataset_dir}: {exc}; a damaged LATEST is repaired with "
                          "'dcm2tfrecord rollback ROOT N'") from None
 
 
-def default_split(manifest: Mapping, split: Optional[str]) -> str:
-    names = sorted(manifest["splits"])
+def default_split(manifest: Manifest, split: Optional[str]) -> str:
+    names = manifest.split_names
     if split is None:
         if not names:
             raise UsageError("the dataset holds no records (no splits in dataset.json)")
@@ -72,9 +76,9 @@ def default_split(manifest: Mapping, split: Optional[str]) -> str:
     return split
 
 
-def class_name(manifest: Mapping, key: str) -> str:
+def class_name(manifest: Manifest, key: str) -> str:
     """A label_counts key ("0", "unlabeled", ...) as a readable class."""
-    names = (manifest.get("labels") or {}).get("class_names") or []
+    names = manifest.class_names
     if key in ("-1", "unlabeled"):
         return "unlabeled"
     if key.isdigit() and int(key) < len(names):
@@ -89,15 +93,15 @@ def _section(title: str) -> list[str]:
     return ["", title]
 
 
-def format_overview(manifest: Mapping, dataset_dir: str) -> list[str]:
-    counts = manifest.get("counts", {})
-    splits = manifest.get("splits", {})
-    tool = manifest.get("tool", {})
-    records = sum(s["num_records"] for s in splits.values())
-    shards = sum(len(s["shards"]) for s in splits.values())
-    size = sum(s["num_bytes"] for s in splits.values())
+def format_overview(manifest: Manifest, dataset_dir: str) -> list[str]:
+    counts = manifest.counts or {}
+    splits = manifest.splits
+    tool = manifest.tool or {}
+    records = sum(s.num_records for s in splits.values())
+    shards = sum(len(s.shards) for s in splits.values())
+    size = sum(s.num_bytes or 0 for s in splits.values())
     return [f"Dataset: {dataset_dir}",
-            f"  format_version {manifest.get('format_version')}, written by "
+            f"  format_version {manifest.format_version}, written by "
             f"{tool.get('name', '?')} {tool.get('version', '?')}",
             f"  {records} records in {shards} shards, {size / MB:.2f} MB; files: "
             f"{counts.get('matched', 0)} matched, {counts.get('written', 0)} written, "
@@ -105,9 +109,9 @@ def format_overview(manifest: Mapping, dataset_dir: str) -> list[str]:
             f"{sum(counts.get('failed', {}).values())} failed"] + _version_lines(manifest)
 
 
-def _version_lines(manifest: Mapping) -> list[str]:
+def _version_lines(manifest: Manifest) -> list[str]:
     """For a version of an --incremental root: what it built on and reused."""
-    info = manifest.get("incremental")
+    info = manifest.incremental
     if not info:
         return []
     base = info.get("base_version")
@@ -117,10 +121,10 @@ def _version_lines(manifest: Mapping) -> list[str]:
     return [line] + ([f"  rebuilt: {info['rebuild_reason']}"] if info.get("rebuild_reason") else [])
 
 
-def format_schema(manifest: Mapping) -> list[str]:
+def format_schema(manifest: Manifest) -> list[str]:
     lines = _section("Schema (features of each record)")
     lines.append(f"  {'feature':<34}{'dtype':<8}{'shape':<10}notes")
-    for name, spec in sorted(manifest.get("features", {}).items()):
+    for name, spec in sorted(manifest.features.items()):
         notes = "; ".join(str(x) for x in (
             f"encoding {spec['encoding']}" if "encoding" in spec else None,
             spec.get("description")) if x)
@@ -128,61 +132,60 @@ def format_schema(manifest: Mapping) -> list[str]:
     return lines
 
 
-def format_options(manifest: Mapping) -> list[str]:
+def format_options(manifest: Manifest) -> list[str]:
     lines = _section("Options used")
-    for key, value in sorted(manifest.get("options", {}).items()):
+    for key, value in sorted((manifest.options or {}).items()):
         lines.append(f"  {key} = {value}")
-    labels = manifest.get("labels") or {}
+    labels = manifest.labels or {}
     if labels.get("source"):
-        names = labels.get("class_names") or []
+        names = manifest.class_names
         shown = ", ".join(names[:20]) + (f", ... ({len(names)} in all)" if len(names) > 20 else "")
         lines.append(f"  labels: {labels.get('kind')} from {labels['source']}"
                      + (f"; classes: {shown}" if names else ""))
     return lines
 
 
-def _shapes(entry: Mapping) -> str:
-    shapes = entry.get("shapes", [])
+def _shapes(entry: SplitEntry) -> str:
+    shapes = entry.shapes
     listed = " ".join("x".join(str(d) for d in s) for s in shapes[:SHAPES_LISTED])
     more = f" +{len(shapes) - SHAPES_LISTED} more" if len(shapes) > SHAPES_LISTED else ""
     return f"{listed}{more}"
 
 
-def format_splits(manifest: Mapping) -> list[str]:
+def format_splits(manifest: Manifest) -> list[str]:
     lines = _section("Splits")
     lines.append(f"  {'split':<12}{'records':>9}{'shards':>8}{'MB':>10}{'groups':>8}  dtypes")
-    for name, entry in sorted(manifest.get("splits", {}).items()):
-        lines.append(f"  {name:<12}{entry['num_records']:>9}{len(entry['shards']):>8}"
-                     f"{entry['num_bytes'] / MB:>10.2f}{entry.get('num_groups', 0):>8}  "
-                     f"{', '.join(entry.get('dtypes', []))}")
+    for name, entry in sorted(manifest.splits.items()):
+        lines.append(f"  {name:<12}{entry.num_records:>9}{len(entry.shards):>8}"
+                     f"{(entry.num_bytes or 0) / MB:>10.2f}{entry.num_groups or 0:>8}  "
+                     f"{', '.join(entry.dtypes)}")
         lines.append(f"  {'':<12}shapes [depth x height x width x channels]: {_shapes(entry)}"
-                     + (f"; volumes up to {entry['max_depth']} slices" if entry.get("max_depth", 1) > 1
-                        else ""))
+                     + (f"; volumes up to {entry.max_depth} slices" if entry.max_depth > 1 else ""))
     return lines
 
 
-def format_shards(manifest: Mapping, all_shards: bool = False) -> list[str]:
+def format_shards(manifest: Manifest, all_shards: bool = False) -> list[str]:
     lines = _section("Shards")
-    for name, entry in sorted(manifest.get("splits", {}).items()):
-        shards = entry["shards"]
+    for name, entry in sorted(manifest.splits.items()):
+        shards = entry.shards
         shown = shards if all_shards else shards[:SHARDS_LISTED]
         for shard in shown:
-            lines.append(f"  {shard['file']:<40}{shard['num_records']:>8} records"
-                         f"{shard['num_bytes'] / MB:>10.2f} MB  sha256 {shard['sha256'][:16]}")
+            lines.append(f"  {shard.file:<40}{shard.num_records:>8} records"
+                         f"{(shard.num_bytes or 0) / MB:>10.2f} MB  sha256 {(shard.sha256 or '?')[:16]}")
         if len(shards) > len(shown):
             lines.append(f"  ... {len(shards) - len(shown)} more {name} shards "
                          "(--all_shards lists them)")
     return lines
 
 
-def format_class_balance(manifest: Mapping) -> list[str]:
+def format_class_balance(manifest: Manifest) -> list[str]:
     lines = _section("Class balance")
-    for name, entry in sorted(manifest.get("splits", {}).items()):
-        counts = entry.get("label_counts", {})
+    for name, entry in sorted(manifest.splits.items()):
+        counts = entry.label_counts or {}
         if not counts:
             lines.append(f"  {name}: no class labels (numeric or absent)")
             continue
-        records = max(entry["num_records"], 1)
+        records = max(entry.num_records, 1)
         lines.append(f"  {name}:")
         for key, n in sorted(counts.items(), key=_class_order):
             lines.append(f"    {class_name(manifest, key):<32}{n:>9}{100.0 * n / records:>8.1f}%")
@@ -194,8 +197,8 @@ def _class_order(item: tuple[str, int]) -> tuple:
     return (0, int(key), "") if key.isdigit() else (1, 0, key)
 
 
-def format_reasons(manifest: Mapping, dataset_dir: str) -> list[str]:
-    counts = manifest.get("counts", {})
+def format_reasons(manifest: Manifest, dataset_dir: str) -> list[str]:
+    counts = manifest.counts or {}
     lines = _section("Inputs not written, per reason")
     rows = [(status, reason, n) for status in ("skipped", "failed")
             for reason, n in sorted(counts.get(status, {}).items())]
@@ -206,12 +209,12 @@ def format_reasons(manifest: Mapping, dataset_dir: str) -> list[str]:
     if counts.get("unaccounted"):
         lines.append(f"  UNACCOUNTED {counts['unaccounted']} (matched - written - skipped - failed)")
     if rows:
-        errors = manifest.get("errors_file", ERRORS_NAME)
+        errors = manifest.errors_file or ERRORS_NAME
         lines.append(f"  which files and why: {dataset_dir.rstrip('/')}/{errors}")
     return lines
 
 
-def format_dataset(manifest: Mapping, dataset_dir: str, all_shards: bool = False) -> str:
+def format_dataset(manifest: Manifest, dataset_dir: str, all_shards: bool = False) -> str:
     return "\n".join(format_overview(manifest, dataset_dir) + format_schema(manifest)
                      + format_options(manifest) + format_splits(manifest)
                      + format_shards(manifest, all_shards) + format_class_balance(manifest)
@@ -265,18 +268,18 @@ def _value_text(value) -> str:
     return str(value)
 
 
-def format_record(manifest: Mapping, split: str, index: int, features: Mapping) -> str:
+def format_record(manifest: Manifest, split: str, index: int, features: Mapping) -> str:
     lines = [f"Record {index} of split {split!r} (reader order, unshuffled)"]
     for name in sorted(features):
         if name == "image":
-            stored = _value_text(features.get("dtype", b""))
+            stored = _value_text(features.get(DTYPE, b""))
             read_as = str(getattr(features["image"], "dtype", stored))
             note = f" (stored as {stored}; the split's common dtype)" if stored != read_as else ""
             lines.append(f"  {'image':<34}{image_summary(features['image'])}{note}")
             continue
         text = _value_text(features[name])
-        if name == "label":
-            names = (manifest.get("labels") or {}).get("class_names") or []
+        if name == LABEL:
+            names = manifest.class_names
             value = features[name]
             if getattr(value, "ndim", 0) == 0 and 0 <= int(value) < len(names):
                 text = f"{text} ({names[int(value)]})"
@@ -286,15 +289,16 @@ def format_record(manifest: Mapping, split: str, index: int, features: Mapping) 
 
 def main(argv: Sequence[str]) -> int:
     args = parse_inspect(argv)
-    manifest = load_info(args.dataset.rstrip("/") or "/")
-    dataset_dir = manifest.dataset_dir     # a versioned root: the version LATEST names
+    info = load_info(args.dataset.rstrip("/") or "/")
+    dataset_dir = info.dataset_dir     # a versioned root: the version LATEST names
+    manifest = info.manifest
     if args.record is None:
         if args.split is not None:
             default_split(manifest, args.split)
         print(printable(format_dataset(manifest, dataset_dir, args.all_shards)))
         return 0
     split = default_split(manifest, args.split)
-    records = int(manifest["splits"][split]["num_records"])
+    records = manifest.splits[split].num_records
     if not 0 <= args.record < records:
         raise UsageError(f"--record {args.record}: split {split!r} holds records 0..{records - 1}")
     features = read_record(dataset_dir, split, args.record)

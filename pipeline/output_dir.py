@@ -2,6 +2,7 @@
 version of an --incremental root, and tidying what an earlier run left."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import uuid
@@ -9,7 +10,7 @@ import uuid
 from apache_beam.io.filesystems import FileSystems
 
 from dcm2tfrecord.dataset import versions
-from dcm2tfrecord.dataset.manifest import read_manifest
+from dcm2tfrecord.dataset.manifest import Manifest, NewerFormatError, read_manifest
 from dcm2tfrecord.dataset.files import create_output, delete_tree, remove_empty_incomplete_dir
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, LOCK_NAME,
                            MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, VERSIONS_DIR, files_of_shard,
@@ -79,10 +80,10 @@ def check_writable(output: str) -> None:
     remove_empty_incomplete_dir(output)
 
 
-def remove_stale_files(output_dir: str, manifest: dict) -> None:
+def remove_stale_files(output_dir: str, manifest: Manifest) -> None:
     """Deletes shards of an earlier run that the new manifest does not list."""
-    keep = {name for split in manifest["splits"].values() for s in split["shards"]
-            for name in (s["index_file"],) + files_of_shard(s["file"])}
+    keep = {name for split in manifest.splits.values() for s in split.shards
+            for name in (s.index,) + files_of_shard(s.file)}
     pattern = FileSystems.join(output_dir, SHARD_GLOB)
     stale = [m.path for m in FileSystems.match([pattern])[0].metadata_list
              if m.path.rsplit("/", 1)[-1] not in keep]
@@ -92,15 +93,15 @@ def remove_stale_files(output_dir: str, manifest: dict) -> None:
     remove_progress(output_dir)
 
 
-def with_new_options(manifest: dict) -> dict:
+def with_new_options(manifest: Manifest) -> Manifest:
     """``manifest`` with each option it does not record (an option newer than the version
     that wrote it, such as --label_key_case) at its default, which is what that version
     did: a release adding an option does not make the next version rebuild everything."""
-    recorded = dict(manifest.get("options", {}))
+    recorded = dict(manifest.options or {})
     for option in OPTIONS:
         if option.recorded and option.name not in recorded:
             recorded[option.name] = option.default_value
-    return {**manifest, "options": recorded}
+    return dataclasses.replace(manifest, options=recorded)
 
 
 def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, versions.BaseVersion]:
@@ -126,7 +127,10 @@ def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, vers
     if latest is None:
         base = versions.BaseVersion("", ())
     else:
-        previous = with_new_options(read_manifest(versions.version_dir(root, latest)))
+        try:
+            previous = with_new_options(read_manifest(versions.version_dir(root, latest)))
+        except NewerFormatError as exc:
+            raise UsageError(f"--incremental cannot build on version {latest}: {exc}") from None
         base = versions.base_version(root, latest, previous, opts.recorded(), PLACEMENT_OPTIONS)
         if base.rebuild_reason:
             logging.getLogger(__name__).warning("%s: no shard of version %s is reused",

@@ -18,6 +18,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from dcm2tfrecord.dataset.features import FORMAT, LABEL, SHAPE_FEATURES
 from dcm2tfrecord.pipeline.inspect_cmd import default_split, load_info
 from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.transforms.images.display import display_image, text as _text
@@ -78,7 +79,7 @@ def sheet_size(count: int, thumb: int, cols: Optional[int] = None) -> tuple[int,
 
 def caption(record: Mapping, class_names: Sequence[str]) -> list[str]:
     """Label (class name), then format/modality, shape and dtype, then one more detail."""
-    label = np.asarray(record.get("label", -1))
+    label = np.asarray(record.get(LABEL, -1))
     if label.ndim:
         hot = [class_names[i] if i < len(class_names) else str(i) for i in np.flatnonzero(label == 1).tolist()]
         first = ", ".join(hot) or "no class"
@@ -88,9 +89,8 @@ def caption(record: Mapping, class_names: Sequence[str]) -> list[str]:
         index = int(label)
         first = ("unlabeled" if index < 0
                  else class_names[index] if index < len(class_names) else f"label {index}")
-    depth, height, width, channels = (int(record.get(k, 0)) for k in
-                                      ("depth", "height", "width", "channels"))
-    kind = _text(record.get("format", b"")) or "?"
+    depth, height, width, channels = (int(record.get(k, 0)) for k in SHAPE_FEATURES)
+    kind = _text(record.get(FORMAT, b"")) or "?"
     modality = _text(record.get("dicom/modality", b""))
     shape = f"{height}x{width}x{channels}" if depth <= 1 else f"{depth}x{height}x{width}x{channels}"
     second = f"{modality or kind} {shape} {_text(record.get('dtype', b''))}"
@@ -182,14 +182,14 @@ def _save(sheet, path: str) -> None:
 def render(dataset_dir: str, split: Optional[str] = None, count: int = 16, seed: int = 0,
            thumb: int = 160, cols: Optional[int] = None):
     """(PIL image of the sheet, split, records shown)."""
-    manifest = load_info(dataset_dir)
+    manifest = load_info(dataset_dir).manifest
     split = default_split(manifest, split)
-    if int(manifest["splits"][split]["num_records"]) == 0:
+    if manifest.splits[split].num_records == 0:
         raise UsageError(f"split {split!r} holds no records")
-    class_names = list((manifest.get("labels") or {}).get("class_names") or [])
-    windowed = (manifest.get("options") or {}).get("dicom_values") == "window"
+    class_names = manifest.class_names
+    windowed = (manifest.options or {}).get("dicom_values") == "window"
     records = sample_records(dataset_dir, split, count, seed)
-    tiles = [(display_image(r["image"], r, windowed and _text(r.get("format", b"")) == "dicom"),
+    tiles = [(display_image(r["image"], r, windowed and _text(r.get(FORMAT, b"")) == "dicom"),
               caption(r, class_names)) for r in records]
     return draw_sheet(tiles, thumb, cols), split, len(records)
 

@@ -11,30 +11,31 @@ import statistics
 
 from apache_beam.io.filesystems import FileSystems
 
+from dcm2tfrecord.dataset.manifest import Manifest
 from dcm2tfrecord.dataset.names import ERRORS_NAME
 
 MB = 1 << 20
 SHARDS_LISTED = 10   # per split in the table; dataset.json and the JSON summary list all
 
 
-def summarize(manifest: dict, output_dir: str, wall_seconds: float) -> dict:
+def summarize(manifest: Manifest, output_dir: str, wall_seconds: float) -> dict:
     splits = {}
     total_bytes = 0
-    for name, split in manifest["splits"].items():
-        sizes = [s["num_bytes"] for s in split["shards"]]
-        total_bytes += split["num_bytes"]
+    for name, split in manifest.splits.items():
+        sizes = [s.num_bytes or 0 for s in split.shards]
+        total_bytes += split.num_bytes or 0
         splits[name] = {
-            "records": split["num_records"], "shards": len(sizes), "bytes": split["num_bytes"],
+            "records": split.num_records, "shards": len(sizes), "bytes": split.num_bytes,
             "min_shard_bytes": min(sizes) if sizes else 0,
             "median_shard_bytes": int(statistics.median(sizes)) if sizes else 0,
             "max_shard_bytes": max(sizes) if sizes else 0,
-            "shard_files": [{"file": s["file"], "bytes": s["num_bytes"]} for s in split["shards"]],
+            "shard_files": [{"file": s.file, "bytes": s.num_bytes} for s in split.shards],
         }
-    counts = manifest["counts"]
+    counts = manifest.counts or {}
     notes = [f"--min_shards {v['requested']} not honoured for split {k!r}: it would push shards "
              f"under --min_shard_mb; the minimum size won ({splits.get(k, {}).get('shards', 0)} shards)"
-             for k, v in manifest.get("min_shards", {}).items() if not v["honoured"]]
-    groups = manifest.get("groups", {})
+             for k, v in (manifest.min_shards or {}).items() if not v["honoured"]]
+    groups = manifest.groups or {}
     leaking = groups.get("groups_in_several_splits", 0)
     if leaking:   # committed only with --allow_split_leak
         notes.append(f"WARNING: {leaking} group(s) appear in more than one split "

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
+from dcm2tfrecord.dataset.manifest import NewerFormatError
 from dcm2tfrecord.dataset.names import MANIFEST_NAME, SHARD_GLOB
 from dcm2tfrecord.dataset.verify import verify_dataset
 from dcm2tfrecord.dataset.versions import DamagedLatest, resolve_dataset_dir
@@ -51,7 +52,11 @@ def main(argv: Sequence[str]) -> int:
         print(f"dcm2tfrecord verify: error: {target} is not a dataset (no {MANIFEST_NAME}: nothing was "
               "committed there); give the --output of a finished conversion", file=sys.stderr)
         return 2
-    report = verify_dataset(dataset_dir)      # resolved once: LATEST read once
+    try:
+        report = verify_dataset(dataset_dir)      # resolved once: LATEST read once
+    except NewerFormatError as exc:
+        print(f"dcm2tfrecord verify: error: {exc}", file=sys.stderr)
+        return 2
     print(f"{report.verdict()} [{time.time() - started:.1f} s]")
     for problem in report.problems[:args.max_problems]:
         print(f"  {problem}", file=sys.stderr)

@@ -44,17 +44,18 @@ def describe(root: str) -> list[dict]:
     rows = []
     for name in versions.committed_versions(root):
         manifest = read_manifest(versions.version_dir(root, name))
-        incremental = manifest.get("incremental", {})
+        incremental = manifest.incremental or {}
+        counts = manifest.counts or {}
         rows.append({
             "version": name, "latest": name == latest,
-            "records": {k: v["num_records"] for k, v in sorted(manifest["splits"].items())},
-            "shards": sum(v["num_shards"] for v in manifest["splits"].values()),
-            "bytes": sum(v["num_bytes"] for v in manifest["splits"].values()),
+            "records": {k: v.num_records for k, v in sorted(manifest.splits.items())},
+            "shards": sum(v.num_shards or 0 for v in manifest.splits.values()),
+            "bytes": sum(v.num_bytes or 0 for v in manifest.splits.values()),
             "written_shards": incremental.get("written_shards"),
             "reused_shards": incremental.get("reused_shards"),
             "base_version": incremental.get("base_version"),
-            "failed": sum(manifest["counts"]["failed"].values()),
-            "skipped": sum(manifest["counts"]["skipped"].values()),
+            "failed": sum(counts["failed"].values()),
+            "skipped": sum(counts["skipped"].values()),
         })
     return rows
 

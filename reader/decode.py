@@ -14,6 +14,8 @@ from typing import Callable, Mapping, Optional
 
 from dcm2tfrecord.reader.tfquiet import tf
 
+from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL, SHAPE_FEATURES
+from dcm2tfrecord.dataset.manifest import Manifest
 from dcm2tfrecord.reader.layout import Layout, parse_spec
 
 # decode_raw has no unsigned 32/64-bit output: decode the signed type of the
@@ -99,10 +101,10 @@ def _decode_record(layout: Layout, raw, shape, dtype_name) -> tf.Tensor:
 def _decode_each(layout: Layout, features: Mapping) -> tf.Tensor:
     """Record by record, zero-padded to the largest ``[d, h, w, c]`` of the batch."""
     shapes = tf.stack([tf.cast(features[k], tf.int32)
-                       for k in ("depth", "height", "width", "channels")], axis=1)    # [B, 4]
+                       for k in SHAPE_FEATURES], axis=1)    # [B, 4]
     target = tf.reduce_max(shapes, axis=0)
-    raw = features["image_raw"]
-    dtype_names = features.get("dtype", tf.fill(tf.shape(raw), layout.stored_dtypes[0]))
+    raw = features[IMAGE_RAW]
+    dtype_names = features.get(DTYPE, tf.fill(tf.shape(raw), layout.stored_dtypes[0]))
 
     def one(args):
         raw_one, shape, dtype_name = args
@@ -114,7 +116,7 @@ def _decode_each(layout: Layout, features: Mapping) -> tf.Tensor:
     return images if layout.volume else images[:, 0]
 
 
-def batch_parser(manifest: Mapping, layout: Layout, output: str = "tuple", dtype=None,
+def batch_parser(manifest: Manifest, layout: Layout, output: str = "tuple", dtype=None,
                  scale: Optional[float] = None) -> Callable:
     """``serialized [batch] -> (images, labels)``, or a dict of all features with ``image``."""
     if output not in ("tuple", "dict"):
@@ -126,7 +128,7 @@ def batch_parser(manifest: Mapping, layout: Layout, output: str = "tuple", dtype
     def parse(serialized):
         features = tf.io.parse_example(serialized, spec)
         if layout.vectorized:
-            pixels = decode_raw(features["image_raw"], layout.stored_dtypes[0])
+            pixels = decode_raw(features[IMAGE_RAW], layout.stored_dtypes[0])
             images = tf.reshape(pixels, [serialized.shape[0] or -1] + image_shape)
         else:
             images = _decode_each(layout, features)
@@ -134,9 +136,9 @@ def batch_parser(manifest: Mapping, layout: Layout, output: str = "tuple", dtype
         if convert is not None:
             images = convert(images)
         if output == "tuple":
-            return images, features["label"]
+            return images, features[LABEL]
         features = dict(features)
-        del features["image_raw"]
+        del features[IMAGE_RAW]
         features["image"] = images
         return features
     return parse

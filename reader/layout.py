@@ -13,6 +13,8 @@ from typing import Mapping
 import numpy as np
 from dcm2tfrecord.reader.tfquiet import tf
 
+from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL
+from dcm2tfrecord.dataset.manifest import Manifest
 from dcm2tfrecord.reader.schema import (DEFAULT_LABEL, IMAGE_ENCODINGS, MISSING, RAW, REQUIRED,  # noqa: F401
                            SHAPE_FEATURES, Layout, common_dtype, split_layout)
 
@@ -37,26 +39,26 @@ def _feature(name: str, description: Mapping):
     return tf.io.FixedLenFeature(shape, dtype, default_value=default.tolist() if shape else _MISSING[kind])
 
 
-def label_spec(manifest: Mapping) -> tf.io.FixedLenFeature:
+def label_spec(manifest: Manifest) -> tf.io.FixedLenFeature:
     """int64 class index, float, or a multi-hot int64 vector, as dataset.json declares."""
-    return _feature("label", manifest.get("features", {}).get("label", _DEFAULT_LABEL))
+    return _feature(LABEL, manifest.feature(LABEL, _DEFAULT_LABEL))
 
 
-def parse_spec(manifest: Mapping, layout: Layout, output: str) -> dict:
+def parse_spec(manifest: Manifest, layout: Layout, output: str) -> dict:
     """The ``parse_example`` spec: what ``output`` returns plus what decoding needs."""
-    features = dict(manifest.get("features", {}))
-    features.setdefault("label", _DEFAULT_LABEL)
+    features = dict(manifest.features)
+    features.setdefault(LABEL, _DEFAULT_LABEL)
     if output == "dict":
         names = set(features) | set(REQUIRED)
     elif layout.vectorized:
-        names = {"image_raw", "label"}
+        names = {IMAGE_RAW, LABEL}
     else:
-        names = {"image_raw", "label", *SHAPE_FEATURES}
+        names = {IMAGE_RAW, LABEL, *SHAPE_FEATURES}
         if len(layout.stored_dtypes) > 1:
-            names.add("dtype")
+            names.add(DTYPE)
     spec = {}
     for name in sorted(names):
         description = features.get(name, {"dtype": "int64" if name in SHAPE_FEATURES else "bytes",
                                           "shape": []})
-        spec[name] = label_spec(manifest) if name == "label" else _feature(name, description)
+        spec[name] = label_spec(manifest) if name == LABEL else _feature(name, description)
     return spec

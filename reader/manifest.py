@@ -1,6 +1,7 @@
 """dataset.json, read through TensorFlow's file system layer (local, gs://, ram://).
 
-``info(dataset_dir)`` returns the parsed manifest as a dict, with the
+``info(dataset_dir)`` returns the parsed manifest as a dict (typed, as
+``dataset.manifest.Manifest``, in its ``manifest`` attribute), with the
 questions a training script asks of it as methods: how many records and
 steps a split holds, the class names, the element spec ``load`` produces.
 Wherever a method takes a split, it also takes a split spec (``"train[:10%]"``,
@@ -15,7 +16,8 @@ from typing import Optional
 from dcm2tfrecord.reader.tfquiet import tf
 
 from dcm2tfrecord.dataset import names
-from dcm2tfrecord.dataset.manifest import missing_manifest, parse_manifest, readable_manifest
+from dcm2tfrecord.dataset.file_adapters import FileAdapter
+from dcm2tfrecord.dataset.manifest import Manifest, SplitEntry, missing_manifest, parse_json
 from dcm2tfrecord.dataset.versions import locate_dataset
 from dcm2tfrecord.reader import splits
 from dcm2tfrecord.reader.layout import Layout, label_spec, split_layout
@@ -23,23 +25,31 @@ from dcm2tfrecord.reader.sharding import ReadPlan, plan_reads
 
 
 class DatasetInfo(dict):
-    """The parsed dataset.json (a plain dict underneath) of one dataset directory."""
+    """The parsed dataset.json (a plain dict underneath) of one dataset directory; typed, as
+    a ``Manifest``, in :attr:`manifest`, which every method here reads."""
 
-    def __init__(self, manifest: dict, dataset_dir: str):
+    def __init__(self, manifest: dict, dataset_dir: str, typed: Optional[Manifest] = None):
         super().__init__(manifest)
         self.dataset_dir = dataset_dir
+        self.manifest: Manifest = typed if typed is not None else Manifest.from_json(dict(manifest), dataset_dir)
 
     def __reduce__(self):
         return (DatasetInfo, (dict(self), self.dataset_dir))
 
     @property
     def split_names(self) -> list[str]:
-        return sorted(self["splits"])
+        return self.manifest.split_names
 
     def split(self, split: str) -> dict:
-        """The manifest entry of ``split``; a clear error naming the splits there are."""
+        """The manifest entry of ``split`` (as dataset.json holds it); a clear error naming the
+        splits there are."""
+        self.split_entry(split)
+        return self["splits"][split]
+
+    def split_entry(self, split: str) -> SplitEntry:
+        """:meth:`split`, typed."""
         try:
-            return self["splits"][split]
+            return self.manifest.splits[split]
         except KeyError:
             known = ", ".join(self.split_names) or "none"
             raise ValueError(f"split {splits.shown(split)} not in {self.dataset_dir} "
@@ -47,20 +57,19 @@ class DatasetInfo(dict):
 
     def slices(self, spec: str = "train") -> tuple[splits.Slice, ...]:
         """The ``(split, start, stop)`` record ranges a split spec names."""
-        sizes = {name: int(entry["num_records"]) for name, entry in self["splits"].items()}
+        sizes = {name: entry.num_records for name, entry in self.manifest.splits.items()}
         return splits.resolve(spec, sizes, self.dataset_dir)
 
     def pieces(self, spec: str = "train") -> list[splits.Piece]:
         """The shards ``spec`` reads, in order, with the run of records it reads of each."""
         slices = self.slices(spec)
-        records = {s.split: [int(shard["num_records"]) for shard in self.split(s.split)["shards"]]
-                   for s in slices}
+        records = {s.split: self.split_entry(s.split).shard_records for s in slices}
         return splits.pieces(slices, records)
 
-    def entry(self, spec: str = "train") -> dict:
+    def entry(self, spec: str = "train") -> SplitEntry:
         """The manifest entry of ``spec``: the split's own, or for a slice or union one computed
         like it (counts, dtypes, shapes; see ``reader.splits.selection_entry``)."""
-        return splits.selection_entry(self, spec, self.slices(spec))
+        return splits.selection_entry(self.manifest, spec, self.slices(spec))
 
     def shard_paths(self, split: str = "train") -> list[str]:
         """Shard files from the manifest, never from a glob: stale files are not read.
@@ -73,15 +82,17 @@ class DatasetInfo(dict):
         return [p.count for p in self.pieces(split)]
 
     def _piece_path(self, piece: splits.Piece) -> str:
-        return shard_path(self.dataset_dir, self["splits"][piece.split]["shards"][piece.shard]["file"])
+        return shard_path(self.dataset_dir, self.manifest.splits[piece.split].shards[piece.shard].file)
+
+    @property
+    def adapter(self) -> FileAdapter:
+        """The container of the shards (``dataset.file_adapters``)."""
+        return self.manifest.adapter
 
     @property
     def compression(self) -> str:
-        """``"GZIP"`` or ``""``, as ``tf.data.TFRecordDataset`` takes it."""
-        if self.get("options", {}).get("compression") == "gzip":
-            return "GZIP"
-        files = [s["file"] for entry in self["splits"].values() for s in entry["shards"]]
-        return "GZIP" if files and all(f.endswith(".gz") for f in files) else ""
+        """The shards' ``compression_type`` as ``tf.data.TFRecordDataset`` takes it (``""``: none)."""
+        return self.adapter.tf_compression_type
 
     def read_plan(self, split: str = "train", input_context=None) -> ReadPlan:
         """Which shards (and which records of them) one input pipeline reads."""
@@ -104,7 +115,7 @@ class DatasetInfo(dict):
     @property
     def class_names(self) -> list[str]:
         """Label index -> class name (empty when labels are numbers or absent)."""
-        return list((self.get("labels") or {}).get("class_names") or [])
+        return self.manifest.class_names
 
     def int2str(self, index) -> str:
         """The class name of label ``index`` (a Python or NumPy integer), like TFDS's ClassLabel."""
@@ -129,7 +140,7 @@ class DatasetInfo(dict):
 
     def _class_names_or_error(self) -> list[str]:
         if not self.class_names:
-            kind = (self.get("labels") or {}).get("kind") or "none"
+            kind = self.manifest.label_kind
             what = "no labels" if kind == "none" else f"{kind} labels"
             raise ValueError(f"{self.dataset_dir} has {what}, not class names: int2str and str2int "
                              "need a dataset converted with class labels (--labels_from_dirs, or "
@@ -137,7 +148,7 @@ class DatasetInfo(dict):
         return self.class_names
 
     def layout(self, split: str = "train") -> Layout:
-        return split_layout(self, split, self.entry(split))
+        return split_layout(self.manifest, split, self.entry(split))
 
     @property
     def element_spec(self) -> dict:
@@ -148,7 +159,7 @@ class DatasetInfo(dict):
                         scale: Optional[float] = None) -> tuple:
         layout = self.layout(split)
         out = tf.float32 if dtype is None and scale is not None else tf.as_dtype(dtype or layout.dtype)
-        label = label_spec(self)
+        label = label_spec(self.manifest)
         return (tf.TensorSpec([None] + layout.image_shape(), out),
                 tf.TensorSpec([None] + list(label.shape), label.dtype))
 
@@ -190,5 +201,6 @@ def info(dataset_dir: str, version=None) -> DatasetInfo:
     if not tf.io.gfile.exists(path):
         raise missing_manifest(path, dataset_dir)
     with tf.io.gfile.GFile(path, "rb") as handle:     # bytes: text that is not UTF-8 is damage too
-        return DatasetInfo(readable_manifest(parse_manifest(handle.read(), path), path), dataset_dir)
+        data = parse_json(handle.read(), path)
+    return DatasetInfo(data, dataset_dir, Manifest.from_json(data, path))
 

@@ -12,11 +12,12 @@ protobuf runtime, decode the pixels with NumPy. This makes a split
   ``IndexSampler`` shuffles globally and checkpoints its position exactly;
 - a plain sequence for NumPy/JAX code.
 
-Imports neither TensorFlow nor Beam. Gzip shards are refused: their ``.idx``
-offsets address the uncompressed stream, and a gzip stream cannot be entered
-at an offset without decompressing everything before it. DALI's
-``fn.readers.tfrecord`` cannot read ``.tfrecord.gz`` either; the PyPI ``tfrecord``
-package reads gzip shards with their ``.idx`` files.
+Imports neither TensorFlow nor Beam. Shards in a container whose file adapter
+(dataset/file_adapters.py) cannot be entered at an offset are refused with the
+adapter's reason: gzip shards, whose ``.idx`` offsets address the uncompressed
+stream, and a gzip stream cannot be entered at an offset without decompressing
+everything before it. DALI's ``fn.readers.tfrecord`` cannot read ``.tfrecord.gz``
+either; the PyPI ``tfrecord`` package reads gzip shards with their ``.idx`` files.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ import numpy as np
 
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.dataset.example import decode_example
-from dcm2tfrecord.dataset.manifest import missing_manifest, parse_manifest, readable_manifest
+from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL
+from dcm2tfrecord.dataset.manifest import Manifest, missing_manifest, parse_manifest
 from dcm2tfrecord.dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
 from dcm2tfrecord.dataset.versions import locate_dataset
 from dcm2tfrecord.reader import splits, storage
@@ -41,7 +43,7 @@ __all__ = ["RandomAccess", "CorruptRecordError", "CorruptIndexError"]
 _NUMPY = {"int64": np.int64, "float": np.float32}
 
 
-def _read_manifest(dataset_dir: str, version) -> tuple[dict, str]:
+def _read_manifest(dataset_dir: str, version) -> tuple[Manifest, str]:
     def read_latest(root: str) -> Optional[str]:
         path = names.join(root, names.LATEST_NAME)
         return names.parse_version(storage.read_text(path)) if storage.exists(path) else None
@@ -50,14 +52,7 @@ def _read_manifest(dataset_dir: str, version) -> tuple[dict, str]:
     path = names.join(directory, names.MANIFEST_NAME)
     if not storage.exists(path):
         raise missing_manifest(path, directory)
-    return readable_manifest(parse_manifest(storage.read_bytes(path), path), path), directory
-
-
-def _is_gzip(manifest: Mapping) -> bool:
-    if manifest.get("options", {}).get("compression") == "gzip":
-        return True
-    files = [s["file"] for entry in manifest["splits"].values() for s in entry["shards"]]
-    return bool(files) and all(f.endswith(".gz") for f in files)
+    return parse_manifest(storage.read_bytes(path), path), directory
 
 
 class _Feature:
@@ -120,26 +115,21 @@ class RandomAccess:
         self.dataset_dir = directory
         self.split = split
         self.verify = verify
-        sizes = {name: int(entry["num_records"]) for name, entry in manifest.get("splits", {}).items()}
+        sizes = {name: entry.num_records for name, entry in manifest.splits.items()}
         slices = splits.resolve(split, sizes, directory)
-        if _is_gzip(manifest):
-            raise ValueError(
-                f"{directory} holds gzip shards, which RandomAccess cannot read: their .idx "
-                "offsets address the uncompressed stream, and a gzip stream cannot be entered "
-                "at an offset without decompressing all that precedes it. Read them with "
-                "reader.load, or convert with --compression none for random access.")
-        self.manifest = manifest
+        adapter = manifest.adapter
+        if not adapter.random_access:
+            raise ValueError(f"{directory} {adapter.random_access_refusal}")
+        self.manifest: Manifest = manifest
         entry = splits.selection_entry(manifest, split, slices)
         self.layout: Layout = split_layout(manifest, split, entry)
-        pieces = splits.pieces(slices, {s.split: [int(shard["num_records"]) for shard in
-                                                  manifest["splits"][s.split]["shards"]] for s in slices})
-        shards = [manifest["splits"][p.split]["shards"][p.shard] for p in pieces]
-        self._paths = [names.shard_path(directory, s["file"]) for s in shards]
-        self._index_paths = [names.shard_path(directory, s.get("index_file") or s["file"] + names.INDEX_SUFFIX)
-                             for s in shards]
+        pieces = splits.pieces(slices, {s.split: manifest.splits[s.split].shard_records for s in slices})
+        shards = [manifest.splits[p.split].shards[p.shard] for p in pieces]
+        self._paths = [names.shard_path(directory, s.file) for s in shards]
+        self._index_paths = [names.shard_path(directory, s.index) for s in shards]
         # what each shard's .idx must add up to (the writer's byte count; a hand-written
         # manifest without it: the file's size, asked for when its index is first read)
-        self._shard_bytes = [s.get("num_bytes") for s in shards]
+        self._shard_bytes = [s.num_bytes for s in shards]
         self._firsts = [p.start for p in pieces]      # records of each shard before its piece
         self._sizes = [p.size for p in pieces]
         counts = [p.count for p in pieces]
@@ -148,8 +138,8 @@ class RandomAccess:
         self._readers = [storage.RangeReader(p) for p in self._paths]
         self._indexes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
-        features = dict(manifest.get("features", {}))
-        features.setdefault("label", DEFAULT_LABEL)
+        features = dict(manifest.features)
+        features.setdefault(LABEL, DEFAULT_LABEL)
         self._features = {}
         for name in sorted(set(features) | set(REQUIRED)):
             description = features.get(name, {"dtype": "int64" if name in SHAPE_FEATURES else "bytes",
@@ -226,18 +216,18 @@ class RandomAccess:
             raise CorruptRecordError(f"{where}: not a tf.train.Example ({error})") from error
         out = {}
         for name, feature in self._features.items():
-            if name != "image_raw":
+            if name != IMAGE_RAW:
                 out[name] = feature.value(values.get(name, ()), where)
-        raw = values.get("image_raw")
+        raw = values.get(IMAGE_RAW)
         if not raw:
-            raise ValueError(f"{where}: feature 'image_raw' is missing")
+            raise ValueError(f"{where}: feature {IMAGE_RAW!r} is missing")
         out["image"] = self._image(raw[0], out, where)
         return out
 
     def _image(self, raw: bytes, features: dict, where: str) -> np.ndarray:
         layout = self.layout
         shape = tuple(int(features[k]) for k in SHAPE_FEATURES)     # (d, h, w, c)
-        stored = features["dtype"].decode() if isinstance(features["dtype"], bytes) else features["dtype"]
+        stored = features[DTYPE].decode() if isinstance(features[DTYPE], bytes) else features[DTYPE]
         if layout.encoding == RAW:
             pixels = np.frombuffer(raw, dtype=np.dtype(stored).newbyteorder("<"))
             if pixels.size != int(np.prod(shape)):

@@ -7,16 +7,22 @@ come out in, whether records are volumes, the shape all records share.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Optional
+from typing import Optional
 
 import numpy as np
 
-RAW = "raw"
+from dcm2tfrecord.dataset.features import (CHANNELS, DEPTH, DTYPE, ENCODING_RAW, HEIGHT, IMAGE_RAW, LABEL,
+                                           SHAPE_FEATURES, WIDTH)
+from dcm2tfrecord.dataset.manifest import Manifest, SplitEntry
+
+__all__ = ["DEFAULT_LABEL", "IMAGE_ENCODINGS", "MISSING", "RAW", "REQUIRED", "SHAPE_FEATURES", "Layout",
+           "common_dtype", "split_layout"]
+
+RAW = ENCODING_RAW
 IMAGE_ENCODINGS = ("png", "jpeg")
 
 # Features every record carries; the reader fails loudly when one is missing.
-REQUIRED = ("image_raw", "label", "depth", "height", "width", "channels", "dtype")
-SHAPE_FEATURES = ("depth", "height", "width", "channels")
+REQUIRED = (IMAGE_RAW, LABEL, DEPTH, HEIGHT, WIDTH, CHANNELS, DTYPE)
 MISSING = {"bytes": b"", "int64": -1, "float": float("nan")}
 DEFAULT_LABEL = {"dtype": "int64", "shape": []}
 
@@ -66,30 +72,27 @@ def common_dtype(dtypes) -> str:
     return np.result_type(*[np.dtype(d) for d in dtypes]).name
 
 
-def _known_dims(entry: Mapping) -> tuple[Optional[int], ...]:
+def _known_dims(entry: SplitEntry) -> tuple[Optional[int], ...]:
     """Static (depth, height, width, channels) where the manifest guarantees them.
 
     The listed shapes are a capped sample when there are several, so apart from
     a single shape only ``max_depth`` (over all records) fixes a dimension.
     """
-    shapes = entry.get("shapes") or []
-    if entry.get("fixed_shape") and shapes:
-        return tuple(int(x) for x in shapes[0])
-    return (1 if int(entry.get("max_depth", 1)) == 1 else None, None, None, None)
+    if entry.fixed_shape and entry.shapes:
+        return tuple(entry.shapes[0])
+    return (1 if entry.max_depth == 1 else None, None, None, None)
 
 
-def split_layout(manifest: Mapping, split: str, entry: Mapping) -> Layout:
-    image = manifest.get("features", {}).get("image_raw", {})
-    encoding = str(image.get("encoding", RAW))
+def split_layout(manifest: Manifest, split: str, entry: SplitEntry) -> Layout:
+    encoding = str(manifest.feature(IMAGE_RAW).get("encoding", RAW))
     if encoding != RAW and encoding not in IMAGE_ENCODINGS:
         raise ValueError(f"image_raw encoding {encoding!r} is not one this reader decodes "
                          f"({RAW}, {', '.join(IMAGE_ENCODINGS)})")
-    stored = tuple(entry.get("dtypes") or ("uint8",))
-    shapes = entry.get("shapes") or []
-    fixed = tuple(int(x) for x in shapes[0]) if entry.get("fixed_shape") and shapes else None
-    volume = int(entry.get("max_depth", 1)) > 1
+    stored = entry.dtypes or ("uint8",)
+    fixed = tuple(entry.shapes[0]) if entry.fixed_shape and entry.shapes else None
+    volume = entry.max_depth > 1
     if volume and encoding != RAW:
         raise ValueError(f"split {split!r} holds volumes, which {encoding} encoding cannot store")
     return Layout(split=split, stored_dtypes=stored, dtype=common_dtype(stored), volume=volume,
                   fixed_shape=fixed, known_dims=_known_dims(entry), encoding=encoding,
-                  num_records=int(entry.get("num_records", 0)))
+                  num_records=entry.num_records)

@@ -22,6 +22,7 @@ import dataclasses
 import re
 from typing import Mapping, Optional, Sequence
 
+from dcm2tfrecord.dataset.manifest import Manifest, SplitEntry
 from dcm2tfrecord.reader.schema import split_layout
 
 FORMS = ("train", "train[:10%]", "train[10%:20%]", "train[-1000:]", "train[100:200]",
@@ -158,15 +159,15 @@ def pieces(slices: Sequence[Slice], shard_records: Mapping[str, Sequence[int]]) 
     return out
 
 
-def selection_entry(manifest: Mapping, spec: str, slices: Sequence[Slice]) -> dict:
+def selection_entry(manifest: Manifest, spec: str, slices: Sequence[Slice]) -> SplitEntry:
     """The manifest entry of ``spec``'s records: the split's own for a whole split, else one
     computed like it (record count, bytes pro rata, the stored dtypes and shapes of every split
     in it), so that layout, dtype and buffer sizes come out of the rules a split goes by.
 
     A union of splits whose images differ in shape is refused here, by name.
     """
-    splits = manifest["splits"]
-    if len(slices) == 1 and slices[0].num_records == int(splits[slices[0].split]["num_records"]):
+    splits = manifest.splits
+    if len(slices) == 1 and slices[0].num_records == splits[slices[0].split].num_records:
         return splits[slices[0].split]
     names = list(dict.fromkeys(s.split for s in slices))
     layouts = {name: split_layout(manifest, name, splits[name]) for name in names}
@@ -178,16 +179,15 @@ def selection_entry(manifest: Mapping, spec: str, slices: Sequence[Slice]) -> di
                 f"split {shown(spec)}: a union needs splits whose images share one shape, but "
                 f"{names[0]!r} holds {_shape_text(first)} and {name!r} holds {_shape_text(other)}")
     entries = [splits[name] for name in names]
-    shapes = [shape for entry in entries for shape in entry.get("shapes") or []]
-    fixed = all(entry.get("fixed_shape") for entry in entries) and len({tuple(s) for s in shapes}) == 1
+    shapes = [shape for entry in entries for shape in entry.shapes]
+    fixed = all(entry.fixed_shape for entry in entries) and len(set(shapes)) == 1
     records = sum(s.num_records for s in slices)
-    num_bytes = sum(int(splits[s.split].get("num_bytes", 0)) * s.num_records
-                    // max(int(splits[s.split]["num_records"]), 1) for s in slices)
-    return {"num_records": records, "num_bytes": num_bytes,
-            "dtypes": sorted({d for entry in entries for d in entry.get("dtypes") or ("uint8",)}),
-            "shapes": [list(s) for s in dict.fromkeys(tuple(s) for s in shapes)],
-            "fixed_shape": fixed,
-            "max_depth": max(int(entry.get("max_depth", 1)) for entry in entries)}
+    num_bytes = sum((splits[s.split].num_bytes or 0) * s.num_records
+                    // max(splits[s.split].num_records, 1) for s in slices)
+    return SplitEntry(num_records=records, num_bytes=num_bytes,
+                      dtypes=tuple(sorted({d for entry in entries for d in entry.dtypes or ("uint8",)})),
+                      shapes=tuple(dict.fromkeys(shapes)), fixed_shape=fixed,
+                      max_depth=max(entry.max_depth for entry in entries))
 
 
 def _shape_text(layout) -> str:

@@ -26,6 +26,7 @@ from typing import Callable, Optional, Union
 
 from dcm2tfrecord.reader.tfquiet import tf
 
+from dcm2tfrecord.dataset.manifest import SplitEntry
 from dcm2tfrecord.reader import splits
 from dcm2tfrecord.reader.decode import batch_parser, conversion
 from dcm2tfrecord.reader.manifest import DatasetInfo, info
@@ -58,15 +59,15 @@ def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", d
     entry = manifest.entry(split)
     layout = manifest.layout(split)
     if not layout.batchable and not pad:
-        raise layout.variable_size_error(entry.get("shapes", []))
+        raise layout.variable_size_error([list(s) for s in entry.shapes])
     check_no_silent_float64(entry, split, layout.dtype, dtype, scale)
-    return batch_parser(manifest, layout, output, dtype, scale)
+    return batch_parser(manifest.manifest, layout, output, dtype, scale)
 
 
-def check_no_silent_float64(entry: dict, split: str, common: str, dtype, scale) -> None:
+def check_no_silent_float64(entry: SplitEntry, split: str, common: str, dtype, scale) -> None:
     """A split of several stored dtypes whose only exact common dtype is float64 (int32 with
     float32, say) would read back at 8 bytes a value without a word: ask for a dtype instead."""
-    stored = sorted(entry.get("dtypes") or [])
+    stored = sorted(entry.dtypes)
     if dtype is None and scale is None and common == "float64" and "float64" not in stored:
         raise ValueError(
             f"split {split!r} holds {', '.join(stored)} records; the only dtype holding all their "
@@ -75,15 +76,15 @@ def check_no_silent_float64(entry: dict, split: str, common: str, dtype, scale) 
             "--dicom_values window for one uint8/uint16 dtype")
 
 
-def _shuffle_buffer(entry: dict, budget: int = SHUFFLE_BUFFER_BYTES) -> int:
+def _shuffle_buffer(entry: SplitEntry, budget: int = SHUFFLE_BUFFER_BYTES) -> int:
     """As many records as fit in ``budget`` bytes, within SHUFFLE_BUFFER_RECORDS."""
-    records = max(int(entry.get("num_records", 1)), 1)
-    per_record = max(int(entry.get("num_bytes", 0)) // records, 1)
+    records = max(entry.num_records, 1)
+    per_record = max((entry.num_bytes or 0) // records, 1)
     low, high = SHUFFLE_BUFFER_RECORDS
     return min(records, high, max(low, budget // per_record))
 
 
-def _read_buffer(entry: dict, compression: str, files) -> int:
+def _read_buffer(entry: SplitEntry, compression: str, files) -> int:
     """``buffer_size`` of each shard's TFRecordDataset: 0 (unbuffered) for large local records.
 
     Unbuffered, the reader reads each record (header, then data + checksum) with
@@ -95,8 +96,8 @@ def _read_buffer(entry: dict, compression: str, files) -> int:
     through its own buffer) and remote files (one request per read) keep a
     1 MiB buffer.
     """
-    records = max(int(entry.get("num_records", 1)), 1)
-    per_record = int(entry.get("num_bytes", 0)) // records
+    records = max(entry.num_records, 1)
+    per_record = (entry.num_bytes or 0) // records
     local = all("://" not in str(f) for f in files)
     if not compression and local and per_record >= UNBUFFERED_MIN_RECORD_BYTES:
         return 0
@@ -200,7 +201,7 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     entry = manifest.entry(split)
     layout = manifest.layout(split)
     if not layout.batchable and batch_size > 1 and not pad:
-        raise layout.variable_size_error(entry.get("shapes", []))
+        raise layout.variable_size_error([list(s) for s in entry.shapes])
     check_no_silent_float64(entry, split, layout.dtype, dtype, scale)
     conversion(layout.dtype, dtype, scale)        # argument errors now, not at iteration
     if resumable and (cache or (shuffle and seed is None)):
@@ -217,7 +218,7 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     if plan.mode != ALL:
         logger.info(plan.describe(split, len(manifest.pieces(split))))
     key = splits.canonical(split)             # seeds the order: a split name is itself
-    compression = manifest.compression
+    compression = manifest.adapter.tf_compression_type    # the container's, as TFRecordDataset takes it
     read_buffer = _read_buffer(entry, compression, plan.files)
     cycle = max(1, min(cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
 
@@ -261,7 +262,7 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
 def _batch_and_parse(records, manifest, layout, batch_size, drop_remainder, output, dtype, scale,
                      deterministic, input_context) -> tf.data.Dataset:
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    batches = batches.map(batch_parser(manifest, layout, output, dtype, scale),
+    batches = batches.map(batch_parser(manifest.manifest, layout, output, dtype, scale),
                           num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
     options = tf.data.Options()

@@ -56,9 +56,10 @@ def test_every_output_name_literal_lives_in_one_module():
     ("train", 3, 7, "v0002", False), ("my-split", 0, 2, "v0010", True), ("a_v0001", 1, 2, "", False),
     ("a-v001", 1, 2, "v0003", False), ("x-00001-of-00002", 0, 1, "v0001", True)])
 def test_shard_names_parse_back(split, index, count, tag, gzip):
-    file = names.shard_file_name(split, index, count, tag, gzip)
+    compression = "gzip" if gzip else "none"
+    file = names.shard_file_name(split, index, count, tag, compression)
     parsed = names.parse_shard_name(file)
-    assert (parsed.split, parsed.index, parsed.num_shards, parsed.gzip) == (split, index, count, gzip)
+    assert (parsed.split, parsed.index, parsed.num_shards, parsed.compression) == (split, index, count, compression)
     assert parsed.version == tag[1:] and parsed.file == file
     reused = names.reused_file(tag[1:] or "0001", file)
     assert names.parse_shard_name(reused).parent == (tag[1:] or "0001")

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from dcm2tfrecord import reader
+from dcm2tfrecord.dataset.manifest import Manifest
 from dcm2tfrecord.reader import splits
 from dcm2tfrecord.reader.splits import Piece, Slice
 from tests.conftest import run_convert
@@ -92,7 +93,7 @@ def test_pieces_cut_shards_at_the_slice_boundaries():
 
 
 def _manifest(**splits_):
-    return {"splits": splits_, "features": {}}
+    return Manifest.from_json({"splits": splits_, "features": {}})
 
 
 def _entry(records, shape=(1, 8, 8, 3), dtypes=("uint8",), fixed=True):
@@ -104,10 +105,10 @@ def test_a_union_has_the_layout_of_its_splits_and_a_common_dtype():
     manifest = _manifest(train=_entry(40, dtypes=("uint8",)), validation=_entry(10, dtypes=("int16",)))
     entry = splits.selection_entry(manifest, "train+validation[:5]",
                                    splits.resolve("train+validation[:5]", {"train": 40, "validation": 10}))
-    assert entry["num_records"] == 45 and entry["num_bytes"] == 4500
-    assert entry["dtypes"] == ["int16", "uint8"] and entry["fixed_shape"]
+    assert entry.num_records == 45 and entry.num_bytes == 4500
+    assert entry.dtypes == ("int16", "uint8") and entry.fixed_shape
     whole = splits.selection_entry(manifest, "train", [Slice("train", 0, 40)])
-    assert whole is manifest["splits"]["train"]
+    assert whole is manifest.splits["train"]
 
 
 def test_a_union_of_splits_with_different_image_shapes_is_refused_by_name():

@@ -229,12 +229,13 @@ def test_scale_needs_a_float_dtype(plain):
 
 
 def test_read_buffer_is_off_only_for_large_local_uncompressed_records():
+    from dcm2tfrecord.dataset.manifest import SplitEntry
     from dcm2tfrecord.reader.tfdata import READ_BUFFER_BYTES, _read_buffer
-    large = {"num_records": 10, "num_bytes": 10 * 150_000}
+    large = SplitEntry(num_records=10, num_bytes=10 * 150_000)
     assert _read_buffer(large, "", ["/data/a.tfrecord", "/data/b.tfrecord"]) == 0
     assert _read_buffer(large, "GZIP", ["/data/a.tfrecord.gz"]) == READ_BUFFER_BYTES
     assert _read_buffer(large, "", ["gs://bucket/a.tfrecord"]) == READ_BUFFER_BYTES
-    assert _read_buffer({"num_records": 10, "num_bytes": 10 * 2_000}, "",
+    assert _read_buffer(SplitEntry(num_records=10, num_bytes=10 * 2_000), "",
                         ["/data/a.tfrecord"]) == READ_BUFFER_BYTES
 
 
@@ -247,7 +248,7 @@ def test_large_records_read_unbuffered_come_back_exact(tmp_path, monkeypatch):
     run_convert(tmp_path / "archive", out, target_shard_mb=0.3, min_shard_mb=0.1, max_shard_mb=0.5)
     meta = reader.info(out)
     assert len(meta.shard_paths()) > 1
-    assert reader.tfdata._read_buffer(meta.split("train"), meta.compression, meta.shard_paths()) == 0
+    assert reader.tfdata._read_buffer(meta.split_entry("train"), meta.compression, meta.shard_paths()) == 0
     expected = sorted(np.asarray(Image.open(p)).tobytes() for p in paths)
 
     def pixels(**kwargs):

@@ -456,12 +456,13 @@ def test_a_version_written_before_an_option_existed_counts_it_at_its_default():
     next --incremental run reuses its shards instead of rebuilding everything."""
     from dcm2tfrecord.dataset.versions import changed_options
     from dcm2tfrecord.pipeline.option_table import OPTIONS, ConvertOptions
+    from dcm2tfrecord.dataset.manifest import Manifest
     from dcm2tfrecord.pipeline.output_dir import with_new_options
     now = ConvertOptions(inputs=("/in",), output="/out", id_salt=TEST_SALT).recorded()
     for option in OPTIONS:       # any option at its default, missing from an older manifest
         if option.recorded and option.name in now and now[option.name] == option.default_value:
             older = {k: v for k, v in now.items() if k != option.name}
-            assert changed_options(with_new_options({"options": older})["options"], now) == [], option.name
+            assert changed_options(with_new_options(Manifest(splits={}, options=older)).options, now) == [], option.name
     folded = ConvertOptions(inputs=("/in",), output="/out", id_salt=TEST_SALT, label_key_case="fold").recorded()
     older = {k: v for k, v in now.items() if k != "label_key_case"}
-    assert changed_options(with_new_options({"options": older})["options"], folded) == ["label_key_case"]
+    assert changed_options(with_new_options(Manifest(splits={}, options=older)).options, folded) == ["label_key_case"]

@@ -41,10 +41,11 @@ def test_every_accepted_split_name_parses_back_from_its_shard_names(name, index,
         with pytest.raises(names.BadName):
             names.shard_file_name(name, index, count)
         return
-    file = names.shard_file_name(name, index, count, names.version_tag(version), gzip)
+    compression = "gzip" if gzip else "none"
+    file = names.shard_file_name(name, index, count, names.version_tag(version), compression)
     parsed = names.parse_shard_name(file)
-    assert (parsed.split, parsed.index, parsed.num_shards, parsed.version, parsed.gzip, parsed.parent) == (
-        name, index, count, version, gzip, "")
+    assert (parsed.split, parsed.index, parsed.num_shards, parsed.version, parsed.compression, parsed.parent) == (
+        name, index, count, version, compression, "")
     assert parsed.file == file
     if version:   # listed by a later version as ../NNNN/<file>
         reused = names.parse_shard_name(names.reused_file(version, file))

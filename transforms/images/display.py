@@ -11,6 +11,8 @@ from typing import Mapping
 
 import numpy as np
 
+from dcm2tfrecord.dataset.features import DTYPE, FORMAT, SHAPE_FEATURES
+
 PERCENTILES = (1.0, 99.0)
 
 
@@ -27,8 +29,7 @@ def display_image(image: np.ndarray, record: Mapping, windowed: bool = False) ->
     splits: the record's own depth/height/width/channels crop it). ``windowed``:
     the converter applied a VOI window already (--dicom_values window).
     """
-    depth, height, width, channels = (int(record.get(k, 0)) for k in
-                                      ("depth", "height", "width", "channels"))
+    depth, height, width, channels = (int(record.get(k, 0)) for k in SHAPE_FEATURES)
     pixels = np.asarray(image)
     if pixels.ndim == 4:
         pixels = pixels[max(depth, 1) // 2]                       # the middle slice
@@ -37,8 +38,8 @@ def display_image(image: np.ndarray, record: Mapping, windowed: bool = False) ->
         pixels = pixels[..., :3]                                  # RGB; alpha dropped
     else:
         pixels = pixels[..., :1]
-    stored = text(record.get("dtype", pixels.dtype.name)) or pixels.dtype.name
-    grayscale_dicom = text(record.get("format", b"")) == "dicom" and pixels.shape[-1] == 1
+    stored = text(record.get(DTYPE, pixels.dtype.name)) or pixels.dtype.name
+    grayscale_dicom = text(record.get(FORMAT, b"")) == "dicom" and pixels.shape[-1] == 1
     if stored == "uint8" and (windowed or not grayscale_dicom):
         out = pixels.astype(np.uint8)
     elif windowed and stored == "uint16":

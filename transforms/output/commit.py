@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Optional
 
 from dcm2tfrecord.dataset import manifest, reasons
-from dcm2tfrecord.dataset.features import SOURCE_PATH_FEATURE
+from dcm2tfrecord.dataset.features import SOURCE_PATH, SOURCE_PATH_FEATURE
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.settings import ConversionSettings
@@ -137,7 +137,7 @@ def labels_entry(space, settings: ConversionSettings, source: Optional[str] = No
 
 def run_manifest(results: list, outcomes: list, matched: int, space, group_counts: Mapping,
                  leaking: tuple, layouts: Mapping, settings: ConversionSettings, options: Mapping,
-                 version: str, base=None, written_also_failed: int = 0) -> dict:
+                 version: str, base=None, written_also_failed: int = 0) -> manifest.Manifest:
     """dataset.json of a run: shards, counts, labels, groups, shard policy, incremental notes.
 
     ``outcomes`` are one per input (one_outcome_per_input), ``written_also_failed`` the
@@ -148,7 +148,7 @@ def run_manifest(results: list, outcomes: list, matched: int, space, group_count
     has_dicom = any("dicom" in r.kinds for r in results)
     features = dicom_metadata.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
     if settings.decode.keep_source_path:
-        features["source_path"] = dict(SOURCE_PATH_FEATURE)
+        features[SOURCE_PATH] = dict(SOURCE_PATH_FEATURE)
     return manifest.build_manifest(
         results, outcomes, matched, options, version, features,
         labels=labels_entry(space, settings, options.get("labels")),

@@ -95,11 +95,12 @@ def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_
     outcomes, written_also_failed = one_outcome_per_input(outcomes)
     manifest = run_manifest(results, outcomes, matched, space, group_counts, leaking, layouts,
                             settings, options, version, base, written_also_failed)
-    failed = sum(manifest["counts"]["failed"].values())
-    refusal = (accounting_verdict(manifest["counts"])
+    counts = manifest.counts or {}
+    failed = sum(counts["failed"].values())
+    refusal = (accounting_verdict(counts)
                or failure_verdict(failed, matched, settings.max_failure_ratio, settings.max_failures)
-               or empty_verdict(manifest["counts"], settings.allow_empty)
-               or leak_verdict(leaking, manifest["groups"]["split_by"], settings.allow_split_leak))
+               or empty_verdict(counts, settings.allow_empty)
+               or leak_verdict(leaking, (manifest.groups or {})["split_by"], settings.allow_split_leak))
     if refusal:
         return refuse_commit(settings.output_dir, manifest, outcomes, refusal)
     return commit(settings.output_dir, manifest, outcomes)

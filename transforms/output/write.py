@@ -84,7 +84,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
     labels: dict = {}
     sources_written = 0
     max_depth = 1
-    file_name = shard_file_name(plan.split, plan.index, plan.num_shards, plan.tag, compression == "gzip")
+    file_name = shard_file_name(plan.split, plan.index, plan.num_shards, plan.tag, compression)
     with open_shard(output_dir, file_name, compression) as shard:
         for record in plan.records:
             try:

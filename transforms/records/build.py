@@ -12,7 +12,7 @@ from dcm2tfrecord.transforms.dicom import native as native_dicom
 from dcm2tfrecord.transforms.images import raster
 from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
 from dcm2tfrecord.transforms.sources.read import open_source
-from dcm2tfrecord.dataset.features import serialize_record_parts
+from dcm2tfrecord.dataset.features import SOURCE_PATH, serialize_record_parts
 from dcm2tfrecord.transforms.values import ProbedRecord
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.sources.read import read_unchanged, with_timeout
@@ -47,7 +47,7 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
     if settings.resize is not None:
         pixels = geometry.resize(pixels, settings.resize, settings.resize_mode)
     if settings.keep_source_path:
-        metadata["source_path"] = record.source.uri
+        metadata[SOURCE_PATH] = record.source.uri
     return pixels, metadata
 
 
