@@ -37,7 +37,7 @@ MAX_SHAPES = 16
 Json = Any      # a value json.loads returns
 
 
-class _Bad(Exception):
+class _Bad(FormatError):
     """A value of dataset.json of the wrong kind; becomes a ManifestError naming the file."""
 
 

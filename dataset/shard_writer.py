@@ -34,7 +34,7 @@ class _HashingWriter:
         self.raw.write(data)
         self.num_bytes += len(data)
 
-    def flush(self) -> None:     # a writable file object, as GzipFile's fileobj (which never calls it)
+    def flush(self) -> None:     # a writable file object, as a compressor's fileobj wants (never called)
         self.raw.flush()
 
 
