@@ -62,7 +62,7 @@ def _signature(exc: BaseException) -> tuple[str, str, str]:
 def worker(args) -> int:
     """Runs cases until the deadline; one JSON line per failure in findings-<seed>.jsonl."""
     import faulthandler
-    from tests import test_fuzz as fz
+    from tests.transforms.records import test_fuzz as fz
 
     rng = random.Random(args.seed)
     families = FAMILIES if args.family == "all" else (args.family,)
@@ -105,7 +105,7 @@ def worker(args) -> int:
 
 
 def _save(out: str, finding: dict) -> str:
-    from tests import test_fuzz as fz
+    from tests.transforms.records import test_fuzz as fz
 
     key = hashlib.sha1(f"{finding['kind']}|{finding['where']}".encode()).hexdigest()[:10]
     with open(os.path.join(out, f"{key}.case"), "w") as handle:
@@ -177,7 +177,7 @@ def drive(args) -> int:
 
 
 def replay(path: str) -> int:
-    from tests import test_fuzz as fz
+    from tests.transforms.records import test_fuzz as fz
 
     with open(path) as handle:
         case = eval(handle.read(), {"Case": fz.Case})  # noqa: S307 - our own repr
