@@ -21,7 +21,7 @@ import apache_beam
 import pytest
 from google.protobuf import json_format
 
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import TEST_SALT, write_png_archive
 from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from dcm2tfrecord.pipeline.locations import recorded_location
 from tests.support import IN_MEMORY, TEST_SALT, rid, run_convert, write_png_archive
 from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)

@@ -43,7 +43,7 @@ import pydicom
 import pytest
 
 from dcm2tfrecord.pipeline.convert import ConversionFailed
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import run_convert
 from tests.e2e.test_crash_safety import _files
 

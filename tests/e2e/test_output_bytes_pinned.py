@@ -18,8 +18,8 @@ import os
 
 import pytest
 
-from benchmarks.archives import ct_file_bytes
-from dcm2tfrecord.pipeline.sample_archive import build_sample_archive
+from tests.support import ct_file_bytes
+from tests.support import build_sample_archive
 from tests.support import run_convert
 
 CT_SLICES = [(patient, series, i) for patient in range(2) for series in (patient,) for i in range(3)]

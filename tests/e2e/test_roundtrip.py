@@ -10,7 +10,7 @@ from PIL import Image
 from pydicom.pixels import apply_color_lut, apply_modality_lut
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import rid
 
 

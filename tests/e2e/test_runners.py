@@ -33,7 +33,7 @@ from dcm2tfrecord.pipeline.beam_args import unknown_beam_args
 from dcm2tfrecord.pipeline.option_table import ConvertOptions
 from dcm2tfrecord.pipeline.salt import check_salt_stays_out_of_the_job
 from dcm2tfrecord.pipeline.usage import UsageError
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import TEST_SALT, write_png_archive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -19,7 +19,7 @@ import tensorflow as tf
 from PIL import Image
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline.sample_archive import synthetic_image
+from tests.support import synthetic_image
 from tests.support import SAMPLE_OPTIONS, run_convert, write_png_archive
 from tests.e2e.test_output_bytes_pinned import PINNED, archive, convert  # noqa: F401 (archive: a fixture)
 

@@ -25,7 +25,7 @@ from importlib import metadata
 
 import pytest
 
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import (COLLIDING_PYPI, TEST_SALT, THEIRS_WORK, package_folder, run_convert,
                             write_png_archive)
 

@@ -8,7 +8,7 @@ import pytest
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline.convert import ConversionFailed
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import run_convert
 
 
@@ -75,7 +75,7 @@ def test_the_readme_reading_example_runs_as_written_on_the_demo_dataset(tmp_path
     """./run_local.sh writes out/sample-uniform; the README's snippet trains on it as written."""
     import tensorflow as tf
     from dcm2tfrecord.pipeline.demo import UNIFORM_OPTIONS
-    from dcm2tfrecord.pipeline.sample_archive import build_sample_archive
+    from tests.support import build_sample_archive
     archive = build_sample_archive(str(tmp_path / "archive"))
     run_convert(archive, tmp_path / "out" / "sample-uniform", **UNIFORM_OPTIONS)
     monkeypatch.chdir(tmp_path)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import run_convert, write_png_archive
 from dcm2tfrecord.transforms.sources.match import expand_pattern
 

@@ -9,7 +9,7 @@ from apache_beam.coders.coders import FastPrimitivesCoder
 from apache_beam.options.pipeline_options import DirectOptions
 
 from dcm2tfrecord.pipeline import convert
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import TEST_SALT, run_convert, write_png_archive
 from dcm2tfrecord.transforms.planning.shards import for_planning
 from dcm2tfrecord.transforms.records.probe import probe_file

@@ -22,7 +22,7 @@ from pydicom.pixels import apply_modality_lut
 from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import run_convert
 
 DTYPES = ("uint8", "uint16", "int16", "int32", "uint32", "float32")

@@ -1,4 +1,10 @@
-"""Shared fixtures: real archives (pydicom's test files, generated images), real runs."""
+"""Shared fixtures and helpers of the tests: real archives (pydicom's test files, generated
+images), real runs.
+
+The one place the tests import the product's sample archive (pipeline/sample_archive.py,
+also ``dcm2tfrecord demo``'s) and the benchmarks' generated CT slices (benchmarks/archives.py):
+test files take them from here (tests/test_suite_layout.py holds them to it).
+tests/conftest.py registers the fixtures defined here and the markers."""
 from __future__ import annotations
 
 import os
@@ -12,7 +18,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from dcm2tfrecord.pipeline import convert  # noqa: E402
 from dcm2tfrecord.pipeline.option_table import ConvertOptions  # noqa: E402
-from dcm2tfrecord.pipeline.sample_archive import build_sample_archive, synthetic_image  # noqa: E402
+from benchmarks.archives import ct_file_bytes, ct_vendor_file_bytes  # noqa: E402,F401
+from dcm2tfrecord.pipeline.sample_archive import (  # noqa: E402,F401
+    build_sample_archive, pydicom_test_files, synthetic_image)
 
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 # Every local runner mode, each with more than one worker where it can have them.
@@ -71,13 +79,6 @@ def rid(rel_path: str) -> str:
     """The record id the tests' conversions give the file at ``rel_path``."""
     from dcm2tfrecord.transforms.hashing import record_id
     return record_id(rel_path, TEST_SALT)
-
-
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "slow: minutes (installs into a fresh virtual environment, or waits out the default "
-                   "storage retry budget); "
-                   "./run_tests.sh skips these, ./run_tests.sh -m slow runs them")
 
 
 # ---------------------------------------------------------------- the import name

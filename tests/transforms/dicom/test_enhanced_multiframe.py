@@ -320,7 +320,7 @@ def test_jpeg2000_with_a_corrupt_size_marker_fails_with_that_reason():
     marker overwritten by a Sequence Delimiter (pydicom's README says so): its image would be
     3722445056 columns wide. GDCM's gdcmconv --raw fails on it too ("Invalid number of tiles"); the
     DICOM structure around it parses, and the intact JPEG2000.dcm still decodes."""
-    from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+    from tests.support import pydicom_test_files
     settings = DecodeSettings(id_salt=TEST_SALT)
     broken = os.path.join(pydicom_test_files(), "JPEG2000-embedded-sequence-delimiter.dcm")
     with open(broken, "rb") as handle, pytest.raises(ConversionError) as caught:
@@ -428,7 +428,7 @@ def test_stack_id_echo_and_dimension_indices_separate_stacks():
 
 def test_colour_frames_are_reordered_and_keep_their_values(tmp_path):
     """Functional groups on an RGB file: no rescale or window applies to colour, the order does."""
-    from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+    from tests.support import pydicom_test_files
     from pydicom.dataset import Dataset
     from pydicom.sequence import Sequence as Seq
     ds = pydicom.dcmread(os.path.join(pydicom_test_files(), "SC_rgb_rle_2frame.dcm"))

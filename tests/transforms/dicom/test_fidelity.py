@@ -7,7 +7,7 @@ import pydicom
 import pytest
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import rid, run_convert, write_png_archive
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import voi

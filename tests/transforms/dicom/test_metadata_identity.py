@@ -30,7 +30,7 @@ import pytest
 import tensorflow as tf
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import run_convert
 from tests.e2e.test_no_identity_in_outputs import STANDARD_UID_ROOT, TEXT_VRS, _identify
 

@@ -15,8 +15,8 @@ import numpy as np
 import pydicom
 import pytest
 
-from benchmarks.archives import ct_file_bytes
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import ct_file_bytes
+from tests.support import pydicom_test_files
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.dicom import native as native_dicom
 from dcm2tfrecord.transforms.records.build import build_record, decode_record

@@ -12,8 +12,8 @@ import warnings
 import pydicom
 import pytest
 
-from benchmarks.archives import ct_file_bytes, ct_vendor_file_bytes
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import ct_file_bytes, ct_vendor_file_bytes
+from tests.support import pydicom_test_files
 from dcm2tfrecord.transforms.dicom import head_parse, integrity, needed as dicom_needed
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import probe_file

@@ -9,7 +9,7 @@ from pydicom.uid import generate_uid
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline.usage import UsageError
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import run_convert, write_png_archive
 
 SMALL = dict(target_shard_mb=0.2, min_shard_mb=0.05, max_shard_mb=0.5)

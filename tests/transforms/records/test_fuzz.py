@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from dcm2tfrecord.transforms.output.write import size_mismatch
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files, synthetic_image
+from tests.support import pydicom_test_files, synthetic_image
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.records.build import build_record
 from dcm2tfrecord.transforms.errors import ConversionError

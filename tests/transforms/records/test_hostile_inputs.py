@@ -13,7 +13,7 @@ import pytest
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline.convert import ConversionFailed
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import run_convert, write_png_archive
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.records.build import build_record

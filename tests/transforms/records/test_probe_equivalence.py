@@ -33,7 +33,7 @@ import pydicom.data
 import pytest
 from pydicom.dataelem import RawDataElement
 
-from benchmarks.archives import ct_file_bytes, ct_vendor_file_bytes
+from tests.support import ct_file_bytes, ct_vendor_file_bytes
 from tests.transforms.dicom import test_native as test_speed_native_dicom
 from tests.transforms.records import test_fuzz
 from tests.reference_v0 import header as reference_header

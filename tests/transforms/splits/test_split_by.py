@@ -23,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import run_convert
 
 LEVELS = ("patient", "study", "series")

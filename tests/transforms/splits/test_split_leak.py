@@ -13,7 +13,7 @@ import pytest
 from dcm2tfrecord import reader
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.pipeline import convert
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from tests.support import pydicom_test_files
 from tests.support import RUNNER_MODES, TEST_SALT
 
 # patient -> the split of each of its slices (from the CSV): P0 in train and test,
