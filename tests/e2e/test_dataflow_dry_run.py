@@ -24,6 +24,7 @@ from google.protobuf import json_format
 from tests.support import pydicom_test_files
 from tests.support import TEST_SALT, write_png_archive
 from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
+from tests.support.runners import _byte_strings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "run_dataflow.sh")
@@ -130,49 +131,6 @@ def test_dry_run_submits_nothing_and_touches_no_output(dry_run):
     assert "dry_run: Dataflow job" in stderr and "not run here" in stderr
     assert job["type"] == "JOB_TYPE_BATCH" and job["name"].startswith("beamapp-")
     assert emulator.list("df/out") == [] and emulator.list("df/tmp") == []
-
-
-def _expanded(blob: bytes, depth: int = 0):
-    """``blob`` and what is packed inside it: base64 runs decoded, zlib and bzip2 streams
-    inflated, recursively (a ParDo payload holds a base64 string of a compressed pickle)."""
-    import bz2
-    import re
-    import zlib
-    yield blob
-    if depth >= 4:
-        return
-    for run in re.findall(rb"[A-Za-z0-9+/]{40,}={0,2}", blob):
-        try:
-            decoded = base64.b64decode(run + b"=" * (-len(run) % 4))
-        except ValueError:
-            continue
-        yield from _expanded(decoded, depth + 1)
-    for match in re.finditer(rb"\x78[\x01\x5e\x9c\xda]", blob):
-        try:
-            inflated = zlib.decompressobj().decompress(blob[match.start():])
-        except zlib.error:
-            continue
-        if inflated:
-            yield from _expanded(inflated, depth + 1)
-    for match in re.finditer(rb"BZh[1-9]1AY&SY", blob):
-        try:
-            inflated = bz2.BZ2Decompressor().decompress(blob[match.start():])
-        except (OSError, ValueError):
-            continue
-        yield from _expanded(inflated, depth + 1)
-
-
-def _byte_strings(value):
-    """Every string of the job description, and everything packed inside it (pickled DoFns,
-    coders, side inputs)."""
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _byte_strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _byte_strings(item)
-    elif isinstance(value, str):
-        yield from _expanded(value.encode("utf-8", "surrogateescape"))
 
 
 def test_the_salt_is_nowhere_in_the_job_and_its_parameters(dry_run):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import RUNNER_MODES, run_convert, write_png_archive
-from tests.e2e.test_output_bytes_pinned import shard_hashes
+from tests.support.pinned import shard_hashes
 from dcm2tfrecord.transforms.planning import shards
 
 BUCKETS = 3

@@ -11,8 +11,6 @@ here; what they add over the embedded job service is their own scheduling.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import socket
@@ -30,65 +28,14 @@ from dcm2tfrecord.dataset.versions import BaseVersion, PreviousShard
 from dcm2tfrecord.pipeline import convert
 from dcm2tfrecord.pipeline.arguments import parse_convert
 from dcm2tfrecord.pipeline.beam_args import unknown_beam_args
-from dcm2tfrecord.pipeline.option_table import ConvertOptions
 from dcm2tfrecord.pipeline.salt import check_salt_stays_out_of_the_job
 from dcm2tfrecord.pipeline.usage import UsageError
-from tests.support import pydicom_test_files
-from tests.support import TEST_SALT, write_png_archive
+from tests.support import TEST_SALT
+from tests.support.runners import _byte_strings, _opts, _shards, archive, reference  # noqa: F401  (fixtures)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "run_portable.sh")
 LOOPBACK = ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"]
-
-
-@pytest.fixture(scope="module")
-def archive(tmp_path_factory):
-    """(input folder, labels csv, salt file, work folder)."""
-    work = tmp_path_factory.mktemp("runners")
-    root = work / "in"
-    pngs = write_png_archive(root / "png", 4, 12, 12)
-    data = open(pngs[0], "rb").read()
-    (root / "png" / "truncated.png").write_bytes(data[: len(data) // 2])
-    os.makedirs(root / "dicom")
-    shutil.copyfile(os.path.join(pydicom_test_files(), "CT_small.dcm"), root / "dicom" / "CT_small.dcm")
-    rows = [f"png/{os.path.basename(p)},{'ab'[i % 2]}" for i, p in enumerate(pngs)]
-    (work / "labels.csv").write_text("path,label\n" + "\n".join(rows + ["png/truncated.png,a",
-                                                                        "dicom/CT_small.dcm,b"]) + "\n")
-    (work / "salt").write_text(TEST_SALT + "\n")
-    return str(root), str(work / "labels.csv"), str(work / "salt"), work
-
-
-def _opts(archive, output, **extra) -> ConvertOptions:
-    root, labels, salt, _ = archive
-    values = {"labels": labels, "id_salt_file": salt, "splits": "train=0.5,validation=0.5",
-              "max_failure_ratio": 1.0, **extra}
-    return ConvertOptions(inputs=(root,), output=str(output), **values)
-
-
-def _shards(output) -> dict:
-    """{file: sha256} of every shard and index a run committed."""
-    out = {}
-    for name in sorted(os.listdir(output)):
-        if ".tfrecord" in name:
-            with open(os.path.join(output, name), "rb") as handle:
-                out[name] = hashlib.sha256(handle.read()).hexdigest()
-    return out
-
-
-@pytest.fixture(scope="module")
-def reference(archive):
-    """The in-process run's shards, and its counts."""
-    output = archive[3] / "reference"
-    convert.run(_opts(archive, output), ["--direct_num_workers=1", "--direct_running_mode=in_memory"],
-                quiet=True)
-    with open(output / names.MANIFEST_NAME) as handle:
-        counts = json.load(handle)["counts"]
-    with open(output / names.ERRORS_NAME) as handle:
-        stages = {json.loads(line)["stage"] for line in handle if line.strip()}
-    # decoding fails while shards are written: WriteShards emits shard results and failures
-    assert counts["failed"] and "decode" in stages, (counts, stages)
-    assert len(_shards(output)) == 4, _shards(output)    # two splits, a shard and an index each
-    return _shards(output), counts
 
 
 # ---------------------------------------------------------------- the graph
@@ -144,7 +91,6 @@ def test_portable_runner_loopback_writes_the_reference_bytes_and_the_salt_never_
     into the embedded job service) holds the salt file's name, never the salt."""
     from apache_beam.runners.portability import local_job_service
     from google.protobuf import json_format
-    from tests.e2e.test_dataflow_dry_run import _byte_strings
     import base64
     submitted = []
     prepare = local_job_service.LocalJobServicer.Prepare

@@ -21,7 +21,7 @@ from PIL import Image
 from dcm2tfrecord import reader
 from tests.support import synthetic_image
 from tests.support import SAMPLE_OPTIONS, run_convert, write_png_archive
-from tests.e2e.test_output_bytes_pinned import PINNED, archive, convert  # noqa: F401 (archive: a fixture)
+from tests.support.pinned import PINNED, archive, convert  # noqa: F401 (archive: a fixture)
 
 MB = 1 << 20
 

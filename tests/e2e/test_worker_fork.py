@@ -19,7 +19,7 @@ import pytest
 
 from dcm2tfrecord.dataset.shard_writer import TEST_PAUSE_ENV
 from dcm2tfrecord.pipeline import worker_fork
-from tests.e2e.test_runners import _shards, archive, reference  # noqa: F401 - fixtures
+from tests.support.runners import _shards, archive, reference  # noqa: F401 - fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]

@@ -15,23 +15,10 @@ from dcm2tfrecord import reader
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.pipeline.usage import UsageError
 from tests.support import IN_MEMORY, TEST_SALT, run_convert, write_png_archive
+from tests.support.processes import cli, errors_of, our_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = dict(target_shard_mb=1, min_shard_mb=0.5, max_shard_mb=8)
-
-
-def our_lines(stderr: str) -> list[str]:
-    """What dcm2tfrecord itself printed (TensorFlow's start-up lines are issue 15's)."""
-    return [line for line in stderr.splitlines() if line.startswith("dcm2tfrecord")]
-
-
-def cli(*args, env=None, timeout=600):
-    """``python -m dcm2tfrecord.pipeline ...`` in a subprocess, one worker in-process: (code, stdout, stderr)."""
-    base = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2",
-            "PYTHONPATH": ROOT}
-    proc = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline", *args], capture_output=True, text=True,
-                          env={**base, **(env or {})}, cwd=ROOT, timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def tree_digest(folder) -> dict:
@@ -42,11 +29,6 @@ def tree_digest(folder) -> dict:
             with open(path, "rb") as handle:
                 out[os.path.relpath(path, folder)] = hashlib.sha256(handle.read()).hexdigest()
     return out
-
-
-def errors_of(dataset_dir) -> list[dict]:
-    with open(os.path.join(dataset_dir, names.ERRORS_NAME)) as handle:
-        return [json.loads(line) for line in handle]
 
 
 # ---------------------------------------------------------------- 1. names that reach paths

@@ -19,7 +19,7 @@ from dcm2tfrecord.dataset.files import OutputLinkError, create_output
 from dcm2tfrecord.dataset.lock import LockUnavailable, OutputBusy, OutputLock
 from dcm2tfrecord.pipeline.usage import UsageError
 from tests.support import IN_MEMORY, TEST_SALT, run_convert, write_png_archive
-from tests.pipeline.test_convert_reliability import cli, errors_of, our_lines
+from tests.support.processes import cli, errors_of, our_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = dict(target_shard_mb=1, min_shard_mb=0.5, max_shard_mb=8)

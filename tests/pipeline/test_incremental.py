@@ -26,7 +26,7 @@ from dcm2tfrecord.pipeline import cli
 from dcm2tfrecord.pipeline.summary import format_summary
 from tests.support import run_convert, write_png_archive
 from dcm2tfrecord.dataset.shard_writer import TEST_PAUSE_ENV
-from tests.e2e.test_crash_safety import ROOT, run_until
+from tests.support.processes import ROOT, run_until
 from dcm2tfrecord.dataset.verify import verify_dataset
 
 MB = 1 << 20

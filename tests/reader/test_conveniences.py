@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from dcm2tfrecord import reader
-from tests.reader.test_standalone import _write_png_dataset
+from tests.support.reader_datasets import _write_png_dataset
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -25,9 +25,9 @@ from dcm2tfrecord.dataset.example import KINDS, decode_example
 from dcm2tfrecord.dataset.tfrecord import crc32c, masked_crc, parse_index
 from tests.support import run_convert, write_png_archive
 from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
-from tests.reader.test_dtypes import converted  # noqa: F401  (fixture)
-from tests.reader.test_standalone import _write_png_dataset
-from tests.reader.test_tfdata import archive, gzipped, plain  # noqa: F401  (fixtures)
+from tests.support.reader_datasets import converted  # noqa: F401  (fixture)
+from tests.support.reader_datasets import _write_png_dataset
+from tests.support.reader_datasets import archive, gzipped, plain  # noqa: F401  (fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

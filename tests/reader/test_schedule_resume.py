@@ -18,7 +18,7 @@ import tensorflow as tf
 from dcm2tfrecord import reader
 from dcm2tfrecord.reader.schedule import Order
 from dcm2tfrecord.dataset.tfrecord import parse_index
-from tests.reader.test_tfdata import RECORDS, archive, plain  # noqa: F401  (fixtures)
+from tests.support.reader_datasets import RECORDS, archive, plain  # noqa: F401  (fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = dict(cycle_length=4, shuffle_buffer=7)

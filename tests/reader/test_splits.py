@@ -11,7 +11,7 @@ from dcm2tfrecord import reader
 from dcm2tfrecord.reader import splits
 from dcm2tfrecord.reader.splits import Piece, Slice
 from tests.support import run_convert
-from tests.reader.test_tfdata import SMALL_SHARDS, archive  # noqa: F401  (fixture)
+from tests.support.reader_datasets import SMALL_SHARDS, archive  # noqa: F401  (fixture)
 
 SIZES = {"train": 48, "validation": 10, "test": 5}
 

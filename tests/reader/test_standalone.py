@@ -6,7 +6,6 @@ whole contract, so a dataset written by hand to it reads like a converted one.
 from __future__ import annotations
 
 import ast
-import io
 import json
 import os
 import pathlib
@@ -17,10 +16,10 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
-from PIL import Image
 
 from dcm2tfrecord import reader
 from tests.support import run_convert, write_png_archive
+from tests.support.reader_datasets import _write_png_dataset
 
 READER_DIR = pathlib.Path(reader.__file__).parent
 FORMAT_DIR = READER_DIR.parent / "dataset"
@@ -142,40 +141,6 @@ def test_a_dataset_on_another_file_system_reads_the_same(small_dataset):
         return sorted(zip(batch["id"].numpy().tolist(), [i.tobytes() for i in batch["image"].numpy()]))
 
     assert pixels(remote) == pixels(small_dataset)
-
-
-def _png(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr if arr.shape[-1] != 1 else arr[..., 0]).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def _write_png_dataset(root: pathlib.Path, images: list[np.ndarray]) -> None:
-    """A dataset written to the dataset.json contract with PNG-encoded pixels."""
-    root.mkdir(parents=True)
-    shard = "train-00000-of-00001.tfrecord"
-    with tf.io.TFRecordWriter(str(root / shard)) as writer:
-        for label, arr in enumerate(images):
-            h, w, c = arr.shape
-            ints = {"label": label, "height": h, "width": w, "channels": c, "depth": 1}
-            feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=[v])) for k, v in ints.items()}
-            for key, value in {"image_raw": _png(arr), "dtype": arr.dtype.name.encode(),
-                               "encoding": b"png", "id": f"r{label}".encode()}.items():
-                feature[key] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-    shapes = sorted({(1,) + a.shape for a in images})
-    manifest = {
-        "format_version": 1,
-        "features": {"image_raw": {"dtype": "bytes", "shape": [], "encoding": "png"},
-                     "label": {"dtype": "int64", "shape": []}},
-        "splits": {"train": {"num_records": len(images), "num_shards": 1, "num_bytes": 1,
-                             "dtypes": sorted({a.dtype.name for a in images}),
-                             "shapes": [list(s) for s in shapes], "fixed_shape": len(shapes) == 1,
-                             "max_depth": 1,
-                             "shards": [{"file": shard, "num_records": len(images)}]}},
-        "options": {"compression": "none"},
-    }
-    (root / "dataset.json").write_text(json.dumps(manifest))
 
 
 @pytest.mark.parametrize("dtype,channels", [("uint8", 3), ("uint16", 1)])

@@ -15,32 +15,7 @@ import tensorflow as tf
 
 from dcm2tfrecord import reader
 from tests.support import run_convert, write_png_archive
-
-SMALL_SHARDS = dict(target_shard_mb=0.002, min_shard_mb=0.001, max_shard_mb=0.01)
-RECORDS = 48
-
-
-@pytest.fixture(scope="module")
-def archive(tmp_path_factory):
-    root = tmp_path_factory.mktemp("reader_training") / "archive"
-    write_png_archive(root / "cat", count=RECORDS // 2, height=8, width=8, channels=3, seed=1)
-    write_png_archive(root / "dog", count=RECORDS // 2, height=8, width=8, channels=3, seed=2)
-    return root
-
-
-@pytest.fixture(scope="module")
-def plain(archive, tmp_path_factory):
-    out = tmp_path_factory.mktemp("plain") / "dataset"
-    run_convert(archive, out, labels_from_dirs=True, **SMALL_SHARDS)
-    return str(out)
-
-
-@pytest.fixture(scope="module")
-def gzipped(archive, tmp_path_factory):
-    out = tmp_path_factory.mktemp("gzipped") / "dataset"
-    run_convert(archive, out, labels_from_dirs=True, compression="gzip", **SMALL_SHARDS)
-    return str(out)
-
+from tests.support.reader_datasets import RECORDS, SMALL_SHARDS, archive, gzipped, plain  # noqa: F401  (fixtures)
 
 def _records(ds) -> list[tuple[str, bytes, int]]:
     """(id, pixels, label) per record, in the order the dataset yields them."""

@@ -32,7 +32,7 @@ import tensorflow as tf
 from dcm2tfrecord import reader
 from tests.support import pydicom_test_files
 from tests.support import run_convert
-from tests.e2e.test_no_identity_in_outputs import STANDARD_UID_ROOT, TEXT_VRS, _identify
+from tests.support.identity import STANDARD_UID_ROOT, TEXT_VRS, _identify
 
 SALT = "identity-structure-salt"
 TEMPLATES = ("CT_small.dcm", "MR_small.dcm", "rtdose.dcm", "JPEG2000.dcm", "MR_small_RLE.dcm",

@@ -138,9 +138,9 @@ def test_header_parsed_in_memory_or_not_at_all_for_every_pydicom_file():
 
 
 def test_header_parsed_in_memory_or_not_at_all_for_the_fuzz_corpus():
-    """The same on mutated headers (tests/test_lean_probe.py's corpus): the Explicit VR Little
+    """The same on mutated headers (tests/support/fuzz.py's corpus): the Explicit VR Little
     Endian walk and the tail parse give pydicom's elements, or give up."""
-    from tests.transforms.records.test_probe_equivalence import _fuzz_corpus
+    from tests.support.fuzz import _fuzz_corpus
     walked = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

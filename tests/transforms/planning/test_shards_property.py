@@ -33,7 +33,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.transforms.planning.test_shards import _plan, _records
+from tests.support.shard_plans import _plan, _records
 from dcm2tfrecord.transforms.settings import ShardBounds
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-import random
 import struct
 import warnings
 
@@ -34,8 +33,8 @@ import pytest
 from pydicom.dataelem import RawDataElement
 
 from tests.support import ct_file_bytes, ct_vendor_file_bytes
-from tests.transforms.dicom import test_native as test_speed_native_dicom
-from tests.transforms.records import test_fuzz
+from tests.support import ct_edits
+from tests.support.fuzz import FUZZ_MAX_PIXELS, _fuzz_corpus
 from tests.reference_v0 import header as reference_header
 from tests.reference_v0 import probe as reference_probe
 from dcm2tfrecord.transforms.dicom import needed as dicom_needed
@@ -53,9 +52,6 @@ SETTINGS = {
     "window_burned_in": DecodeSettings(id_salt="s", dicom_values="window", allow_burned_in=True),
     "stored": DecodeSettings(dicom_values="stored", resize=(40, 30), channels="3"),
 }
-FUZZ_CASES = 600          # per run; each is probed by both implementations, cold and warm
-
-
 def _outcome(probe, name: str, data: bytes, settings: DecodeSettings, max_pixels: int):
     source = SourceFile(uri=f"mem://lean/{name}", rel_path=name, size=len(data), mtime=0.0)
     try:
@@ -168,9 +164,9 @@ def test_every_pydicom_test_file_probes_as_before(mode):
 
 def _ct_variants(tmp_path) -> list[tuple[str, bytes]]:
     out = []
-    for name, (edit, _) in sorted(test_speed_native_dicom.EDITS.items()):
+    for name, (edit, _) in sorted(ct_edits.EDITS.items()):
         for syntax in (None, pydicom.uid.ImplicitVRLittleEndian):   # big endian: pydicom's files
-            path = test_speed_native_dicom._ct(tmp_path, f"{name}.dcm", edit, syntax)
+            path = ct_edits._ct(tmp_path, f"{name}.dcm", edit, syntax)
             out.append((f"{name}_{syntax}.dcm", _read(path)))
     good = ct_file_bytes(0, 1, 0, 3, 10, 3)
     vendor = ct_vendor_file_bytes(0, 1, 0, 3, 10, 3)
@@ -271,24 +267,9 @@ def test_generated_ct_variants_probe_as_before(tmp_path, mode):
         assert outcomes["ct_bad_description.dcm"] == ("error", "invalid_value", False)
 
 
-def _fuzz_corpus() -> list[tuple[str, bytes]]:
-    rng = random.Random(20240611)
-    cases = list(test_fuzz.FOUND_BY_FUZZING)
-    cases += [test_fuzz.random_case(rng, "dicom") for _ in range(FUZZ_CASES)]
-    out = []
-    for i, case in enumerate(cases):
-        try:
-            data = case.build()
-        except Exception:
-            continue
-        if data:
-            out.append((f"{i}/{case.name}", data))
-    return out
-
-
 @pytest.mark.parametrize("mode", ["default", "split_keep_tags"])
 def test_fuzz_corpus_probes_as_before(mode):
-    outcomes, changed = _check_same(_fuzz_corpus(), SETTINGS[mode], max_pixels=test_fuzz.FUZZ_MAX_PIXELS)
+    outcomes, changed = _check_same(_fuzz_corpus(), SETTINGS[mode], max_pixels=FUZZ_MAX_PIXELS)
     kinds = {o[1] if o[0] == "error" else "record" for o in outcomes.values()}
     assert {"record", "invalid_value", "invalid_dicom"} <= kinds, kinds
     # mutations of unused elements: each rule-checked in _check_changed, some now records
