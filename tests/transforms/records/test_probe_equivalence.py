@@ -1,12 +1,14 @@
 """The lean header probe plans exactly what the probe before it planned (issue "Lean pipeline"),
 except where an element the record does not use fails to convert (issue 27).
 
-``tests/reference_v0`` is a frozen copy of the probe as it was before it was
-made cheaper (pydicom keyword lookups throughout, no shared value table,
-every element converted). Every input here must probe to the same outcome
-both ways: the same ProbedRecord (spec, identifiers, slice info, native
-layout including its packed ``dicom/*`` feature bytes) or the same
-ConversionError reason and skipped flag; with one rule-checked exception
+The reference is the probe as it was before it was made cheaper (pydicom keyword
+lookups throughout, no shared value table, every element converted): a frozen copy of
+it (tests/reference_v0, now gone) was run once over every input here, and its outcomes
+are recorded in tests/data/probe_v0_outcomes.json (tools/record_probe_reference.py
+writes it, and says when and how to regenerate it). Every input here must probe to the
+recorded outcome: the same ProbedRecord (spec, identifiers, slice info, native layout
+including its packed ``dicom/*`` feature bytes; recorded as a digest of its repr) or the
+same ConversionError reason and skipped flag; with one rule-checked exception
 (_check_changed): the reference failed the file as invalid_value because of
 elements outside the needed set (transforms.dicom.needed.NEEDED_KEYWORDS,
 plus --keep_tags) and only those, which the probe now leaves raw, so the
@@ -17,12 +19,15 @@ lists, the generated CT slice variants of test_speed_native_dicom and
 test_speed_probe, and a derandomized fuzz corpus built with
 test_fuzz's mutations (plus the inputs fuzzing found). The new probe runs
 both cold (its conversion memo empty before each file) and warm (the memo
-filled by every file before it), the reference always cold.
+filled by every file before it), the reference was always cold.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import io
+import json
 import os
 import struct
 import warnings
@@ -35,8 +40,6 @@ from pydicom.dataelem import RawDataElement
 from tests.support import ct_file_bytes, ct_vendor_file_bytes
 from tests.support import ct_edits
 from tests.support.fuzz import FUZZ_MAX_PIXELS, _fuzz_corpus
-from tests.reference_v0 import header as reference_header
-from tests.reference_v0 import probe as reference_probe
 from dcm2tfrecord.transforms.dicom import needed as dicom_needed
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.build import build_record
@@ -62,6 +65,23 @@ def _outcome(probe, name: str, data: bytes, settings: DecodeSettings, max_pixels
     except ConversionError as exc:
         return ("error", exc.reason, exc.skipped)
     return ("record", repr(record))   # repr: a NaN in a slice position compares equal to itself
+
+
+RECORDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data",
+                        "probe_v0_outcomes.json")
+
+
+def recorded_form(outcome) -> tuple:
+    """An outcome as recorded: a record by a digest of its repr, an error as it is."""
+    if outcome[0] == "record":
+        return ("record", hashlib.sha256(outcome[1].encode()).hexdigest()[:16])
+    return tuple(outcome)
+
+
+@functools.lru_cache(maxsize=None)
+def _recorded() -> dict:
+    with open(RECORDED) as handle:
+        return json.load(handle)["outcomes"]
 
 
 def _unconvertible_elements(data: bytes) -> set:
@@ -96,15 +116,24 @@ def _check_changed(name: str, data: bytes, settings: DecodeSettings, reference, 
 
 
 def _check_same(inputs: list[tuple[str, bytes]], settings: DecodeSettings,
-                max_pixels: int = 1 << 40) -> tuple[dict, dict]:
-    """(outcome by name, changed: name -> (reference outcome, outcome)) of every input."""
+                max_pixels: int = 1 << 40, *, recorded: str) -> tuple[dict, dict]:
+    """(outcome by name, changed: name -> (reference outcome as recorded, outcome)) of every
+    input; ``recorded``: the group/mode whose reference outcomes RECORDED holds."""
+    references = _recorded()[recorded]
+    missing = sorted(set(references) - {name for name, _ in inputs})
+    assert not missing, \
+        f"recorded for {recorded} but not made now: {missing[:5]} (tools/record_probe_reference.py)"
+    # an input the reference never saw (a pydicom data file downloaded to this machine's
+    # cache, say) has nothing to compare with
+    inputs = [(name, data) for name, data in inputs if name in references]
     expected, changed = {}, {}
     for name, data in inputs:
-        reference_header._CONVERTED.clear()
         dicom_needed._CONVERTED.clear()
-        reference = _outcome(reference_probe.probe_file, name, data, settings, max_pixels)
+        input_digest, *reference = references[name]
+        assert input_digest == hashlib.sha256(data).hexdigest()[:16], f"{name}: not the input recorded"
+        reference = tuple(reference)
         expected[name] = _outcome(probe_file, name, data, settings, max_pixels)
-        if expected[name] != reference:
+        if recorded_form(expected[name]) != reference:
             _check_changed(name, data, settings, reference, expected[name])
             changed[name] = (reference, expected[name])
     dicom_needed._CONVERTED.clear()
@@ -147,7 +176,7 @@ TINY_ALPHA_STUBS = "dicomdirtests/TINY_ALPHA/PT000000/ST000000/SE000000/IM0000"
 
 @pytest.mark.parametrize("mode", sorted(SETTINGS))
 def test_every_pydicom_test_file_probes_as_before(mode):
-    outcomes, changed = _check_same(_pydicom_files(), SETTINGS[mode])
+    outcomes, changed = _check_same(_pydicom_files(), SETTINGS[mode], recorded=f"pydicom/{mode}")
     # the README changelog says so: no pydicom test file's outcome changes by issue 27; by
     # issue 25 those of CHANGED_PYDICOM_FILES and the TINY_ALPHA stubs do
     changed = {n: (r[:1] if r[0] == "record" else r[:2], c[:2]) for n, (r, c) in changed.items()}
@@ -247,7 +276,7 @@ def _with(data: bytes, edit) -> bytes:
 @pytest.mark.parametrize("mode", sorted(SETTINGS))
 def test_generated_ct_variants_probe_as_before(tmp_path, mode):
     inputs = _ct_variants(tmp_path)
-    outcomes, changed = _check_same(inputs, SETTINGS[mode])
+    outcomes, changed = _check_same(inputs, SETTINGS[mode], recorded=f"ct_variants/{mode}")
     assert outcomes["ct_bad_length.dcm"] == ("error", "invalid_value", False)
     assert outcomes["ct_unknown_vr.dcm"][:2] == ("error", "invalid_value")
     assert outcomes["ct_bad_private_and_kvp.dcm"] == ("error", "invalid_value", False)
@@ -269,7 +298,8 @@ def test_generated_ct_variants_probe_as_before(tmp_path, mode):
 
 @pytest.mark.parametrize("mode", ["default", "split_keep_tags"])
 def test_fuzz_corpus_probes_as_before(mode):
-    outcomes, changed = _check_same(_fuzz_corpus(), SETTINGS[mode], max_pixels=FUZZ_MAX_PIXELS)
+    outcomes, changed = _check_same(_fuzz_corpus(), SETTINGS[mode], max_pixels=FUZZ_MAX_PIXELS,
+                                    recorded=f"fuzz/{mode}")
     kinds = {o[1] if o[0] == "error" else "record" for o in outcomes.values()}
     assert {"record", "invalid_value", "invalid_dicom"} <= kinds, kinds
     # mutations of unused elements: each rule-checked in _check_changed, some now records
