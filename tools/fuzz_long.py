@@ -2,7 +2,7 @@
 
     python tools/fuzz_long.py --minutes 60 --jobs 4 --out /tmp/fuzz_out
 
-The mutations and the contract are those of ``tests/test_fuzz.py`` (a clean
+The mutations and the contract are those of ``tests/transforms/records/test_fuzz.py`` (inputs: tests/support/fuzz.py) (a clean
 record, or a ConversionError with a documented reason; no other exception, no
 hang). Unlike the bounded test, this run does not stop at the first failure:
 it groups failures by (exception type, innermost source line), keeps the first

@@ -2,7 +2,7 @@
 
 Every name literal of an output directory appears in exactly one module of
 the product (dataset/names.py); the reader keeps no copy (it imports the
-format package, tests/test_reader_standalone.py); shard names built by
+format package, tests/reader/test_standalone.py); shard names built by
 names.shard_file_name parse back to the same fields.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A record that decodes to another size than planned is refused.
 
 Shard sizes are planned from headers (README, "Shard"); the fuzz oracle
-(tests/test_fuzz.py) checks that written inputs decode to their probed shape,
+(tests/transforms/records/test_fuzz.py) checks that written inputs decode to their probed shape,
 and the writer itself refuses a record that does not, with a reason, instead
 of writing a shard larger or smaller than planned.
 """

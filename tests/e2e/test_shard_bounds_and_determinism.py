@@ -1,6 +1,6 @@
 """Shard sizes stay within bounds; the same input gives byte-identical output on any runner.
 
-Determinism is held to the pinned shard hashes (tests/test_output_bytes_pinned.py):
+Determinism is held to the pinned shard hashes (tests/e2e/test_output_bytes_pinned.py):
 the pinned archive, rebuilt elsewhere with its files created in a shuffled
 order, must give the pinned bytes with 1, 2 and 4 workers, in one process
 (threads) and in several. Shards come pre-shuffled: a class-per-folder

@@ -1,8 +1,8 @@
 """reader.RandomAccess: records by index without TensorFlow, equal to reader.load's.
 
-Real conversions: the every-dtype archive of test_reader_dtypes (volumes,
+Real conversions: the every-dtype archive of reader/test_dtypes (volumes,
 colour, int16/uint16/uint32/float32, pydicom's files, mixed sizes and dtypes),
-the two-class archive of test_reader_training (14 small shards, plain and
+the two-class archive of reader/test_tfdata (14 small shards, plain and
 gzip), an --incremental root whose second version reuses shards of the first,
 and a copy on the GCS emulator.
 """

@@ -1,6 +1,6 @@
 """reader.load(seed=S, start_step=k): exactly the batches an uninterrupted run yields from k on.
 
-The two-class archive of test_reader_training (48 records in 14 shards of
+The two-class archive of reader/test_tfdata (48 records in 14 shards of
 3-4), read with small cycles and shuffle windows so that resuming crosses
 shard groups, windows and epoch ends.
 """

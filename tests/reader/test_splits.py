@@ -119,7 +119,7 @@ def test_a_union_of_splits_with_different_image_shapes_is_refused_by_name():
                                [Slice("train", 0, 4), Slice("validation", 0, 4)])
 
 
-# --- end to end: the two-class archive of test_reader_training, split 70/30 into small shards ---
+# --- end to end: the two-class archive of reader/test_tfdata, split 70/30 into small shards ---
 
 @pytest.fixture(scope="module")
 def two_splits(archive, tmp_path_factory):  # noqa: F811  (the fixture)

@@ -1,6 +1,6 @@
-"""A Keras fit that checkpoints every few steps and can be killed mid-epoch (test_reader_resume).
+"""A Keras fit that checkpoints every few steps and can be killed mid-epoch (reader/test_schedule_resume).
 
-    python tests/keras_resume_script.py DATASET WORKDIR TOTAL_STEPS KILL_AT_STEP
+    python tests/support/keras_resume_script.py DATASET WORKDIR TOTAL_STEPS KILL_AT_STEP
 
 Resumes from WORKDIR's checkpoint when there is one: weights, and the global
 step, which goes to ``reader.load(start_step=...)``. Logs one line per trained

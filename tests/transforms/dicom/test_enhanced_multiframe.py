@@ -2,7 +2,7 @@
 stacks kept apart), checked on objects made by independent code.
 
 The Enhanced files are highdicom's Legacy Converted Enhanced CT of single-frame series
-(tests/enhanced_objects.py), stored out of order. The oracle is the single-frame originals
+(tests/support/enhanced_objects.py), stored out of order. The oracle is the single-frame originals
 converted with ``--unit series`` (or ``--unit file`` for split frames): a code path that reads
 the top-level rescale, window and position of classic files, independent of the functional
 groups code under test. Every record must equal its oracle record value for value, frame for frame.

@@ -1,6 +1,6 @@
 """No identity in the records, asserted on their structure (README, "Patient safety").
 
-tests/test_no_identity_in_outputs.py searches every written byte for long
+tests/e2e/test_no_identity_in_outputs.py searches every written byte for long
 values; a byte search cannot look for short values ("F", "066Y") or Coded
 Strings (they occur in pixel bytes and in the standard's own words). This
 test reads each record as a tf.train.Example instead and asserts:

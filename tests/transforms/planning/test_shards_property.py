@@ -5,7 +5,7 @@ The README's promise: every shard lies within [--min_shard_mb, --max_shard_mb]
 being the only allowed excess over the maximum (in a run a record above the
 maximum fails as record_too_large before planning; the planner is given such
 records here too, and must still keep every shard of two or more within it).
-The planner is run as the pipeline runs it (tests/test_shard_plan._plan: hash
+The planner is run as the pipeline runs it (tests/support/shard_plans._plan: hash
 buckets, prefix sums, cut per start offset, occupied cuts numbered densely).
 
 Asserted over every configuration:

@@ -15,8 +15,8 @@ plus --keep_tags) and only those, which the probe now leaves raw, so the
 file goes on to whatever the rest of the probe says. Which inputs change is
 enumerated: none of pydicom's test files, the generated CT variants named in
 CHANGED_CT_VARIANTS, and (by the rule alone) some of the fuzz corpus. Inputs: every file ``pydicom.data.get_testdata_files()``
-lists, the generated CT slice variants of test_speed_native_dicom and
-test_speed_probe, and a derandomized fuzz corpus built with
+lists, the generated CT slice variants of tests/support/ct_edits.py and
+transforms/dicom/test_needed.py, and a derandomized fuzz corpus built with
 test_fuzz's mutations (plus the inputs fuzzing found). The new probe runs
 both cold (its conversion memo empty before each file) and warm (the memo
 filled by every file before it), the reference was always cold.
