@@ -31,7 +31,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The last commit holding tests/reference_v0/ (removed by the next one).
-REFERENCE_COMMIT = "ef6bf8b"
+REFERENCE_COMMIT = "ef6bf8b4e7aeb75c37f59433aba3240366305243"
 OUT = os.path.join(ROOT, "tests", "data", "probe_v0_outcomes.json")
 
 
