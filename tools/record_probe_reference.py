@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     with open(args.out, "w") as handle:
         handle.write("{\n\"about\": " + json.dumps(
             "Outcomes of the probe before the lean one (tests/reference_v0 at "
-            f"{args.reference_commit}), per group/mode and input; written by "
+            f"{args.reference_commit[:7]}), per group/mode and input; written by "
             "tools/record_probe_reference.py, read by tests/transforms/records/test_probe_equivalence.py")
             + ",\n\"outcomes\": {\n" + ",\n".join(lines) + "\n}\n}\n")
     print(f"wrote {args.out}")
