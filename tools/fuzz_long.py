@@ -2,7 +2,7 @@
 
     python tools/fuzz_long.py --minutes 60 --jobs 4 --out /tmp/fuzz_out
 
-The mutations and the contract are those of ``tests/test_fuzz.py`` (a clean
+The mutations and the contract are those of ``tests/transforms/records/test_fuzz.py`` (inputs: tests/support/fuzz.py) (a clean
 record, or a ConversionError with a documented reason; no other exception, no
 hang). Unlike the bounded test, this run does not stop at the first failure:
 it groups failures by (exception type, innermost source line), keeps the first
@@ -62,17 +62,18 @@ def _signature(exc: BaseException) -> tuple[str, str, str]:
 def worker(args) -> int:
     """Runs cases until the deadline; one JSON line per failure in findings-<seed>.jsonl."""
     import faulthandler
-    from tests import test_fuzz as fz
+    from tests.support import fuzz
+    from tests.transforms.records import test_fuzz as fz
 
     rng = random.Random(args.seed)
     families = FAMILIES if args.family == "all" else (args.family,)
-    max_bytes = None if args.all_seeds else fz.SEED_MAX_BYTES
+    max_bytes = None if args.all_seeds else fuzz.SEED_MAX_BYTES
     stop = time.time() + args.minutes * 60
     done = 0
     current = os.path.join(args.out, f"current-{args.seed}.case")
     results = open(os.path.join(args.out, f"findings-{args.seed}.jsonl"), "w")
     while time.time() < stop:
-        case = fz.random_case(rng, rng.choice(families), max_bytes)
+        case = fuzz.random_case(rng, rng.choice(families), max_bytes)
         with open(current, "w") as handle:
             handle.write(repr(case))
         faulthandler.dump_traceback_later(fz.DEADLINE_S * 3, exit=True)
@@ -105,13 +106,13 @@ def worker(args) -> int:
 
 
 def _save(out: str, finding: dict) -> str:
-    from tests import test_fuzz as fz
+    from tests.support import fuzz
 
     key = hashlib.sha1(f"{finding['kind']}|{finding['where']}".encode()).hexdigest()[:10]
     with open(os.path.join(out, f"{key}.case"), "w") as handle:
         handle.write(finding["case"])
     try:
-        data = eval(finding["case"], {"Case": fz.Case}).build()  # noqa: S307 - our own repr
+        data = eval(finding["case"], {"Case": fuzz.Case}).build()  # noqa: S307 - our own repr
         with open(os.path.join(out, f"{key}.bin"), "wb") as handle:
             handle.write(data)
     except Exception:
@@ -177,10 +178,11 @@ def drive(args) -> int:
 
 
 def replay(path: str) -> int:
-    from tests import test_fuzz as fz
+    from tests.support import fuzz
+    from tests.transforms.records import test_fuzz as fz
 
     with open(path) as handle:
-        case = eval(handle.read(), {"Case": fz.Case})  # noqa: S307 - our own repr
+        case = eval(handle.read(), {"Case": fuzz.Case})  # noqa: S307 - our own repr
     print(case)
     print(fz.convert_bytes(case.build(), case.name))
     return 0

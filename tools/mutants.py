@@ -21,19 +21,19 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-SPLITS = ["tests/test_rules.py", "tests/test_split_leak.py::test_a_patient_in_two_splits_is_refused_under_every_runner_mode",
-          "tests/test_split_names.py::test_split_names_ending_like_a_version_tag_are_refused_everywhere"]
-HASHING = ["tests/test_identity_in_records.py::test_identifier_hashes_and_record_ids_change_with_the_salt",
-           "tests/test_shard_bounds_and_determinism.py::test_seed_reorders_records_without_changing_the_record_set",
-           "tests/test_labels_splits.py::test_string_labels_map_to_sorted_indices_and_missing_are_skipped",
-           "tests/test_reader_resume.py::test_the_order_is_a_function_of_seed_and_epoch_only"]
-PLANNING = ["tests/test_shard_plan.py", "tests/test_shard_plan_property.py"]
-NAMES = ["tests/test_layout_contract.py", "tests/test_split_names.py", "tests/test_rules.py",
-         "--deselect", "tests/test_split_names.py::test_convert_and_verify_agree_for_generated_split_names"]
-VERIFY = ["tests/test_verify.py"]
-LOCK = ["tests/test_lock_gcs.py"]
-COMMIT = ["tests/test_rules.py",
-          "tests/test_reliability.py::test_a_run_whose_counts_do_not_add_up_commits_nothing"]
+SPLITS = ["tests/transforms/test_rules.py", "tests/transforms/splits/test_split_leak.py::test_a_patient_in_two_splits_is_refused_under_every_runner_mode",
+          "tests/dataset/test_split_names.py::test_split_names_ending_like_a_version_tag_are_refused_everywhere"]
+HASHING = ["tests/transforms/dicom/test_metadata_identity.py::test_identifier_hashes_and_record_ids_change_with_the_salt",
+           "tests/e2e/test_shard_bounds_and_determinism.py::test_seed_reorders_records_without_changing_the_record_set",
+           "tests/transforms/labels/test_labels_splits.py::test_string_labels_map_to_sorted_indices_and_missing_are_skipped",
+           "tests/reader/test_schedule_resume.py::test_the_order_is_a_function_of_seed_and_epoch_only"]
+PLANNING = ["tests/transforms/planning/test_shards.py", "tests/transforms/planning/test_shards_property.py"]
+NAMES = ["tests/dataset/test_names.py", "tests/dataset/test_split_names.py", "tests/transforms/test_rules.py",
+         "--deselect", "tests/dataset/test_split_names.py::test_convert_and_verify_agree_for_generated_split_names"]
+VERIFY = ["tests/dataset/test_verify.py"]
+LOCK = ["tests/dataset/test_lock_gcs.py"]
+COMMIT = ["tests/transforms/test_rules.py",
+          "tests/pipeline/test_convert_reliability.py::test_a_run_whose_counts_do_not_add_up_commits_nothing"]
 
 # (file, original snippet, mutated snippet, tests)
 MUTANTS = [

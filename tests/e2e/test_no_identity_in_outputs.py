@@ -1,0 +1,217 @@
+"""No patient identity in any byte a run writes, whatever the options
+(docs/CONVERTING.md, "Patient safety").
+
+The needles come from the inputs themselves, not from a hand-picked list:
+every string value of every element of every input DICOM (file meta and
+nested sequences included, person names also by component), every component
+of every input path and of the labels file's path, and the salt. The inputs
+are two archives each named after its patient, as archives often are
+(``--input .../Smith_Jane_12345``), holding identified copies of pydicom's CT
+and multi-frame RT dose files.
+
+The haystack is every file the run writes: everything under ``--output``
+(hidden folders, versions, ``LATEST``, ``*.records.json``, a failed run's
+``run_failed.json``) and the ``--summary_json`` file, searched as UTF-8 and
+UTF-16 (both byte orders). One part is excluded by design: the ``uri`` of
+each ``errors.jsonl`` line, which docs/CONVERTING.md says names the failing source
+file on purpose, for the operator (not training data; the reader never opens
+it). Every other field of those lines is searched.
+
+Which values are needles (the rule):
+- every value of a text VR (AE AS CS DA DS DT IS LO LT PN SH ST TM UC UI UR UT),
+  each value of a multi-valued element, and each component of a person name;
+- except values shorter than ``MIN_NEEDLE`` characters ("1", "CT", "F"): they
+  identify no one and occur by chance in pixel bytes;
+- except the attributes docs/CONVERTING.md lists as written by design under ``dicom/``
+  (modality, body part, manufacturer and model, photometric interpretation,
+  view position, laterality, spacings, slice thickness, KVP, bits stored,
+  rescale, window, transfer syntax) — the list is restated here from the
+  guide, not imported from the code under test;
+- except Coded String values (CS: defined terms of the standard such as
+  ORIGINAL, PRIMARY, AXIAL — the same words in every hospital's files) and
+  UIDs defined by the standard itself (root 1.2.840.10008: SOP classes,
+  transfer syntaxes), which name no instance.
+Path components below the test's temporary folder are needles; the
+temporary folder's own components are not (the output lives there too, and
+the summary names the output directory).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pydicom
+import pytest
+
+from dcm2tfrecord.pipeline.convert import ConversionFailed
+from tests.support import pydicom_test_files
+from tests.support import run_convert
+from tests.support.identity import STANDARD_UID_ROOT, TEXT_VRS, _identify
+from tests.support.processes import _files
+
+SALT = "phi-test-salt-7d1e0c9b"
+MIN_NEEDLE = 4
+# docs/CONVERTING.md, "Patient safety": the attributes written under dicom/ by default.
+WRITTEN_BY_DESIGN = frozenset((
+    "Modality", "BodyPartExamined", "Manufacturer", "ManufacturerModelName",
+    "PhotometricInterpretation", "ViewPosition", "Laterality", "ImageLaterality",
+    "PixelSpacing", "ImagerPixelSpacing", "SliceThickness", "SpacingBetweenSlices", "KVP",
+    "BitsStored", "RescaleSlope", "RescaleIntercept", "WindowCenter", "WindowWidth",
+    "TransferSyntaxUID"))
+PATIENTS = (("Smith_Jane_12345", "Smith^Jane^Q", "12345"), ("Doe_John_67890", "Doe^John", "67890"))
+
+
+def _write_patient(root: str, name: str, patient_id: str) -> list[str]:
+    """Three CT slices of one series, one 15-frame RT dose file, and the slices as one Legacy
+    Converted Enhanced CT (highdicom), whose attributes sit in functional groups too."""
+    from tests.support.enhanced_objects import legacy_enhanced
+    src = pydicom_test_files()
+    paths = [os.path.join(root, "CT_chest", f"slice_{i:02d}.dcm") for i in range(3)]
+    paths.append(os.path.join(root, "RT_plan", "dose_volume.dcm"))
+    slices = []
+    for i, path in enumerate(paths):
+        ds = pydicom.dcmread(os.path.join(src, "rtdose.dcm" if "RT_plan" in path else "CT_small.dcm"))
+        _identify(ds, name, patient_id, i if i < 3 else 10)
+        if i < 3:
+            ds.ImagePositionPatient, ds.InstanceNumber = [0.0, 0.0, 5.0 * i], i + 1
+            slices.append(ds)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        ds.save_as(path)
+    enhanced = legacy_enhanced(slices, f"phi-{patient_id}")
+    _identify(enhanced, name, patient_id, 20)
+    paths.append(os.path.join(root, "CT_enhanced", "volume.dcm"))
+    os.makedirs(os.path.dirname(paths[-1]), exist_ok=True)
+    enhanced.save_as(paths[-1])
+    return paths
+
+
+def _value_needles(path: str) -> set[str]:
+    ds = pydicom.dcmread(path)
+    needles: set[str] = set()
+    for elem in list(ds.file_meta.iterall()) + list(ds.iterall()):
+        if elem.VR not in TEXT_VRS or elem.VR == "CS" or elem.keyword in WRITTEN_BY_DESIGN:
+            continue
+        values = elem.value if isinstance(elem.value, (list, tuple, pydicom.multival.MultiValue)) \
+            else [elem.value]
+        for value in values:
+            text = str(value).strip()
+            parts = [text] + ([p for p in text.replace("=", "^").split("^")] if elem.VR == "PN" else [])
+            needles |= {p for p in parts if not p.startswith(STANDARD_UID_ROOT)}
+    return needles
+
+
+def _path_needles(path: str, below: str) -> set[str]:
+    parts = os.path.relpath(path, below).split(os.sep)
+    return set(parts) | {os.path.splitext(p)[0] for p in parts}
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    base = str(tmp_path_factory.mktemp("phi"))
+    inputs, files = [], []
+    for folder, name, patient_id in PATIENTS:
+        inputs.append(os.path.join(base, folder))
+        files += _write_patient(inputs[-1], name, patient_id)
+    labels_dir = os.path.join(base, "Lothian_Jones_Mary_labels")
+    os.makedirs(labels_dir)
+    labels = os.path.join(labels_dir, "Smith_Jane_12345_findings.csv")
+    with open(labels, "w") as handle:
+        handle.write("path,label\n")
+        for i, path in enumerate(sorted(files)):
+            root = next(r for r in inputs if path.startswith(r + os.sep))
+            handle.write(f"{os.path.relpath(path, root)},{('nodule', 'clear')[i % 2]}\n")
+    wrong_labels = os.path.join(labels_dir, "Doe_John_67890_findings.csv")   # matches no file
+    with open(wrong_labels, "w") as handle:
+        handle.write("path,label\nnot/a/file.dcm,nodule\n")
+    needles = {SALT} | _path_needles(labels, base) | _path_needles(wrong_labels, base)
+    for path in files:
+        needles |= _value_needles(path) | _path_needles(path, base)
+    needles = {n for n in needles if len(n) >= MIN_NEEDLE}
+    return dict(inputs=inputs, labels=labels, wrong_labels=wrong_labels, needles=needles)
+
+
+def _written_files(directory: str) -> dict[str, bytes]:
+    """Every file under ``directory``; errors.jsonl with each line's uri taken out."""
+    out = _files(directory)
+    for name, data in out.items():
+        if os.path.basename(name) == "errors.jsonl":
+            lines = [json.loads(line) for line in data.decode("utf-8").splitlines()]
+            assert all("uri" in line for line in lines)
+            out[name] = "\n".join(json.dumps({k: v for k, v in line.items() if k != "uri"})
+                                  for line in lines).encode("utf-8")
+    return out
+
+
+def _leaks(haystack: dict[str, bytes], needles: set[str]) -> list[tuple[str, str]]:
+    found = []
+    for name, data in sorted(haystack.items()):
+        for needle in sorted(needles):
+            if any(needle.encode(codec) in data for codec in ("utf-8", "utf-16-le", "utf-16-be")):
+                found.append((name, needle))
+    return found
+
+
+# Each run also writes --summary_json (a committed one), so that file is searched too.
+MATRIX = {
+    "plain": dict(labels="labels"),
+    "unit_series": dict(unit="series"),
+    "frames_split": dict(frames="split", labels="labels"),
+    "incremental": dict(incremental=True, labels="labels"),
+    # every record fails (its label is missing and that is an error): nothing commits
+    "failed_run": dict(labels="wrong_labels", missing_label="error", max_failure_ratio=0.0),
+}
+
+
+def test_the_needles_are_the_inputs_own_values(archive):
+    """The rule keeps what identifies and drops only what the docstring says."""
+    needles = archive["needles"]
+    assert {"Smith_Jane_12345", "Doe_John_67890", "Smith^Jane^Q", "Smith", "MRN12345", "19580312",
+            "066Y", "St Elsewhere Hospital", "CTSTATION07", "STY12345", "20240229", "134501.250",
+            "1.2.826.0.1.3680043.9.7771.12345.4", "PACSNODE9", "NHS67890", "Lothian Health Board",
+            "Follow-up for Doe^John", "Lothian_Jones_Mary_labels", "Smith_Jane_12345_findings.csv",
+            "Doe_John_67890_findings.csv", "slice_01.dcm", "dose_volume", "CT_chest", SALT} <= needles
+    assert "1.2.840.10008.1.2.1" not in needles and "ORIGINAL" not in needles
+    assert len(needles) > 80
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_no_input_value_or_path_in_any_written_byte(archive, tmp_path, case):
+    options = {k: (archive[v] if k == "labels" else v) for k, v in MATRIX[case].items()}
+    out, summary = tmp_path / "out", tmp_path / "summary.json"
+    run = lambda: run_convert(archive["inputs"], out, id_salt=SALT, summary_json=str(summary),  # noqa: E731
+                              target_shard_mb=0.05, min_shard_mb=0.01, max_shard_mb=4, **options)
+    if case == "failed_run":
+        with pytest.raises(ConversionFailed):
+            run()
+        assert (out / "run_failed.json").exists() and not (out / "dataset.json").exists()
+    else:
+        result = run()
+        assert summary.exists()
+        assert result["failed"] == {} and result["written"] >= 6, result   # the Enhanced files too
+    haystack = _written_files(str(out))
+    if summary.exists():
+        haystack["summary.json"] = summary.read_bytes()
+    assert case == "failed_run" or any(n.endswith(".tfrecord") for n in haystack), sorted(haystack)
+    if case == "incremental":
+        assert any(n.endswith(".records.json") for n in haystack) and "LATEST" in haystack
+    leaks = _leaks(haystack, archive["needles"])
+    assert leaks == [], leaks
+
+
+def test_locations_are_recorded_as_a_keyed_hash_unless_asked_for():
+    from dcm2tfrecord.dataset.versions import changed_options
+    from dcm2tfrecord.pipeline.option_table import PLACEMENT_OPTIONS, ConvertOptions
+    from dcm2tfrecord.transforms.hashing import location_hash
+    inputs = ("gs://hospital-archive/Smith_Jane_12345/ct", "/archive/Doe_John_67890")
+    labels = "gs://hospital-archive/Smith_Jane_12345_labels.csv"
+    opts = ConvertOptions(inputs=inputs, output="/data/out", labels=labels, id_salt=SALT)
+    recorded = opts.recorded()      # what convert writes as dataset.json's "options"
+    assert recorded["inputs"] == [f"gs://hospital-archive/<hmac:{location_hash(inputs[0], SALT)}>",
+                                  f"file://<hmac:{location_hash(inputs[1], SALT)}>"]
+    assert recorded["labels"] == f"gs://hospital-archive/<hmac:{location_hash(labels, SALT)}>"
+    assert "Smith" not in json.dumps(recorded) and "Doe" not in json.dumps(recorded)
+    given = opts.replace(record_input_paths=True).recorded()
+    assert given["inputs"] == list(inputs) and given["labels"] == labels
+    # --incremental: neither the locations nor the switch make the next version rebuild
+    assert {"inputs", "labels", "record_input_paths"} <= PLACEMENT_OPTIONS
+    assert changed_options(given, recorded, PLACEMENT_OPTIONS) == []

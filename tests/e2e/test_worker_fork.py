@@ -1,0 +1,156 @@
+"""Local worker processes forked from the launcher (pipeline/worker_fork.py, issue 27).
+
+The command line is run as a user runs it (a subprocess: a single-threaded launcher, which
+is when workers are forked); forked and spawned workers must write the in-process run's
+bytes, and a launcher killed outright must leave no worker and no socket behind.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+from dcm2tfrecord.pipeline import worker_fork
+from tests.support.hooks import PAUSE_ENV, subprocess_env
+from tests.support.runners import _shards, archive, reference  # noqa: F401 - fixtures
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+
+
+def _command(archive, output) -> list[str]:
+    root, labels, salt, _ = archive
+    return [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", root, "--output", str(output),
+            "--labels", labels, "--id_salt_file", salt, "--splits", "train=0.5,validation=0.5",
+            "--max_failure_ratio", "1.0", "--progress", "none", *WORKERS]
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in (worker_fork.SPAWN_ENV, "DCM2TFRECORD_ID_SALT")}
+    path = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    # tests/support/hooks on the path too: a pause point, when ``extra`` sets one (PAUSE_ENV)
+    return {**subprocess_env({**env, "PYTHONPATH": path}), "CUDA_VISIBLE_DEVICES": "-1",
+            "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
+
+
+@pytest.mark.parametrize("spawn", [False, True], ids=["forked", "spawned"])
+def test_forked_and_spawned_workers_write_the_in_process_bytes(archive, reference, tmp_path, spawn):
+    output = tmp_path / "out"
+    # a temp folder too deep for a Unix socket's name: the fork server's goes to /tmp
+    temp = tmp_path / ("deep" * 30)
+    temp.mkdir()
+    env = _env(TMPDIR=str(temp), **({worker_fork.SPAWN_ENV: "1"} if spawn else {}))
+    proc = subprocess.run(_command(archive, output), env=env, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _shards(output) == reference[0]
+    said = "(2 worker processes (multi_processing))" if spawn else \
+        "(2 worker processes (multi_processing, forked))"
+    assert said in proc.stdout, proc.stdout[-1500:]
+    assert not _sockets_left(temp), "the fork server's socket folder outlived the run"
+
+
+def _sockets_left(folder) -> list:
+    """The fork server's socket folders under ``folder`` (the run's TMPDIR)."""
+    return [n for n in os.listdir(folder) if n.startswith("dcm2tfrecord-workers-")]
+
+
+def _process_table() -> dict:
+    """{pid: (parent pid, start time, state)} of every process."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        table[int(name)] = (int(fields[1]), fields[19], fields[0])
+    return table
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _descendants(pid: int, table: dict) -> dict:
+    found, frontier = {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, (ppid, start, _) in table.items():
+            if ppid == parent and child not in found:
+                found[child] = start
+                frontier.append(child)
+    return found
+
+
+def _alive(processes: dict) -> list:
+    table = _process_table()
+    return [pid for pid, start in processes.items()
+            if pid in table and table[pid][1] == start and table[pid][2] != "Z"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
+def test_a_launcher_killed_outright_leaves_no_worker_and_no_socket(archive, tmp_path):
+    """SIGKILL to the launcher alone (not its process group: a parent that dies without a
+    word) while every shard writer is held: the fork server sees its parent gone, kills its
+    workers and removes its socket; nothing of the run is left running."""
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
+    temp = tempfile.mkdtemp(prefix="fork-test-", dir="/tmp")   # short enough for the socket
+    env = _env(TMPDIR=temp, **{PAUSE_ENV: f"half_written:{pauses}"})
+    log = open(tmp_path / "run.log", "wb")
+    launcher = subprocess.Popen(_command(archive, tmp_path / "out"), env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)
+    try:
+        deadline = time.time() + 240
+        while not any(n.startswith("half_written-") for n in os.listdir(pauses)):
+            assert launcher.poll() is None and time.time() < deadline, \
+                (tmp_path / "run.log").read_text()[-3000:]
+            time.sleep(0.05)
+        family = _descendants(launcher.pid, _process_table())
+        # the fork server, at least one worker held in the writer, Beam's worker commands
+        assert len(family) >= 3, family
+        assert _sockets_left(temp), "no fork server socket: the workers were not forked"
+        commands = [_cmdline(pid) for pid in family]
+        assert not any("sdk_worker_main" in c for c in commands), commands   # none spawned
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=30)
+        deadline = time.time() + 20
+        while _alive(family) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not _alive(family), f"left running after the launcher died: {_alive(family)}"
+        assert not _sockets_left(temp)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_workers_are_spawned_where_forking_is_unsafe_or_turned_off(monkeypatch):
+    monkeypatch.delenv(worker_fork.SPAWN_ENV, raising=False)
+    single = threading.active_count() == 1
+    assert worker_fork.can_fork() == (single and sys.platform.startswith("linux"))
+    held = threading.Event()
+    thread = threading.Thread(target=held.wait)
+    thread.start()
+    try:   # a launcher already running threads: a fork would copy their locks mid-use
+        assert not worker_fork.can_fork()
+    finally:
+        held.set()
+        thread.join()
+    monkeypatch.setenv(worker_fork.SPAWN_ENV, "1")
+    assert not worker_fork.can_fork()

@@ -1,0 +1,88 @@
+"""Input matching, hostile files in a small archive, and the command line."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dcm2tfrecord import reader
+from tests.support import pydicom_test_files
+from tests.support import run_convert, write_png_archive
+from dcm2tfrecord.transforms.sources.match import expand_pattern
+
+
+@pytest.fixture()
+def tree(tmp_path):
+    write_png_archive(tmp_path / "a", count=2, height=8, width=8)
+    write_png_archive(tmp_path / "a" / "b", count=1, height=8, width=8)
+    (tmp_path / "a" / "dir.dcm").mkdir()
+    return tmp_path
+
+
+def test_directory_is_walked_recursively_without_directories(tree):
+    rels = [s.rel_path for s in expand_pattern(str(tree / "a"))]
+    assert rels == ["b/img_0000.png", "img_0000.png", "img_0001.png"]
+
+
+def test_glob_and_single_file(tree):
+    assert [s.rel_path for s in expand_pattern(str(tree / "a" / "*.png"))] == ["img_0000.png", "img_0001.png"]
+    single = list(expand_pattern(str(tree / "a" / "img_0001.png")))
+    assert [(s.rel_path, s.size > 0) for s in single] == [("img_0001.png", True)]
+    assert list(expand_pattern(str(tree / "missing"))) == []
+
+
+def test_hostile_files_are_counted_and_the_rest_converted(tmp_path):
+    archive = tmp_path / "archive"
+    write_png_archive(archive, count=3, height=16, width=16)
+    (archive / "empty.dcm").write_bytes(b"")
+    (archive / "random.dcm").write_bytes(np.random.default_rng(0).bytes(5000))
+    (archive / "notes.txt").write_text("not an image")
+    (archive / "truncated.png").write_bytes((archive / "img_0000.png").read_bytes()[:60])
+    src = pydicom_test_files()
+    for name in ("rtplan.dcm", "CT_small.dcm", "MR_truncated.dcm"):
+        (archive / name).write_bytes(open(os.path.join(src, name), "rb").read())
+    summary = run_convert(archive, tmp_path / "out", target_shard_mb=1, min_shard_mb=0.5, max_shard_mb=2)
+    manifest = reader.info(str(tmp_path / "out"))
+    counts = manifest["counts"]
+    assert counts["matched"] == 10
+    assert counts["written"] == 4          # 3 PNG + CT_small
+    assert counts["skipped"] == {"no_pixel_data": 1, "unsupported_format": 1}
+    # MR_truncated.dcm is cut inside its pixel data: failed at probe, before planning.
+    assert counts["failed"] == {"empty_file": 1, "invalid_dicom": 1, "invalid_image": 1,
+                                "truncated_file": 1}
+    errors = [json.loads(line) for line in open(tmp_path / "out" / "errors.jsonl")]
+    by_name = {os.path.basename(e["uri"]): e for e in errors}
+    assert by_name["random.dcm"]["stage"] == "probe"
+    assert by_name["truncated.png"]["reason"] == "invalid_image"
+    assert (by_name["MR_truncated.dcm"]["reason"], by_name["MR_truncated.dcm"]["stage"]) == \
+        ("truncated_file", "probe")
+    assert summary["written"] == 4
+
+
+def test_cli_convert_and_python_m_pipeline(tmp_path):
+    write_png_archive(tmp_path / "in", count=4, height=16, width=16, channels=3)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2",
+               DCM2TFRECORD_ID_SALT="cli-test-salt")
+    args = ["convert", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+            "--target_shard_mb", "1", "--min_shard_mb", "0.5", "--max_shard_mb", "2",
+            "--direct_num_workers=1", "--direct_running_mode=in_memory"]
+    exe = os.path.join(os.path.dirname(sys.executable), "dcm2tfrecord")
+    done = subprocess.run([exe] + args, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "4 written" in done.stdout and "MB/s" in done.stdout
+    again = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline"] + args, capture_output=True,
+                           text=True, env=env, timeout=300)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    bad = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", "x", "--output",
+                          str(tmp_path / "o2"), "--min_shard_mb", "5", "--max_shard_mb", "1"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode == 2 and "--min_shard_mb" in bad.stderr
+    assert not (tmp_path / "o2").exists()
+    no_salt = {k: v for k, v in env.items() if k != "DCM2TFRECORD_ID_SALT"}
+    refused = subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline"] + args[:4]
+                             + ["--output", str(tmp_path / "o3")],
+                             capture_output=True, text=True, env=no_salt, timeout=300)
+    assert refused.returncode == 2 and "--id_salt" in refused.stderr and "--allow_random_salt" in refused.stderr
+    assert not (tmp_path / "o3").exists()

@@ -1,0 +1,85 @@
+"""A --split_column CSV that puts one patient in two splits: counted right, refused by default.
+
+The count of splits per group is a CombineFn whose accumulator is a set merged by
+union; a callable applied again to partial results (len(set(...)) of counts) says
+every group is in one split. Each local runner mode combines differently, so each
+is run end to end.
+"""
+import os
+
+import pydicom
+import pytest
+
+from dcm2tfrecord import reader
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.pipeline import convert
+from tests.support import pydicom_test_files
+from tests.support import RUNNER_MODES, TEST_SALT
+
+# patient -> the split of each of its slices (from the CSV): P0 in train and test,
+# P1 in train and validation, P2 and P3 each in one split
+SLICES = {0: ("train", "test", "train"), 1: ("validation", "train"), 2: ("test", "test"), 3: ("train",)}
+MODES = RUNNER_MODES
+
+
+@pytest.fixture(scope="module")
+def leaky(tmp_path_factory):
+    root = tmp_path_factory.mktemp("leak")
+    template = pydicom.dcmread(os.path.join(pydicom_test_files(), "dicomdirtests", "77654033",
+                                            "CT2", "17106"))
+    os.makedirs(root / "in")
+    rows = ["path,label,fold"]
+    for p, folds in SLICES.items():
+        for s, fold in enumerate(folds):
+            ds = template.copy()
+            ds.PatientID = f"LEAK{p}"
+            ds.StudyInstanceUID = f"1.2.826.0.1.3680043.9.8.{p}"
+            ds.SeriesInstanceUID = f"1.2.826.0.1.3680043.9.8.{p}.1"
+            ds.SOPInstanceUID = f"1.2.826.0.1.3680043.9.8.{p}.1.{s}"
+            ds.save_as(str(root / "in" / f"p{p}_{s}.dcm"))
+            rows.append(f"p{p}_{s}.dcm,{p % 2},{fold}")
+    (root / "labels.csv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def _argv(root, out, mode, *extra):
+    return ["--input", str(root / "in"), "--output", str(out), "--labels", str(root / "labels.csv"),
+            "--split_column", "fold", "--id_salt", TEST_SALT, "--progress", "none",
+            "--target_shard_mb", "0.2", "--min_shard_mb", "0.05", "--max_shard_mb", "0.5",
+            *MODES[mode], *extra]
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_a_patient_in_two_splits_is_refused_under_every_runner_mode(leaky, tmp_path, mode, capsys):
+    out = tmp_path / "out"
+    assert convert.main(_argv(leaky, out, mode)) == 1
+    err = capsys.readouterr().err
+    assert "2 group(s) (split by patient for DICOM, record otherwise) appear in more than one split" in err
+    assert "across splits test, train, validation" in err and "--allow_split_leak" in err
+    assert not (out / names.MANIFEST_NAME).exists()
+    assert (out / names.FAILED_RUN_NAME).exists()
+
+
+def test_allow_split_leak_commits_and_records_the_leak(leaky, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert convert.main(_argv(leaky, out, "multi_threading", "--allow_split_leak")) == 0
+    groups = reader.info(str(out))["groups"]
+    assert groups["groups_in_several_splits"] == 2
+    assert groups["splits_sharing_groups"] == ["test", "train", "validation"]
+    assert groups["num_groups"] == {"test": 2, "train": 3, "validation": 1}
+    assert "WARNING: 2 group(s) appear in more than one split" in capsys.readouterr().out
+
+
+def test_a_csv_without_a_leak_commits(leaky, tmp_path):
+    text = (leaky / "labels.csv").read_text()
+    fixed = tmp_path / "src"
+    os.makedirs(fixed)
+    os.symlink(leaky / "in", fixed / "in")
+    lines = [line if not line.startswith(("p0_", "p1_")) else line.rsplit(",", 1)[0] + ",train"
+             for line in text.splitlines()]
+    (fixed / "labels.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert convert.main(_argv(fixed, out, "in_memory")) == 0
+    groups = reader.info(str(out))["groups"]
+    assert groups["groups_in_several_splits"] == 0 and "splits_sharing_groups" not in groups
+    assert groups["num_groups"] == {"test": 1, "train": 3}
