@@ -32,9 +32,8 @@ from dcm2tfrecord.pipeline.arguments import parse_convert
 from dcm2tfrecord.pipeline.beam_args import LOCAL_RUNNERS, check_runner
 from dcm2tfrecord.pipeline.label_csv_checks import scan_label_csv
 from dcm2tfrecord.pipeline.locations import absolute
-from dcm2tfrecord.pipeline.option_rules import validate
+from dcm2tfrecord.pipeline.option_rules import check_options
 from dcm2tfrecord.pipeline.option_table import ConvertOptions
-from dcm2tfrecord.pipeline.salt import check_salt_stays_out_of_the_job
 from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.pipeline.worker_fork import QUIETED_LOGGERS, ForkServer, fork_server, forking_runner
 
@@ -296,12 +295,17 @@ def build(pipeline: beam.Pipeline, opts: ConvertOptions,
 
 
 def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
-    """Converts; returns the run summary (see pipeline.summary)."""
-    opts = opts.replace(output=absolute(opts.output))
-    validate(opts)
+    """Checks the options (pipeline.option_rules), then converts; returns the run summary
+    (see pipeline.summary)."""
     check_runner(beam_args)
+    check_options(opts, beam_args)
+    return run_checked(opts, beam_args, quiet)
+
+
+def run_checked(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
+    """:func:`run` for options already checked: those ``parse_convert`` returns."""
+    opts = opts.replace(output=absolute(opts.output))
     options = make_pipeline_options(beam_args, opts.inputs)
-    check_salt_stays_out_of_the_job(opts, beam_args)
     configure_storage_retry(opts.gcs_retry_s)     # the launcher's own gs:// calls too
     launch_only = job_not_run_here(options)
     if opts.labels:
@@ -406,7 +410,7 @@ def main(argv: Sequence[str]) -> int:
         for name in QUIETED_LOGGERS:
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        run(opts, beam_args)
+        run_checked(opts, beam_args)       # parse_convert checked them
     except ConversionFailed as exc:
         print(f"dcm2tfrecord convert: {exc}", file=sys.stderr)
         return 1
