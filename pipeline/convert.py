@@ -49,7 +49,8 @@ from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.sources.read import configure_storage_retry
 from dcm2tfrecord.transforms.counters import OUTCOMES
 from dcm2tfrecord.transforms.labels.steps import AttachLabels
-from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_dataset, record_plan
+from dcm2tfrecord.transforms.output.commit import CommitInputs
+from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_step, record_plan
 from dcm2tfrecord.transforms.planning.shards import for_planning
 from dcm2tfrecord.transforms.planning.steps import PlanShards, ReuseShards
 from dcm2tfrecord.transforms.records.steps import DropDuplicates, ProbeHeadersFn
@@ -281,9 +282,11 @@ class ConvertArchive(beam.PTransform):
         return (pbegin
                 | "CommitOnce" >> beam.Create([None])
                 | "CommitDataset" >> beam.Map(
-                    commit_dataset, AsList(shards), AsList(outcomes), AsSingleton(matched),
-                    space_side, AsDict(group_counts), AsSingleton(leaking), AsDict(layouts),
-                    settings, self.options, self.version, self.base))
+                    commit_step, CommitInputs(settings, self.options, self.version, self.base),
+                    # what the run produced, each a side input named by its CommitInputs field
+                    results=AsList(shards), outcomes=AsList(outcomes), matched=AsSingleton(matched),
+                    space=space_side, group_counts=AsDict(group_counts), leaking=AsSingleton(leaking),
+                    layouts=AsDict(layouts)))
                 # path of dataset.json
 
 

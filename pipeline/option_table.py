@@ -47,7 +47,9 @@ def _setting_default(cls: type, name: str) -> Any:
     field = {f.name: f for f in dataclasses.fields(cls)}[name]
     if field.default is not dataclasses.MISSING:
         return field.default
-    return field.default_factory()  # type: ignore[misc]
+    factory = field.default_factory
+    assert callable(factory), f"{cls.__name__}.{name} has no default"
+    return factory()
 
 
 @dataclasses.dataclass(frozen=True)
