@@ -7,6 +7,7 @@ or Grain, and imports neither TensorFlow nor Beam::
     from dcm2tfrecord import reader
 
     ds = reader.load("/data/ct_tfr", split="train", batch_size=32)
+    ds = reader.load("/data/ct_tfr", options=reader.ReadOptions(split="train", seed=1))
     meta = reader.info("/data/ct_tfr")       # dataset.json, plus num_records(),
                                              # steps_per_epoch(), class_names, element_spec
     records = reader.RandomAccess("/data/ct_tfr", "train")    # len(), [i] -> dict of arrays
@@ -16,10 +17,11 @@ or Grain, and imports neither TensorFlow nor Beam::
 TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn``,
 ``as_numpy`` or ``DatasetInfo``, not by ``from dcm2tfrecord import reader``.
 """
+from dcm2tfrecord.reader.options import ReadOptions
 from dcm2tfrecord.reader.random_access import CorruptIndexError, CorruptRecordError, RandomAccess
 
-__all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "RandomAccess", "CorruptRecordError",
-           "CorruptIndexError"]
+__all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "ReadOptions", "RandomAccess",
+           "CorruptRecordError", "CorruptIndexError"]
 
 _LAZY = {"load": ".tfdata", "parse_fn": ".tfdata", "as_numpy": ".arrays",
          "info": ".manifest", "DatasetInfo": ".manifest"}
