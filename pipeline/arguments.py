@@ -61,7 +61,6 @@ def _argparse_type(option: Option) -> Callable[[str], Any]:
             return option.parse(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-    parse.__name__ = option.value_type.__name__ if option.choices else parse.__name__
     return parse
 
 

@@ -7,6 +7,7 @@ import time
 from typing import Sequence
 
 from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline.option_choices import Progress
 from dcm2tfrecord.pipeline.option_table import ConvertOptions
 from dcm2tfrecord.pipeline.sample_archive import build_sample_archive
 
@@ -63,7 +64,7 @@ def main(argv: Sequence[str]) -> int:
         return 1
     uniform = known.output.rstrip("/") + "-uniform"
     convert.run(ConvertOptions(inputs=(archive,), output=uniform, overwrite=True, id_salt=opts.id_salt,
-                               progress="none", max_failure_ratio=SAMPLE_FAILURE_RATIO, **UNIFORM_OPTIONS),
+                               progress=Progress.NONE, max_failure_ratio=SAMPLE_FAILURE_RATIO, **UNIFORM_OPTIONS),
                 beam_args, quiet=True)
     print(f"{uniform}: the same archive windowed to 64x64 RGB, a class per folder, split "
           "train/validation: the README's reading example runs on it")

@@ -98,7 +98,7 @@ def with_new_options(manifest: dict) -> dict:
     recorded = dict(manifest.get("options", {}))
     for option in OPTIONS:
         if option.recorded and option.name not in recorded:
-            recorded[option.name] = option.default_value
+            recorded[option.name] = option.plain(option.default_value)   # as dataset.json holds it
     return {**manifest, "options": recorded}
 
 
