@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from dcm2tfrecord.pipeline import convert
 from dcm2tfrecord.pipeline.option_choices import Progress
@@ -31,9 +31,10 @@ SAMPLE_FAILURE_RATIO = 0.5
 
 # The second dataset of the demo: what the README's "Reading" example trains on (one size and
 # dtype, so batches stack; two splits; a class per folder).
-UNIFORM_OPTIONS = dict(dicom_values="window", resize="64x64", resize_mode="pad", channels="3",
-                       frames="split", labels_from_dirs=True, splits="train=0.8,validation=0.2",
-                       target_shard_mb=4, min_shard_mb=1, max_shard_mb=16)
+UNIFORM_OPTIONS: dict[str, Any] = dict(
+    dicom_values="window", resize="64x64", resize_mode="pad", channels="3", frames="split",
+    labels_from_dirs=True, splits="train=0.8,validation=0.2", target_shard_mb=4, min_shard_mb=1,
+    max_shard_mb=16)
 
 
 def main(argv: Sequence[str]) -> int:
