@@ -3,13 +3,12 @@ parsed into ConvertOptions and the Beam arguments, then checked before any work.
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from dcm2tfrecord.pipeline.beam_args import check_runner, unknown_beam_args
 from dcm2tfrecord.pipeline.input_checks import check_inputs_exist, check_output_outside_inputs
-from dcm2tfrecord.pipeline.option_rules import validate
-from dcm2tfrecord.pipeline.option_table import OPTIONS, ConvertOptions
-from dcm2tfrecord.pipeline.salt import check_salt_stays_out_of_the_job
+from dcm2tfrecord.pipeline.option_rules import check_options
+from dcm2tfrecord.pipeline.option_table import OPTIONS, ConvertOptions, Option
 from dcm2tfrecord.pipeline.usage import UsageError
 
 
@@ -46,29 +45,47 @@ def _unknown_message(flag: str) -> str:
             "see 'dcm2tfrecord convert --help'")
 
 
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default from the parser, never restated in its help text;
+    an option without one (None, no list items) says in its help what its absence means."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default == () or action.required:
+            return action.help or ""
+        return super()._get_help_string(action) or ""
+
+
+def _argparse_type(option: Option) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return option.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
+
+
 def add_convert_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    groups: dict = {}
+    groups: dict[str, Any] = {}
     for option in OPTIONS:
         group = groups.get(option.group) or groups.setdefault(
             option.group, parser.add_argument_group(option.group))
-        default = option.default_value
-        shown = "" if option.required or "default" in option.help or default in (None, (), "", False) \
-            else f" (default {default:g})" if isinstance(default, float) else f" (default {default})"
-        kwargs: dict = {"help": option.help + shown, "dest": option.name}
+        kwargs: dict[str, Any] = {"help": option.help, "dest": option.name}
         if option.kind == "switch":
             kwargs.update(nargs="?", const=True, default=option.default_value, type=parse_flag,
                           metavar="true|false")
         elif option.kind == "list":
-            kwargs.update(action="append" if option.flag == "input" else None,
-                          nargs=None if option.flag == "input" else "+",
-                          default=None if option.required else option.default_value)
-            kwargs = {k: v for k, v in kwargs.items() if v is not None or k == "default"}
+            if option.flag == "input":
+                kwargs.update(action="append")
+            else:
+                kwargs.update(nargs="+", default=option.default_value)
         else:
-            kwargs.update(default=option.default_value)
-            if option.type:
-                kwargs["type"] = option.type
+            kwargs["default"] = option.default_value
             if option.choices:
-                kwargs["choices"] = option.choices
+                # the enum (pipeline.option_choices) refuses any other value; argparse's own check
+                # of what it returns then always passes (choices listed for help and tools)
+                kwargs.update(type=_argparse_type(option), choices=option.choice_values)
+            elif option.value_type in (int, float):
+                kwargs["type"] = option.value_type
         if option.required:
             kwargs["required"] = required
             kwargs.pop("default", None)
@@ -78,10 +95,10 @@ def add_convert_arguments(parser: argparse.ArgumentParser, required: bool = True
 
 
 def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
-    """(our options, the remaining Beam pipeline options)."""
+    """(our options, checked, and the remaining Beam pipeline options)."""
     parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False,
                                      description=CONVERT_DESCRIPTION, epilog=CONVERT_EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=DefaultsHelpFormatter)
     add_convert_arguments(parser, required=False)     # a missing one is said below, after typos
     known, beam_args = parser.parse_known_args(list(argv))
     check_runner(beam_args)
@@ -98,8 +115,7 @@ def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
     values["keep_tags"] = tuple(t for item in known.keep_tags or () for t in item.split(",") if t)
     values["output"] = known.output.rstrip("/") or "/"
     opts = ConvertOptions(**values)
-    validate(opts)
-    check_salt_stays_out_of_the_job(opts, beam_args)
+    check_options(opts, beam_args)      # once: main goes on with convert.run_checked
     check_inputs_exist(opts.inputs)
     assert opts.output is not None      # set above
     check_output_outside_inputs(opts.output, opts.inputs)

@@ -33,9 +33,8 @@ from dcm2tfrecord.pipeline.arguments import parse_convert
 from dcm2tfrecord.pipeline.beam_args import LOCAL_RUNNERS, check_runner
 from dcm2tfrecord.pipeline.label_csv_checks import scan_label_csv
 from dcm2tfrecord.pipeline.locations import absolute
-from dcm2tfrecord.pipeline.option_rules import validate
+from dcm2tfrecord.pipeline.option_rules import check_options
 from dcm2tfrecord.pipeline.option_table import ConvertOptions
-from dcm2tfrecord.pipeline.salt import check_salt_stays_out_of_the_job
 from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.pipeline.worker_fork import QUIETED_LOGGERS, ForkServer, fork_server, forking_runner
 
@@ -51,7 +50,8 @@ from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.sources.read import configure_storage_retry
 from dcm2tfrecord.transforms.counters import OUTCOMES
 from dcm2tfrecord.transforms.labels.steps import AttachLabels
-from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_dataset, record_plan
+from dcm2tfrecord.transforms.output.commit import CommitInputs
+from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_step, record_plan
 from dcm2tfrecord.transforms.planning.shards import for_planning
 from dcm2tfrecord.transforms.planning.steps import PlanShards, ReuseShards
 from dcm2tfrecord.transforms.records.steps import DropDuplicates, ProbeHeadersFn
@@ -273,9 +273,11 @@ class ConvertArchive(beam.PTransform):
         return (pbegin
                 | "CommitOnce" >> beam.Create([None])
                 | "CommitDataset" >> beam.Map(
-                    commit_dataset, AsList(shards), AsList(outcomes), AsSingleton(matched),
-                    space_side, AsDict(group_counts), AsSingleton(leaking), AsDict(layouts),
-                    settings, self.options, self.version, self.base))
+                    commit_step, CommitInputs(settings, self.options, self.version, self.base),
+                    # what the run produced, each a side input named by its CommitInputs field
+                    results=AsList(shards), outcomes=AsList(outcomes), matched=AsSingleton(matched),
+                    space=space_side, group_counts=AsDict(group_counts), leaking=AsSingleton(leaking),
+                    layouts=AsDict(layouts)))
                 # path of dataset.json
 
 
@@ -287,15 +289,19 @@ def build(pipeline: beam.Pipeline, opts: ConvertOptions,
 
 
 def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
-    """Converts; returns the run summary (see pipeline.summary)."""
-    if opts.output is None:    # the command line requires --output; a library caller may leave it out
-        raise UsageError("--output is required: the dataset directory, local or gs://")
+    """Checks the options (pipeline.option_rules), then converts; returns the run summary
+    (see pipeline.summary)."""
+    check_runner(beam_args)
+    check_options(opts, beam_args)
+    return run_checked(opts, beam_args, quiet)
+
+
+def run_checked(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
+    """:func:`run` for options already checked: those ``parse_convert`` returns."""
+    assert opts.output is not None      # check_options refuses options without one
     opts = opts.replace(output=absolute(opts.output))
     assert opts.output is not None
-    validate(opts)
-    check_runner(beam_args)
     options = make_pipeline_options(beam_args, opts.inputs)
-    check_salt_stays_out_of_the_job(opts, beam_args)
     configure_storage_retry(opts.gcs_retry_s)     # the launcher's own gs:// calls too
     launch_only = job_not_run_here(options)
     if opts.labels:
@@ -407,7 +413,7 @@ def main(argv: Sequence[str]) -> int:
         for name in QUIETED_LOGGERS:
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        run(opts, beam_args)
+        run_checked(opts, beam_args)       # parse_convert checked them
     except ConversionFailed as exc:
         print(f"dcm2tfrecord convert: {exc}", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ import time
 from typing import Any, Sequence
 
 from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline.option_choices import Progress
 from dcm2tfrecord.pipeline.option_table import ConvertOptions
 from dcm2tfrecord.pipeline.sample_archive import build_sample_archive
 
@@ -30,9 +31,10 @@ SAMPLE_FAILURE_RATIO = 0.5
 
 # The second dataset of the demo: what the README's "Reading" example trains on (one size and
 # dtype, so batches stack; two splits; a class per folder).
-UNIFORM_OPTIONS: dict[str, Any] = dict(dicom_values="window", resize="64x64", resize_mode="pad", channels="3",
-                       frames="split", labels_from_dirs=True, splits="train=0.8,validation=0.2",
-                       target_shard_mb=4, min_shard_mb=1, max_shard_mb=16)
+UNIFORM_OPTIONS: dict[str, Any] = dict(
+    dicom_values="window", resize="64x64", resize_mode="pad", channels="3", frames="split",
+    labels_from_dirs=True, splits="train=0.8,validation=0.2", target_shard_mb=4, min_shard_mb=1,
+    max_shard_mb=16)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -63,7 +65,7 @@ def main(argv: Sequence[str]) -> int:
         return 1
     uniform = known.output.rstrip("/") + "-uniform"
     convert.run(ConvertOptions(inputs=(archive,), output=uniform, overwrite=True, id_salt=opts.id_salt,
-                               progress="none", max_failure_ratio=SAMPLE_FAILURE_RATIO, **UNIFORM_OPTIONS),
+                               progress=Progress.NONE, max_failure_ratio=SAMPLE_FAILURE_RATIO, **UNIFORM_OPTIONS),
                 beam_args, quiet=True)
     print(f"{uniform}: the same archive windowed to 64x64 RGB, a class per folder, split "
           "train/validation: the README's reading example runs on it")

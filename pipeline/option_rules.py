@@ -1,11 +1,17 @@
 """The rules that relate convert options to each other and to their ranges, checked before
-any work: each broken one a UsageError naming the option and the fix."""
+any work: each broken one a UsageError naming the option and the fix.
+
+:func:`check_options` is their one owner, run once per conversion: by
+``parse_convert`` for the command line (whose ``main`` then calls
+``convert.run_checked``), by ``convert.run`` for library callers. A choice
+outside its enum never gets this far (argparse's type, or ConvertOptions
+itself, turns it into its enum member or refuses it)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from dcm2tfrecord.pipeline.label_csv_checks import check_label_csv
-from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV
+from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV, check_salt_stays_out_of_the_job
 from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.transforms.dicom.voi import parse_window
 from dcm2tfrecord.transforms.images.geometry import parse_resize
@@ -13,6 +19,14 @@ from dcm2tfrecord.transforms.splits.assign import SplitSpecError, parse_splits
 
 if TYPE_CHECKING:
     from dcm2tfrecord.pipeline.option_table import ConvertOptions
+
+
+def check_options(opts: "ConvertOptions", beam_args: Sequence[str]) -> None:
+    """Every rule, and that the salt stays out of a job that leaves this process."""
+    if opts.output is None:    # the command line requires --output; a library caller may leave it out
+        raise UsageError("--output is required: the dataset directory, local or gs://")
+    validate(opts)
+    check_salt_stays_out_of_the_job(opts, beam_args)
 
 
 def validate(opts: "ConvertOptions") -> None:

@@ -100,7 +100,7 @@ def with_new_options(manifest: Manifest) -> Manifest:
     recorded = dict(manifest.options or {})
     for option in OPTIONS:
         if option.recorded and option.name not in recorded:
-            recorded[option.name] = option.default_value
+            recorded[option.name] = option.plain(option.default_value)   # as dataset.json holds it
     return dataclasses.replace(manifest, options=recorded)
 
 

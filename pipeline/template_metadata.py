@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 import sys
 
-from dcm2tfrecord.pipeline.option_table import OPTIONS
+from dcm2tfrecord.pipeline.option_table import OPTIONS, Option, choices_regex
+
+
+def _regexes(option: Option) -> list[str]:
+    """The parameter's regexes: its template's, else those of its choices."""
+    assert option.template is not None
+    return list(option.template.regexes or (choices_regex(option.choice_values) if option.choices else ()))
 
 
 def template_metadata() -> dict:
@@ -18,8 +24,8 @@ def template_metadata() -> dict:
         "streaming": False,
         "parameters": [
             {"name": o.flag, "label": o.template.label, "helpText": o.template.help,
-             "isOptional": not (o.required or o.template.required), **({"regexes": list(o.template.regexes)}
-                                              if o.template.regexes else {})}
+             "isOptional": not (o.required or o.template.required),
+             **({"regexes": _regexes(o)} if _regexes(o) else {})}
             for o in OPTIONS if o.template is not None],
     }
 

@@ -7,6 +7,7 @@ or Grain, and imports neither TensorFlow nor Beam::
     from dcm2tfrecord import reader
 
     ds = reader.load("/data/ct_tfr", split="train", batch_size=32)
+    ds = reader.load("/data/ct_tfr", options=reader.ReadOptions(split="train", seed=1))
     meta = reader.info("/data/ct_tfr")       # dataset.json, plus num_records(),
                                              # steps_per_epoch(), class_names, element_spec
     records = reader.RandomAccess("/data/ct_tfr", "train")    # len(), [i] -> dict of arrays
@@ -19,9 +20,10 @@ TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn``,
 from dcm2tfrecord.dataset.errors import CorruptDataError, Dcm2TfrecordError, FormatError
 from dcm2tfrecord.dataset.manifest import ManifestError
 from dcm2tfrecord.dataset.versions import DamagedLatest
+from dcm2tfrecord.reader.options import ReadOptions
 from dcm2tfrecord.reader.random_access import CorruptIndexError, CorruptRecordError, RandomAccess
 
-__all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "RandomAccess",
+__all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "ReadOptions", "RandomAccess",
            # what the readers raise: a dataset.json that does not parse (ManifestError), a
            # LATEST naming no committed version (DamagedLatest), damaged shard or index bytes
            # (CorruptRecordError, CorruptIndexError); their groups; the base of them all

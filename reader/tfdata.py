@@ -19,10 +19,10 @@ deterministic parallel interleave -> seeded shuffle per window of records
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-import numbers
 import os
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 from dcm2tfrecord.reader.tfquiet import tf
 
@@ -30,6 +30,7 @@ from dcm2tfrecord.dataset.manifest import SplitEntry
 from dcm2tfrecord.reader import splits
 from dcm2tfrecord.reader.decode import batch_parser, conversion
 from dcm2tfrecord.reader.manifest import DatasetInfo, info
+from dcm2tfrecord.reader.options import ReadOptions
 from dcm2tfrecord.reader.schedule import Order
 from dcm2tfrecord.reader.sharding import ALL, BY_RECORD, ReadPlan, logger
 
@@ -104,33 +105,26 @@ def _read_buffer(entry: SplitEntry, compression: str, files) -> int:
     return READ_BUFFER_BYTES
 
 
-def _cache(records: tf.data.Dataset, cache: str, pipeline: int, pipelines: int) -> tf.data.Dataset:
+def _cache(records: tf.data.Dataset, read: ReadOptions, plan: ReadPlan) -> tf.data.Dataset:
+    cache = read.cache
+    assert cache is not None
     if cache == "memory":
         return records.cache()
     path = os.fspath(cache)
-    if pipelines > 1:
-        path = f"{path}.pipeline-{pipeline}-of-{pipelines}"
+    if plan.pipelines > 1:
+        path = f"{path}.pipeline-{plan.pipeline}-of-{plan.pipelines}"
     return records.cache(path)
 
 
-def _step(start_step) -> int:
-    """``start_step`` as an int >= 0, checked before any TensorFlow op sees it."""
-    if isinstance(start_step, bool) or not isinstance(start_step, numbers.Integral):
-        raise TypeError(f"start_step must be a whole number >= 0 (the global step to resume "
-                        f"from), not {type(start_step).__name__} {start_step!r:.40}")
-    if start_step < 0:
-        raise ValueError(f"start_step must be >= 0, not {int(start_step)}")
-    return int(start_step)
-
-
-def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffle: bool = True,
-         seed: Optional[int] = None, repeat: Union[bool, int] = False, drop_remainder: bool = False,
-         output: str = "tuple", dtype=None, scale: Optional[float] = None,
-         cache: Optional[str] = None, input_context=None, pad: bool = False,
-         shuffle_buffer: Optional[int] = None, cycle_length: Optional[int] = None,
-         deterministic: Optional[bool] = None, version=None,
-         start_step: int = 0, resumable: bool = False) -> tf.data.Dataset:
+def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int] = None, *,
+         options: Optional[ReadOptions] = None, **changes: Any) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(images, labels)`` batches (a dict with ``output="dict"``).
+
+    The options are the fields of ``options``, a :class:`ReadOptions` (default: its
+    defaults), changed by those given here by keyword (``split``, ``batch_size`` also by
+    position): ``load(d, split="train", batch_size=32, seed=1)`` is
+    ``load(d, options=ReadOptions(split="train", batch_size=32, seed=1))``. A keyword that
+    is no field of ReadOptions is a TypeError.
 
     Images are ``[batch, height, width, channels]``, or ``[batch, depth, height,
     width, channels]`` for splits holding volumes, in their stored dtype
@@ -192,45 +186,40 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
     loops), and ``reader.info(dataset_dir).int2str(label)`` / ``str2int(name)`` map
     class indices to class names and back.
     """
-    if output not in ("tuple", "dict"):
-        raise ValueError(f"output must be 'tuple' or 'dict', not {output!r}")
-    if batch_size < 1:
-        raise ValueError("batch_size must be >= 1")
-    start_step = _step(start_step)
-    manifest: DatasetInfo = info(dataset_dir, version)
+    given = {"split": split, "batch_size": batch_size}
+    changes.update({k: v for k, v in given.items() if v is not None})
+    read = dataclasses.replace(options, **changes) if options is not None else ReadOptions(**changes)
+    manifest: DatasetInfo = info(dataset_dir, read.version)
+    split = read.split
     entry = manifest.entry(split)
     layout = manifest.layout(split)
-    if not layout.batchable and batch_size > 1 and not pad:
+    if not layout.batchable and read.batch_size > 1 and not read.pad:
         raise layout.variable_size_error([list(s) for s in entry.shapes])
-    check_no_silent_float64(entry, split, layout.dtype, dtype, scale)
-    conversion(layout.dtype, dtype, scale)        # argument errors now, not at iteration
-    if resumable and (cache or (shuffle and seed is None)):
+    check_no_silent_float64(entry, split, layout.dtype, read.dtype, read.scale)
+    conversion(layout.dtype, read.dtype, read.scale)        # argument errors now, not at iteration
+    if read.resumable and (read.cache or (read.shuffle and read.seed is None)):
         raise ValueError("resumable=True needs a seed (or shuffle=False) and no cache")
-    ordered = (resumable or not shuffle) and not cache
-    if start_step and not ordered:
+    if read.start_step and not read.ordered:
         raise ValueError("start_step needs a seed and resumable=True (or shuffle=False), and no "
                          "cache: only then is the order a function of the step. Pass "
                          "resumable=True to the uninterrupted run as well: a seed alone reads "
                          "another order")
-    if deterministic is None:
-        deterministic = seed is not None or not shuffle
-    plan = manifest.read_plan(split, input_context)
+    deterministic = read.is_deterministic
+    plan = manifest.read_plan(split, read.input_context)
     if plan.mode != ALL:
         logger.info(plan.describe(split, len(manifest.pieces(split))))
     key = splits.canonical(split)             # seeds the order: a split name is itself
     compression = manifest.adapter.tf_compression_type    # the container's, as TFRecordDataset takes it
     read_buffer = _read_buffer(entry, compression, plan.files)
-    cycle = max(1, min(cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
+    cycle = max(1, min(read.cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
 
     # Unshuffled from the start, the ordered pipeline's records are the plain one's (files in
     # manifest order, the same deterministic interleave: what reader.schedule replays), which
     # reads them with less tf.data machinery per record (docs/BENCHMARKS.md §8).
-    if ordered and (shuffle or start_step):
-        window = (shuffle_buffer or _shuffle_buffer(entry, SHUFFLE_WINDOW_BYTES)) if shuffle else 1
-        records = _ordered_records(plan, key, seed if shuffle else None, window, cycle, compression,
-                                   read_buffer, repeat, batch_size, drop_remainder, start_step)
-        return _batch_and_parse(records, manifest, layout, batch_size, drop_remainder, output, dtype,
-                                scale, True, input_context)
+    if read.ordered and (read.shuffle or read.start_step):
+        window = (read.shuffle_buffer or _shuffle_buffer(entry, SHUFFLE_WINDOW_BYTES)) if read.shuffle else 1
+        records = _ordered_records(plan, key, read, window, cycle, compression, read_buffer)
+        return _batch_and_parse(records, manifest, layout, read, True)
 
     if plan.partial:            # a slice: the pieces' first record and length travel along
         files = tf.data.Dataset.from_tensor_slices((tf.constant(plan.files, dtype=tf.string),
@@ -238,36 +227,35 @@ def load(dataset_dir: str, split: str = "train", batch_size: int = 32, *, shuffl
                                                     tf.constant(plan.lengths, dtype=tf.int64)))
     else:
         files = tf.data.Dataset.from_tensor_slices(tf.constant(plan.files, dtype=tf.string))
-    if shuffle:
-        files = files.shuffle(max(len(plan.files), 1), seed=seed, reshuffle_each_iteration=True)
+    if read.shuffle:
+        files = files.shuffle(max(len(plan.files), 1), seed=read.seed, reshuffle_each_iteration=True)
 
-    def read(path, start=0, length=-1):
+    def read_piece(path, start=0, length=-1):
         return _read_shard(path, plan, compression, read_buffer, start=start, length=length)
 
-    records = files.interleave(read, cycle_length=cycle, block_length=1,
+    records = files.interleave(read_piece, cycle_length=cycle, block_length=1,
                                num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     records = records.apply(tf.data.experimental.assert_cardinality(plan.num_records))
-    if cache:
-        records = _cache(records, cache, plan.pipeline, plan.pipelines)
-    if shuffle:
-        buffer = shuffle_buffer or _shuffle_buffer(entry)
-        records = records.shuffle(buffer, seed=None if seed is None else seed + 1,
+    if read.cache:
+        records = _cache(records, read, plan)
+    if read.shuffle:
+        buffer = read.shuffle_buffer or _shuffle_buffer(entry)
+        records = records.shuffle(buffer, seed=None if read.seed is None else read.seed + 1,
                                   reshuffle_each_iteration=True)
-    if repeat:
-        records = records.repeat(None if repeat is True else int(repeat))
-    return _batch_and_parse(records, manifest, layout, batch_size, drop_remainder, output, dtype,
-                            scale, deterministic, input_context)
+    if read.repeat:
+        records = records.repeat(None if read.repeat is True else int(read.repeat))
+    return _batch_and_parse(records, manifest, layout, read, deterministic)
 
 
-def _batch_and_parse(records, manifest, layout, batch_size, drop_remainder, output, dtype, scale,
-                     deterministic, input_context) -> tf.data.Dataset:
-    batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    batches = batches.map(batch_parser(manifest.manifest, layout, output, dtype, scale),
+def _batch_and_parse(records: tf.data.Dataset, manifest: DatasetInfo, layout: Any, read: ReadOptions,
+                     deterministic: bool) -> tf.data.Dataset:
+    batches = records.batch(read.batch_size, drop_remainder=read.drop_remainder)
+    batches = batches.map(batch_parser(manifest.manifest, layout, read.output, read.dtype, read.scale),
                           num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
     options = tf.data.Options()
     options.deterministic = deterministic
-    if input_context is not None:
+    if read.input_context is not None:
         # Sharded here already: tf.distribute must not shard it a second time.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return batches.with_options(options).prefetch(AUTOTUNE)
@@ -314,10 +302,11 @@ def _shuffle_window(records: tf.data.Dataset, window: int, seed: tf.Tensor) -> t
     return records.shuffle(window, seed=seed)
 
 
-def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: int, cycle: int,
-                     compression: str, read_buffer: int, repeat, batch_size: int,
-                     drop_remainder: bool, start_step: int) -> tf.data.Dataset:
-    """The records of a seeded (or unshuffled) load, from batch ``start_step`` on."""
+def _ordered_records(plan: ReadPlan, split: str, read: ReadOptions, window: int, cycle: int,
+                     compression: str, read_buffer: int) -> tf.data.Dataset:
+    """The records of a seeded (or unshuffled) load, from batch ``read.start_step`` on."""
+    seed, repeat, batch_size = read.order_seed, read.repeat, read.batch_size
+    drop_remainder, start_step = read.drop_remainder, read.start_step
     order = Order(plan.counts, seed, split, cycle)
     total = order.num_records
     if total == 0:       # e.g. a pipeline of more pipelines than records: endless epochs of nothing
@@ -341,7 +330,7 @@ def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: in
     # Plain Python on constants: traced as written, without autograph's conversion (tracing
     # is most of the cost of starting a pipeline).
     @tf.autograph.experimental.do_not_convert
-    def read(shard, skip):
+    def read_piece(shard, skip):
         return _read_shard(tf.gather(files, shard), plan, compression, read_buffer, skip,
                            tf.gather(starts, shard), tf.gather(lengths, shard))
 
@@ -353,7 +342,7 @@ def _ordered_records(plan: ReadPlan, split: str, seed: Optional[int], window: in
         skips.set_shape([None])
         # tf.data's deterministic interleave is the round robin Order replays (reader.schedule).
         records = tf.data.Dataset.from_tensor_slices((shards, skips)).interleave(
-            read, cycle_length=cycle, block_length=1, num_parallel_calls=AUTOTUNE, deterministic=True)
+            read_piece, cycle_length=cycle, block_length=1, num_parallel_calls=AUTOTUNE, deterministic=True)
         if window > 1:
             windows = tf.data.Dataset.zip((tf.data.Dataset.range(aligned // window, tf.int64.max),
                                             records.window(window)))

@@ -152,13 +152,14 @@ def test_duplicate_label_rows_are_counted_as_rows_and_do_not_make_classes(tmp_pa
 def test_a_run_whose_counts_do_not_add_up_commits_nothing(tmp_path):
     """The commit step itself refuses when matched != written + skipped + failed."""
     from dcm2tfrecord.pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.transforms.output.commit import CommitInputs
     from dcm2tfrecord.transforms.output.steps import commit_dataset
     from dcm2tfrecord.transforms.planning.shards import layout
     opts = ConvertOptions(inputs=(str(tmp_path),), output=str(tmp_path / "out"), id_salt=TEST_SALT)
     os.makedirs(tmp_path / "out")
     settings = opts.settings()
     lay = {"train": layout(0, 0, 0, settings.bounds, 1)}
-    commit_dataset(None, [], [], 20, None, {}, (0, ()), lay, settings, opts.recorded(), "test")
+    commit_dataset(CommitInputs(settings, opts.recorded(), "test", matched=20, layouts=lay))
     assert not os.path.exists(tmp_path / "out" / names.MANIFEST_NAME)
     with open(tmp_path / "out" / names.FAILED_RUN_NAME) as handle:
         report = json.load(handle)

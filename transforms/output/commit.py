@@ -1,13 +1,43 @@
 """What a finished run commits: its dataset.json, and whether it may commit at all. Pure."""
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional
+import dataclasses
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from dcm2tfrecord.dataset import manifest, reasons
 from dcm2tfrecord.dataset.features import SOURCE_PATH, SOURCE_PATH_FEATURE
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.settings import ConversionSettings
+
+if TYPE_CHECKING:
+    from dcm2tfrecord.dataset.results import ShardResult
+    from dcm2tfrecord.dataset.versions import BaseVersion
+    from dcm2tfrecord.transforms.planning.shards import SplitLayout
+
+
+@dataclasses.dataclass(frozen=True)
+class CommitInputs:
+    """Everything the commit step reads, as one value.
+
+    The run's constants are set when the graph is built; what the run produced
+    (``results`` .. ``layouts``) arrives as the commit step's side inputs, by these
+    field names (transforms.output.steps.commit_step fills them in).
+    """
+    settings: ConversionSettings
+    options: Mapping[str, Any]            # dataset.json's options (ConvertOptions.recorded)
+    version: str                          # the tool version
+    base: Optional["BaseVersion"] = None  # --incremental: the version built on
+    results: Sequence["ShardResult"] = ()     # every shard written or reused
+    outcomes: Sequence[Outcome] = ()          # every input that did not become a record
+    matched: int = 0                          # files and broken links matched
+    space: Any = None                         # the label space (None: no labels)
+    group_counts: Mapping[str, Any] = dataclasses.field(default_factory=dict)   # split -> groups
+    leaking: tuple = (0, ())                  # (groups in several splits, those splits)
+    layouts: Mapping[str, "SplitLayout"] = dataclasses.field(default_factory=dict)   # split -> layout
+
+    # side inputs of the commit step, by name
+    PRODUCED = ("results", "outcomes", "matched", "space", "group_counts", "leaking", "layouts")
 
 
 def _frame_list(frames: list[int]) -> str:
@@ -135,14 +165,15 @@ def labels_entry(space, settings: ConversionSettings, source: Optional[str] = No
                                  from_dirs=settings.labels_from_dirs)
 
 
-def run_manifest(results: list, outcomes: list, matched: int, space, group_counts: Mapping,
-                 leaking: tuple, layouts: Mapping, settings: ConversionSettings, options: Mapping,
-                 version: str, base=None, written_also_failed: int = 0) -> manifest.Manifest:
+def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int = 0) -> manifest.Manifest:
     """dataset.json of a run: shards, counts, labels, groups, shard policy, incremental notes.
 
-    ``outcomes`` are one per input (one_outcome_per_input), ``written_also_failed`` the
-    inputs among them that a shard also counted written.
+    ``outcomes`` are ``inputs.outcomes`` one per input (one_outcome_per_input),
+    ``written_also_failed`` the inputs among them that a shard also counted written.
     """
+    results, matched, space = list(inputs.results), inputs.matched, inputs.space
+    group_counts, leaking, layouts = inputs.group_counts, inputs.leaking, inputs.layouts
+    settings, options, version, base = inputs.settings, inputs.options, inputs.version, inputs.base
     if base is not None:   # a version never lists a shard that holds nothing
         results = [r for r in results if r.num_records > 0]
     has_dicom = any("dicom" in r.kinds for r in results)

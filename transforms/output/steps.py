@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from dcm2tfrecord.dataset import progress, versions
 from dcm2tfrecord.dataset.manifest import commit, refuse_commit
 from dcm2tfrecord.transforms.counters import count, count_outcome
-from dcm2tfrecord.transforms.output.commit import (accounting_verdict, empty_verdict, failure_verdict,
-                                      leak_verdict, one_outcome_per_input, run_manifest)
+from dcm2tfrecord.transforms.output.commit import (CommitInputs, accounting_verdict, empty_verdict,
+                                                  failure_verdict, leak_verdict, one_outcome_per_input,
+                                                  run_manifest)
 from dcm2tfrecord.transforms.output.write import record_fingerprint, write_shard
 from dcm2tfrecord.transforms.values import ShardPlan
-from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings
+from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.errors import StorageOutage
 from dcm2tfrecord.transforms.sources.read import is_outage, open_source
 from dcm2tfrecord.transforms.sources.steps import ReadsSourcesFn
@@ -87,14 +88,18 @@ class WriteShardFn(ReadsSourcesFn):
             yield outcome
 
 
-def commit_dataset(_, results: list, outcomes: list, matched: int, space, group_counts: dict,
-                   leaking: tuple, layouts: dict, settings: ConversionSettings, options: dict,
-                   version: str, base: Optional[versions.BaseVersion] = None) -> str:
+def commit_step(_: Any, run: CommitInputs, **produced: Any) -> str:
+    """CommitDataset's function: ``run`` holds the run's constants, ``produced`` the step's
+    side inputs by name (CommitInputs.PRODUCED); together they are the one CommitInputs."""
+    return commit_dataset(dataclasses.replace(run, **produced))
+
+
+def commit_dataset(inputs: CommitInputs) -> str:
     """Writes errors.jsonl and dataset.json (last), or run_failed.json when the run must not
     commit (inputs lost, too many failed, nothing converted, a group in several splits)."""
-    outcomes, written_also_failed = one_outcome_per_input(outcomes)
-    manifest = run_manifest(results, outcomes, matched, space, group_counts, leaking, layouts,
-                            settings, options, version, base, written_also_failed)
+    settings, matched, leaking = inputs.settings, inputs.matched, inputs.leaking
+    outcomes, written_also_failed = one_outcome_per_input(inputs.outcomes)
+    manifest = run_manifest(inputs, outcomes, written_also_failed)
     counts = manifest.counts or {}
     failed = sum(counts["failed"].values())
     refusal = (accounting_verdict(counts)

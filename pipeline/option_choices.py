@@ -1,0 +1,106 @@
+"""The fixed choices of convert options, one enum each.
+
+Each is a ``StrEnum`` (``WindowBits`` an ``IntEnum``): a member equals, prints and
+serialises as its value, so dataset.json records the same strings as before, and
+code comparing with a plain string (``settings.compression == "gzip"``) keeps
+working. The choices that transforms/ owns as tuples (resize modes, label keys,
+split groupings) are checked against those tuples, and the compressions against the
+container adapters' registry, when this module loads.
+"""
+from __future__ import annotations
+
+import enum
+
+from dcm2tfrecord.dataset import file_adapters
+from dcm2tfrecord.transforms.images.geometry import RESIZE_MODES
+from dcm2tfrecord.transforms.labels.table import LABEL_KEYS
+from dcm2tfrecord.transforms.splits.assign import SPLIT_BY
+
+
+class Duplicates(enum.StrEnum):
+    SKIP = "skip"
+    KEEP = "keep"
+
+
+class Compression(enum.StrEnum):
+    NONE = "none"
+    GZIP = "gzip"
+
+
+class DicomValues(enum.StrEnum):
+    MODALITY = "modality"
+    STORED = "stored"
+    WINDOW = "window"
+
+
+class WindowBits(enum.IntEnum):
+    EIGHT = 8
+    SIXTEEN = 16
+
+
+class ResizeMode(enum.StrEnum):
+    STRETCH = "stretch"
+    PAD = "pad"
+    CROP = "crop"
+
+
+class Channels(enum.StrEnum):
+    KEEP = "keep"
+    ONE = "1"
+    THREE = "3"
+
+
+class Frames(enum.StrEnum):
+    STACK = "stack"
+    SPLIT = "split"
+
+
+class Unit(enum.StrEnum):
+    FILE = "file"
+    SERIES = "series"
+
+
+class LabelKey(enum.StrEnum):
+    PATH = "path"
+    SOP_INSTANCE_UID = "sop_instance_uid"
+    SERIES_INSTANCE_UID = "series_instance_uid"
+    STUDY_INSTANCE_UID = "study_instance_uid"
+    PATIENT_ID = "patient_id"
+
+
+class LabelKeyCase(enum.StrEnum):
+    EXACT = "exact"
+    FOLD = "fold"
+
+
+class MissingLabel(enum.StrEnum):
+    SKIP = "skip"
+    ERROR = "error"
+    UNLABELED = "unlabeled"
+
+
+class SplitBy(enum.StrEnum):
+    PATIENT = "patient"
+    STUDY = "study"
+    SERIES = "series"
+    RECORD = "record"
+
+
+class Progress(enum.StrEnum):
+    AUTO = "auto"
+    BAR = "bar"
+    LOG = "log"
+    NONE = "none"
+
+
+def values(choices: type[enum.Enum]) -> tuple:
+    """The plain values of an enum's members, in declaration order."""
+    return tuple(member.value for member in choices)
+
+
+# the owners of these choices: transforms' tuples, and the container adapters' registry
+# (dataset/file_adapters.py: a new container is an adapter there plus its member here)
+for _enum, _owned in ((ResizeMode, RESIZE_MODES), (LabelKey, LABEL_KEYS), (SplitBy, SPLIT_BY),
+                      (Compression, file_adapters.ADAPTERS)):
+    if values(_enum) != tuple(_owned):
+        raise TypeError(f"{_enum.__name__} {values(_enum)} disagrees with its owner's {tuple(_owned)}")

@@ -1,0 +1,70 @@
+"""``ReadOptions``: how ``reader.load`` reads a split, as one value.
+
+``reader.load(path, split=..., batch_size=..., seed=...)`` builds one from its
+keywords; ``reader.load(path, options=ReadOptions(...))`` takes one whole (keywords
+given as well change its fields). Each field is described in ``reader.load``'s
+docstring. Checked when made: the errors come before any file is read. Imports
+neither TensorFlow nor Beam.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any, Optional, Union
+
+
+def check_start_step(start_step: Any) -> int:
+    """``start_step`` as an int >= 0, checked before any TensorFlow op sees it."""
+    if isinstance(start_step, bool) or not isinstance(start_step, numbers.Integral):
+        raise TypeError(f"start_step must be a whole number >= 0 (the global step to resume "
+                        f"from), not {type(start_step).__name__} {start_step!r:.40}")
+    if start_step < 0:
+        raise ValueError(f"start_step must be >= 0, not {int(start_step)}")
+    return int(start_step)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """The options of ``reader.load`` (its docstring says what each does)."""
+    split: str = "train"
+    batch_size: int = 32
+    shuffle: bool = True
+    seed: Optional[int] = None
+    repeat: Union[bool, int] = False
+    drop_remainder: bool = False
+    output: str = "tuple"                 # "tuple" or "dict"
+    dtype: Any = None                     # a tf.DType or its name
+    scale: Optional[float] = None
+    cache: Optional[str] = None           # "memory" or a file path prefix
+    input_context: Any = None             # a tf.distribute.InputContext
+    pad: bool = False
+    shuffle_buffer: Optional[int] = None
+    cycle_length: Optional[int] = None
+    deterministic: Optional[bool] = None  # None: True with a seed or shuffle=False
+    version: Any = None                   # --incremental roots: the version to read
+    start_step: int = 0
+    resumable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.output not in ("tuple", "dict"):
+            raise ValueError(f"output must be 'tuple' or 'dict', not {self.output!r}")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        object.__setattr__(self, "start_step", check_start_step(self.start_step))
+
+    @property
+    def ordered(self) -> bool:
+        """An order that is a function of the manifest, split, seed and epoch (resumable)."""
+        return (self.resumable or not self.shuffle) and not self.cache
+
+    @property
+    def is_deterministic(self) -> bool:
+        """``deterministic``, defaulted: True with a seed or without shuffling."""
+        if self.deterministic is None:
+            return self.seed is not None or not self.shuffle
+        return self.deterministic
+
+    @property
+    def order_seed(self) -> Optional[int]:
+        """The seed of the record order: none when the records are not shuffled."""
+        return self.seed if self.shuffle else None
