@@ -1,7 +1,7 @@
 # Dataflow Flex Template image for `dcm2tfrecord convert`, also its worker image.
 #
 # Based on Beam's Python SDK image of the Beam version the project is tested
-# with (tests/test_worker_package.py checks the tag against the installed Beam),
+# with (tests/e2e/test_worker_package.py checks the tag against the installed Beam),
 # with Google's Flex Template launcher copied in and this project installed, so
 # the launcher builds the job with the same code the workers run. Launch it with
 # the parameters of metadata.json plus sdk_container_image=<this image>; no

@@ -54,7 +54,7 @@ setup(
                  "grain>=0.2",
                  # run_tests.sh: one worker per core (the suite fits CI's 20 minutes)
                  "pytest-xdist>=3.5",
-                 # independent Enhanced multi-frame objects for tests/test_enhanced_multiframe.py
+                 # independent Enhanced multi-frame objects for tests/transforms/dicom/test_enhanced_multiframe.py
                  "highdicom>=0.28",
                  # scripts/static_checks.sh (ruff.toml, mypy.ini), run by .ci/run
                  "ruff>=0.6", "mypy>=1.10"],

@@ -6,7 +6,7 @@ what a run reports (results, reasons), the file system it goes through
 (storage), atomic writes (files), the shard writer, dataset.json, versions,
 progress files, the output lock and verify. It imports nothing from
 ``transforms/``, ``pipeline/`` or ``reader/``, and nothing heavier than numpy,
-protobuf and google-crc32c (tests/test_reader_standalone.py holds it to that).
+protobuf and google-crc32c (tests/reader/test_standalone.py holds it to that).
 """
 from dcm2tfrecord.dataset.errors import (CorruptDataError, Dcm2TfrecordError, FormatError, InputError,
                                          OptionError, OutputError, StorageError)

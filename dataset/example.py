@@ -5,7 +5,7 @@ Encoding (:func:`encode_example`) emits the wire format directly. Building a
 serialized string, and needs TensorFlow imported in every Beam worker. The
 wire format is small and frozen (tensorflow/core/example/example.proto,
 feature.proto), so we emit it directly: one copy of the pixels, no TensorFlow
-on the write path. ``tests/test_example_codec.py`` proves byte equality with
+on the write path. ``tests/dataset/test_example.py`` proves byte equality with
 ``tf.train.Example.SerializeToString(deterministic=True)``.
 
 Decoding (:func:`decode_example`, used by ``verify`` and ``reader.RandomAccess``)

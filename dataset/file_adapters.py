@@ -18,7 +18,7 @@ between containers is an attribute or method of its :class:`FileAdapter`:
   ``.idx`` offset; ``random_access_refusal`` says why not when it cannot.
 
 A new container is one adapter registered here (:func:`register`) plus its
-tests; no consumer names a container (tests/test_file_adapters.py).
+tests; no consumer names a container (tests/dataset/test_file_adapters.py).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ A versioned root (``convert --incremental``)::
                                           reused shards are listed as ../{MMMM}/{shard}
 
 The converter and the reader both use this module (the reader through its
-own file systems: ``tf.io.gfile``, ``reader.storage``); tests/test_layout_contract.py
+own file systems: ``tf.io.gfile``, ``reader.storage``); tests/dataset/test_names.py
 checks no other module spells these names. Any name that comes from outside (a split name from --splits or a labels
 CSV) goes through :func:`check_component` before it reaches a path.
 """

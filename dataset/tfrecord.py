@@ -3,7 +3,7 @@
 A record on disk is ``uint64 length | uint32 masked_crc32c(length) | data |
 uint32 masked_crc32c(data)``, little-endian: the format TensorFlow's
 ``RecordWriter`` writes and ``tf.data.TFRecordDataset`` and Beam's
-``ReadFromTFRecord`` read (tests/test_shard_writer.py has both read our
+``ReadFromTFRecord`` read (tests/dataset/test_shard_writer.py has both read our
 shards). CRC-32C comes from ``google-crc32c``. Every shard has an ``.idx``
 next to it: one ``offset size`` line per record, where ``size`` includes the
 16 framing bytes, which is what makes record ``i`` one read of ``size`` bytes

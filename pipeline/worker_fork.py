@@ -15,7 +15,7 @@ subprocess exactly as before; the worker dies with its client (the socket closin
 every worker and the server die with the launcher.
 
 The workers run the same code on the same inputs: shards are byte-identical to spawned
-workers' (tests/test_runners.py compares both with an in-memory run). Linux only (fork
+workers' (tests/e2e/test_runners.py compares both with an in-memory run). Linux only (fork
 after import is the POSIX behaviour this needs; elsewhere, or where the launcher
 already runs threads, workers are spawned as Beam does). ``DCM2TFRECORD_SPAWN_WORKERS=1``
 spawns them as Beam does anywhere.

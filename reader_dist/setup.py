@@ -15,7 +15,7 @@ cannot clash with the training framework's.
 README.md beside this file is the distribution's long description.
 The packages are the repository's own folders (``../dataset``, ``../reader``),
 not copies; the converter (``../setup.py``) depends on this distribution rather
-than shipping them again. tests/test_reader_dist.py installs it into a fresh venv.
+than shipping them again. tests/e2e/test_reader_dist.py installs it into a fresh venv.
 """
 import atexit
 import os

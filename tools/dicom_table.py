@@ -69,7 +69,7 @@ def main() -> None:
         f"Every DICOM file shipped in pydicom {pydicom.__version__}'s `data/test_files`, converted with",
         "default options (`--dicom_values modality`): the stored dtype and `[depth, height, width,",
         "channels]` of the record, or the reason it was not written. Regenerate with",
-        "`.venv/bin/python tools/dicom_table.py`. `tests/test_roundtrip.py` checks every written file",
+        "`.venv/bin/python tools/dicom_table.py`. `tests/e2e/test_roundtrip.py` checks every written file",
         "against pydicom's own decode with the modality / palette LUT, and every failure's reason.",
         "",
         "| file | transfer syntax | photometric | outcome |",

@@ -219,10 +219,11 @@ def _literals(path: str):
             yield node.lineno, node.value
 
 
-# The --compression option's choices and help (pipeline/option_table.py) and the sample archive's
-# list of non-DICOM input extensions (".gz" inputs, not shards) name gzip for other reasons.
+# The --compression option's help (pipeline/option_table.py) and its enum (pipeline/option_choices.py,
+# checked against ADAPTERS when it loads), and the sample archive's list of non-DICOM input
+# extensions (".gz" inputs, not shards) name gzip for other reasons.
 ALLOWED = {os.path.join("dataset", "file_adapters.py"), os.path.join("pipeline", "option_table.py"),
-           os.path.join("pipeline", "sample_archive.py")}
+           os.path.join("pipeline", "option_choices.py"), os.path.join("pipeline", "sample_archive.py")}
 
 
 def test_no_product_module_but_the_adapters_spells_a_container():
@@ -241,3 +242,10 @@ def test_no_product_module_but_the_adapters_spells_a_container():
             with open(path) as handle:
                 text = handle.read()
             assert "import gzip" not in text and "GzipFile" not in text, rel
+
+
+def test_the_compression_choices_are_the_adapters():
+    """--compression's enum is checked against the registry when it loads: an adapter added
+    without its choice (or a choice without its adapter) fails at import, not in a run."""
+    from dcm2tfrecord.pipeline.option_choices import Compression, values
+    assert values(Compression) == tuple(file_adapters.ADAPTERS)

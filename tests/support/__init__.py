@@ -96,7 +96,7 @@ def package_folder(package: str) -> str:
     raise KeyError(package)
 
 
-# PyPI distributions that own the import names this project used before 0.2
+# PyPI distributions that own the import names this project used before (CHANGELOG.md)
 # (dataset, reader, pipeline, transforms): the fresh-venv tests install them first,
 # then ours, and check that both sides import and work.
 # (PyPI's transforms imports sgmllib without declaring it: sgmllib3k provides it.)

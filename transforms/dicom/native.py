@@ -10,7 +10,7 @@ the Pixel Data value lies in the file, how to read it, the rescale, and the
 same header). The writer then reads the file once, checks that the Pixel Data
 element header is still at the recorded offset, and maps the samples with
 numpy: the record it serializes is byte-identical to the general path's
-(``tests/test_speed_native_dicom.py`` proves it over pydicom's test files and
+(``tests/transforms/dicom/test_native.py`` proves it over pydicom's test files and
 generated CT slices).
 
 Only files where that equivalence is simple to reason about qualify (see
