@@ -5,7 +5,12 @@ as it is. ``--code HEAD`` (or any commit) extracts that commit with
 ``git archive`` (read-only on the repository) into
 ``benchmarks/.cache/code_<hash>/`` and runs the pipeline from there, with
 ``PYTHONPATH`` pointing at it (ahead of the venv's editable install), so the
-numbers belong to one commit even while someone edits the tree.
+numbers belong to one commit even while someone edits the tree. The folders of
+the commit are reached under the import name as setup.py installs them
+(``dcm2tfrecord.pipeline`` is ``pipeline/``) through links in ``.ns/``; a
+commit from before the one import name (its modules import ``pipeline``,
+``dataset``, ... bare) finds those on ``PYTHONPATH`` too, so the same
+``python -m dcm2tfrecord.pipeline`` runs either.
 """
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from typing import Optional
 from benchmarks.archives import CACHE_DIR
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("pipeline", "transforms", "dataset", "reader")    # setup.py's and reader_dist's folders
+NAMESPACE_DIR = ".ns"
 
 
 def resolve(code: str) -> tuple[str, str]:
@@ -29,6 +36,11 @@ def resolve(code: str) -> tuple[str, str]:
         os.makedirs(target, exist_ok=True)
         archive = subprocess.run(["git", "archive", rev], cwd=REPO, check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", target], input=archive, check=True)
+        namespace = os.path.join(target, NAMESPACE_DIR, "dcm2tfrecord")
+        os.makedirs(namespace, exist_ok=True)
+        for package in PACKAGES:
+            if os.path.isdir(os.path.join(target, package)):
+                os.symlink(os.path.join(target, package), os.path.join(namespace, package))
         with open(os.path.join(target, ".extracted"), "w") as f:
             f.write(rev + "\n")
     return target, rev[:12]
@@ -37,7 +49,9 @@ def resolve(code: str) -> tuple[str, str]:
 def pipeline_env(base: dict, code_dir: str) -> dict:
     env = dict(base)
     if code_dir != REPO:
-        env["PYTHONPATH"] = code_dir + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        paths = [os.path.join(code_dir, NAMESPACE_DIR), code_dir] + \
+            ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
 
@@ -46,7 +60,7 @@ def worktree_state() -> Optional[str]:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, check=True,
                              capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "pipeline", "transforms", "reader"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *PACKAGES],
                                cwd=REPO, check=True, capture_output=True, text=True).stdout.split("\n")
     except (OSError, subprocess.CalledProcessError):
         return None

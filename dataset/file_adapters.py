@@ -17,8 +17,10 @@ between containers is an attribute or method of its :class:`FileAdapter`:
 - ``random_access``: whether ``reader.RandomAccess`` can enter a shard at an
   ``.idx`` offset; ``random_access_refusal`` says why not when it cannot.
 
-A new container is one adapter registered here (:func:`register`) plus its
-tests; no consumer names a container (tests/dataset/test_file_adapters.py).
+A new container is one adapter registered here (:func:`register`), its
+``--compression`` choice (pipeline/option_choices.py, held to this registry when it
+loads) and its tests; no other consumer names a container
+(tests/dataset/test_file_adapters.py).
 """
 from __future__ import annotations
 

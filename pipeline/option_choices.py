@@ -10,24 +10,37 @@ container adapters' registry, when this module loads.
 from __future__ import annotations
 
 import enum
+import sys
 
 from dcm2tfrecord.dataset import file_adapters
 from dcm2tfrecord.transforms.images.geometry import RESIZE_MODES
 from dcm2tfrecord.transforms.labels.table import LABEL_KEYS
 from dcm2tfrecord.transforms.splits.assign import SPLIT_BY
 
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:   # the converter supports 3.10 (setup.py): enum.StrEnum as 3.11 defines it
+    class StrEnum(str, enum.Enum):
+        """Members are strings, and print and format as their value."""
 
-class Duplicates(enum.StrEnum):
+        def __str__(self) -> str:
+            return str.__str__(self)
+
+        def __format__(self, spec: str) -> str:
+            return str.__format__(str(self), spec)
+
+
+class Duplicates(StrEnum):
     SKIP = "skip"
     KEEP = "keep"
 
 
-class Compression(enum.StrEnum):
+class Compression(StrEnum):
     NONE = "none"
     GZIP = "gzip"
 
 
-class DicomValues(enum.StrEnum):
+class DicomValues(StrEnum):
     MODALITY = "modality"
     STORED = "stored"
     WINDOW = "window"
@@ -38,29 +51,29 @@ class WindowBits(enum.IntEnum):
     SIXTEEN = 16
 
 
-class ResizeMode(enum.StrEnum):
+class ResizeMode(StrEnum):
     STRETCH = "stretch"
     PAD = "pad"
     CROP = "crop"
 
 
-class Channels(enum.StrEnum):
+class Channels(StrEnum):
     KEEP = "keep"
     ONE = "1"
     THREE = "3"
 
 
-class Frames(enum.StrEnum):
+class Frames(StrEnum):
     STACK = "stack"
     SPLIT = "split"
 
 
-class Unit(enum.StrEnum):
+class Unit(StrEnum):
     FILE = "file"
     SERIES = "series"
 
 
-class LabelKey(enum.StrEnum):
+class LabelKey(StrEnum):
     PATH = "path"
     SOP_INSTANCE_UID = "sop_instance_uid"
     SERIES_INSTANCE_UID = "series_instance_uid"
@@ -68,25 +81,25 @@ class LabelKey(enum.StrEnum):
     PATIENT_ID = "patient_id"
 
 
-class LabelKeyCase(enum.StrEnum):
+class LabelKeyCase(StrEnum):
     EXACT = "exact"
     FOLD = "fold"
 
 
-class MissingLabel(enum.StrEnum):
+class MissingLabel(StrEnum):
     SKIP = "skip"
     ERROR = "error"
     UNLABELED = "unlabeled"
 
 
-class SplitBy(enum.StrEnum):
+class SplitBy(StrEnum):
     PATIENT = "patient"
     STUDY = "study"
     SERIES = "series"
     RECORD = "record"
 
 
-class Progress(enum.StrEnum):
+class Progress(StrEnum):
     AUTO = "auto"
     BAR = "bar"
     LOG = "log"

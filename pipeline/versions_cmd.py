@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from dcm2tfrecord.pipeline.usage import UsageError
-from dcm2tfrecord.dataset.manifest import read_manifest
+from dcm2tfrecord.dataset.manifest import ManifestError, read_manifest
 from dcm2tfrecord.dataset.names import MANIFEST_NAME, parse_version
 from dcm2tfrecord.dataset import versions
 
@@ -43,7 +43,10 @@ def describe(root: str) -> list[dict]:
     latest, _ = current_version(root)
     rows = []
     for name in versions.committed_versions(root):
-        manifest = read_manifest(versions.version_dir(root, name))
+        try:
+            manifest = read_manifest(versions.version_dir(root, name))
+        except ManifestError as exc:    # damaged, or of a newer format: one line, as verify says it
+            raise UsageError(f"version {name}: {exc}") from None
         incremental = manifest.incremental or {}
         counts = manifest.counts or {}
         rows.append({

@@ -13,7 +13,7 @@ outcomes go to tests/data/probe_v0_outcomes.json, one line per input:
 Regenerate (only when the inputs change or a deliberate change of ProbedRecord's repr
 moves every record; say why in the commit), from the repository root:
 
-    PYTHONPATH=.pkgroot:. .venv/bin/python tools/record_probe_reference.py
+    PYTHONPATH=. .venv/bin/python tools/record_probe_reference.py
 
 The output is deterministic: two runs write the same bytes (the test's own corpus is
 derandomized, and nothing recorded depends on time, paths or the salt's randomness).

@@ -114,7 +114,7 @@ def test_a_held_lock_names_its_holder_and_a_dead_holder_leaves_none(tmp_path):
             OutputLock(str(tmp_path / "out")).__enter__()
     # a holder killed with SIGKILL: the kernel drops its flock, the next run goes on
     code = ("import sys, time; sys.path.insert(0, %r)\n"
-            "from dataset.lock import OutputLock\n"
+            "from dcm2tfrecord.dataset.lock import OutputLock\n"
             "lock = OutputLock(%r).__enter__(); print('held', flush=True); time.sleep(60)\n"
             % (ROOT, str(tmp_path / "out2")))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -271,6 +271,30 @@ def test_a_damaged_latest_is_reported_in_one_line_and_rollback_repairs_it(tmp_pa
     code, stdout, stderr = cli("rollback", str(root), "1")
     assert code == 0, stderr
     assert cli("verify", str(root))[0] == 0
+
+
+@pytest.mark.parametrize("damage", ["truncated", "newer"])
+def test_a_version_whose_manifest_cannot_be_read_is_one_line_everywhere(tmp_path, damage):
+    """A committed version's dataset.json cut short, or of a newer format_version: verify,
+    inspect and versions each say so in one line, never a traceback."""
+    write_png_archive(tmp_path / "in", 2, 8, 8)
+    root = tmp_path / "root"
+    run_convert(tmp_path / "in", root, incremental=True, **SMALL)
+    path = root / "versions" / "0001" / names.MANIFEST_NAME
+    text = path.read_text()
+    path.write_text(text[:len(text) // 2] if damage == "truncated" else
+                    json.dumps({**json.loads(text), "format_version": 99}))
+    # verify finds a damaged manifest CORRUPT (exit 1, its verdict); one it cannot judge, newer
+    # than this code, is a usage error (exit 2) like inspect's and versions'
+    for args in (["verify", str(root)], ["inspect", str(root)], ["versions", str(root)]):
+        code, stdout, stderr = cli(*args)
+        said = stderr if code == 2 else stdout + stderr
+        assert code == (1 if args[0] == "verify" and damage == "truncated" else 2), (args, stdout, stderr)
+        verdicts = our_lines(said) if code == 2 else [v for v in said.splitlines() if v.startswith("CORRUPT")]
+        assert "Traceback" not in stderr and len(verdicts) == 1, (args, said)
+        assert "dataset.json" in said, (args, said)
+        if damage == "newer":
+            assert "99" in said, (args, said)
 
 
 # ---------------------------------------------------------------- 8. errors in one line

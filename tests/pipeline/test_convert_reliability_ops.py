@@ -112,7 +112,7 @@ def test_files_of_the_output_are_never_opened_through_a_link(tmp_path):
 
 
 _HOLDER = ("import sys, time; sys.path.insert(0, %r)\n"
-           "from dataset.lock import OutputLock\n"
+           "from dcm2tfrecord.dataset.lock import OutputLock\n"
            "lock = OutputLock(sys.argv[1]).__enter__(); print('held', flush=True); time.sleep(60)\n")
 
 
