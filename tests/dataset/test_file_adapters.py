@@ -9,7 +9,6 @@ container.
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import glob
 import hashlib
@@ -27,6 +26,7 @@ from dcm2tfrecord.dataset.file_adapters import ADAPTERS, FileAdapter
 from dcm2tfrecord.dataset.shard_writer import open_shard
 from dcm2tfrecord.dataset.tfrecord import read_records
 from tests.support import run_convert, write_png_archive
+from tests.support.source import string_literals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -207,18 +207,6 @@ def test_random_access_refuses_gzip_through_its_adapter(tmp_path):
 # ---------------------------------------------------------------- no container spelled elsewhere
 
 
-def _literals(path: str):
-    with open(path) as handle:
-        tree = ast.parse(handle.read(), path)
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr)
-                  and isinstance(node.body[0].value, ast.Constant)}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            yield node.lineno, node.value
-
-
 # The --compression option's help (pipeline/option_table.py) and its enum (pipeline/option_choices.py,
 # checked against ADAPTERS when it loads), and the sample archive's list of non-DICOM input
 # extensions (".gz" inputs, not shards) name gzip for other reasons.
@@ -233,7 +221,7 @@ def test_no_product_module_but_the_adapters_spells_a_container():
             rel = os.path.relpath(path, ROOT)
             if rel in ALLOWED:
                 continue
-            stray += [f"{rel}:{line} {value!r}" for line, value in _literals(path)
+            stray += [f"{rel}:{line} {value!r}" for line, value in string_literals(path)
                       if "gzip" in value.lower() or ".gz" in value or "zlib" in value.lower()]
     assert not stray, f"containers named outside dataset/file_adapters.py: {stray}"
     for path in glob.glob(os.path.join(ROOT, "*", "**", "*.py"), recursive=True):

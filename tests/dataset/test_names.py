@@ -14,6 +14,7 @@ import os
 import pytest
 
 from dcm2tfrecord.dataset import names
+from tests.support.source import string_literals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ("pipeline", "transforms", "dataset", "reader", "benchmarks", "tools")
@@ -23,24 +24,12 @@ LITERALS = {names.MANIFEST_NAME, names.ERRORS_NAME, names.FAILED_RUN_NAME, names
             names.RECORDS_SUFFIX}
 
 
-def _string_constants(path: str):
-    with open(path) as handle:
-        tree = ast.parse(handle.read(), path)
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr)
-                  and isinstance(node.body[0].value, ast.Constant)}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            yield node.value
-
-
 def test_every_output_name_literal_lives_in_one_module():
     owners: dict = {literal: set() for literal in LITERALS}
     for package in PACKAGES:
         for path in glob.glob(os.path.join(ROOT, package, "**", "*.py"), recursive=True):
             rel = os.path.relpath(path, ROOT)
-            for value in _string_constants(path):
+            for _, value in string_literals(path):
                 if value in owners:
                     owners[value].add(rel)
     allowed = {os.path.join("dataset", "names.py")}
