@@ -41,7 +41,8 @@ class _HashingWriter:
 class ShardSink:
     """The open shard: ``append`` one encoded record at a time."""
 
-    def __init__(self, raw: BinaryIO, adapter: file_adapters.FileAdapter = file_adapters.ADAPTERS["none"]):
+    def __init__(self, raw: BinaryIO,
+                 adapter: file_adapters.FileAdapter = file_adapters.ADAPTERS[file_adapters.DEFAULT]):
         self._file = _HashingWriter(raw)
         self._target = adapter.open_writer(self._file)  # type: ignore[arg-type]
         self.offsets: list[tuple[int, int]] = []    # (offset, size) per record, uncompressed stream
