@@ -48,6 +48,10 @@ setup(
         # because reader/ imports them itself).
         "protobuf>=4.21",
         "google-crc32c>=1.5",
+        # Siemens CSA headers (mosaic tile count, slice normal, diffusion b-value and
+        # gradient): nibabel's nicom.csareader is the kept, tested parser of that private
+        # binary format; ours would be a second one (docs/DICOM.md, "Geometry").
+        "nibabel>=5.0",
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",
@@ -56,6 +60,9 @@ setup(
                  "pytest-xdist>=3.5",
                  # independent Enhanced multi-frame objects for tests/transforms/dicom/test_enhanced_multiframe.py
                  "highdicom>=0.28",
+                 # independent converters the geometry, mosaic and diffusion tests compare
+                 # against (tests/transforms/series/): dcm2niix's own binary, and ITK's GDCM reader
+                 "dcm2niix>=1.0.20240202", "SimpleITK>=2.3",
                  # scripts/static_checks.sh (ruff.toml, mypy.ini), run by .ci/run
                  "ruff>=0.6", "mypy>=1.10"],
     },
