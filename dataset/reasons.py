@@ -44,6 +44,9 @@ SERIES_MIXED_SHAPES = "series_mixed_shapes"      # --unit series: slices differ 
 SERIES_MIXED_ORIENTATION = "series_mixed_orientation"
 SERIES_DUPLICATE_POSITION = "series_duplicate_position"
 SERIES_UNORDERED = "series_unordered"            # no positions and no instance numbers
+SERIES_UNEVEN_SPACING = "series_uneven_spacing"  # slices not evenly spaced (a gap that is no whole slice count)
+SERIES_MISSING_SLICES = "series_missing_slices"  # gaps of whole slices: slices absent from the series
+SERIES_LOCALIZER = "series_localizer"            # a localizer (scout) among the series' slices
 UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
 
 DOCUMENTED = {
@@ -86,7 +89,15 @@ DOCUMENTED = {
                      "--unit file",
     SERIES_MIXED_SHAPES: "--unit series: the series' slices differ in rows, columns, channels or dtype",
     SERIES_MIXED_ORIENTATION: "--unit series: the slices have different Image Orientation (Patient)",
-    SERIES_DUPLICATE_POSITION: "--unit series: two slices at the same position (or same Instance Number)",
+    SERIES_DUPLICATE_POSITION: "--unit series: two slices at the same position (or same Instance Number) "
+                               "that no time, b-value, gradient, echo or acquisition number tells apart as "
+                               "volumes of a 4-D series",
     SERIES_UNORDERED: "--unit series: no Image Position/Orientation and no Instance Number to order by",
+    SERIES_UNEVEN_SPACING: "--unit series: the slices are not evenly spaced along the slice normal (beyond "
+                           "the tolerance, docs/DICOM.md); --series_gaps split writes each even run as a volume",
+    SERIES_MISSING_SLICES: "--unit series: a gap of a whole number of slices: slices of the series are missing "
+                           "from the input; --series_gaps split writes each even run as a volume",
+    SERIES_LOCALIZER: "--unit series: a localizer (scout, another orientation) is among the slices; "
+                      "--series_gaps split writes it as a record of its own",
     UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",
 }

@@ -73,6 +73,16 @@ class Unit(StrEnum):
     SERIES = "series"
 
 
+class SeriesGaps(StrEnum):
+    FAIL = "fail"
+    SPLIT = "split"
+
+
+class Series4d(StrEnum):
+    SPLIT = "split"
+    STACK = "stack"
+
+
 class LabelKey(StrEnum):
     PATH = "path"
     SOP_INSTANCE_UID = "sop_instance_uid"

@@ -77,6 +77,9 @@ def validate(opts: "ConvertOptions") -> None:
             raise UsageError(str(exc)) from None
     if opts.unit == "series" and opts.frames == "split":
         raise UsageError("--unit series and --frames split exclude each other")
+    for flag, value, default in (("series_gaps", opts.series_gaps, "fail"), ("series_4d", opts.series_4d, "split")):
+        if opts.unit != "series" and value != default:
+            raise UsageError(f"--{flag} {value} needs --unit series (it says how a series' slices become volumes)")
     if opts.window and opts.dicom_values != "window":
         raise UsageError("--window needs --dicom_values window")
     if opts.id_salt and opts.id_salt_file:

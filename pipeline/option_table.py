@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 from dcm2tfrecord.pipeline.locations import absolute, recorded_location
 from dcm2tfrecord.pipeline.option_choices import (Channels, Compression, DicomValues, Duplicates, Frames,
                                                   LabelKey, LabelKeyCase, MissingLabel, Progress, ResizeMode,
-                                                  SplitBy, Unit, WindowBits, values)
+                                                  Series4d, SeriesGaps, SplitBy, Unit, WindowBits, values)
 from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV, resolve_salt
 from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.transforms.dicom.voi import PRESETS, parse_window
@@ -266,6 +266,19 @@ class ConvertOptions:
         Template("Record unit", "file (default: one record per file) or series (one volume per "
                  "SeriesInstanceUID)."),
         setting="conversion.unit"))
+    series_gaps: SeriesGaps = declare(Option(
+        "series_gaps", "--unit series, slices not evenly spaced (a gap, missing slices, a localizer): fail "
+        "them with the reason, or split (each evenly spaced run, each orientation, a volume of its own)",
+        _DECODE,
+        Template("Series gaps", "With --unit series: fail (default: slices of a series that is not evenly "
+                 "spaced fail, the reason naming the gap) or split (each evenly spaced run is a volume)."),
+        setting="decode.series_gaps"))
+    series_4d: Series4d = declare(Option(
+        "series_4d", "--unit series, slices repeating positions in time, b-value, gradient or echo: split "
+        "(a record per volume) or stack (one record, depth = volumes x slices)", _DECODE,
+        Template("4-D series", "With --unit series: split (default: one record per volume of a 4-D "
+                 "series) or stack (one record holding every volume)."),
+        setting="decode.series_4d"))
     decode_timeout_s: float = declare(Option(
         "decode_timeout_s", "fail a file whose decoding takes longer (0: no limit)", _DECODE,
         Template("Decode timeout (s)", "Fail a file whose decoding takes longer. Default 300; 0: no "

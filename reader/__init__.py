@@ -13,6 +13,7 @@ or Grain, and imports neither TensorFlow nor Beam::
     records = reader.RandomAccess("/data/ct_tfr", "train")    # len(), [i] -> dict of arrays
     val = reader.load("/data/ct_tfr", split="train[-10%:]")   # TFDS split slicing (reader.splits)
     for images, labels in reader.as_numpy(val): ...          # NumPy batches
+    lps = reader.geometry.affine(records[0])                 # voxel [k, j, i] -> LPS mm
 
 TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn``,
 ``as_numpy`` or ``DatasetInfo``, not by ``from dcm2tfrecord import reader``.
@@ -20,10 +21,12 @@ TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn``,
 from dcm2tfrecord.dataset.errors import CorruptDataError, Dcm2TfrecordError, FormatError
 from dcm2tfrecord.dataset.manifest import ManifestError
 from dcm2tfrecord.dataset.versions import DamagedLatest
+from dcm2tfrecord.reader import geometry
 from dcm2tfrecord.reader.options import ReadOptions
 from dcm2tfrecord.reader.random_access import CorruptIndexError, CorruptRecordError, RandomAccess
 
 __all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "ReadOptions", "RandomAccess",
+           "geometry",      # a record's affine in NIfTI's and ITK's conventions, 4-D records' volumes
            # what the readers raise: a dataset.json that does not parse (ManifestError), a
            # LATEST naming no committed version (DamagedLatest), damaged shard or index bytes
            # (CorruptRecordError, CorruptIndexError); their groups; the base of them all

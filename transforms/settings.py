@@ -35,6 +35,8 @@ class DecodeSettings:
     resize_mode: str = "stretch"
     channels: str = "keep"              # keep | 1 | 3
     frames: str = "stack"               # stack | split
+    series_gaps: str = "fail"           # fail | split (transforms.series.volumes)
+    series_4d: str = "split"            # split | stack (transforms.series.volumes)
     id_salt: str = ""                   # HMAC key for identifiers; never written
     id_salt_file: str = ""              # where workers read id_salt at setup (--id_salt_file)
     keep_tags: tuple[str, ...] = ()

@@ -126,6 +126,11 @@ class SliceInfo:
     orientation: tuple[float, ...] = ()   # Image Orientation (Patient), 6 direction cosines
     position: tuple[float, ...] = ()      # Image Position (Patient), 3 mm
     instance: Optional[int] = None        # Instance Number, the fallback order
+    localizer: bool = False               # Image Type says LOCALIZER (a scout among the slices)
+    # what tells the volumes of a 4-D series apart at one position (transforms.series.volumes):
+    # (name, value) pairs of temporal position, trigger time, acquisition number, echo,
+    # b-value and gradient, those the header has
+    volume_key: tuple = ()
 
     def __reduce__(self):
         return SliceInfo, _fields_tuple(self)
@@ -157,6 +162,9 @@ class ProbedRecord:
     # with --frames split: how many frames the source has; a stack of an Enhanced file of
     # several: how many stacks (0 otherwise)
     source_frames: int = 0
+    # a 4-D series (--unit series): how many volumes, and which this record is (docs/DICOM.md, "4-D")
+    volumes: int = 1
+    volume_index: int = 0
 
     def __reduce__(self):
         # One flat tuple: the record's fields in order, with its source, spec, identifiers

@@ -29,6 +29,7 @@ from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.errors import ConversionError
 
 GROUPS = ("SharedFunctionalGroupsSequence", "PerFrameFunctionalGroupsSequence")
@@ -338,7 +339,9 @@ def record_metadata(metadata: dict, ds, frames: Sequence[int], windows: Sequence
     A value shared by every frame of the record is written once; values that differ are
     written once per frame, in record order (``dicom/rescale_intercept`` of an 8-frame
     stack with alternating intercepts holds 8 numbers). ``dicom/image_position_patient``
-    holds 3 numbers per frame, ``dicom/image_orientation_patient`` 6 (once when shared).
+    holds 3 numbers per frame, ``dicom/image_orientation_patient`` 6 (once when shared),
+    ``dicom/affine`` the record's (transforms.dicom.patient_space) when every frame has a
+    position and all share one orientation.
     """
     attrs = frame_attributes(ds)
     chosen = [attrs[i] for i in frames]
@@ -349,25 +352,22 @@ def record_metadata(metadata: dict, ds, frames: Sequence[int], windows: Sequence
         values = [_vector(a.get(keyword)) for a in chosen]
         if any(v is not None for v in values):
             out[f"dicom/{name}"] = _per_record(values)
-    out["dicom/image_position_patient"] = _per_record(
-        [_vector(a.get("ImagePositionPatient")) for a in chosen], dedupe=False)
-    out["dicom/image_orientation_patient"] = _per_record(
-        [_vector(a.get("ImageOrientationPatient")) for a in chosen])
+    positions = [patient_space.floats(a.get("ImagePositionPatient"), 3) for a in chosen]
+    orientations = [patient_space.floats(a.get("ImageOrientationPatient"), 6) for a in chosen]
+    pixel_spacing = patient_space.floats(chosen[0].get("PixelSpacing"), 2) if chosen else ()
+    out[patient_space.POSITION] = _per_record([p or None for p in positions], dedupe=False)
+    out[patient_space.ORIENTATION] = _per_record([o or None for o in orientations])
+    geometry = all(positions) and orientations and all(o == orientations[0] for o in orientations)
+    if geometry:
+        single = spacing or patient_space.single_slice_spacing(
+            _vector(chosen[0].get("SpacingBetweenSlices")) or (), _vector(chosen[0].get("SliceThickness")) or ())
+        out[patient_space.AFFINE] = patient_space.features(orientations[0], positions, pixel_spacing,
+                                                            single)[patient_space.AFFINE]
+    else:
+        out[patient_space.AFFINE] = np.asarray([], dtype=np.float32)
     pairs = [(w["center"], w["width"]) for w in windows if w and w.get("source") != "lut" and "center" in w]
     if pairs and len(pairs) == len(windows):
         out["dicom/window"] = _per_record(pairs)
     if spacing:
         out["dicom/slice_spacing"] = np.asarray([spacing], dtype=np.float32)
     return out
-
-
-RECORD_FEATURES = {
-    "dicom/image_position_patient": {"dtype": "float", "shape": [-1],
-                                     "optional": True,
-                                     "description": "Enhanced multi-frame: Image Position (Patient) of "
-                                                    "each frame, 3 per frame in record order"},
-    "dicom/image_orientation_patient": {"dtype": "float", "shape": [-1],
-                                        "optional": True,
-                                        "description": "Enhanced multi-frame: Image Orientation (Patient), "
-                                                       "6 values (6 per frame when they differ)"},
-}

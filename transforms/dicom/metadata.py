@@ -7,7 +7,7 @@ import functools
 import numpy as np
 from pydicom.dataset import Dataset
 
-from dcm2tfrecord.transforms.dicom import functional_groups
+from dcm2tfrecord.transforms.dicom import patient_space, volume_features
 from dcm2tfrecord.transforms.dicom.syntax import transfer_syntax
 from dcm2tfrecord.transforms.settings import DecodeSettings
 
@@ -50,7 +50,7 @@ def _numbers(ds: Dataset, keyword: str) -> np.ndarray:
 
 
 # How ``metadata`` reads each feature's value.
-_TEXT, _NUMBERS, _SYNTAX, _WINDOW, _EMPTY, _HASHED = range(6)
+_TEXT, _NUMBERS, _SYNTAX, _WINDOW, _EMPTY, _HASHED, _GEOMETRY, _SERIES = range(8)
 
 
 def _features(keep_tags: tuple[str, ...]) -> list:
@@ -65,13 +65,37 @@ def _features(keep_tags: tuple[str, ...]) -> list:
                  "description": "[center, width] applied with --dicom_values window"}),
                ("dicom/slice_spacing", _EMPTY, None,
                 {"dtype": "float", "shape": [-1],
-                 "description": "--unit series: spacing between slices in mm"})]
+                 "description": "spacing between slices along the slice normal, mm; empty when "
+                                "unknown or one slice"})]
+            + [(key, _GEOMETRY, None, schema) for key, schema in patient_space.FEATURES.items()]
+            + [(key, _SERIES, None, schema) for key, schema in volume_features.FEATURES.items()]
             + [(f"dicom/{name}_hash", _HASHED, keyword,
                 {"dtype": "bytes", "shape": [],
                  "description": "HMAC-SHA256 with --id_salt, hex; empty if absent"})
                for name, keyword in IDENTIFIERS.items()]
             + [(f"dicom/{keyword}", _TEXT, keyword,
                 {"dtype": "bytes", "shape": [], "description": "--keep_tags"}) for keyword in keep_tags])
+
+
+def file_geometry(ds) -> dict:
+    """The geometry features of a file's record as its top level gives them (patient_space):
+    one position, for a single slice or a classic multi-frame file; a Siemens mosaic's are
+    each tile slice's (transforms.dicom.mosaic)."""
+    orientation = patient_space.floats(ds.get("ImageOrientationPatient"), 6)
+    position = patient_space.floats(ds.get("ImagePositionPatient"), 3)
+    spacing = patient_space.floats(ds.get("PixelSpacing"), 2)
+    step = patient_space.single_slice_spacing(_numbers(ds, "SpacingBetweenSlices"), _numbers(ds, "SliceThickness"))
+    return patient_space.features(orientation, [position] if position else [], spacing, step)
+
+
+def slice_positions(ds, depth: int) -> list[tuple[float, ...]]:
+    """Image Position (Patient) of each of a file's ``depth`` slices as its top level gives
+    them: the one position of a single slice (a Siemens mosaic's: each tile slice's,
+    transforms.dicom.mosaic); [()] * depth where the file does not say."""
+    position = patient_space.floats(ds.get("ImagePositionPatient"), 3)
+    if depth == 1 and position:
+        return [position]
+    return [()] * depth
 
 
 @functools.lru_cache(maxsize=64)
@@ -81,14 +105,8 @@ def _plan(keep_tags: tuple[str, ...]) -> tuple:
 
 
 def metadata_feature_names(keep_tags: tuple[str, ...] = ()) -> dict:
-    """The dicom/* feature schema, as dataset.json lists it: ``metadata``'s features and,
-    after the per-file ones, the Enhanced multi-frame features (functional_groups)."""
-    out = {}
-    for key, _, _, schema in _features(tuple(keep_tags)):
-        out[key] = schema
-        if key == "dicom/slice_spacing":
-            out.update(functional_groups.RECORD_FEATURES)
-    return out
+    """The dicom/* feature schema, as dataset.json lists it: ``metadata``'s features."""
+    return {key: schema for key, _, _, schema in _features(tuple(keep_tags))}
 
 
 def metadata_keys(settings: DecodeSettings) -> tuple[str, ...]:
@@ -100,6 +118,7 @@ def metadata(ds: Dataset, settings: DecodeSettings, window: dict) -> dict:
     """Allowlisted, non-identifying attributes under ``dicom/``; identifiers only hashed."""
     from dcm2tfrecord.transforms.hashing import identifier_hash
     out: dict = {}
+    geometry = series = None
     for key, how, keyword in _plan(tuple(settings.keep_tags)):
         if how == _TEXT:
             try:
@@ -114,6 +133,14 @@ def metadata(ds: Dataset, settings: DecodeSettings, window: dict) -> dict:
             out[key] = _floats([window["center"], window["width"]] if window else [])
         elif how == _EMPTY:
             out[key] = _floats([])
+        elif how == _GEOMETRY:
+            if geometry is None:
+                geometry = file_geometry(ds)
+            out[key] = geometry[key]
+        elif how == _SERIES:
+            if series is None:
+                series = volume_features.of_file(ds)
+            out[key] = series[key]
         else:
             try:
                 value = str(ds.get(keyword, "") or "").strip()

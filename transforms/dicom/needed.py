@@ -49,6 +49,10 @@ NEEDED_KEYWORDS = (
     "BurnedInAnnotation",
     # --unit series: slice geometry and order (transforms.records.probe._slice_info)
     "ImageOrientationPatient", "ImagePositionPatient", "InstanceNumber", "PixelSpacing",
+    # the geometry and 4-D features (transforms.dicom.patient_space, volume_features) and the
+    # volumes of a 4-D series (transforms.series.volumes): what tells repeated positions apart
+    "ImageType", "DiffusionBValue", "DiffusionGradientOrientation", "TemporalPositionIdentifier",
+    "TriggerTime", "EchoTime", "EchoNumbers", "AcquisitionNumber",
 )
 
 

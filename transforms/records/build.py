@@ -5,7 +5,8 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
-from dcm2tfrecord.transforms.dicom import functional_groups
+from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
+from dcm2tfrecord.transforms.dicom import functional_groups, patient_space, volume_features
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
@@ -53,14 +54,29 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
 
 def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
                   settings: DecodeSettings = DecodeSettings()):
-    """A series record: its slices decoded in their planned (anatomical) order and stacked."""
-    slices, metadata = [], None
-    for member in record.members:
+    """A series record: its slices decoded in their planned (anatomical) order and stacked;
+    its geometry from every slice's position (transforms.dicom.patient_space), its diffusion
+    encoding from each volume's first slice (transforms.dicom.volume_features)."""
+    slices, metadata, positions, encodings = [], None, [], []
+    held = record.volumes if record.volume_index < 0 else 1     # a stacked 4-D record holds them all
+    per_volume = len(record.members) // held
+    for n, member in enumerate(record.members):
         pixels, ds, window = decode_dicom(read_unchanged(member, opener), settings)
         slices.append(pixels)
         if metadata is None:
             metadata = dicom_metadata.metadata(ds, settings, window)
+            orientation = patient_space.floats(ds.get("ImageOrientationPatient"), 6)
+            pixel_spacing = patient_space.floats(ds.get("PixelSpacing"), 2)
+        positions += dicom_metadata.slice_positions(ds, pixels.shape[0])
+        if n % per_volume == 0:
+            encodings.append(dicom_diffusion.diffusion(ds))
     assert metadata is not None     # a series record has members
+    volume = positions[:len(positions) // len(encodings)] if all(positions) else []
+    metadata.update(patient_space.features(orientation, positions if all(positions) else [], pixel_spacing))
+    if volume:
+        metadata[patient_space.AFFINE] = patient_space.features(orientation, volume, pixel_spacing)[
+            patient_space.AFFINE]
+    metadata.update(volume_features.features(encodings, record.volumes, record.volume_index))
     metadata["dicom/slice_spacing"] = np.asarray([record.slice_spacing], dtype=np.float32)
     return _geometry_and_path(np.ascontiguousarray(np.concatenate(slices)), metadata, record, settings)
 

@@ -5,9 +5,12 @@ import dataclasses
 import os
 import stat
 
+import numpy as np
+
 from typing import BinaryIO, Callable, Optional
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
 from dcm2tfrecord.transforms.dicom import functional_groups
 from dcm2tfrecord.transforms.dicom import content as dicom_content
 from dcm2tfrecord.transforms.dicom import header as dicom_header
@@ -45,13 +48,37 @@ def _floats(ds, keyword: str) -> tuple[float, ...]:
         return ()
 
 
-def _slice_info(ds) -> SliceInfo:
+def _number(ds, keyword: str):
     try:
-        instance = int(ds.get("InstanceNumber")) if ds.get("InstanceNumber") not in (None, "") else None
+        value = ds.get(keyword)
+        if value is None or value == "":
+            return None
+        if not isinstance(value, (str, bytes, int, float)) and hasattr(value, "__iter__"):
+            value = list(value)[0]
+        number = float(value)
     except Exception:
-        instance = None
+        return None
+    return number if np.isfinite(number) else None
+
+
+def _slice_info(ds) -> SliceInfo:
+    instance = _number(ds, "InstanceNumber")
+    try:
+        image_type = [str(v).upper() for v in (ds.get("ImageType") or ())]
+    except Exception:
+        image_type = []
+    encoding = dicom_diffusion.diffusion(ds)
+    key = [("temporal", _number(ds, "TemporalPositionIdentifier")), ("trigger", _number(ds, "TriggerTime")),
+           ("acquisition", _number(ds, "AcquisitionNumber")), ("echo", _number(ds, "EchoNumbers")),
+           ("echo_time", _number(ds, "EchoTime")),
+           ("b", encoding.bvalue if encoding else None),
+           ("gradient", tuple(round(g, 4) + 0.0 for g in encoding.gradient) if encoding and encoding.gradient
+            else None)]
     return SliceInfo(orientation=_floats(ds, "ImageOrientationPatient"),
-                     position=_floats(ds, "ImagePositionPatient"), instance=instance)
+                     position=_floats(ds, "ImagePositionPatient"),
+                     instance=int(instance) if instance is not None and instance.is_integer() else None,
+                     localizer="LOCALIZER" in image_type,
+                     volume_key=tuple((name, value) for name, value in key if value is not None))
 
 
 def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file_size: int,

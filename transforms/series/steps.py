@@ -32,7 +32,8 @@ class VolumeOfSeriesFn(beam.DoFn):
         series_uid, slices = keyed
         slices = list(slices)
         try:
-            yield from volumes.volume_records(series_uid, slices, self.settings.id_salt)
+            yield from volumes.volume_records(series_uid, slices, self.settings.id_salt,
+                                              self.settings.series_gaps, self.settings.series_4d)
         except ConversionError as exc:
             for member in sorted(s.source.uri for s in slices):
                 outcome = Outcome(member, reasons.FAILED, "group", exc.reason,

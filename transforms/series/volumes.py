@@ -4,7 +4,21 @@ Slices are ordered by their position along the slice normal, the cross
 product of the row and column direction cosines of Image Orientation
 (Patient) (PS3.3 C.7.6.2.1.1), projected from Image Position (Patient);
 without positions, by Instance Number. A series that would stack wrongly
-fails with a reason instead of being stacked silently.
+fails with a reason instead of being stacked silently (docs/DICOM.md,
+"Slice spacing" and "4-D"):
+
+- slices not evenly spaced (transforms.dicom.patient_space.even_runs) fail as
+  series_missing_slices (a gap of whole slices) or series_uneven_spacing, each
+  message naming the gap, its two slices and their positions; with
+  ``--series_gaps split`` each evenly spaced run is a volume of its own;
+- a localizer among the slices (another orientation, or Image Type LOCALIZER)
+  fails as series_localizer; with ``--series_gaps split`` each orientation is
+  planned on its own;
+- slices repeating a position are the volumes of a 4-D series when their
+  temporal position, trigger time, acquisition number, echo, b-value or gradient
+  tell them apart (SliceInfo.volume_key): ``--series_4d split`` makes a record of
+  each volume, ``stack`` one record of all of them; otherwise they fail as
+  series_duplicate_position.
 """
 from __future__ import annotations
 
@@ -14,74 +28,222 @@ from typing import Sequence
 import numpy as np
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.hashing import record_id
 from dcm2tfrecord.transforms.values import ProbedRecord
 
 _ORIENTATION_TOLERANCE = 1e-3
-_POSITION_TOLERANCE = 1e-3   # mm
+_POSITION_TOLERANCE = 1e-3   # mm: slices closer along the normal share a position
+# volume_key names that must agree across one volume's slices (trigger times jitter from
+# slice to slice; acquisition numbers may count slices): the others only order a position's slices
+_DEFINING = ("temporal", "echo", "echo_time", "b", "gradient")
+_SPLIT = "split"
+_STACK = "stack"
 
 
-def _normal(orientation: Sequence[float] | np.ndarray) -> np.ndarray:
-    row, col = np.asarray(orientation[:3], float), np.asarray(orientation[3:6], float)
-    return np.cross(row, col)
+@dataclasses.dataclass(frozen=True)
+class Volume:
+    """One record of a series: its slices in record order."""
+    members: tuple[ProbedRecord, ...]
+    label: str = ""            # "" for the whole series; else e.g. "run=1 volume=2"
+    spacing: float = 0.0       # mm between consecutive slices along the normal; 0.0 unknown
+    volumes: int = 1           # volumes in the series (4-D)
+    volume_index: int = 0      # -1: the record holds every volume (--series_4d stack)
 
 
-def order_slices(slices: Sequence[ProbedRecord]) -> tuple[list[ProbedRecord], float]:
-    """(slices in anatomical order, slice spacing in mm or 0.0 when unknown)."""
+def _check_shapes(slices: Sequence[ProbedRecord]) -> None:
     shapes = {(s.spec.height, s.spec.width, s.spec.channels, s.spec.dtype, s.spec.depth) for s in slices}
     if len(shapes) > 1:
         raise ConversionError(reasons.SERIES_MIXED_SHAPES,
                               f"slices differ in shape/dtype: {sorted(shapes)[:4]}")
-    infos = [s.slice_info for s in slices if s.slice_info is not None]
-    complete = len(infos) == len(slices)     # then infos[k] is slices[k]'s
-    have_geometry = complete and all(len(i.orientation) == 6 and len(i.position) == 3 for i in infos)
-    if have_geometry:
-        first = np.asarray(infos[0].orientation)
-        for info in infos[1:]:
-            if np.abs(np.asarray(info.orientation) - first).max() > _ORIENTATION_TOLERANCE:
-                raise ConversionError(reasons.SERIES_MIXED_ORIENTATION,
-                                      f"slices have different Image Orientation (Patient): "
-                                      f"{list(first)} vs {list(info.orientation)}")
-        normal = _normal(first)
-        keyed = sorted(((float(np.dot(normal, i.position)), s.source.rel_path, s)
-                        for i, s in zip(infos, slices)), key=lambda t: (t[0], t[1]))
-        positions = np.array([k[0] for k in keyed])
-        gaps = np.diff(positions)
-        if len(gaps) and gaps.min() < _POSITION_TOLERANCE:
-            duplicate = keyed[int(np.argmin(gaps))][1]
-            raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
-                                  f"two slices at the same position ({duplicate} and its neighbour)")
-        spacing = float(np.median(gaps)) if len(gaps) else 0.0
-        return [k[2] for k in keyed], spacing
-    if complete and all(i.instance is not None for i in infos):
-        numbers = [i.instance for i in infos]
+
+
+def _name(record: ProbedRecord) -> str:
+    return record.source.rel_path or record.source.uri
+
+
+def _by_instance(slices: Sequence[ProbedRecord]) -> Volume:
+    infos = [s.slice_info for s in slices]
+    if all(i is not None and i.instance is not None for i in infos):
+        numbers = [i.instance for i in infos if i is not None]
         if len(set(numbers)) != len(numbers):
             raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
                                   "no slice positions and repeated Instance Numbers")
-        return [s for _, _, s in sorted(((i.instance, s.source.rel_path, s) for i, s in zip(infos, slices)),
-                                        key=lambda t: (t[0], t[1]))], 0.0
+        ordered = sorted(slices, key=lambda s: (s.slice_info.instance, s.source.rel_path))  # type: ignore[union-attr]
+        return Volume(tuple(ordered))
     raise ConversionError(reasons.SERIES_UNORDERED,
                           "slices have neither Image Position/Orientation (Patient) nor Instance Numbers")
 
 
-def build_volume_record(series_key: str, slices: Sequence[ProbedRecord], salt: str) -> ProbedRecord:
-    """One record standing for a whole series; its members are the ordered slice files."""
-    ordered, spacing = order_slices(slices)
-    first = ordered[0]
-    spec = dataclasses.replace(first.spec, depth=sum(s.spec.depth for s in ordered))
-    return dataclasses.replace(first, record_id=record_id(f"series:{series_key}", salt), spec=spec,
-                               members=tuple(s.source for s in ordered), slice_spacing=spacing)
+def _orientation_groups(slices: Sequence[ProbedRecord], gaps: str) -> list[list[ProbedRecord]]:
+    """The slices by Image Orientation (Patient); more than one group fails unless split."""
+    groups: list[tuple[np.ndarray, list[ProbedRecord]]] = []
+    for record in slices:
+        orientation = np.asarray(record.slice_info.orientation, float)  # type: ignore[union-attr]
+        for reference, members in groups:
+            if np.abs(orientation - reference).max() <= _ORIENTATION_TOLERANCE:
+                members.append(record)
+                break
+        else:
+            groups.append((orientation, [record]))
+    ordered = sorted((members for _, members in groups), key=lambda m: (-len(m), min(map(_name, m))))
+    if len(ordered) == 1 or gaps == _SPLIT:
+        return ordered
+    main, others = ordered[0], [r for group in ordered[1:] for r in group]
+    main_orientation = [round(v, 4) for v in main[0].slice_info.orientation]  # type: ignore[union-attr]
+    scouts = [r for r in others if r.slice_info.localizer] or \
+        (others if len(others) <= 3 and len(main) >= 3 else [])  # type: ignore[union-attr]
+    if scouts:
+        scout = sorted(scouts, key=_name)[0]
+        said = "Image Type LOCALIZER, " if scout.slice_info.localizer else ""  # type: ignore[union-attr]
+        raise ConversionError(reasons.SERIES_LOCALIZER,
+                              f"a localizer is among the slices: {_name(scout)} ({said}orientation "
+                              f"{[round(v, 4) for v in scout.slice_info.orientation]}) and "  # type: ignore[union-attr]
+                              f"{len(others) - 1} other(s), among {len(main)} slices of orientation "
+                              f"{main_orientation}; remove it, or --series_gaps split writes it as its own record")
+    raise ConversionError(reasons.SERIES_MIXED_ORIENTATION,
+                          f"slices have different Image Orientation (Patient): {len(main)} slices with "
+                          f"{main_orientation}, {len(others)} with others (e.g. {_name(others[0])}: "
+                          f"{[round(v, 4) for v in others[0].slice_info.orientation]})")  # type: ignore[union-attr]
 
 
-def volume_records(series_key: str, slices: Sequence[ProbedRecord], salt: str) -> list[ProbedRecord]:
-    """The records of one series: its single-frame slices stacked into one volume
-    (build_volume_record), or the stack records of the one Enhanced multi-frame file that
-    makes the series, unchanged: its frames are ordered already (transforms.dicom.functional_groups).
-    Several Enhanced files, or Enhanced and classic files, in one series fail as series_enhanced."""
+def _volume_sort_key(record: ProbedRecord) -> tuple:
+    """A position's slices in acquisition order: by Temporal Position Identifier, then Instance
+    Number (the order dcm2niix writes a DWI's .bval in), then what tells them apart."""
+    info = record.slice_info
+    key = dict(info.volume_key)  # type: ignore[union-attr]
+    temporal = key.get("temporal")
+    return (temporal is not None, temporal or 0.0,
+            info.instance is not None, info.instance if info.instance is not None else 0,  # type: ignore[union-attr]
+            tuple(info.volume_key), record.source.rel_path)  # type: ignore[union-attr]
+
+
+def _defining(record: ProbedRecord) -> tuple:
+    return tuple((n, v) for n, v in record.slice_info.volume_key if n in _DEFINING)  # type: ignore[union-attr]
+
+
+def _positions_and_volumes(group: list[ProbedRecord]) -> tuple[list[list[ProbedRecord]], np.ndarray]:
+    """(the group's positions along the normal, each the list of its slices by volume; those
+    distances). Raises series_duplicate_position when repeated positions are no 4-D series."""
+    normal = patient_space.normal(group[0].slice_info.orientation)  # type: ignore[union-attr]
+    keyed = sorted(((float(np.dot(normal, r.slice_info.position)), r) for r in group),  # type: ignore[union-attr]
+                   key=lambda t: (t[0], t[1].source.rel_path))
+    clusters: list[list[ProbedRecord]] = []
+    distances: list[float] = []
+    for distance, record in keyed:
+        if distances and distance - distances[-1] < _POSITION_TOLERANCE:
+            clusters[-1].append(record)
+        else:
+            clusters.append([record])
+            distances.append(distance)
+    sizes = {len(c) for c in clusters}
+    if sizes != {1}:
+        for cluster, distance in zip(clusters, distances):
+            cluster.sort(key=_volume_sort_key)
+            keys = [tuple(r.slice_info.volume_key) for r in cluster]  # type: ignore[union-attr]
+            if len(set(keys)) != len(keys):
+                twins = [r for r, k in zip(cluster, keys) if keys.count(k) > 1][:2]
+                raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
+                                      f"repeated position: {_name(twins[0])} and {_name(twins[1])} both lie at "
+                                      f"{distance:.2f} mm along the slice normal, and no temporal position, "
+                                      f"trigger time, acquisition number, echo, b-value or gradient tells them "
+                                      f"apart as volumes of a 4-D series")
+        if len(sizes) > 1:
+            short = min(zip(clusters, distances), key=lambda t: len(t[0]))
+            raise ConversionError(reasons.SERIES_MISSING_SLICES,
+                                  f"a 4-D series with slices missing: the position {short[1]:.2f} mm along the "
+                                  f"slice normal holds {len(short[0])} volume(s) ({_name(short[0][0])}), "
+                                  f"others up to {max(sizes)}")
+        for v in range(len(clusters[0])):
+            defining = {_defining(c[v]) for c in clusters}
+            if len(defining) > 1:
+                raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
+                                      f"repeated positions whose volumes do not line up: volume {v} holds slices "
+                                      f"with {sorted(defining)[0]} and {sorted(defining)[1]} (e.g. "
+                                      f"{_name(clusters[0][v])} and {_name(clusters[-1][v])})")
+    return clusters, np.asarray(distances)
+
+
+def _gap_error(clusters: list[list[ProbedRecord]], distances: np.ndarray,
+               runs: list[tuple[int, int]]) -> ConversionError:
+    """The first break between runs, told as missing slices or uneven spacing."""
+    gaps = np.diff(distances)
+    spacing = float(np.median(gaps))
+    tolerance = patient_space.step_tolerance(spacing)
+    end = runs[0][1]
+    at = end - 1
+    gap = float(gaps[at])
+    a, b = clusters[at][0], clusters[at + 1][0]
+    where = (f"between {_name(a)} ({distances[at]:.2f} mm along the slice normal) and {_name(b)} "
+             f"({distances[at + 1]:.2f} mm)")
+    advice = "; --series_gaps split writes each evenly spaced run as its own volume"
+    breaks = [float(gaps[stop - 1]) for _, stop in runs[:-1]]
+    whole = [round(g / spacing) for g in breaks] if spacing > 0 else []
+    missing = sum(m - 1 for m in whole)
+    # whole slices absent, and fewer than are there (else the pieces are apart, not holed)
+    if whole and all(m >= 2 and abs(g - m * spacing) <= tolerance * m for g, m in zip(breaks, whole)) \
+            and missing <= len(distances):
+        return ConversionError(reasons.SERIES_MISSING_SLICES,
+                               f"{missing} slice(s) missing from {len(distances) + missing}: a gap of {gap:.2f} mm "
+                               f"({round(gap / spacing)} x the {spacing:.2f} mm spacing) {where}{advice}")
+    if abs(gap - spacing) <= tolerance:
+        return ConversionError(reasons.SERIES_UNEVEN_SPACING,
+                               f"slices off one line: the step {where} is {spacing:.2f} mm along the normal "
+                               f"but shifted in-plane beyond the {tolerance:.2f} mm tolerance{advice}")
+    return ConversionError(reasons.SERIES_UNEVEN_SPACING,
+                           f"uneven slice spacing: a gap of {gap:.2f} mm {where}, where the slices are "
+                           f"{spacing:.2f} mm apart (tolerance {tolerance:.2f} mm){advice}")
+
+
+def plan_volumes(slices: Sequence[ProbedRecord], gaps: str = "fail", four_d: str = _SPLIT) -> list[Volume]:
+    """The volumes of one series of single-frame (or mosaic) files, each its slices in order."""
+    _check_shapes(slices)
+    infos = [s.slice_info for s in slices]
+    if not all(i is not None and len(i.orientation) == 6 and len(i.position) == 3 for i in infos):
+        return [_by_instance(slices)]
+    out: list[Volume] = []
+    groups = _orientation_groups(slices, gaps)
+    pieces = []
+    for group in groups:
+        clusters, distances = _positions_and_volumes(group)
+        first = [c[0].slice_info.position for c in clusters]  # type: ignore[union-attr]
+        runs = patient_space.even_runs(first)
+        if len(runs) > 1 and gaps != _SPLIT:
+            raise _gap_error(clusters, distances, runs)
+        pieces += [(clusters[start:stop], distances[start:stop]) for start, stop in runs]
+    for run, (clusters, distances) in enumerate(pieces):
+        volumes = len(clusters[0])
+        spacing = float((distances[-1] - distances[0]) / (len(distances) - 1)) if len(distances) > 1 else 0.0
+        head = [f"run={run}"] if len(pieces) > 1 else []
+        if volumes > 1 and four_d == _SPLIT:
+            out += [Volume(tuple(c[v] for c in clusters), " ".join(head + [f"volume={v}"]), spacing, volumes, v)
+                    for v in range(volumes)]
+        else:
+            out.append(Volume(tuple(c[v] for v in range(volumes) for c in clusters), " ".join(head),
+                              spacing, volumes, -1 if volumes > 1 else 0))
+    return out
+
+
+def build_volume_record(series_key: str, volume: Volume, salt: str) -> ProbedRecord:
+    """One record standing for a volume (or the whole series); its members are the ordered slice files."""
+    first = volume.members[0]
+    spec = dataclasses.replace(first.spec, depth=sum(s.spec.depth for s in volume.members))
+    name = f"series:{series_key}" + (f"#{volume.label}" if volume.label else "")
+    return dataclasses.replace(first, record_id=record_id(name, salt), spec=spec,
+                               members=tuple(s.source for s in volume.members), slice_spacing=volume.spacing,
+                               volumes=volume.volumes, volume_index=volume.volume_index)
+
+
+def volume_records(series_key: str, slices: Sequence[ProbedRecord], salt: str, gaps: str = "fail",
+                   four_d: str = _SPLIT) -> list[ProbedRecord]:
+    """The records of one series: its single-frame slices stacked into volumes (plan_volumes),
+    or the stack records of the one Enhanced multi-frame file that makes the series, unchanged:
+    its frames are ordered already (transforms.dicom.functional_groups). Several Enhanced files,
+    or Enhanced and classic files, in one series fail as series_enhanced."""
     enhanced = [s for s in slices if s.stacks]
     if not enhanced:
-        return [build_volume_record(series_key, slices, salt)]
+        return [build_volume_record(series_key, v, salt) for v in plan_volumes(slices, gaps, four_d)]
     files = sorted({s.source.rel_path for s in slices})
     if len(enhanced) == len(slices) and len(files) == 1:
         return list(slices)

@@ -1,0 +1,141 @@
+"""transforms.series.volumes: slices into volumes; gaps, localizers, repeated positions, 4-D."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import patient_space
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.series import volumes
+from dcm2tfrecord.transforms.values import ImageSpec, ProbedRecord, SliceInfo, SourceFile
+
+AXIAL = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
+CORONAL = (1.0, 0.0, 0.0, 0.0, 0.0, -1.0)
+
+
+def _slice(name: str, z: float, orientation=AXIAL, localizer=False, key=(), instance=None,
+           xy=(-150.0, -170.0)) -> ProbedRecord:
+    return ProbedRecord(source=SourceFile(f"/in/{name}", name, 10, 0.0), record_id=name, kind="dicom",
+                        spec=ImageSpec(1, 4, 4, 1, "int16"),
+                        slice_info=SliceInfo(orientation=orientation, position=(xy[0], xy[1], z),
+                                             instance=instance, localizer=localizer, volume_key=key))
+
+
+def _names(volume) -> list[str]:
+    return [m.source.rel_path for m in volume.members]
+
+
+def test_a_regular_series_is_one_volume_in_anatomical_order_whatever_the_file_order():
+    slices = [_slice(f"s{n}.dcm", z) for n, z in enumerate([2.5, 0.0, 5.0, 1.25, 3.75])]
+    [volume] = volumes.plan_volumes(slices)
+    assert _names(volume) == ["s1.dcm", "s3.dcm", "s0.dcm", "s4.dcm", "s2.dcm"]
+    assert volume.spacing == pytest.approx(1.25) and volume.label == "" and volume.volumes == 1
+
+
+def test_the_reported_ge_gap_fails_naming_the_gap_and_its_slices():
+    slices = [_slice(f"s{n}.dcm", z) for n, z in enumerate([-99.5, 103.0, 104.25, 105.5])]
+    with pytest.raises(ConversionError) as info:
+        volumes.plan_volumes(slices)
+    assert info.value.reason == reasons.SERIES_UNEVEN_SPACING
+    message = str(info.value)
+    assert "202.50 mm" in message and "s0.dcm" in message and "s1.dcm" in message
+    assert "-99.50" in message and "103.00" in message and "1.25 mm apart" in message
+
+
+def test_split_writes_each_even_run_as_its_own_volume():
+    slices = [_slice(f"s{n}.dcm", z) for n, z in enumerate([-99.5, 103.0, 104.25, 105.5])]
+    runs = volumes.plan_volumes(slices, gaps="split")
+    assert [_names(v) for v in runs] == [["s0.dcm"], ["s1.dcm", "s2.dcm", "s3.dcm"]]
+    assert [v.label for v in runs] == ["run=0", "run=1"]
+    assert runs[1].spacing == pytest.approx(1.25) and runs[0].spacing == 0.0
+
+
+def test_missing_slices_are_told_apart_from_an_uneven_gap():
+    zs = [0.0, 1.25, 2.5, 6.25, 7.5, 8.75]         # two slices (3.75, 5.0) absent
+    with pytest.raises(ConversionError) as info:
+        volumes.plan_volumes([_slice(f"s{n}.dcm", z) for n, z in enumerate(zs)])
+    assert info.value.reason == reasons.SERIES_MISSING_SLICES
+    assert "2 slice(s) missing from 8" in str(info.value) and "3 x the 1.25 mm spacing" in str(info.value)
+
+
+def test_a_localizer_is_named_as_one():
+    slices = [_slice(f"s{n}.dcm", 1.25 * n) for n in range(6)] + [_slice("scout.dcm", 0.0, CORONAL, True)]
+    with pytest.raises(ConversionError) as info:
+        volumes.plan_volumes(slices)
+    assert info.value.reason == reasons.SERIES_LOCALIZER
+    assert "scout.dcm" in str(info.value) and "LOCALIZER" in str(info.value)
+    split = volumes.plan_volumes(slices, gaps="split")
+    assert [_names(v) for v in split] == [[f"s{n}.dcm" for n in range(6)], ["scout.dcm"]]
+
+
+def test_a_repeated_position_nothing_tells_apart_fails_naming_both_files():
+    slices = [_slice(f"s{n}.dcm", 1.25 * n) for n in range(4)] + [_slice("again.dcm", 2.5)]
+    with pytest.raises(ConversionError) as info:
+        volumes.plan_volumes(slices)
+    assert info.value.reason == reasons.SERIES_DUPLICATE_POSITION
+    assert "again.dcm" in str(info.value) and "s2.dcm" in str(info.value) and "2.50 mm" in str(info.value)
+
+
+def _dwi(bvalues=(0.0, 1000.0, 1000.0), positions=4):
+    gradients = [None, (1.0, 0.0, 0.0), (0.0, 1.0, 0.0)]
+    out = []
+    for v, b in enumerate(bvalues):
+        for p in range(positions):
+            key = (("b", b),) + ((("gradient", gradients[v]),) if gradients[v] else ())
+            out.append(_slice(f"v{v}p{p}.dcm", 3.0 * p, key=key, instance=v * positions + p + 1))
+    return out
+
+
+def test_repeated_positions_differing_in_b_value_and_gradient_are_a_4d_series():
+    split = volumes.plan_volumes(_dwi()[::-1])
+    assert [v.label for v in split] == ["volume=0", "volume=1", "volume=2"]
+    assert [_names(v) for v in split] == [[f"v{v}p{p}.dcm" for p in range(4)] for v in range(3)]
+    assert {(v.volumes, v.spacing) for v in split} == {(3, 3.0)}
+    assert [v.volume_index for v in split] == [0, 1, 2]
+    [stacked] = volumes.plan_volumes(_dwi(), four_d="stack")
+    assert _names(stacked) == [f"v{v}p{p}.dcm" for v in range(3) for p in range(4)]
+    assert (stacked.volumes, stacked.volume_index, stacked.label) == (3, -1, "")
+
+
+def test_a_4d_series_with_a_slice_missing_says_so():
+    slices = [s for s in _dwi() if s.source.rel_path != "v2p1.dcm"]
+    with pytest.raises(ConversionError) as info:
+        volumes.plan_volumes(slices)
+    assert info.value.reason == reasons.SERIES_MISSING_SLICES and "4-D" in str(info.value)
+
+
+def test_a_tilted_gantry_keeps_its_shear_as_one_run():
+    # the table moves 2 mm along z per slice while the image plane is tilted: positions step
+    # along (0, 0.35, 1.97) etc., not along the normal; every step is the same: one volume
+    tilt = np.deg2rad(10)
+    orientation = (1.0, 0.0, 0.0, 0.0, float(np.cos(tilt)), float(-np.sin(tilt)))
+    slices = [_slice(f"s{n}.dcm", 2.0 * n, orientation, xy=(-150.0, -170.0)) for n in range(5)]
+    [volume] = volumes.plan_volumes(slices)
+    assert _names(volume) == [f"s{n}.dcm" for n in range(5)]
+    lps = patient_space.affine(orientation, [m.slice_info.position for m in volume.members], (0.5, 0.5))
+    np.testing.assert_allclose(lps[:3, 0], [0.0, 0.0, 2.0])       # the real step, sheared
+
+
+def test_a_slice_off_the_line_breaks_the_run():
+    slices = [_slice(f"s{n}.dcm", 1.25 * n, xy=(-150.0 + (3.0 if n == 2 else 0.0), -170.0)) for n in range(5)]
+    with pytest.raises(ConversionError) as info:
+        volumes.plan_volumes(slices)
+    assert info.value.reason == reasons.SERIES_UNEVEN_SPACING and "off one line" in str(info.value)
+
+
+@pytest.mark.parametrize("jitter", [0.004, -0.009])
+def test_rounding_of_positions_is_within_the_tolerance(jitter):
+    zs = [1.25 * n + (jitter if n % 2 else 0.0) for n in range(8)]
+    [volume] = volumes.plan_volumes([_slice(f"s{n}.dcm", z) for n, z in enumerate(zs)])
+    assert len(volume.members) == 8
+
+
+def test_even_runs_and_the_tolerance():
+    z = lambda zs: [(0.0, 0.0, v) for v in zs]     # noqa: E731
+    assert patient_space.even_runs(z([0, 1, 2, 3])) == [(0, 4)]
+    assert patient_space.even_runs(z([0, 1, 2, 4, 5, 6])) == [(0, 3), (3, 6)]
+    assert patient_space.even_runs(z([-99.5, 103.0, 104.25, 105.5])) == [(0, 1), (1, 4)]
+    assert patient_space.even_runs(z([0])) == [(0, 1)]
+    assert patient_space.step_tolerance(1.25) == patient_space.GAP_ABSOLUTE
+    assert patient_space.step_tolerance(5.0) == pytest.approx(0.05)

@@ -1,0 +1,159 @@
+"""Where a record's voxels lie in the patient: positions, orientation and the LPS affine.
+
+DICOM's patient coordinate system (PS3.3 C.7.6.2.1.1) is LPS: x grows to the
+patient's Left, y to Posterior, z to Superior (Head), in millimetres. Every
+DICOM record carries (docs/DICOM.md, "Geometry"):
+
+- ``dicom/image_position_patient``: Image Position (Patient) of each slice, 3 per
+  slice in record order (the centre of the first transmitted voxel);
+- ``dicom/image_orientation_patient``: Image Orientation (Patient), the row
+  direction cosines (the direction of increasing column index) then the column
+  direction cosines (increasing row index);
+- ``dicom/affine``: 16 numbers, row-major 4 x 4, mapping the voxel index
+  ``[k, j, i, 1]`` of ``image_raw``'s ``[depth, height, width]`` to ``[x, y, z, 1]``
+  in LPS mm. Column 0 is the step from one slice to the next, column 1 the
+  step down one row (column cosines x row spacing), column 2 the step along a
+  row (row cosines x column spacing), column 3 the first slice's position.
+
+The slice step is measured from the positions: (last - first) / (n - 1), so a
+tilted-gantry series keeps its shear and a series ordered head-first keeps its
+direction. A record of one slice steps along the slice normal (row x column
+cosines) by Spacing Between Slices, else Slice Thickness, else 1 mm: nibabel's
+rule for one slice. Without Image Orientation, Image Position and Pixel
+Spacing (a radiograph, a secondary capture) the three features are empty.
+
+Pure functions of numbers: no header is read here (transforms.dicom.metadata
+reads the header; transforms.series.volumes orders the slices).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+POSITION = "dicom/image_position_patient"
+ORIENTATION = "dicom/image_orientation_patient"
+AFFINE = "dicom/affine"
+
+FEATURES = {
+    POSITION: {"dtype": "float", "shape": [-1],
+               "description": "Image Position (Patient) of each slice, LPS mm, 3 per slice in record order"},
+    ORIENTATION: {"dtype": "float", "shape": [-1],
+                  "description": "Image Orientation (Patient): row then column direction cosines "
+                                 "(6 per slice when slices differ)"},
+    AFFINE: {"dtype": "float", "shape": [-1],
+             "description": "4x4 row-major, voxel index [k, j, i, 1] -> LPS mm; empty without "
+                            "position, orientation and pixel spacing (docs/DICOM.md, Geometry)"},
+}
+
+
+def floats(value, count: int) -> tuple[float, ...]:
+    """``count`` finite floats from a DICOM multi-value, or () when it is not that."""
+    try:
+        if value is None or isinstance(value, (str, bytes)):
+            return ()
+        out = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        return ()
+    if len(out) != count or not all(np.isfinite(out)):
+        return ()
+    return out
+
+
+def normal(orientation: Sequence[float]) -> np.ndarray:
+    """The slice normal: row cosines x column cosines."""
+    row, col = np.asarray(orientation[:3], float), np.asarray(orientation[3:6], float)
+    return np.cross(row, col)
+
+
+def affine(orientation: Sequence[float], positions: Sequence[Sequence[float]],
+           pixel_spacing: Sequence[float], single_spacing: float = 1.0) -> Optional[np.ndarray]:
+    """The 4x4 LPS affine of a record (module docstring), or None without its geometry.
+
+    ``positions`` are the slices' Image Positions in record order; ``pixel_spacing`` is
+    DICOM's (row spacing, column spacing); ``single_spacing`` the slice step of a record of
+    one slice (or of slices that all share one position).
+    """
+    if len(orientation) != 6 or len(pixel_spacing) != 2 or not positions:
+        return None
+    row, col = np.asarray(orientation[:3], float), np.asarray(orientation[3:6], float)
+    first = np.asarray(positions[0], float)
+    if len(positions) > 1:
+        step = (np.asarray(positions[-1], float) - first) / (len(positions) - 1)
+        if not np.any(step):
+            step = normal(orientation) * single_spacing
+    else:
+        step = normal(orientation) * single_spacing
+    out = np.eye(4)
+    out[:3, 0] = step
+    out[:3, 1] = col * float(pixel_spacing[0])
+    out[:3, 2] = row * float(pixel_spacing[1])
+    out[:3, 3] = first
+    return out
+
+
+def single_slice_spacing(spacing_between: Sequence[float], thickness: Sequence[float]) -> float:
+    """The slice step of one slice: Spacing Between Slices, else Slice Thickness, else 1 mm."""
+    for value in (spacing_between, thickness):
+        if len(value) and np.isfinite(value[0]) and float(value[0]) > 0:
+            return float(value[0])
+    return 1.0
+
+
+def _vector(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32).reshape(-1)
+
+
+def features(orientation: Sequence[float], positions: Sequence[Sequence[float]],
+             pixel_spacing: Sequence[float], single_spacing: float = 1.0) -> dict:
+    """The three geometry features of a record; each empty when unknown."""
+    matrix = affine(orientation, positions, pixel_spacing, single_spacing)
+    return {POSITION: _vector([x for p in positions for x in p]),
+            ORIENTATION: _vector(orientation if len(orientation) == 6 else ()),
+            AFFINE: _vector(matrix if matrix is not None else [])}
+
+
+# ---------------------------------------------------------------- even spacing
+
+# Two slice steps are the same when they differ by at most GAP_RELATIVE of the step or
+# GAP_ABSOLUTE mm, whichever is larger (docs/DICOM.md, "Slice spacing"). The floor sits above
+# the rounding of positions written with two decimals (+-0.005 mm each, so +-0.01 mm a step);
+# the relative part keeps a thin slice's check as strict as a thick one's, far below a missing
+# slice (a step 100 % longer) or any overlap vendors reconstruct with.
+GAP_RELATIVE = 0.01
+GAP_ABSOLUTE = 0.02   # mm
+
+
+def step_tolerance(step_mm: float) -> float:
+    return max(GAP_ABSOLUTE, GAP_RELATIVE * abs(step_mm))
+
+
+def even_runs(positions: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
+    """Positions in slice order -> the ``[start, stop)`` ranges of its evenly spaced runs.
+
+    A run continues while each step (the 3-D vector from one position to the next) equals
+    the run's first step within ``step_tolerance``; a slice whose next step differs from the
+    one after it starts no run with it and stands alone. A tilted gantry's steps carry the same
+    in-plane offset each time and stay one run; a slice off the line breaks it.
+    """
+    points = np.asarray(positions, float).reshape(-1, 3)
+    steps = np.diff(points, axis=0)
+    n = len(points)
+    runs = []
+    start = 0
+    while start < n:
+        if start == n - 1:
+            runs.append((start, n))
+            break
+        step = steps[start]
+        tolerance = step_tolerance(float(np.linalg.norm(step)))
+        if start + 1 < len(steps) and np.linalg.norm(steps[start + 1] - step) > tolerance:
+            runs.append((start, start + 1))       # its step leads nowhere even: alone
+            start += 1
+            continue
+        stop = start + 2
+        while stop < n and np.linalg.norm(steps[stop - 1] - step) <= tolerance:
+            stop += 1
+        runs.append((start, stop))
+        start = stop
+    return runs
