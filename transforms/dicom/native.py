@@ -153,8 +153,9 @@ def _native_layout(ds, raw, value_dtype: str, settings, file_size: int) -> Optio
 def pack_metadata(metadata: dict, keys: tuple) -> bytes:
     """dicom/* feature values, in the order of ``keys``, as one compact byte string.
 
-    Strings stay strings, float32 arrays become tuples of floats (exact both
-    ways), hex digests become their 32 bytes; the tuple of values is pickled
+    Strings stay strings, float32 arrays their little-endian float32 bytes (exact
+    both ways, 4 bytes a number where a pickled float takes 9), hex digests their
+    32 bytes; the tuple of values is pickled
     once here, so every shuffle between probe and write moves one bytes
     object instead of two dozen small ones. Keys are not carried: they follow
     from the settings (dicom_metadata.metadata_keys).
@@ -164,7 +165,7 @@ def pack_metadata(metadata: dict, keys: tuple) -> bytes:
     out = []
     for key, value in metadata.items():
         if isinstance(value, np.ndarray):
-            value = tuple(value.astype(np.float32).tolist())     # Python floats, as float() of each
+            value = value.astype("<f4").tobytes()
         elif key.endswith("_hash") and isinstance(value, str) and value:
             value = bytes.fromhex(value)
         out.append(value)
@@ -174,10 +175,8 @@ def pack_metadata(metadata: dict, keys: tuple) -> bytes:
 def unpack_metadata(packed: bytes, keys: tuple) -> dict:
     out = {}
     for key, value in zip(keys, pickle.loads(packed), strict=True):
-        if isinstance(value, tuple):
-            value = np.asarray(value, dtype=np.float32).reshape(-1)
-        elif isinstance(value, bytes):
-            value = value.hex()
+        if isinstance(value, bytes):
+            value = value.hex() if key.endswith("_hash") else np.frombuffer(value, "<f4").astype(np.float32)
         out[key] = value
     return out
 

@@ -46,7 +46,11 @@ ALLOWLIST = {
     "imager_pixel_spacing": "ImagerPixelSpacing", "slice_thickness": "SliceThickness",
     "spacing_between_slices": "SpacingBetweenSlices", "kvp": "KVP", "bits_stored": "BitsStored",
     "rescale_slope": "RescaleSlope", "rescale_intercept": "RescaleIntercept",
-    "transfer_syntax": "TransferSyntaxUID", "window": None, "slice_spacing": None}
+    "transfer_syntax": "TransferSyntaxUID", "window": None, "slice_spacing": None,
+    # geometry and 4-D (docs/DICOM.md): where the image lies, never who it is
+    "image_position_patient": "ImagePositionPatient", "image_orientation_patient": "ImageOrientationPatient",
+    "affine": None, "diffusion_bvalue": "DiffusionBValue", "diffusion_gradient": "DiffusionGradientOrientation",
+    "volumes": None, "volume_index": None}
 HASHED = {"patient_id": "PatientID", "study_uid": "StudyInstanceUID", "series_uid": "SeriesInstanceUID",
           "sop_uid": "SOPInstanceUID", "accession": "AccessionNumber"}
 KEEP = ("PatientSex", "StudyDescription")
