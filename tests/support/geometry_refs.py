@@ -29,7 +29,7 @@ asserts each point, so a new version that behaves otherwise fails there):
   equidistant slices (GE case: 8 of 29.29 mm; missing slices: the full run of 10 of 2.5 mm;
   repeated position: 5 of 2 mm), so not comparable voxel for voxel.
 - dcm2niix with a localizer in the series (same series and size, orthogonal orientation):
-  stacks it into the volume among the axial slices (sorted along the axial normal), with the
+  stacks it into the volume among the axial slices (6 slices of 6 files), with the
   same "Interslice distance varies" warning and an _Eq_1 file; it does not split it off.
 - dcm2niix on a tilted gantry (0018,1120 set, the table stepping along z, not along the
   normal): prints "Gantry Tilt based on 0018,1120 15, estimated from slice vector 15" and
