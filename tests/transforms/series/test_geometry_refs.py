@@ -100,6 +100,9 @@ def test_the_contract_formula_puts_slice_k_at_its_own_position(tmp_path):
         refs.our_affine_from_slices([[0, 0, 0]], sb.AXIAL, (1, 1))
     single = refs.our_affine_from_slices([[1, 2, 3]], sb.CORONAL, (0.5, 0.8), single_slice_spacing=4.0)
     np.testing.assert_allclose(single[:3, 0], [0, 4.0, 0])                 # row x column = (0, 1, 0)
+    corners = refs.world_corners(single, (1, 3, 5))
+    np.testing.assert_allclose(corners[-1], [1 + 0.8 * 4, 2, 3 - 0.5 * 2])  # voxel [0, 2, 4]
+    assert corners.shape == (8, 3)
 
 
 # --- the comparison fails on convention errors ---------------------------------------------
