@@ -49,6 +49,11 @@ NEEDED_KEYWORDS = (
     "BurnedInAnnotation",
     # --unit series: slice geometry and order (transforms.records.probe._slice_info)
     "ImageOrientationPatient", "ImagePositionPatient", "InstanceNumber", "PixelSpacing",
+    # Siemens mosaics (transforms.dicom.mosaic): Manufacturer (in ALLOWED_TEXT) and Image Type
+    # say whether to look; only then is the private CSA Image Header Info (0029,xx10) read,
+    # raw from the Dataset (HeaderValues.ds) by nibabel's CSA reader: a private element,
+    # never converted here, deferred at probe time (read from the file when asked for)
+    "ImageType",
 )
 
 
