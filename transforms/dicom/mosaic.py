@@ -36,8 +36,8 @@ class Mosaic:
     """How a Siemens mosaic's image is tiled."""
     images: int        # NumberOfImagesInMosaic (CSA): the slices, in tile order
     tiles: int         # tiles per side of the grid: ceil(sqrt(images))
-    rows: int          # rows of one tile: Rows // tiles
-    columns: int       # columns of one tile: Columns // tiles
+    rows: int          # rows of one tile: Rows / tiles (Rows a multiple of tiles)
+    columns: int       # columns of one tile: Columns / tiles
     mosaic_rows: int   # Rows, Columns of the whole stored image
     mosaic_columns: int
     # unit slice normal (LPS): the cross product of the row and column directions of Image
@@ -145,8 +145,11 @@ def mosaic_layout(ds) -> Optional[Mosaic]:
     names Siemens and the Image Type holds MOSAIC (no CSA parse for other files). Such a
     file without a CSA Image Header Info, or whose header does not parse, or gives no
     plausible NumberOfImagesInMosaic for its Rows and Columns, raises ConversionError
-    (reasons.MOSAIC_INVALID): its slices cannot be told apart. Rows and Columns that are
-    not a multiple of the tiles per side leave their remainder unread, as dcm2niix does.
+    (reasons.MOSAIC_INVALID): its slices cannot be told apart. So does one whose Rows or
+    Columns is not a multiple of the tiles per side (a resampled mosaic, as nibabel's test
+    files 0.dcm and 1.dcm: its tiles and their pixel spacing are no longer the
+    acquisition's; nibabel refuses it, dcm2niix reads all but the first row of tiles
+    from the wrong bytes).
     """
     if not maybe_mosaic(ds):
         return None
@@ -164,8 +167,9 @@ def mosaic_layout(ds) -> Optional[Mosaic]:
     if frames != 1:
         raise _invalid(f"{frames} frames: a mosaic is one frame of tiles")
     tiles = math.ceil(math.sqrt(images)) if images > 0 else 0
-    if images < 1 or rows // tiles < 1 or columns // tiles < 1:
-        raise _invalid(f"NumberOfImagesInMosaic {images} does not tile its {rows} x {columns} pixels")
+    if images < 1 or rows // tiles < 1 or columns // tiles < 1 or rows % tiles or columns % tiles:
+        raise _invalid(f"NumberOfImagesInMosaic {images} (a grid of {tiles} x {tiles} tiles) does not "
+                       f"tile its {rows} x {columns} pixels")
     return Mosaic(images=images, tiles=tiles, rows=rows // tiles, columns=columns // tiles,
                   mosaic_rows=rows, mosaic_columns=columns, normal=_slice_normal(ds, csa))
 
@@ -183,7 +187,7 @@ def unmosaic(pixels: np.ndarray, layout: Mosaic) -> np.ndarray:
                               f"{layout.mosaic_rows} x {layout.mosaic_columns} frame")
     t, h, w = layout.tiles, layout.rows, layout.columns
     channels = pixels.shape[3]
-    grid = pixels[0, :t * h, :t * w].reshape(t, h, t, w, channels).transpose(0, 2, 1, 3, 4)
+    grid = pixels[0].reshape(t, h, t, w, channels).transpose(0, 2, 1, 3, 4)
     return np.ascontiguousarray(grid.reshape(t * t, h, w, channels)[:layout.images])
 
 
@@ -202,8 +206,8 @@ def slice_positions(ds, layout: Optional[Mosaic]) -> tuple[Vector, ...]:
 
     A mosaic's stored position is the corner of the whole Rows x Columns image: the
     first tile's corner lies (mosaic size - tile size) / 2 pixels further along each
-    in-plane direction (tile size Rows / tiles, unrounded, as nibabel's
-    MosaicWrapper.image_position and dcm2niix compute it), and slice k one slice
+    in-plane direction (as nibabel's MosaicWrapper.image_position and dcm2niix compute
+    it), and slice k one slice
     spacing (slice_spacing) k times further along the slice normal (Mosaic.normal).
     Without a layout (not a mosaic): the file's own Image Position (Patient), once.
     """
@@ -218,8 +222,8 @@ def slice_positions(ds, layout: Optional[Mosaic]) -> tuple[Vector, ...]:
     if iop is None or spacing is None or len(layout.normal) != 3 or (step is None and layout.images > 1):
         return ()
     row_direction, column_direction = iop[:3], iop[3:]
-    down = (layout.mosaic_rows - layout.mosaic_rows / layout.tiles) / 2         # rows of shift
-    across = (layout.mosaic_columns - layout.mosaic_columns / layout.tiles) / 2  # columns of shift
+    down = (layout.mosaic_rows - layout.rows) / 2              # rows of shift
+    across = (layout.mosaic_columns - layout.columns) / 2      # columns of shift
     first = ipp + column_direction * spacing[0] * down + row_direction * spacing[1] * across
     normal = np.asarray(layout.normal) * (step or 0.0)
     return tuple(tuple(float(v) for v in first + k * normal) for k in range(layout.images))  # type: ignore[misc]
