@@ -135,7 +135,7 @@ def _slice_normal(ds, csa: dict) -> tuple[float, ...]:
                            f"Image Orientation (Patient) {tuple(iop.tolist())}")  # type: ignore[union-attr]
         if dot < 0:
             normal = -normal
-    return tuple(float(v) for v in normal)
+    return tuple(float(v) + 0.0 for v in normal)     # (+ 0.0: no -0.0)
 
 
 def mosaic_layout(ds) -> Optional[Mosaic]:

@@ -59,8 +59,10 @@ class NativePixels:
     intercept: Optional[int]
     value_dtype: str       # planned dtype of the mapped values (transforms.dicom.spec.image_spec)
     metadata: bytes        # packed dicom/* features, see pack_metadata
-    # a Siemens mosaic's tiling (transforms.dicom.mosaic.Mosaic): the frame read is un-mosaiced
-    mosaic: Optional[Mosaic] = None
+    # a Siemens mosaic's tiling (transforms.dicom.mosaic.Mosaic): the frame read is un-mosaiced.
+    # Out of the repr, which tests/transforms/records/test_probe_equivalence.py records every
+    # other file's probe by (the record's spec says a mosaic's slices)
+    mosaic: Optional[Mosaic] = dataclasses.field(default=None, repr=False)
 
     def __reduce__(self):
         # positional, without field names: this travels with every planned record
