@@ -207,9 +207,9 @@ def slice_positions(ds, layout: Optional[Mosaic]) -> tuple[Vector, ...]:
     A mosaic's stored position is the corner of the whole Rows x Columns image: the
     first tile's corner lies (mosaic size - tile size) / 2 pixels further along each
     in-plane direction (as nibabel's MosaicWrapper.image_position and dcm2niix compute
-    it), and slice k one slice
-    spacing (slice_spacing) k times further along the slice normal (Mosaic.normal).
-    Without a layout (not a mosaic): the file's own Image Position (Patient), once.
+    it), and slice k one slice spacing (slice_spacing) k times further along the slice
+    normal (Mosaic.normal). Without a layout (not a mosaic): the file's own Image Position
+    (Patient), once (an Enhanced image's frames are transforms.dicom.functional_groups').
     """
     ipp = _floats(ds, "ImagePositionPatient", 3)
     if ipp is None:
