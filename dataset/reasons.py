@@ -39,6 +39,7 @@ INVALID_SPLIT = "invalid_split"                  # a --split_column value that c
 RECORD_TOO_LARGE = "record_too_large"            # one record exceeds --max_shard_mb
 DECODED_SIZE_MISMATCH = "decoded_size_mismatch"  # decoded pixels differ in size from the header's plan
 FRAMES_UNORDERED = "frames_unordered"            # Enhanced multi-frame: frames that cannot be put in order
+MOSAIC_INVALID = "mosaic_invalid"                # a Siemens MOSAIC image whose CSA header does not give its tiling
 SERIES_ENHANCED = "series_enhanced"              # --unit series: Enhanced files, or Enhanced and classic, in one series
 SERIES_MIXED_SHAPES = "series_mixed_shapes"      # --unit series: slices differ in size or dtype
 SERIES_MIXED_ORIENTATION = "series_mixed_orientation"
@@ -84,6 +85,10 @@ DOCUMENTED = {
                            "the shard's size was planned",
     FRAMES_UNORDERED: "an Enhanced multi-frame image whose frames cannot be put in order: two frames of "
                       "one stack at the same position, or positions on some frames only",
+    MOSAIC_INVALID: "a Siemens MOSAIC image (Image Type MOSAIC) whose CSA Image Header Info (0029,xx10) is "
+                    "missing or does not parse, or gives no NumberOfImagesInMosaic that tiles its Rows and "
+                    "Columns (or a SliceNormalVector not normal to its orientation): its slices cannot be "
+                    "told apart",
     SERIES_ENHANCED: "--unit series: a series made of several Enhanced multi-frame files (or of Enhanced "
                      "and single-frame files); each Enhanced file is converted as its own volumes with "
                      "--unit file",

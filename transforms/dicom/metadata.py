@@ -82,16 +82,21 @@ def file_geometry(ds) -> dict:
     one position, for a single slice or a classic multi-frame file; a Siemens mosaic's are
     each tile slice's (transforms.dicom.mosaic)."""
     orientation = patient_space.floats(ds.get("ImageOrientationPatient"), 6)
-    position = patient_space.floats(ds.get("ImagePositionPatient"), 3)
     spacing = patient_space.floats(ds.get("PixelSpacing"), 2)
     step = patient_space.single_slice_spacing(_numbers(ds, "SpacingBetweenSlices"), _numbers(ds, "SliceThickness"))
-    return patient_space.features(orientation, [position] if position else [], spacing, step)
+    positions = [p for p in slice_positions(ds) if p]
+    return patient_space.features(orientation, positions, spacing, step)
 
 
-def slice_positions(ds, depth: int) -> list[tuple[float, ...]]:
+def slice_positions(ds, depth: int = 1) -> list[tuple[float, ...]]:
     """Image Position (Patient) of each of a file's ``depth`` slices as its top level gives
-    them: the one position of a single slice (a Siemens mosaic's: each tile slice's,
-    transforms.dicom.mosaic); [()] * depth where the file does not say."""
+    them: the one position of a single slice, each tile slice's of a Siemens mosaic
+    (transforms.dicom.mosaic); [()] * depth where the file does not say."""
+    from dcm2tfrecord.transforms.dicom import mosaic    # it imports needed, which imports this module
+    layout = mosaic.mosaic_layout(ds)
+    if layout is not None:
+        positions = list(mosaic.slice_positions(ds, layout))
+        return positions if positions else [()] * max(depth, layout.images)
     position = patient_space.floats(ds.get("ImagePositionPatient"), 3)
     if depth == 1 and position:
         return [position]

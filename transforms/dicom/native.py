@@ -35,6 +35,7 @@ from pydicom import uid
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
+from dcm2tfrecord.transforms.dicom.mosaic import Mosaic, unmosaic
 from dcm2tfrecord.transforms.dtypes import fit_range
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.values import field_names
@@ -58,6 +59,10 @@ class NativePixels:
     intercept: Optional[int]
     value_dtype: str       # planned dtype of the mapped values (transforms.dicom.spec.image_spec)
     metadata: bytes        # packed dicom/* features, see pack_metadata
+    # a Siemens mosaic's tiling (transforms.dicom.mosaic.Mosaic): the frame read is un-mosaiced.
+    # Out of the repr, which tests/transforms/records/test_probe_equivalence.py records every
+    # other file's probe by (the record's spec says a mosaic's slices)
+    mosaic: Optional[Mosaic] = dataclasses.field(default=None, repr=False)
 
     def __reduce__(self):
         # positional, without field names: this travels with every planned record
@@ -77,21 +82,23 @@ def _int_or_none(value) -> Optional[int]:
 
 
 def native_layout(ds, raw_pixel_element, value_dtype: str,
-                  settings, file_size: int) -> Optional[NativePixels]:
+                  settings, file_size: int, mosaic: Optional[Mosaic] = None) -> Optional[NativePixels]:
     """The layout of a probed file if it qualifies for the shortcut, else None.
 
     ``ds`` is the probe's header (every element but pixel data converted),
     ``raw_pixel_element`` the deferred raw Pixel Data element it was parsed
     with, ``value_dtype`` the planned dtype before geometry, ``file_size``
-    the size the file was matched with (a value running past it is truncated).
+    the size the file was matched with (a value running past it is truncated),
+    ``mosaic`` a Siemens mosaic's transforms.dicom.mosaic.Mosaic (None for others).
     """
     try:
-        return _native_layout(ds, raw_pixel_element, value_dtype, settings, file_size)
+        return _native_layout(ds, raw_pixel_element, value_dtype, settings, file_size, mosaic)
     except Exception:   # anything unexpected: the general path decides
         return None
 
 
-def _native_layout(ds, raw, value_dtype: str, settings, file_size: int) -> Optional[NativePixels]:
+def _native_layout(ds, raw, value_dtype: str, settings, file_size: int,
+                   mosaic: Optional[Mosaic] = None) -> Optional[NativePixels]:
     if raw is None or settings.dicom_values != "modality":
         return None
     meta = getattr(ds, "file_meta", None)
@@ -142,7 +149,7 @@ def _native_layout(ds, raw, value_dtype: str, settings, file_size: int) -> Optio
         return None
     return NativePixels(offset=offset, header=header, sample_dtype=sample, bits_stored=stored,
                         frames=frames, rows=rows, columns=columns, slope=slope, intercept=intercept,
-                        value_dtype=value_dtype,
+                        value_dtype=value_dtype, mosaic=mosaic,
                         metadata=pack_metadata(dicom_metadata.metadata(ds, settings, {}),
                                                dicom_metadata.metadata_keys(settings)))
 
@@ -205,6 +212,9 @@ def decode_native(data, native: NativePixels, frame: Optional[int]) -> np.ndarra
     the Bits Stored range (where it is the identity), the rescale is computed
     in the output dtype only when that dtype provably holds every result.
     """
+    if native.mosaic is not None:       # one stored frame of tiles: ``frame`` is a tile (--frames split)
+        slices = unmosaic(decode_native(data, dataclasses.replace(native, mosaic=None), None), native.mosaic)
+        return slices if frame is None else np.ascontiguousarray(slices[frame:frame + 1])
     start = native.offset - len(native.header)
     if bytes(data[start:native.offset]) != native.header:
         raise ConversionError(reasons.CHANGED_DURING_RUN,

@@ -51,8 +51,13 @@ NEEDED_KEYWORDS = (
     "ImageOrientationPatient", "ImagePositionPatient", "InstanceNumber", "PixelSpacing",
     # the geometry and 4-D features (transforms.dicom.patient_space, volume_features) and the
     # volumes of a 4-D series (transforms.series.volumes): what tells repeated positions apart
-    "ImageType", "DiffusionBValue", "DiffusionGradientOrientation", "TemporalPositionIdentifier",
+    "DiffusionBValue", "DiffusionGradientOrientation", "TemporalPositionIdentifier",
     "TriggerTime", "EchoTime", "EchoNumbers", "AcquisitionNumber",
+    # Siemens mosaics (transforms.dicom.mosaic): Manufacturer (in ALLOWED_TEXT) and Image Type
+    # say whether to look; only then is the private CSA Image Header Info (0029,xx10) read,
+    # raw from the Dataset (HeaderValues.ds) by nibabel's CSA reader: a private element,
+    # never converted here, deferred at probe time (read from the file when asked for)
+    "ImageType",
 )
 
 

@@ -113,6 +113,22 @@ def features(orientation: Sequence[float], positions: Sequence[Sequence[float]],
             AFFINE: _vector(matrix if matrix is not None else [])}
 
 
+def one_slice(features: dict, k: int) -> dict:
+    """The geometry features of slice ``k`` alone, from a record's (``--frames split`` of a
+    file whose positions are known slice by slice: a Siemens mosaic)."""
+    positions = np.asarray(features[POSITION], dtype=np.float32).reshape(-1, 3)
+    if len(positions) <= 1:
+        return features
+    out = dict(features)
+    out[POSITION] = positions[k]
+    matrix = np.asarray(features[AFFINE], dtype=np.float64)
+    if matrix.size == 16:
+        matrix = matrix.reshape(4, 4).copy()
+        matrix[:, 3] = matrix @ np.array([k, 0.0, 0.0, 1.0])
+        out[AFFINE] = _vector(matrix)
+    return out
+
+
 # ---------------------------------------------------------------- even spacing
 
 # Two slice steps are the same when they differ by at most GAP_RELATIVE of the step or

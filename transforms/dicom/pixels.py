@@ -25,6 +25,7 @@ from pydicom.pixels import pixel_array as decode_pixels
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import functional_groups, voi
 from dcm2tfrecord.transforms.dicom.integrity import check_native_length
+from dcm2tfrecord.transforms.dicom.mosaic import Mosaic, mosaic_layout, unmosaic
 from dcm2tfrecord.transforms.dicom.needed import convert_needed_elements
 from dcm2tfrecord.transforms.dicom.spec import image_spec
 from dcm2tfrecord.transforms.dicom.syntax import infer_transfer_syntax
@@ -289,6 +290,15 @@ def to_record_array(arr: np.ndarray, planned_dtype: str, depth: int, channels: i
     return out.reshape(depth, rows, cols, channels)
 
 
+def _tiles(values: np.ndarray, layout: Mosaic, channels: int, frame: Optional[int]) -> np.ndarray:
+    """A mosaic's mapped values (Rows, Columns[, C]) as its slices (n, rows, columns[, C]),
+    or the one slice ``frame``, in the layout to_record_array reads."""
+    slices = unmosaic(values.reshape(1, layout.mosaic_rows, layout.mosaic_columns, channels), layout)
+    if frame is not None:
+        slices = slices[frame:frame + 1]
+    return slices[..., 0] if channels == 1 else slices
+
+
 def decode_dicom(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
                  frame: Optional[int] = None, frames: Optional[Sequence[int]] = None,
                  ) -> tuple[np.ndarray, Dataset, dict]:
@@ -302,15 +312,19 @@ def decode_dicom(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = read_dataset(fileobj, settings)
-        spec = image_spec(ds, settings)
+        layout = mosaic_layout(ds)
+        spec = image_spec(ds, settings, layout)
         check_native_length(ds)
-        decoded = _decode(ds, frame)
+        # a Siemens mosaic is one stored frame; ``frame`` is then one of its tiles
+        decoded = _decode(ds, None if layout is not None else frame)
         # the functional groups' rescale and VOI are grayscale's; colour frames are only reordered
-        views = functional_groups.value_views(ds) if _grayscale(ds) else None
+        views = functional_groups.value_views(ds) if _grayscale(ds) and layout is None else None
         try:
             if views is None:
                 values, window = map_values(decoded, ds, settings, spec.dtype)
-                if frames is not None and frame is None:
+                if layout is not None:
+                    values = _tiles(values, layout, spec.channels, frame)
+                elif frames is not None and frame is None:
                     values = (values if spec.depth > 1 else values[None])[list(frames)]
             else:
                 values, windows = map_frames(decoded, ds, views, settings, frame, frames, spec.dtype)

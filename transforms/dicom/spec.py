@@ -12,7 +12,7 @@ import math
 from pydicom.dataset import Dataset
 
 from dcm2tfrecord.dataset import reasons
-from dcm2tfrecord.transforms.dicom import functional_groups
+from dcm2tfrecord.transforms.dicom import functional_groups, mosaic
 from dcm2tfrecord.transforms.dicom.content import has_float_pixels
 from dcm2tfrecord.transforms.dicom.elements import float_value, int_value
 from dcm2tfrecord.transforms.dtypes import smallest_integer_dtype
@@ -132,12 +132,26 @@ def value_dtype_and_channels(ds: Dataset, settings: DecodeSettings) -> tuple[str
     return modality_dtype(ds), 1
 
 
-def image_spec(ds: Dataset, settings: DecodeSettings = DecodeSettings()) -> ImageSpec:
-    """Shape and dtype of the mapped values (all frames), before geometry."""
+READ_LAYOUT: object = object()     # image_spec's default: the mosaic layout read from ``ds``
+
+
+def image_spec(ds: Dataset, settings: DecodeSettings = DecodeSettings(),
+               layout: object = READ_LAYOUT) -> ImageSpec:
+    """Shape and dtype of the mapped values (all frames), before geometry.
+
+    A Siemens mosaic's are those of its slices (transforms.dicom.mosaic): ``layout``,
+    its mosaic.mosaic_layout (None: not a mosaic) where the caller has it, read here
+    otherwise.
+    """
     for keyword in _REQUIRED:
         int_value(ds, keyword)
     validate_pixel_module(ds)
     frames = int_value(ds, "NumberOfFrames", 1) or 1
     dtype, channels = value_dtype_and_channels(ds, settings)
+    if layout is READ_LAYOUT:
+        layout = mosaic.mosaic_layout(ds)
+    if isinstance(layout, mosaic.Mosaic):
+        return ImageSpec(depth=layout.images, height=layout.rows, width=layout.columns,
+                         channels=channels, dtype=dtype)
     return ImageSpec(depth=frames, height=int_value(ds, "Rows"), width=int_value(ds, "Columns"),
                      channels=channels, dtype=dtype)

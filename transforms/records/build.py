@@ -39,6 +39,8 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
                                                          record.slice_spacing)
     else:
         pixels, metadata = raster.decode_image(fileobj), {}
+    if record.kind == "dicom" and record.frame is not None and patient_space.POSITION in metadata:
+        metadata.update(patient_space.one_slice(metadata, record.frame))
     return _geometry_and_path(pixels, metadata, record, settings)
 
 

@@ -14,6 +14,7 @@ from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
 from dcm2tfrecord.transforms.dicom import functional_groups
 from dcm2tfrecord.transforms.dicom import content as dicom_content
 from dcm2tfrecord.transforms.dicom import header as dicom_header
+from dcm2tfrecord.transforms.dicom import mosaic as dicom_mosaic
 from dcm2tfrecord.transforms.dicom import spec as dicom_spec
 from dcm2tfrecord.transforms.dicom.syntax import transfer_syntax
 from dcm2tfrecord.transforms.dicom import integrity
@@ -61,7 +62,10 @@ def _number(ds, keyword: str):
     return number if np.isfinite(number) else None
 
 
-def _slice_info(ds) -> SliceInfo:
+def _slice_info(ds, layout: Optional[dicom_mosaic.Mosaic] = None) -> SliceInfo:
+    """The slice's geometry, whether it is a localizer, and what tells it apart from another
+    slice at its position (SliceInfo.volume_key); a Siemens mosaic's position is that of its
+    first slice (mosaic.slice_positions), its stored one being the corner of the whole mosaic."""
     instance = _number(ds, "InstanceNumber")
     try:
         image_type = [str(v).upper() for v in (ds.get("ImageType") or ())]
@@ -74,8 +78,11 @@ def _slice_info(ds) -> SliceInfo:
            ("b", encoding.bvalue if encoding else None),
            ("gradient", tuple(round(g, 4) + 0.0 for g in encoding.gradient) if encoding and encoding.gradient
             else None)]
-    return SliceInfo(orientation=_floats(ds, "ImageOrientationPatient"),
-                     position=_floats(ds, "ImagePositionPatient"),
+    position = _floats(ds, "ImagePositionPatient")
+    if layout is not None:
+        positions = dicom_mosaic.slice_positions(ds, layout)
+        position = positions[0] if positions else ()
+    return SliceInfo(orientation=_floats(ds, "ImageOrientationPatient"), position=position,
                      instance=int(instance) if instance is not None and instance.is_integer() else None,
                      localizer="LOCALIZER" in image_type,
                      volume_key=tuple((name, value) for name, value in key if value is not None))
@@ -104,14 +111,15 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
         raise ConversionError(reasons.BURNED_IN_ANNOTATION,
                               "Burned In Annotation is YES: text (possibly patient identity) is part "
                               "of the pixels; pass --allow_burned_in to convert it anyway", skipped=True)
-    spec = dicom_spec.image_spec(ds, settings)
+    layout = dicom_mosaic.mosaic_layout(ds)
+    spec = dicom_spec.image_spec(ds, settings, layout)
     if spec.depth * spec.height * spec.width <= max_pixels:   # else too_many_pixels says it
         integrity.check_frames_fit(ds, fileobj, transfer_syntax(ds))
     stacks = functional_groups.plan_stacks(ds) if functional_groups.present(ds) else ()
     native = None
     if raw_pixels is not None and settings.dicom_values == "modality" and not stacks:
-        native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size)
-    return spec, _identifiers(ds), _slice_info(ds), native, stacks
+        native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size, layout)
+    return spec, _identifiers(ds), _slice_info(ds, layout), native, stacks
 
 
 def _probe_image(fileobj: BinaryIO) -> ImageSpec:
