@@ -92,19 +92,17 @@ def _dataset(ds):
 
 
 def private_block(ds, group: int, creator: str) -> Optional[int]:
-    """The first element number (e.g. 0x1000) of ``creator``'s block in ``group``, or None."""
+    """The first element number (e.g. 0x1000) of ``creator``'s block in ``group``, or None.
+    The Private Creator elements are read, not converted (the dataset is left as it was)."""
     elements = _dataset(ds)._dict
     for slot in range(0x10, 0x100):
-        tag = group << 16 | slot
-        if tag not in elements:
+        elem = elements.get(group << 16 | slot)
+        if elem is None:
             continue
-        try:
-            value = _dataset(ds)[tag].value
-        except Exception:
-            continue
+        value = elem.value
         if isinstance(value, bytes):
             value = value.decode("latin-1", "replace")
-        if str(value).strip().rstrip("\0").strip() == creator:
+        if str(value or "").strip().rstrip("\0").strip() == creator:
             return slot << 8
     return None
 
@@ -114,7 +112,7 @@ def private_tags(ds) -> tuple[int, ...]:
     Philips MR (vendor); the blocks found by their private creators, GE's and Philips' at
     their usual block (xx = 10) where the creator is missing, as dcm2niix reads them."""
     which = vendor(ds)
-    tags = []
+    tags: list[int] = []
     for group, creator, offsets in PRIVATE_BLOCKS.get(which, ()):
         block = private_block(ds, group, creator)
         if block is None and which != SIEMENS:
