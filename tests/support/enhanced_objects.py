@@ -110,3 +110,75 @@ def save(enhanced, path) -> str:
     os.makedirs(os.path.dirname(str(path)), exist_ok=True)
     enhanced.save_as(str(path))
     return str(path)
+
+
+def enhanced_mr_4d(phases: int = 2, slices: int = 56, size: int = 8, temporal_indices=None,
+                   pointers=("StackID", "InStackPositionNumber", "TemporalPositionIndex"), order=None):
+    """An Enhanced MR (built with pydicom) of ``phases`` x ``slices`` frames of ``size`` x ``size``,
+    frame k of phase t and slice s holding t * 1000 + s everywhere, with a Dimension Index
+    Sequence on ``pointers`` and Dimension Index Values by pointer: 1 for Stack ID, s + 1 for
+    In-Stack Position Number, t + 1 for any other (the phase: Temporal Position Index, or a
+    Trigger Delay Time, or a private element, as scanners point at). ``temporal_indices``: a
+    callable (t, s) -> the frame's Temporal Position Index (default t + 1), which may disagree
+    with its Dimension Index Values, as scanners' do. ``order``: the stored order of the (t, s)
+    pairs (default phase-major)."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.datadict import tag_for_keyword
+    from pydicom.uid import ExplicitVRLittleEndian
+    pairs = list(order) if order is not None else [(t, s) for t in range(phases) for s in range(slices)]
+    temporal = temporal_indices or (lambda t, s: t + 1)
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.4.1"
+    ds.SOPClassUID = ds.file_meta.MediaStorageSOPClassUID
+    ds.SOPInstanceUID = _uid("enhanced-mr-4d", phases, slices)
+    ds.file_meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID
+    ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds.StudyInstanceUID, ds.SeriesInstanceUID = _uid("study-4d"), _uid("series-4d")
+    ds.FrameOfReferenceUID = _uid("for-4d")
+    ds.PatientID, ds.Modality, ds.Manufacturer = "ENH4D", "MR", "SIEMENS"
+    ds.ImageType = ["ORIGINAL", "PRIMARY", "M", "NONE"]
+    ds.InstanceNumber = 1
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.Rows = ds.Columns = size
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 0
+    ds.NumberOfFrames = len(pairs)
+    ds.ContentDate, ds.ContentTime, ds.AcquisitionDateTime = "20240101", "120000", "20240101120000"
+    dimension_uid = _uid("dimension-4d")
+    index = []
+    for keyword in pointers:
+        item = Dataset()
+        item.DimensionOrganizationUID = dimension_uid
+        item.DimensionIndexPointer = tag_for_keyword(keyword)
+        item.FunctionalGroupPointer = tag_for_keyword("FrameContentSequence")
+        index.append(item)
+    ds.DimensionIndexSequence = Sequence(index)
+    organization = Dataset()
+    organization.DimensionOrganizationUID = dimension_uid
+    ds.DimensionOrganizationSequence = Sequence([organization])
+    shared = Dataset()
+    measures = Dataset()
+    measures.PixelSpacing, measures.SliceThickness = [1.5, 1.5], 3.0
+    shared.PixelMeasuresSequence = Sequence([measures])
+    orientation = Dataset()
+    orientation.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+    shared.PlaneOrientationSequence = Sequence([orientation])
+    ds.SharedFunctionalGroupsSequence = Sequence([shared])
+    items, frames = [], []
+    for t, s in pairs:
+        item = Dataset()
+        content = Dataset()
+        content.StackID = "1"
+        content.InStackPositionNumber = s + 1
+        content.TemporalPositionIndex = temporal(t, s)
+        content.DimensionIndexValues = [1 if k == "StackID" else s + 1 if k == "InStackPositionNumber" else t + 1
+                                        for k in pointers]
+        item.FrameContentSequence = Sequence([content])
+        position = Dataset()
+        position.ImagePositionPatient = [-6.0, -6.0, 3.0 * s - 80.0]
+        item.PlanePositionSequence = Sequence([position])
+        items.append(item)
+        frames.append(np.full((size, size), t * 1000 + s, dtype=np.uint16))
+    ds.PerFrameFunctionalGroupsSequence = Sequence(items)
+    ds.PixelData = np.stack(frames).tobytes()
+    return ds

@@ -45,7 +45,12 @@ MACROS = {
     "FrameContentSequence": ("StackID", "InStackPositionNumber", "TemporalPositionIndex",
                              "DimensionIndexValues"),
     "MREchoSequence": ("EffectiveEchoTime",),
-    "MRDiffusionSequence": ("DiffusionBValue",),
+    "MRDiffusionSequence": ("DiffusionBValue", "DiffusionDirectionality"),
+}
+# attributes lifted from a sequence nested in a macro's item: (macro, nested sequence) -> keywords
+# (an Enhanced MR keeps a frame's gradient in MR Diffusion > Diffusion Gradient Direction)
+NESTED_MACROS = {
+    ("MRDiffusionSequence", "DiffusionGradientDirectionSequence"): ("DiffusionGradientOrientation",),
 }
 # what the value mapping of one frame reads: the Image Pixel module, then these
 PIXEL_KEYWORDS = ("Modality", "SamplesPerPixel", "PhotometricInterpretation", "Rows", "Columns",
@@ -55,7 +60,10 @@ VALUE_KEYWORDS = ("RescaleSlope", "RescaleIntercept", "RescaleType", "ModalityLU
 # Dimension Index Pointers that say where a frame lies in its stack, not which stack it is in:
 # In-Stack Position Number, Image Position (Patient), Instance Number, Slice Location; and
 # Stack ID and Temporal Position Index, which the stack key holds already
-_NOT_STACK_POINTERS = {0x00209057, 0x00200032, 0x00200013, 0x00201041, 0x00209056, 0x00209128}
+_IN_STACK_POINTERS = {0x00209057, 0x00200032, 0x00200013, 0x00201041}
+_NOT_STACK_POINTERS = _IN_STACK_POINTERS | {0x00209056, 0x00209128}
+# a Dimension Index Pointer's name in a stack's label (others are "dimension")
+_POINTER_NAMES = {0x00209056: "stack", 0x00209128: "temporal", 0x00189082: "echo", 0x00189087: "b"}
 _ORIENTATION_DECIMALS = 3
 _POSITION_TOLERANCE = 1e-3   # mm, as transforms.series.volumes
 
@@ -83,6 +91,9 @@ def _frames(ds) -> int:
 
 _MACRO_TAGS = tuple((tag_for_keyword(macro), tuple((keyword, tag_for_keyword(keyword)) for keyword in keywords))
                     for macro, keywords in MACROS.items())
+_NESTED_TAGS = tuple((tag_for_keyword(macro), tag_for_keyword(nested),
+                      tuple((keyword, tag_for_keyword(keyword)) for keyword in keywords))
+                     for (macro, nested), keywords in NESTED_MACROS.items())
 _MODALITY_LUT_TAG = tag_for_keyword("ModalityLUTSequence")
 
 
@@ -100,6 +111,18 @@ def _lift(item: Dataset, out: dict) -> None:
         for keyword, tag in keywords:
             if tag in first._dict:
                 value = first[tag].value
+                if value is not None and value != "":
+                    out[keyword] = value
+    for macro_tag, nested_tag, keywords in _NESTED_TAGS:
+        if macro_tag is None or nested_tag is None or macro_tag not in elements or not item[macro_tag].value:
+            continue
+        first = item[macro_tag].value[0]
+        if nested_tag not in first._dict or not first[nested_tag].value:
+            continue
+        inner = first[nested_tag].value[0]
+        for keyword, tag in keywords:
+            if tag in inner._dict:
+                value = inner[tag].value
                 if value is not None and value != "":
                     out[keyword] = value
     # a Modality LUT given in the group item itself rather than in its transformation macro
@@ -223,19 +246,59 @@ def _dimension_pointers(ds) -> list[int]:
     return pointers
 
 
+def _orientation_key(attrs: dict) -> tuple:
+    orientation = _floats(attrs.get("ImageOrientationPatient"))
+    return ("orientation", tuple(round(v, _ORIENTATION_DECIMALS) + 0.0 for v in orientation) or None)
+
+
+def _gradient_key(attrs: dict):
+    gradient = _floats(attrs.get("DiffusionGradientOrientation"))
+    return tuple(round(v, _ORIENTATION_DECIMALS) + 0.0 for v in gradient) or None
+
+
 def _stack_key(attrs: dict, pointers: list[int]) -> tuple:
-    """What a frame shares with the other frames of its stack, as (name, value) pairs."""
+    """What a frame shares with the other frames of its stack, as (name, value) pairs, from its
+    attributes (Stack ID, Temporal Position Index, echo, b-value and gradient) and the
+    non-spatial Dimension Index Values other than those of Stack ID and Temporal Position."""
     key = [("stack", str(attrs.get("StackID", "") or "").strip() or None),
            ("temporal", _number(attrs.get("TemporalPositionIndex"))),
            ("echo", _number(attrs.get("EffectiveEchoTime"))),
-           ("b", _number(attrs.get("DiffusionBValue")))]
+           ("b", _number(attrs.get("DiffusionBValue"))),
+           ("gradient", _gradient_key(attrs))]
     values = attrs.get("DimensionIndexValues")
     if values is not None and pointers:
         values = list(values) if not isinstance(values, (int, float)) else [values]
         other = tuple(int(v) for p, v in zip(pointers, values) if p not in _NOT_STACK_POINTERS)
         key.append(("dimension", other or None))
-    orientation = _floats(attrs.get("ImageOrientationPatient"))
-    key.append(("orientation", tuple(round(v, _ORIENTATION_DECIMALS) + 0.0 for v in orientation) or None))
+    key.append(_orientation_key(attrs))
+    return tuple(key)
+
+
+def _dimension_key(attrs: dict, pointers: list[int]) -> Optional[tuple]:
+    """A frame's stack from its Dimension Index Values alone (and its orientation): the values
+    of every pointer that does not place a frame within its stack (_IN_STACK_POINTERS); None
+    where the frame has no such values, or not one per pointer."""
+    values = attrs.get("DimensionIndexValues")
+    if values is None:
+        return None
+    values = list(values) if not isinstance(values, (int, float)) else [values]
+    if len(values) != len(pointers):
+        return None
+    key: list[tuple] = []
+    other: list[int] = []
+    try:
+        for pointer, value in zip(pointers, values):
+            if pointer in _IN_STACK_POINTERS:
+                continue
+            name = _POINTER_NAMES.get(pointer)
+            if name is not None and all(name != n for n, _ in key):
+                key.append((name, int(value)))
+            else:
+                other.append(int(value))
+    except (TypeError, ValueError):
+        return None
+    key.append(("dimension", tuple(other) or None))
+    key.append(_orientation_key(attrs))
     return tuple(key)
 
 
@@ -285,12 +348,45 @@ def _order(frames: list[int], attrs: list[dict], what: str) -> tuple[tuple[int, 
 
 
 def plan_stacks(ds, attrs: Optional[Sequence[dict]] = None) -> tuple[Stack, ...]:
-    """The file's stacks, each with its frames in record order; raises FRAMES_UNORDERED."""
+    """The file's stacks, each with its frames in record order; raises FRAMES_UNORDERED.
+
+    Where the file has a Dimension Index Sequence with a pointer that tells stacks apart
+    (anything but In-Stack Position, Image Position, Instance Number, Slice Location)
+    and every frame carries one Dimension Index Value per pointer, the stacks and their
+    order are the dimension index's; Stack ID, Temporal Position Index, echo, b-value and
+    gradient then tell frames apart only where the dimension index leaves two at one
+    position. Where both ways give the same stacks, they keep the labels of the
+    attributes (record ids unchanged). Without a usable dimension index, the attributes
+    and any non-spatial Dimension Index Values make the stacks.
+    """
     attrs = list(frame_attributes(ds) if attrs is None else attrs)
     pointers = _dimension_pointers(ds)
+    old = _groups([_stack_key(frame, pointers) for frame in attrs])
+    dimension_keys = [_dimension_key(frame, pointers) for frame in attrs] \
+        if any(p not in _IN_STACK_POINTERS for p in pointers) else []
+    if not dimension_keys or any(k is None for k in dimension_keys):
+        return _stacks(old, attrs)
+    by_dimension = _groups(dimension_keys)
+    if {tuple(v) for v in old.values()} == {tuple(v) for v in by_dimension.values()}:
+        return _stacks(old, attrs)
+    try:
+        return _stacks(by_dimension, attrs)
+    except ConversionError as exc:
+        if exc.reason != reasons.FRAMES_UNORDERED:
+            raise
+    # the dimension index leaves frames at one position: the attributes tell them apart
+    old_keys = [_stack_key(frame, pointers) for frame in attrs]
+    return _stacks(_groups([d + o for d, o in zip(dimension_keys, old_keys)]), attrs)  # type: ignore[operator]
+
+
+def _groups(keys: list) -> dict:
     groups: dict = {}
-    for i, frame in enumerate(attrs):
-        groups.setdefault(_stack_key(frame, pointers), []).append(i)
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+def _stacks(groups: dict, attrs: list[dict]) -> tuple[Stack, ...]:
     keys = sorted(groups, key=_sortable)
     varying = [n for n, (name, _) in enumerate(keys[0]) if len({k[n][1] for k in keys}) > 1]
     stacks = []

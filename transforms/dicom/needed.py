@@ -51,13 +51,17 @@ NEEDED_KEYWORDS = (
     "ImageOrientationPatient", "ImagePositionPatient", "InstanceNumber", "PixelSpacing",
     # the geometry and 4-D features (transforms.dicom.patient_space, volume_features) and the
     # volumes of a 4-D series (transforms.series.volumes): what tells repeated positions apart
-    "DiffusionBValue", "DiffusionGradientOrientation", "TemporalPositionIdentifier",
+    "TemporalPositionIdentifier",
     "TriggerTime", "EchoTime", "EchoNumbers", "AcquisitionNumber",
     # Siemens mosaics (transforms.dicom.mosaic): Manufacturer (in ALLOWED_TEXT) and Image Type
     # say whether to look; only then is the private CSA Image Header Info (0029,xx10) read,
     # raw from the Dataset (HeaderValues.ds) by nibabel's CSA reader: a private element,
     # never converted here, deferred at probe time (read from the file when asked for)
     "ImageType",
+    # diffusion (transforms.dicom.diffusion): the standard attributes, and GE's phase encoding axis;
+    # the vendors' private elements are converted only in their MR files (vendor_private_tags)
+    "DiffusionBValue", "DiffusionGradientOrientation", "DiffusionDirectionality", "MRDiffusionSequence",
+    "InPlanePhaseEncodingDirection",
 )
 
 
@@ -186,6 +190,36 @@ def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettin
         name = _keyword_of(tag)
         raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: {name}: "
                                                      f"{type(exc).__name__}: {exc}") from exc
+    convert_vendor_elements(ds, values)
+
+
+_MANUFACTURER_TAG, _MODALITY_TAG = 0x00080070, 0x00080060
+
+
+def vendor_private_tags(ds: Dataset, values: dict) -> tuple[int, ...]:
+    """The private tags transforms.dicom.diffusion reads in this file: none (one dict lookup)
+    unless its Modality is MR and its Manufacturer one whose private elements hold diffusion
+    (Siemens, GE, Philips); ``values``: convert_needed_elements' (Modality, Manufacturer)."""
+    modality = values.get(_MODALITY_TAG)
+    if modality is None or str(modality).strip().upper() != "MR" or _MANUFACTURER_TAG not in values:
+        return ()
+    from dcm2tfrecord.transforms.dicom import diffusion
+    return diffusion.private_tags(ds)
+
+
+def convert_vendor_elements(ds: Dataset, values: dict) -> None:
+    """Converts the vendor's diffusion elements (vendor_private_tags) in ``ds`` now, reading a
+    deferred one (a CSA header is some 10 KB) from the file as pydicom does. One that does not
+    convert stays raw: a vendor's private data never fails the file (diffusion reads it as none)."""
+    for tag in vendor_private_tags(ds, values):
+        if tag not in ds._dict:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                values[tag] = ds[tag].value
+        except Exception:
+            continue
 
 
 def _keyword_of(tag) -> str:

@@ -37,6 +37,10 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
                 order if order is not None else range(pixels.shape[0])
             metadata = functional_groups.record_metadata(metadata, ds, list(frames), windows or [],
                                                          record.slice_spacing)
+            if record.stacks and record.frame is None:     # a stack is a volume of the file
+                first = functional_groups.frame_attributes(ds)[record.stacks[0].frames[0]]
+                metadata.update(volume_features.features([dicom_diffusion.frame_diffusion(first)],
+                                                         max(record.source_frames, 1), record.stacks[0].index))
     else:
         pixels, metadata = raster.decode_image(fileobj), {}
     if record.kind == "dicom" and record.frame is not None and patient_space.POSITION in metadata:

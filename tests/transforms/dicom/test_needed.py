@@ -163,7 +163,8 @@ def test_header_parsed_in_memory_or_not_at_all_for_the_fuzz_corpus():
 
 def test_needed_elements_convert_as_pydicom_reads_them():
     """convert_needed_elements converts a pure element itself rather than through
-    Dataset.__getitem__: the dataset is left as reading each needed element there leaves it,
+    Dataset.__getitem__: the dataset is left as reading each needed element (and a vendor MR's
+    diffusion elements, vendor_private_tags) there leaves it,
     and the values are that element's, on every pydicom test file and both CT kinds."""
     datas = [ct_file_bytes(0, 1, 0, 3, 10, 3), ct_vendor_file_bytes(0, 1, 0, 3, 10, 3)]
     for name in sorted(os.listdir(SRC)):
@@ -185,6 +186,9 @@ def test_needed_elements_convert_as_pydicom_reads_them():
                 if tag in values:
                     fast += dicom_needed._conversion_key(theirs._dict[tag], "x") is not None \
                         if isinstance(theirs._dict[tag], pydicom.dataelem.RawDataElement) else 0
+                    assert values[tag] == theirs[tag].value
+            for tag in dicom_needed.vendor_private_tags(theirs, values):   # a vendor MR's diffusion elements
+                if tag in theirs._dict:
                     assert values[tag] == theirs[tag].value
             assert mine._dict == theirs._dict
     assert fast > 100
