@@ -162,7 +162,8 @@ class ProbedRecord:
     # with --frames split: how many frames the source has; a stack of an Enhanced file of
     # several: how many stacks (0 otherwise)
     source_frames: int = 0
-    # a 4-D series (--unit series): how many volumes, and which this record is (docs/DICOM.md, "4-D")
+    # a 4-D series (--unit series): how many volumes, and which this record is
+    # (docs/DICOM.md, "4-D series and diffusion")
     volumes: int = 1
     volume_index: int = 0
 

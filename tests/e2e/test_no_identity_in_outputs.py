@@ -79,7 +79,8 @@ def _write_patient(root: str, name: str, patient_id: str) -> list[str]:
         ds.save_as(path)
     enhanced = legacy_enhanced(slices, f"phi-{patient_id}")
     _identify(enhanced, name, patient_id, 20)
-    paths.append(os.path.join(root, "CT_enhanced", "volume.dcm"))
+    # a name no feature name or description holds ("volume" is in dicom/volumes)
+    paths.append(os.path.join(root, "CT_enhanced", "legacy_mf.dcm"))
     os.makedirs(os.path.dirname(paths[-1]), exist_ok=True)
     enhanced.save_as(paths[-1])
     return paths

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import copy
 import gzip
+import io
 import os
 
+import numpy as np
 import pydicom
 from pydicom.data import get_testdata_file
 from pydicom.uid import generate_uid
@@ -122,3 +124,20 @@ def write(folder, datasets) -> list[str]:
         ds.save_as(path, enforce_file_format=True)
         paths.append(path)
     return paths
+
+
+def with_random_pixels(data: bytes, seed: int) -> bytes:
+    """The file with random 12-bit samples as its pixels: written over the Pixel Data value's
+    bytes where it has one (the rest of the file unchanged), else added by pydicom."""
+    rng = np.random.default_rng(seed)
+    ds = pydicom.dcmread(io.BytesIO(data), defer_size=1024)
+    samples = rng.integers(0, 1 << 12, ds.Rows * ds.Columns, dtype="<u2").tobytes()
+    raw = ds._dict.get(0x7FE00010)
+    if raw is not None:
+        assert raw.length == len(samples)
+        return data[:raw.value_tell] + samples + data[raw.value_tell + raw.length:]
+    ds.PixelData = samples
+    ds["PixelData"].VR = "OW"
+    out = io.BytesIO()
+    ds.save_as(out)
+    return out.getvalue()

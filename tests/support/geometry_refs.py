@@ -58,6 +58,7 @@ import subprocess
 import warnings
 from typing import NamedTuple, Sequence
 
+import dcm2niix
 import nibabel as nib
 import numpy as np
 
@@ -65,7 +66,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)           # "The DICOM readers are highly experimental"
     from nibabel.nicom import dicomwrappers
 
-DCM2NIIX = "/work/main/.venv/bin/dcm2niix"
+DCM2NIIX = dcm2niix.bin                                 # the PyPI wheel's own binary
 RAS_FROM_LPS = np.diag([-1.0, -1.0, 1.0, 1.0])           # its own inverse
 TOLERANCE_MM = 1e-3
 

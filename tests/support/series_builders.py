@@ -189,7 +189,9 @@ def regular(folder: str, n: int, spacing: float, orientation: Sequence[float] = 
                       name=f"regular_{n}")
 
 
-GE_GAP_Z = (-99.5, 103.0, 104.3, 105.5)      # the reported GE case: one slice far from three
+# the reported GE case: one slice far from three. The report rounds to one decimal (104.3); its
+# "dicom/slice_spacing 1.25" (the median step) says the third slice lies at 104.25
+GE_GAP_Z = (-99.5, 103.0, 104.25, 105.5)
 
 
 def ge_gap(folder: str, z_positions: Sequence[float] = GE_GAP_Z, **kwargs: Any) -> WrittenSeries:

@@ -83,9 +83,13 @@ def file_geometry(ds) -> dict:
     each tile slice's (transforms.dicom.mosaic)."""
     orientation = patient_space.floats(ds.get("ImageOrientationPatient"), 6)
     spacing = patient_space.floats(ds.get("PixelSpacing"), 2)
-    step = patient_space.single_slice_spacing(_numbers(ds, "SpacingBetweenSlices"), _numbers(ds, "SliceThickness"))
     positions = [p for p in slice_positions(ds) if p]
-    return patient_space.features(orientation, positions, spacing, step)
+    return patient_space.features(orientation, positions, spacing, single_slice_spacing(ds))
+
+
+def single_slice_spacing(ds) -> float:
+    """A one-slice record's slice step: Spacing Between Slices, else Slice Thickness, else 1 mm."""
+    return patient_space.single_slice_spacing(_numbers(ds, "SpacingBetweenSlices"), _numbers(ds, "SliceThickness"))
 
 
 def slice_positions(ds, depth: int = 1) -> list[tuple[float, ...]]:
@@ -95,7 +99,7 @@ def slice_positions(ds, depth: int = 1) -> list[tuple[float, ...]]:
     from dcm2tfrecord.transforms.dicom import mosaic    # it imports needed, which imports this module
     layout = mosaic.mosaic_layout(ds)
     if layout is not None:
-        positions = list(mosaic.slice_positions(ds, layout))
+        positions: list[tuple[float, ...]] = list(mosaic.slice_positions(ds, layout))
         return positions if positions else [()] * max(depth, layout.images)
     position = patient_space.floats(ds.get("ImagePositionPatient"), 3)
     if depth == 1 and position:

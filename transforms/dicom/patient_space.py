@@ -92,7 +92,7 @@ def affine(orientation: Sequence[float], positions: Sequence[Sequence[float]],
     return out
 
 
-def single_slice_spacing(spacing_between: Sequence[float], thickness: Sequence[float]) -> float:
+def single_slice_spacing(spacing_between, thickness) -> float:
     """The slice step of one slice: Spacing Between Slices, else Slice Thickness, else 1 mm."""
     for value in (spacing_between, thickness):
         if len(value) and np.isfinite(value[0]) and float(value[0]) > 0:

@@ -3,7 +3,7 @@
 A series whose slices repeat each position, differing in time, b-value, gradient or
 echo, is 4-D (transforms.series.volumes): with ``--series_4d split`` each volume is a
 record, with ``--series_4d stack`` the record holds all its volumes one after the
-other along depth (``depth = volumes x slices``). The features (docs/DICOM.md, "4-D"):
+other along depth (``depth = volumes x slices``). The features (docs/DICOM.md, "4-D series and diffusion"):
 
 - ``dicom/volumes``: how many volumes the record's series has (1 for 3-D);
 - ``dicom/volume_index``: which volume the record is (0 for 3-D); -1 for a stacked

@@ -73,14 +73,16 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
             metadata = dicom_metadata.metadata(ds, settings, window)
             orientation = patient_space.floats(ds.get("ImageOrientationPatient"), 6)
             pixel_spacing = patient_space.floats(ds.get("PixelSpacing"), 2)
+            single = dicom_metadata.single_slice_spacing(ds)
         positions += dicom_metadata.slice_positions(ds, pixels.shape[0])
         if n % per_volume == 0:
             encodings.append(dicom_diffusion.diffusion(ds))
     assert metadata is not None     # a series record has members
     volume = positions[:len(positions) // len(encodings)] if all(positions) else []
-    metadata.update(patient_space.features(orientation, positions if all(positions) else [], pixel_spacing))
+    metadata.update(patient_space.features(orientation, positions if all(positions) else [], pixel_spacing,
+                                           single))
     if volume:
-        metadata[patient_space.AFFINE] = patient_space.features(orientation, volume, pixel_spacing)[
+        metadata[patient_space.AFFINE] = patient_space.features(orientation, volume, pixel_spacing, single)[
             patient_space.AFFINE]
     metadata.update(volume_features.features(encodings, record.volumes, record.volume_index))
     metadata["dicom/slice_spacing"] = np.asarray([record.slice_spacing], dtype=np.float32)

@@ -31,7 +31,7 @@ from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.hashing import record_id
-from dcm2tfrecord.transforms.values import ProbedRecord
+from dcm2tfrecord.transforms.values import ProbedRecord, SliceInfo
 
 _ORIENTATION_TOLERANCE = 1e-3
 _POSITION_TOLERANCE = 1e-3   # mm: slices closer along the normal share a position
@@ -52,6 +52,12 @@ class Volume:
     volume_index: int = 0      # -1: the record holds every volume (--series_4d stack)
 
 
+def _info(record: ProbedRecord) -> SliceInfo:
+    """A slice's geometry; plan_volumes reads it only after checking every slice has one."""
+    assert record.slice_info is not None
+    return record.slice_info
+
+
 def _check_shapes(slices: Sequence[ProbedRecord]) -> None:
     shapes = {(s.spec.height, s.spec.width, s.spec.channels, s.spec.dtype, s.spec.depth) for s in slices}
     if len(shapes) > 1:
@@ -70,7 +76,7 @@ def _by_instance(slices: Sequence[ProbedRecord]) -> Volume:
         if len(set(numbers)) != len(numbers):
             raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
                                   "no slice positions and repeated Instance Numbers")
-        ordered = sorted(slices, key=lambda s: (s.slice_info.instance, s.source.rel_path))  # type: ignore[union-attr]
+        ordered = sorted(slices, key=lambda s: (_info(s).instance, s.source.rel_path))
         return Volume(tuple(ordered))
     raise ConversionError(reasons.SERIES_UNORDERED,
                           "slices have neither Image Position/Orientation (Patient) nor Instance Numbers")
@@ -80,7 +86,7 @@ def _orientation_groups(slices: Sequence[ProbedRecord], gaps: str) -> list[list[
     """The slices by Image Orientation (Patient); more than one group fails unless split."""
     groups: list[tuple[np.ndarray, list[ProbedRecord]]] = []
     for record in slices:
-        orientation = np.asarray(record.slice_info.orientation, float)  # type: ignore[union-attr]
+        orientation = np.asarray(_info(record).orientation, float)
         for reference, members in groups:
             if np.abs(orientation - reference).max() <= _ORIENTATION_TOLERANCE:
                 members.append(record)
@@ -91,43 +97,43 @@ def _orientation_groups(slices: Sequence[ProbedRecord], gaps: str) -> list[list[
     if len(ordered) == 1 or gaps == _SPLIT:
         return ordered
     main, others = ordered[0], [r for group in ordered[1:] for r in group]
-    main_orientation = [round(v, 4) for v in main[0].slice_info.orientation]  # type: ignore[union-attr]
-    scouts = [r for r in others if r.slice_info.localizer] or \
-        (others if len(others) <= 3 and len(main) >= 3 else [])  # type: ignore[union-attr]
+    main_orientation = [round(v, 4) for v in _info(main[0]).orientation]
+    scouts = [r for r in others if _info(r).localizer] or \
+        (others if len(others) <= 3 and len(main) >= 3 else [])
     if scouts:
         scout = sorted(scouts, key=_name)[0]
-        said = "Image Type LOCALIZER, " if scout.slice_info.localizer else ""  # type: ignore[union-attr]
+        said = "Image Type LOCALIZER, " if _info(scout).localizer else ""
         raise ConversionError(reasons.SERIES_LOCALIZER,
                               f"a localizer is among the slices: {_name(scout)} ({said}orientation "
-                              f"{[round(v, 4) for v in scout.slice_info.orientation]}) and "  # type: ignore[union-attr]
+                              f"{[round(v, 4) for v in _info(scout).orientation]}) and "
                               f"{len(others) - 1} other(s), among {len(main)} slices of orientation "
                               f"{main_orientation}; remove it, or --series_gaps split writes it as its own record")
     raise ConversionError(reasons.SERIES_MIXED_ORIENTATION,
                           f"slices have different Image Orientation (Patient): {len(main)} slices with "
                           f"{main_orientation}, {len(others)} with others (e.g. {_name(others[0])}: "
-                          f"{[round(v, 4) for v in others[0].slice_info.orientation]})")  # type: ignore[union-attr]
+                          f"{[round(v, 4) for v in _info(others[0]).orientation]})")
 
 
 def _volume_sort_key(record: ProbedRecord) -> tuple:
     """A position's slices in acquisition order: by Temporal Position Identifier, then Instance
     Number (the order dcm2niix writes a DWI's .bval in), then what tells them apart."""
-    info = record.slice_info
-    key = dict(info.volume_key)  # type: ignore[union-attr]
+    info = _info(record)
+    key = dict(info.volume_key)
     temporal = key.get("temporal")
     return (temporal is not None, temporal or 0.0,
-            info.instance is not None, info.instance if info.instance is not None else 0,  # type: ignore[union-attr]
-            tuple(info.volume_key), record.source.rel_path)  # type: ignore[union-attr]
+            info.instance is not None, info.instance if info.instance is not None else 0,
+            tuple(info.volume_key), record.source.rel_path)
 
 
 def _defining(record: ProbedRecord) -> tuple:
-    return tuple((n, v) for n, v in record.slice_info.volume_key if n in _DEFINING)  # type: ignore[union-attr]
+    return tuple((n, v) for n, v in _info(record).volume_key if n in _DEFINING)
 
 
 def _positions_and_volumes(group: list[ProbedRecord]) -> tuple[list[list[ProbedRecord]], np.ndarray]:
     """(the group's positions along the normal, each the list of its slices by volume; those
     distances). Raises series_duplicate_position when repeated positions are no 4-D series."""
-    normal = patient_space.normal(group[0].slice_info.orientation)  # type: ignore[union-attr]
-    keyed = sorted(((float(np.dot(normal, r.slice_info.position)), r) for r in group),  # type: ignore[union-attr]
+    normal = patient_space.normal(_info(group[0]).orientation)
+    keyed = sorted(((float(np.dot(normal, _info(r).position)), r) for r in group),
                    key=lambda t: (t[0], t[1].source.rel_path))
     clusters: list[list[ProbedRecord]] = []
     distances: list[float] = []
@@ -141,7 +147,7 @@ def _positions_and_volumes(group: list[ProbedRecord]) -> tuple[list[list[ProbedR
     if sizes != {1}:
         for cluster, distance in zip(clusters, distances):
             cluster.sort(key=_volume_sort_key)
-            keys = [tuple(r.slice_info.volume_key) for r in cluster]  # type: ignore[union-attr]
+            keys = [tuple(_info(r).volume_key) for r in cluster]
             if len(set(keys)) != len(keys):
                 twins = [r for r, k in zip(cluster, keys) if keys.count(k) > 1][:2]
                 raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
@@ -207,7 +213,7 @@ def plan_volumes(slices: Sequence[ProbedRecord], gaps: str = "fail", four_d: str
     pieces = []
     for group in groups:
         clusters, distances = _positions_and_volumes(group)
-        first = [c[0].slice_info.position for c in clusters]  # type: ignore[union-attr]
+        first = [_info(c[0]).position for c in clusters]
         runs = patient_space.even_runs(first)
         if len(runs) > 1 and gaps != _SPLIT:
             raise _gap_error(clusters, distances, runs)

@@ -19,10 +19,8 @@ from dcm2tfrecord.transforms.dicom import functional_groups, needed
 from dcm2tfrecord.transforms.dicom.diffusion import Diffusion, diffusion, frame_diffusion
 from dcm2tfrecord.transforms.dicom.header import read_probe_header
 from dcm2tfrecord.transforms.errors import ConversionError
+from tests.support.geometry_refs import DCM2NIIX
 
-DCM2NIIX = os.path.join(os.path.dirname(os.path.realpath(os.sys.executable)), "dcm2niix")
-if not os.path.exists(DCM2NIIX):
-    DCM2NIIX = "/work/main/.venv/bin/dcm2niix"
 TOL = 1e-3
 VOLUMES = [(0, (0.0, 0.0, 0.0)), (1000, (0.6, 0.0, 0.8)), (1000, (0.0, 0.6, 0.8)), (1500, (0.36, 0.48, 0.8))]
 SAGITTAL = (0.0, 1.0, 0.0, 0.0, 0.0, -1.0)

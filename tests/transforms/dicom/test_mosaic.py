@@ -37,6 +37,7 @@ import pydicom
 import pytest
 from pydicom.pixels import apply_modality_lut
 
+from tests.support.diffusion_objects import with_random_pixels
 from tests.support import pydicom_test_files
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import mosaic
@@ -74,27 +75,10 @@ def _real_file(name: str, folder) -> str:
     if source.endswith(".gz"):
         data = gzip.decompress(data)
     if random_pixels:
-        data = _with_random_pixels(data, seed=len(name))
+        data = with_random_pixels(data, seed=len(name))
     with open(path, "wb") as handle:
         handle.write(data)
     return path
-
-
-def _with_random_pixels(data: bytes, seed: int) -> bytes:
-    """The file with random 12-bit samples as its pixels: written over the Pixel Data value's
-    bytes where it has one (the rest of the file unchanged), else added by pydicom."""
-    rng = np.random.default_rng(seed)
-    ds = pydicom.dcmread(io.BytesIO(data), defer_size=1024)
-    samples = rng.integers(0, 1 << 12, ds.Rows * ds.Columns, dtype="<u2").tobytes()
-    raw = ds._dict.get(PIXEL_DATA)
-    if raw is not None:
-        assert raw.length == len(samples)
-        return data[:raw.value_tell] + samples + data[raw.value_tell + raw.length:]
-    ds.PixelData = samples
-    ds["PixelData"].VR = "OW"
-    out = io.BytesIO()
-    ds.save_as(out)
-    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
