@@ -105,7 +105,7 @@ PINNED = {
         'validation-00000-of-00001.tfrecord.gz.idx': '492e563bac7e65ad',
     },
     'series': {
-        'train-00000-of-00001.tfrecord': '5e38c8581ed3ed20',
+        'train-00000-of-00001.tfrecord': '4ff46244d62e4e87',
         'train-00000-of-00001.tfrecord.idx': 'a0d2077c73242d04',
     },
 }
