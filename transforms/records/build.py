@@ -38,14 +38,33 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
             metadata = functional_groups.record_metadata(metadata, ds, list(frames), windows or [],
                                                          record.slice_spacing)
             if record.stacks and record.frame is None:     # a stack is a volume of the file
-                first = functional_groups.frame_attributes(ds)[record.stacks[0].frames[0]]
-                metadata.update(volume_features.features([dicom_diffusion.frame_diffusion(first)],
-                                                         max(record.source_frames, 1), record.stacks[0].index))
+                metadata.update(_stack_volumes(record, ds, metadata))
     else:
         pixels, metadata = raster.decode_image(fileobj), {}
     if record.kind == "dicom" and record.frame is not None and patient_space.POSITION in metadata:
         metadata.update(patient_space.one_slice(metadata, record.frame))
     return _geometry_and_path(pixels, metadata, record, settings)
+
+
+def _stack_volumes(record: ProbedRecord, ds, metadata: dict) -> dict:
+    """An Enhanced record's volume features: a stack is a volume of its file; a stacked record
+    (--series_4d stack, volume_index -1) holds every one, its affine that of the first."""
+    attrs = functional_groups.frame_attributes(ds)
+    frames = record.stacks[0].frames
+    if record.volume_index >= 0:
+        return volume_features.features([dicom_diffusion.frame_diffusion(attrs[frames[0]])],
+                                        max(record.source_frames, 1), record.stacks[0].index)
+    per_volume = len(frames) // record.volumes
+    out = volume_features.features([dicom_diffusion.frame_diffusion(attrs[frames[v * per_volume]])
+                                    for v in range(record.volumes)], record.volumes, -1)
+    positions = np.asarray(metadata[patient_space.POSITION], dtype=np.float64).reshape(-1, 3)
+    orientation = patient_space.floats(attrs[frames[0]].get("ImageOrientationPatient"), 6)
+    spacing = patient_space.floats(attrs[frames[0]].get("PixelSpacing"), 2)
+    if len(positions) == len(frames) and orientation:
+        out[patient_space.AFFINE] = patient_space.features(
+            orientation, [tuple(p) for p in positions[:per_volume]], spacing,
+            record.slice_spacing or 1.0)[patient_space.AFFINE]
+    return out
 
 
 def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: DecodeSettings):

@@ -241,6 +241,27 @@ def build_volume_record(series_key: str, volume: Volume, salt: str) -> ProbedRec
                                volumes=volume.volumes, volume_index=volume.volume_index)
 
 
+def stacked_enhanced(stacks: Sequence[ProbedRecord], salt: str) -> ProbedRecord:
+    """--series_4d stack: the stack records of one Enhanced file as one record of all its
+    volumes, one after the other along depth (their stacks in the file's order), under the file's
+    own record id. Stacks that differ in orientation, or in how many frames they hold, are no
+    volumes of one 4-D image: series_mixed_shapes."""
+    ordered = sorted(stacks, key=lambda r: r.stacks[0].index)
+    counts = {len(r.stacks[0].frames) for r in ordered}
+    if len(counts) > 1 or any("orientation=" in r.stacks[0].label for r in ordered):
+        raise ConversionError(reasons.SERIES_MIXED_SHAPES,
+                              f"--series_4d stack: the file's {len(ordered)} stacks ("
+                              f"{', '.join(r.stacks[0].label for r in ordered[:4])}) differ in frame count "
+                              f"{sorted(counts)} or orientation: they are not the volumes of one 4-D image; "
+                              f"convert it with --series_4d split")
+    first = ordered[0]
+    frames = tuple(f for r in ordered for f in r.stacks[0].frames)
+    stack = dataclasses.replace(first.stacks[0], index=0, label="", frames=frames)
+    return dataclasses.replace(first, record_id=record_id(first.source.rel_path, salt),
+                               spec=dataclasses.replace(first.spec, depth=len(frames)), stacks=(stack,),
+                               source_frames=0, volumes=len(ordered), volume_index=-1)
+
+
 def volume_records(series_key: str, slices: Sequence[ProbedRecord], salt: str, gaps: str = "fail",
                    four_d: str = _SPLIT) -> list[ProbedRecord]:
     """The records of one series: its single-frame slices stacked into volumes (plan_volumes),
@@ -252,6 +273,8 @@ def volume_records(series_key: str, slices: Sequence[ProbedRecord], salt: str, g
         return [build_volume_record(series_key, v, salt) for v in plan_volumes(slices, gaps, four_d)]
     files = sorted({s.source.rel_path for s in slices})
     if len(enhanced) == len(slices) and len(files) == 1:
+        if four_d == _STACK and len(slices) > 1:
+            return [stacked_enhanced(slices, salt)]
         return list(slices)
     raise ConversionError(reasons.SERIES_ENHANCED,
                           f"the series holds {len({s.source.rel_path for s in enhanced})} Enhanced multi-frame "
