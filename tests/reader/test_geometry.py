@@ -1,0 +1,58 @@
+"""reader.geometry: a record's LPS affine in NIfTI's and ITK's conventions, and 4-D volumes."""
+from __future__ import annotations
+
+import nibabel as nib
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+from dcm2tfrecord.reader import geometry
+
+ROW = np.array([0.866025, 0.5, 0.0])
+COL = np.array([-0.353553, 0.612372, -0.707107])
+NORMAL = np.cross(ROW, COL)
+LPS = np.eye(4)
+LPS[:3, 0], LPS[:3, 1], LPS[:3, 2], LPS[:3, 3] = 2.0 * NORMAL, 0.7 * COL, 0.9 * ROW, [-10.0, 20.0, 30.0]
+
+
+def _record(lps=LPS) -> dict:
+    return {"dicom/affine": np.asarray(lps, np.float32).reshape(-1)}
+
+
+def test_affine_reads_the_record_and_is_none_without_geometry():
+    np.testing.assert_allclose(geometry.affine(_record()), LPS, atol=1e-5)
+    assert geometry.affine({"dicom/affine": np.zeros(0, np.float32)}) is None
+    assert geometry.affine({}) is None
+
+
+def test_nifti_affine_puts_each_voxel_of_the_transposed_array_where_the_record_says():
+    volume = np.arange(3 * 4 * 5, dtype=np.int16).reshape(3, 4, 5)        # [k, j, i]
+    image = nib.Nifti1Image(volume.transpose(2, 1, 0), geometry.nifti_affine(LPS))
+    for k, j, i in [(0, 0, 0), (2, 3, 4), (1, 0, 3)]:
+        ras = image.affine @ [i, j, k, 1]
+        lps = LPS @ [k, j, i, 1]
+        np.testing.assert_allclose(ras[:3], [-lps[0], -lps[1], lps[2]], atol=1e-9)
+        assert image.get_fdata()[i, j, k] == volume[k, j, i]
+
+
+def test_itk_geometry_matches_simpleitk_index_to_physical_point():
+    volume = np.zeros((3, 4, 5), np.int16)
+    image = sitk.GetImageFromArray(volume)
+    origin, spacing, direction = geometry.itk_geometry(LPS)
+    image.SetOrigin(origin)
+    image.SetSpacing(spacing)
+    image.SetDirection(direction)
+    for k, j, i in [(0, 0, 0), (2, 3, 4), (1, 2, 0)]:
+        np.testing.assert_allclose(image.TransformIndexToPhysicalPoint((i, j, k)), (LPS @ [k, j, i, 1])[:3],
+                                   atol=1e-6)
+
+
+def test_volumes_splits_a_stacked_record_and_leaves_others():
+    pixels = np.arange(2 * 3 * 2 * 2).reshape(6, 2, 2, 1)
+    stacked = {"dicom/volumes": np.int64(2), "dicom/volume_index": np.int64(-1)}
+    assert geometry.volumes(pixels, stacked).shape == (2, 3, 2, 2, 1)
+    np.testing.assert_array_equal(geometry.volumes(pixels, stacked)[1], pixels[3:])
+    one = {"dicom/volumes": np.int64(2), "dicom/volume_index": np.int64(1)}
+    assert geometry.volumes(pixels, one).shape == (1, 6, 2, 2, 1)
+    with pytest.raises(ValueError, match="not a multiple"):
+        geometry.volumes(pixels[:5], stacked)

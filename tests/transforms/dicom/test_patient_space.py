@@ -1,0 +1,65 @@
+"""transforms.dicom.patient_space: the LPS affine from positions, orientation and pixel spacing."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dcm2tfrecord.transforms.dicom import patient_space
+
+# an oblique, non-square case: every axis distinguishable
+ROW = np.array([0.866025, 0.5, 0.0])
+COL = np.array([-0.353553, 0.612372, -0.707107])
+IOP = tuple(ROW) + tuple(COL)
+SPACING = (0.7, 0.9)                   # (between rows, between columns)
+
+
+def _positions(n: int, step: float = 2.0) -> list[tuple[float, ...]]:
+    normal = np.cross(ROW, COL)
+    return [tuple(np.array([-10.0, 20.0, 30.0]) + k * step * normal) for k in range(n)]
+
+
+def test_each_index_lands_where_dicom_puts_it():
+    """PS3.3 C.7.6.2.1.1: pixel (row j, column i) of slice k lies at P_k + i * col_spacing * row
+    cosines + j * row_spacing * column cosines."""
+    positions = _positions(5)
+    matrix = patient_space.affine(IOP, positions, SPACING)
+    for k, j, i in [(0, 0, 0), (4, 3, 7), (2, 10, 1)]:
+        want = np.asarray(positions[k]) + i * SPACING[1] * ROW + j * SPACING[0] * COL
+        np.testing.assert_allclose((matrix @ [k, j, i, 1])[:3], want, atol=1e-9)
+
+
+def test_the_slice_step_is_measured_so_a_reversed_or_sheared_series_keeps_it():
+    reversed_positions = _positions(4)[::-1]
+    matrix = patient_space.affine(IOP, reversed_positions, SPACING)
+    np.testing.assert_allclose(matrix[:3, 0], -2.0 * np.cross(ROW, COL), atol=1e-9)
+    sheared = [tuple(np.asarray(p) + k * np.array([0.0, 0.5, 0.0])) for k, p in enumerate(_positions(4))]
+    matrix = patient_space.affine(IOP, sheared, SPACING)
+    np.testing.assert_allclose(matrix[:3, 0], 2.0 * np.cross(ROW, COL) + [0.0, 0.5, 0.0], atol=1e-9)
+
+
+def test_one_slice_steps_along_the_normal_by_its_spacing():
+    matrix = patient_space.affine(IOP, _positions(1), SPACING, single_spacing=5.0)
+    np.testing.assert_allclose(matrix[:3, 0], 5.0 * np.cross(ROW, COL), atol=1e-9)
+    assert patient_space.single_slice_spacing([2.5], [5.0]) == 2.5
+    assert patient_space.single_slice_spacing([], [5.0]) == 5.0
+    assert patient_space.single_slice_spacing([0.0], []) == 1.0
+
+
+@pytest.mark.parametrize("orientation, positions, spacing", [
+    ((), [(0.0, 0.0, 0.0)], SPACING), (IOP, [], SPACING), (IOP, [(0.0, 0.0, 0.0)], ())])
+def test_without_position_orientation_or_spacing_there_is_no_affine(orientation, positions, spacing):
+    assert patient_space.affine(orientation, positions, spacing) is None
+    assert patient_space.features(orientation, positions, spacing)[patient_space.AFFINE].size == 0
+
+
+@pytest.mark.parametrize("value", [None, "1\\2\\3", [1.0, 2.0], [1.0, float("nan"), 2.0], ["a", "b", "c"]])
+def test_floats_refuses_what_is_not_that_many_finite_numbers(value):
+    assert patient_space.floats(value, 3) == ()
+
+
+def test_one_slice_of_a_record_moves_its_origin_to_that_slice():
+    features = patient_space.features(IOP, _positions(4), SPACING)
+    third = patient_space.one_slice(features, 2)
+    np.testing.assert_allclose(third[patient_space.POSITION], _positions(4)[2], atol=1e-4)
+    matrix = np.asarray(third[patient_space.AFFINE], float).reshape(4, 4)
+    np.testing.assert_allclose(matrix[:3, 3], _positions(4)[2], atol=1e-4)
