@@ -7,8 +7,8 @@ import pytest
 from dcm2tfrecord.transforms.dicom import patient_space
 
 # an oblique, non-square case: every axis distinguishable
-ROW = np.array([0.866025, 0.5, 0.0])
-COL = np.array([-0.353553, 0.612372, -0.707107])
+ROW = np.array([np.sqrt(3) / 2, 0.5, 0.0])
+COL = np.array([-0.5, np.sqrt(3) / 2, -np.sqrt(2)]) / np.sqrt(3)      # unit, and normal to ROW
 IOP = tuple(ROW) + tuple(COL)
 SPACING = (0.7, 0.9)                   # (between rows, between columns)
 
@@ -63,3 +63,12 @@ def test_one_slice_of_a_record_moves_its_origin_to_that_slice():
     np.testing.assert_allclose(third[patient_space.POSITION], _positions(4)[2], atol=1e-4)
     matrix = np.asarray(third[patient_space.AFFINE], float).reshape(4, 4)
     np.testing.assert_allclose(matrix[:3, 3], _positions(4)[2], atol=1e-4)
+
+
+def test_direction_cosines_stored_rounded_are_taken_at_unit_length():
+    """pydicom's J2K_pixelrep_mismatch.dcm stores (0, 0.9272, -0.3746): 1.0000125 long, 0.003 mm
+    across its 512 pixels; dcm2niix normalises (test_geometry_zoo.py)."""
+    rounded = (1.0, 0.0, 0.0, 0.0, 0.9272, -0.3746)
+    matrix = patient_space.affine(rounded, [(0.0, 0.0, 0.0)], (0.431, 0.431))
+    np.testing.assert_allclose(np.linalg.norm(matrix[:3, 1]), 0.431, rtol=1e-12)
+    assert patient_space.affine((0.0,) * 6, [(0.0, 0.0, 0.0)], (1.0, 1.0)) is None
