@@ -1,5 +1,5 @@
 """Diffusion-weighted MR files for the tests: real vendor files (nibabel's Siemens DTI mosaics)
-and GE / Philips / standard-attribute files made by editing pydicom's MR_small.dcm, with
+and GE / Philips / Siemens private / standard-attribute files made by editing pydicom's MR_small.dcm, with
 the private elements (private creators, VRs) where dcm2niix reads them."""
 from __future__ import annotations
 
@@ -99,6 +99,27 @@ def philips_dwi(series: str, volumes, orientation=AXIAL, slices: int = 2) -> lis
         ds.add_new(0x20050010, "LO", "Philips MR Imaging DD 001")
         for offset, value in zip((0xB0, 0xB1, 0xB2), g):
             ds.add_new(0x20051000 | offset, "FL", float(value))
+        out.append(ds)
+    return out
+
+
+def siemens_private_dwi(series: str, volumes, orientation=AXIAL, slices: int = 2, block: int = 0x10,
+                        creator: bool = True) -> list:
+    """MR_small slices per (b, (x, y, z) in LPS), as Siemens non-mosaic images keep diffusion without a
+    CSA header: (0019,xx0C) IS B_value, (0019,xx0E) FD DiffusionGradientDirection (left out where
+    b = 0, as nibabel's real b = 0 mosaic has it), (0019,xx0D) CS DiffusionDirectionality, in the
+    ``SIEMENS MR HEADER`` block at ``block`` (its Private Creator (0019,00bb) left out: ``creator``
+    False)."""
+    out = []
+    for (b, g), ds in _slices(series, volumes, orientation, slices):
+        ds.Manufacturer = "SIEMENS"
+        base = 0x00190000 | block << 8
+        if creator:
+            ds.add_new(0x00190000 | block, "LO", "SIEMENS MR HEADER")
+        ds.add_new(base | 0x0C, "IS", str(int(b)))
+        ds.add_new(base | 0x0D, "CS", "DIRECTIONAL")
+        if b:
+            ds.add_new(base | 0x0E, "FD", [float(v) for v in g])
         out.append(ds)
     return out
 

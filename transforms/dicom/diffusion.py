@@ -9,7 +9,13 @@
 2. Siemens: the CSA Image Header (0029,xx10 of the ``SIEMENS CSA HEADER``
    block), parsed by nibabel's ``nibabel.nicom.csareader`` (``B_value``,
    ``DiffusionGradientDirection``), as ``nibabel.nicom.dicomwrappers.SiemensWrapper``
-   reads it;
+   reads it; where the CSA header (or one of those two in it) is missing, the
+   ``SIEMENS MR HEADER`` block's own copies: (0019,xx0C) ``B_value`` (IS) and
+   (0019,xx0E) ``DiffusionGradientDirection`` (FD, 3 values), which non-mosaic
+   images keep without a CSA header (dcm2niix kDiffusion_bValueSiemens and
+   kDiffusionGradientDirectionSiemens, nii_dicom.cpp: it reads the header's
+   group 0019 first and the CSA header (0029) after it, over the same fields,
+   and takes (0019,xx0C) only where no CSA ``B_value`` was read, issue 409);
 3. GE: b-value the first value of (0043,xx39) modulo 1e9, gradient (0019,xxBB/BC/BD);
 4. Philips: b-value (2001,xx03), gradient (2005,xxB0/B1/B2).
 
@@ -19,9 +25,10 @@ isotropic / trace images, a zero vector). Vendor conventions (cited from
 dcm2niix, https://github.com/rordenlab/dcm2niix, console/nii_dicom.cpp and
 console/nii_dicom_batch.cpp, commit 98ecd0b):
 
-- Siemens CSA ``DiffusionGradientDirection`` and Philips (2005,10B0..B2) are
-  in the patient frame already: dcm2niix's siemensPhilipsCorrectBvecs treats
-  both as world (patient) coordinates and projects them on the image axes.
+- Siemens CSA ``DiffusionGradientDirection``, Siemens (0019,xx0E) and Philips
+  (2005,10B0..B2) are in the patient frame already: dcm2niix's
+  siemensPhilipsCorrectBvecs treats them as world (patient) coordinates and
+  projects them on the image axes.
 - GE (0019,10BB..BD) are in GE's logical frame (dcm2niix GE/README.md: "MR
   physics logical coordinate"); geCorrectBvecs turns them into dcm2niix's
   image-frame bvec by a swap (row phase encoding), sign flips that depend on
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 from typing import Optional
 
 from dcm2tfrecord.dataset import reasons
@@ -58,7 +66,7 @@ class Diffusion:
 # diffusion in: (group, private creator, element offsets within the block)
 SIEMENS, GE, PHILIPS = "SIEMENS", "GE", "PHILIPS"
 PRIVATE_BLOCKS = {
-    SIEMENS: ((0x0029, "SIEMENS CSA HEADER", (0x10,)),),
+    SIEMENS: ((0x0029, "SIEMENS CSA HEADER", (0x10,)), (0x0019, "SIEMENS MR HEADER", (0x0C, 0x0E))),
     GE: ((0x0043, "GEMS_PARM_01", (0x39,)), (0x0019, "GEMS_ACQU_01", (0xBB, 0xBC, 0xBD))),
     PHILIPS: ((0x2001, "Philips Imaging DD 001", (0x03,)), (0x2005, "Philips MR Imaging DD 001",
                                                            (0xB0, 0xB1, 0xB2))),
@@ -107,19 +115,28 @@ def private_block(ds, group: int, creator: str) -> Optional[int]:
     return None
 
 
-def private_tags(ds) -> tuple[int, ...]:
-    """The private tags diffusion() may read in this file: none unless a Siemens, GE or
-    Philips MR (vendor); the blocks found by their private creators, GE's and Philips' at
-    their usual block (xx = 10) where the creator is missing, as dcm2niix reads them."""
-    which = vendor(ds)
-    tags: list[int] = []
+def _vendor_blocks(ds, which: str) -> list[tuple[int, ...]]:
+    """The tags of each of ``which``'s PRIVATE_BLOCKS found in ``ds`` (one tuple a block, in
+    PRIVATE_BLOCKS' order; () for a block not there)."""
+    out: list[tuple[int, ...]] = []
     for group, creator, offsets in PRIVATE_BLOCKS.get(which, ()):
         block = private_block(ds, group, creator)
         if block is None and which != SIEMENS:
             block = 0x1000
-        if block is not None:
-            tags.extend(group << 16 | block | offset for offset in offsets)
-    return tuple(tags)
+        elif block is None and group == 0x0019 and (group << 16 | 0x10) not in _dataset(ds)._dict:
+            block = 0x1000        # SIEMENS MR HEADER's creator stripped: its usual block, as dcm2niix
+        out.append(tuple(group << 16 | block | offset for offset in offsets) if block is not None else ())
+    return out
+
+
+def private_tags(ds) -> tuple[int, ...]:
+    """The private tags diffusion() may read in this file: none unless a Siemens, GE or
+    Philips MR (vendor); the blocks found by their private creators, GE's and Philips' at
+    their usual block (xx = 10) where the creator is missing, as dcm2niix reads them (it reads
+    them by tag alone), and Siemens' SIEMENS MR HEADER (0019,xx0C/0E) there only where group
+    0019 has no private creator at xx = 10 at all (the CSA header only by its creator, as
+    nibabel's reader finds it)."""
+    return tuple(tag for block in _vendor_blocks(ds, vendor(ds)) for tag in block)
 
 
 # ---------------------------------------------------------------- values
@@ -179,23 +196,55 @@ def standard_values(bvalue, gradient, directionality=None) -> Optional[Diffusion
     return Diffusion(b[0], _unit(g) if directional and b[0] > 0 else ())
 
 
-def _siemens(ds) -> Optional[Diffusion]:
+def _siemens_csa(ds) -> tuple[Optional[float], Optional[list[float]]]:
+    """(B_value, DiffusionGradientDirection) of the CSA Image Header, None for each it lacks."""
     from nibabel.nicom import csareader
     try:
         csa = csareader.get_csa_header(_dataset(ds))
         if csa is None:
-            return None
+            return None, None
         bvalue = csareader.get_b_value(csa)
-        if bvalue is None:
-            return None
-        b = float(bvalue)
         vector = csareader.get_g_vector(csa)
-        g = _unit([float(v) for v in vector]) if vector is not None and b > 0 else ()
-    except Exception:       # a CSA header that does not parse: no diffusion read from it
+        return (None if bvalue is None else float(bvalue),
+                None if vector is None else [float(v) for v in vector])
+    except Exception:       # a CSA header that does not parse: nothing read from it
+        return None, None
+
+
+def _doubles(ds, tag: int) -> Optional[list[float]]:
+    """An FD value of the file's private element ``tag``, or None where absent; still bytes
+    (UN: an Implicit VR file without its private creator) it is read as dcm2niix's
+    dcmMultiFloatDouble does, its length / 3 bytes a value (8: doubles, 4: floats)."""
+    inner = _dataset(ds)
+    if tag not in inner._dict:
         return None
-    if not math.isfinite(b) or b < 0:
+    value = inner[tag].value
+    if isinstance(value, (bytes, bytearray)):
+        size = {24: "d", 12: "f"}[len(value)]
+        encoding = getattr(inner, "original_encoding", None) or (True, True)
+        value = struct.unpack(("<" if encoding[1] in (True, None) else ">") + 3 * size, bytes(value))
+    return _numbers(value)
+
+
+def _siemens(ds, tags: tuple[int, ...]) -> Optional[Diffusion]:
+    csa_b, csa_g = _siemens_csa(ds)
+    try:
+        b = csa_b
+        if b is None and tags:
+            values = _private_numbers(ds, tags[0])          # (0019,xx0C) B_value
+            b = float(values[0]) if values else None
+        if b is None or not math.isfinite(b) or b < 0:
+            return None
+        if b == 0:
+            return Diffusion(0.0, ())
+        vector = csa_g
+        if vector is None and tags:
+            vector = _doubles(ds, tags[1])                  # (0019,xx0E) DiffusionGradientDirection
+        if vector is not None and len(vector) != 3:
+            return None
+        return Diffusion(b, _unit(vector) if vector is not None else ())
+    except Exception:       # a private value that does not parse: no diffusion read from it
         return None
-    return Diffusion(b, g)
 
 
 def _private_numbers(ds, tag: int) -> Optional[list[float]]:
@@ -289,7 +338,7 @@ def diffusion(ds) -> Optional[Diffusion]:
         return standard
     which = vendor(ds)
     if which == SIEMENS:
-        return _siemens(ds)
+        return _siemens(ds, _vendor_blocks(ds, SIEMENS)[1])
     if which in (GE, PHILIPS):
         tags = _vendor_tags(ds, which)
         if not tags:

@@ -1,6 +1,6 @@
 """Diffusion b-values and gradients (transforms.dicom.diffusion) against dcm2niix's .bval/.bvec and
-nibabel's Siemens wrapper, on nibabel's real Siemens DTI mosaics and on GE / Philips / standard
-files built from pydicom's MR_small.dcm; and Enhanced stacks from the Dimension Index
+nibabel's Siemens wrapper, on nibabel's real Siemens DTI mosaics and on GE / Philips / Siemens private /
+standard files built from pydicom's MR_small.dcm; and Enhanced stacks from the Dimension Index
 (transforms.dicom.functional_groups.plan_stacks) against nibabel's MultiframeWrapper."""
 import os
 import subprocess
@@ -98,6 +98,89 @@ def test_philips_agrees_with_dcm2niix(tmp_path, orientation):
     paths = dw.write(tmp_path / "in", dw.philips_dwi("ph", VOLUMES, orientation))
     ours = _check_against_dcm2niix(paths, 2, tmp_path, tmp_path / "in")
     np.testing.assert_allclose(ours[3].gradient, VOLUMES[3][1], atol=1e-6)   # patient frame already
+
+
+@pytest.mark.parametrize("orientation", [dw.AXIAL, dw.OBLIQUE])
+def test_siemens_private_elements_agree_with_dcm2niix(tmp_path, orientation):
+    # no CSA header: (0019,100C) B_value and (0019,100E) DiffusionGradientDirection, in LPS
+    paths = dw.write(tmp_path / "in", dw.siemens_private_dwi("sp", VOLUMES, orientation))
+    ours = _check_against_dcm2niix(paths, 2, tmp_path, tmp_path / "in")
+    assert [d.bvalue for d in ours] == [0.0, 1000.0, 1000.0, 1500.0] and ours[0].gradient == ()
+    np.testing.assert_allclose(ours[3].gradient, VOLUMES[3][1], atol=1e-6)   # patient frame already
+
+
+def _implicit(folder, datasets) -> list[str]:
+    os.makedirs(str(folder), exist_ok=True)
+    paths = []
+    for i, ds in enumerate(datasets):
+        ds.file_meta.TransferSyntaxUID = pydicom.uid.ImplicitVRLittleEndian
+        paths.append(os.path.join(str(folder), f"dwi_{i:03d}.dcm"))
+        ds.save_as(paths[-1], enforce_file_format=True)
+    return paths
+
+
+def test_siemens_private_elements_without_their_creator_agree_with_dcm2niix(tmp_path):
+    # Implicit VR, Private Creator stripped: pydicom reads them as UN bytes (IS text, FD doubles);
+    # dcm2niix reads them by tag alone, at the usual block
+    paths = _implicit(tmp_path / "in", dw.siemens_private_dwi("sp", VOLUMES, dw.OBLIQUE, creator=False))
+    assert isinstance(pydicom.dcmread(paths[2])[0x0019100E].value, bytes)
+    ours = _check_against_dcm2niix(paths, 2, tmp_path, tmp_path / "in")
+    np.testing.assert_allclose(ours[1].gradient, VOLUMES[1][1], atol=1e-6)
+
+
+def test_siemens_private_block_found_by_its_creator():
+    ds = dw.siemens_private_dwi("sp", VOLUMES[3:], slices=1, block=0x11)[0]
+    ds.add_new(0x00190010, "LO", "SOMEONE ELSE")          # (0019,100C) is another creator's, not read
+    ds.add_new(0x0019100C, "IS", "7")
+    assert diffusion(ds) == Diffusion(1500.0, (0.36, 0.48, 0.8))
+    assert needed.vendor_private_tags(ds, {0x00080060: "MR", 0x00080070: "SIEMENS"}) == (0x0019110C, 0x0019110E)
+    del ds[0x00190011]                                     # no SIEMENS MR HEADER block: nothing read
+    assert diffusion(ds) is None
+
+
+def test_siemens_csa_comes_before_the_private_elements(tmp_path):
+    path = dw.siemens_dwi(tmp_path / "in")[1]
+    ds = pydicom.dcmread(path)
+    csa = diffusion(ds)
+    ds[0x0019100C].value = "500"
+    assert diffusion(ds) == csa                          # the CSA header's B_value wins, as in dcm2niix
+    del ds[0x00291010]                                   # without it, the MR header's own copies
+    assert diffusion(ds).bvalue == 500.0
+    np.testing.assert_allclose(diffusion(ds).gradient, csa.gradient, atol=1e-6)
+
+
+def test_siemens_private_elements_read_at_probe_and_write_time(tmp_path):
+    path = _implicit(tmp_path / "in", dw.siemens_private_dwi("sp", VOLUMES[3:], slices=1))[0]
+    with open(path, "rb") as f:
+        header, _ = read_probe_header(f, file_size=os.path.getsize(path))
+    assert 0x0019100C in header._values and 0x0019100E in header._values     # converted by the probe
+    assert diffusion(header) == diffusion(pydicom.dcmread(path)) == Diffusion(1500.0, (0.36, 0.48, 0.8))
+    ds, values = pydicom.dcmread(path), {}
+    needed.convert_needed_elements(ds, values=values)      # the write path converts them too
+    assert list(values[0x0019100E]) == [0.36, 0.48, 0.8] and diffusion(ds) == diffusion(header)
+
+
+def test_siemens_garbled_private_elements_give_none():
+    def one():
+        return dw.siemens_private_dwi("sp", VOLUMES[1:2], slices=1)[0]
+    ds = one()
+    ds[0x0019100C] = pydicom.DataElement(0x0019100C, "UN", b"10x0")   # not an integer
+    assert diffusion(ds) is None
+    ds = one()
+    ds[0x0019100C].value = "-5"
+    assert diffusion(ds) is None
+    ds = one()
+    ds[0x0019100E].value = [1.0, 0.0]                                 # two values of three
+    assert diffusion(ds) is None
+    ds = one()
+    ds[0x0019100E] = pydicom.DataElement(0x0019100E, "UN", b"\x00" * 7)
+    assert diffusion(ds) is None
+    ds = one()
+    ds[0x0019100E].value = [float("nan"), 0.0, 1.0]
+    assert diffusion(ds) is None
+    ds = one()
+    del ds[0x0019100E]                                                # no gradient: b alone
+    assert diffusion(ds) == Diffusion(1000.0, ())
 
 
 def test_standard_attributes_agree_with_dcm2niix(tmp_path):
