@@ -39,6 +39,7 @@ INVALID_SPLIT = "invalid_split"                  # a --split_column value that c
 RECORD_TOO_LARGE = "record_too_large"            # one record exceeds --max_shard_mb
 DECODED_SIZE_MISMATCH = "decoded_size_mismatch"  # decoded pixels differ in size from the header's plan
 FRAMES_UNORDERED = "frames_unordered"            # Enhanced multi-frame: frames that cannot be put in order
+FRAMES_UNEVEN_SPACING = "frames_uneven_spacing"  # Enhanced multi-frame: a stack's frames not evenly spaced
 MOSAIC_INVALID = "mosaic_invalid"                # a Siemens MOSAIC image whose CSA header does not give its tiling
 SERIES_ENHANCED = "series_enhanced"              # --unit series: Enhanced files, or Enhanced and classic, in one series
 SERIES_MIXED_SHAPES = "series_mixed_shapes"      # --unit series: slices differ in size or dtype
@@ -89,6 +90,9 @@ DOCUMENTED = {
                     "missing or does not parse, or gives no NumberOfImagesInMosaic that tiles its Rows and "
                     "Columns (or a SliceNormalVector not normal to its orientation): its slices cannot be "
                     "told apart",
+    FRAMES_UNEVEN_SPACING: "an Enhanced multi-frame image one of whose stacks is not evenly spaced along the "
+                           "slice normal (a gap, missing frames): never stacked as contiguous; --frames split "
+                           "converts each frame",
     SERIES_ENHANCED: "--unit series: a series made of several Enhanced multi-frame files (or of Enhanced "
                      "and single-frame files); each Enhanced file is converted as its own volumes with "
                      "--unit file",

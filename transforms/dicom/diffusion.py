@@ -333,7 +333,10 @@ def diffusion(ds) -> Optional[Diffusion]:
 
     ``ds``: a pydicom Dataset, or the probe's HeaderValues (its private elements are read
     from the Dataset underneath)."""
-    standard = _standard(ds)
+    try:
+        standard = _standard(ds)
+    except ConversionError:      # a malformed standard attribute: as if absent (the vendor's, if any)
+        standard = None
     if standard is not None:
         return standard
     which = vendor(ds)

@@ -317,8 +317,8 @@ def _sortable(key: tuple) -> tuple:
 
 def _order(frames: list[int], attrs: list[dict], what: str) -> tuple[tuple[int, ...], float]:
     """One stack's frames along the slice normal, by In-Stack Position, or as stored."""
-    positions = [_floats(attrs[i].get("ImagePositionPatient")) for i in frames]
-    orientations = [_floats(attrs[i].get("ImageOrientationPatient")) for i in frames]
+    positions = [patient_space.floats(attrs[i].get("ImagePositionPatient"), 3) for i in frames]
+    orientations = [patient_space.orientation(attrs[i].get("ImageOrientationPatient")) for i in frames]
     if all(len(p) == 3 for p in positions) and all(len(o) == 6 for o in orientations):
         first = np.asarray(orientations[0])
         normal = np.cross(first[:3], first[3:])
@@ -331,7 +331,19 @@ def _order(frames: list[int], attrs: list[dict], what: str) -> tuple[tuple[int, 
                                   f"{what}frames {keyed[at][1] + 1} and {keyed[at + 1][1] + 1} lie at the same "
                                   f"position along the slice normal and no Stack ID, Temporal Position "
                                   f"Index, echo, b-value or dimension index tells them apart")
-        return tuple(i for _, i in keyed), float(np.median(gaps)) if len(gaps) else 0.0
+        by_index = dict(zip(frames, positions))
+        runs = patient_space.even_runs([by_index[i] for _, i in keyed])
+        if len(runs) > 1:
+            at = runs[0][1] - 1
+            spacing = float(np.median(gaps))
+            raise ConversionError(reasons.FRAMES_UNEVEN_SPACING,
+                                  f"{what}frames not evenly spaced: a step of {gaps[at]:.2f} mm between frames "
+                                  f"{keyed[at][1] + 1} ({distances[at]:.2f} mm along the slice normal) and "
+                                  f"{keyed[at + 1][1] + 1} ({distances[at + 1]:.2f} mm), where the frames are "
+                                  f"{spacing:.2f} mm apart (tolerance {patient_space.step_tolerance(spacing):.2f} "
+                                  f"mm); --frames split converts each frame as a record of its own")
+        return tuple(i for _, i in keyed), float((distances[-1] - distances[0]) / (len(distances) - 1)) \
+            if len(distances) > 1 else 0.0
     if any(positions) or any(orientations):
         raise ConversionError(reasons.FRAMES_UNORDERED,
                               f"{what}some frames have a Plane Position/Orientation and others not")
@@ -449,7 +461,7 @@ def record_metadata(metadata: dict, ds, frames: Sequence[int], windows: Sequence
         if any(v is not None for v in values):
             out[f"dicom/{name}"] = _per_record(values)
     positions = [patient_space.floats(a.get("ImagePositionPatient"), 3) for a in chosen]
-    orientations = [patient_space.floats(a.get("ImageOrientationPatient"), 6) for a in chosen]
+    orientations = [patient_space.orientation(a.get("ImageOrientationPatient")) for a in chosen]
     pixel_spacing = patient_space.floats(chosen[0].get("PixelSpacing"), 2) if chosen else ()
     out[patient_space.POSITION] = _per_record([p or None for p in positions], dedupe=False)
     out[patient_space.ORIENTATION] = _per_record([o or None for o in orientations])

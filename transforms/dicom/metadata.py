@@ -81,10 +81,23 @@ def file_geometry(ds) -> dict:
     """The geometry features of a file's record as its top level gives them (patient_space):
     one position, for a single slice or a classic multi-frame file; a Siemens mosaic's are
     each tile slice's (transforms.dicom.mosaic)."""
-    orientation = patient_space.floats(ds.get("ImageOrientationPatient"), 6)
+    orientation = patient_space.orientation(ds.get("ImageOrientationPatient"))
     spacing = patient_space.floats(ds.get("PixelSpacing"), 2)
     positions = [p for p in slice_positions(ds) if p]
-    return patient_space.features(orientation, positions, spacing, single_slice_spacing(ds))
+    out = patient_space.features(orientation, positions, spacing, single_slice_spacing(ds))
+    if len(positions) <= 1 and _frames(ds) > 1:
+        # a classic multi-frame file (cine, NM, RT dose) gives one position for all its frames:
+        # where frames 1.. lie is not in its header, so no affine (an Enhanced file's frames are
+        # placed by functional_groups.record_metadata)
+        out[patient_space.AFFINE] = _floats([])
+    return out
+
+
+def _frames(ds) -> int:
+    try:
+        return int(ds.get("NumberOfFrames") or 1)
+    except (TypeError, ValueError):
+        return 1
 
 
 def single_slice_spacing(ds) -> float:

@@ -60,6 +60,25 @@ def floats(value, count: int) -> tuple[float, ...]:
     return out
 
 
+# Image Orientation (Patient) read as absent unless its two vectors are unit length and normal
+# to each other within this (rounded cosines are 1e-5 off; 0\0\0\0\0\0 of a secondary capture
+# or an anonymiser is no orientation)
+ORIENTATION_TOLERANCE = 1e-2
+
+
+def orientation(value) -> tuple[float, ...]:
+    """Image Orientation (Patient) as 6 floats, or () when it is not two unit, orthogonal
+    direction cosine vectors (``floats`` and ORIENTATION_TOLERANCE)."""
+    cosines = floats(value, 6)
+    if not cosines:
+        return ()
+    row, col = np.asarray(cosines[:3]), np.asarray(cosines[3:])
+    if abs(np.linalg.norm(row) - 1) > ORIENTATION_TOLERANCE or abs(np.linalg.norm(col) - 1) > ORIENTATION_TOLERANCE \
+            or abs(float(np.dot(row, col))) > ORIENTATION_TOLERANCE:
+        return ()
+    return cosines
+
+
 def _unit(vector: Sequence[float]) -> Optional[np.ndarray]:
     """A direction cosine vector at unit length: files store them rounded (0.9272, -0.3746 is
     1.0000125 long: 0.003 mm across 512 pixels of 0.43 mm), as dcm2niix normalises them."""
@@ -125,6 +144,19 @@ def features(orientation: Sequence[float], positions: Sequence[Sequence[float]],
             AFFINE: _vector(matrix if matrix is not None else [])}
 
 
+def spacing_along_normal(features: dict) -> float:
+    """The slice step of a record's affine along its slice normal (mm), 0.0 for one slice or
+    without an affine."""
+    matrix = np.asarray(features.get(AFFINE, ()), dtype=np.float64)
+    positions = np.asarray(features.get(POSITION, ()), dtype=np.float64).reshape(-1, 3)
+    if matrix.size != 16 or len(positions) < 2:
+        return 0.0
+    matrix = matrix.reshape(4, 4)
+    direction = np.cross(matrix[:3, 2], matrix[:3, 1])
+    length = float(np.linalg.norm(direction))
+    return abs(float(np.dot(matrix[:3, 0], direction / length))) if length > 0 else 0.0
+
+
 def one_slice(features: dict, k: int) -> dict:
     """The geometry features of slice ``k`` alone, from a record's (``--frames split`` of a
     file whose positions are known slice by slice: a Siemens mosaic)."""
@@ -159,29 +191,42 @@ def step_tolerance(step_mm: float) -> float:
 def even_runs(positions: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
     """Positions in slice order -> the ``[start, stop)`` ranges of its evenly spaced runs.
 
-    A run continues while each step (the 3-D vector from one position to the next) equals
-    the run's first step within ``step_tolerance``; a slice whose next step differs from the
-    one after it starts no run with it and stands alone. A tilted gantry's steps carry the same
+    The series' step is its median step (the 3-D vector from one position to the next whose
+    length is the median); a step that differs from it by more than ``step_tolerance`` breaks
+    the series there. Slices left alone between breaks that step evenly among themselves (a
+    second spacing) are joined into a run of their own. A tilted gantry's steps carry the same
     in-plane offset each time and stay one run; a slice off the line breaks it.
     """
     points = np.asarray(positions, float).reshape(-1, 3)
-    steps = np.diff(points, axis=0)
     n = len(points)
-    runs = []
+    if n <= 2:
+        return [(0, n)] if n else []
+    steps = np.diff(points, axis=0)
+    lengths = np.linalg.norm(steps, axis=1)
+    reference = steps[int(np.argsort(lengths, kind="stable")[len(lengths) // 2])]
+    tolerance = step_tolerance(float(np.linalg.norm(reference)))
+    regular = np.linalg.norm(steps - reference, axis=1) <= tolerance
+    runs: list[tuple[int, int]] = []
     start = 0
-    while start < n:
-        if start == n - 1:
-            runs.append((start, n))
-            break
-        step = steps[start]
-        tolerance = step_tolerance(float(np.linalg.norm(step)))
-        if start + 1 < len(steps) and np.linalg.norm(steps[start + 1] - step) > tolerance:
-            runs.append((start, start + 1))       # its step leads nowhere even: alone
-            start += 1
-            continue
-        stop = start + 2
-        while stop < n and np.linalg.norm(steps[stop - 1] - step) <= tolerance:
-            stop += 1
-        runs.append((start, stop))
-        start = stop
-    return runs
+    for i, ok in enumerate(regular):
+        if not ok:
+            runs.append((start, i + 1))
+            start = i + 1
+    runs.append((start, n))
+    return _join_singles(runs, steps)
+
+
+def _join_singles(runs: list[tuple[int, int]], steps: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive one-slice runs joined while their steps equal each other (``joined`` marks a
+    run made so; a run the median made is never extended)."""
+    out: list[list] = []      # [start, stop, joined]
+    for start, stop in runs:
+        if stop - start == 1 and out and out[-1][1] == start:
+            first, last, joined = out[-1]
+            if last - first == 1 or joined:
+                reference = steps[first]
+                if np.linalg.norm(steps[start - 1] - reference) <= step_tolerance(float(np.linalg.norm(reference))):
+                    out[-1] = [first, stop, True]
+                    continue
+        out.append([start, stop, False])
+    return [(a, b) for a, b, _ in out]

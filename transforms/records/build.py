@@ -11,7 +11,9 @@ from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
 from dcm2tfrecord.transforms.images import raster
+from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
+from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.sources.read import open_source
 from dcm2tfrecord.dataset.features import SOURCE_PATH, serialize_record_parts
 from dcm2tfrecord.transforms.values import ProbedRecord
@@ -39,11 +41,29 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
                                                          record.slice_spacing)
             if record.stacks and record.frame is None:     # a stack is a volume of the file
                 metadata.update(_stack_volumes(record, ds, metadata))
+            elif record.frame is not None:                 # --frames split: the frame's own encoding
+                attrs = functional_groups.frame_attributes(ds)[record.frame]
+                metadata.update(volume_features.features([dicom_diffusion.frame_diffusion(attrs)]))
     else:
         pixels, metadata = raster.decode_image(fileobj), {}
     if record.kind == "dicom" and record.frame is not None and patient_space.POSITION in metadata:
         metadata.update(patient_space.one_slice(metadata, record.frame))
+    if record.kind == "dicom":
+        metadata[SLICE_SPACING] = _slice_spacing(metadata)
     return _geometry_and_path(pixels, metadata, record, settings)
+
+
+SLICE_SPACING = "dicom/slice_spacing"
+
+
+def _slice_spacing(metadata: dict) -> np.ndarray:
+    """``dicom/slice_spacing`` as written, else (a Siemens mosaic's) the distance between the
+    record's first two slices along the normal; empty for one slice."""
+    given = np.asarray(metadata.get(SLICE_SPACING, ()), dtype=np.float32).reshape(-1)
+    if given.size and given[0] > 0:
+        return given
+    spacing = patient_space.spacing_along_normal(metadata)
+    return np.asarray([spacing] if spacing > 0 else [], dtype=np.float32)
 
 
 def _stack_volumes(record: ProbedRecord, ds, metadata: dict) -> dict:
@@ -58,9 +78,16 @@ def _stack_volumes(record: ProbedRecord, ds, metadata: dict) -> dict:
     out = volume_features.features([dicom_diffusion.frame_diffusion(attrs[frames[v * per_volume]])
                                     for v in range(record.volumes)], record.volumes, -1)
     positions = np.asarray(metadata[patient_space.POSITION], dtype=np.float64).reshape(-1, 3)
-    orientation = patient_space.floats(attrs[frames[0]].get("ImageOrientationPatient"), 6)
+    orientation = patient_space.orientation(attrs[frames[0]].get("ImageOrientationPatient"))
     spacing = patient_space.floats(attrs[frames[0]].get("PixelSpacing"), 2)
     if len(positions) == len(frames) and orientation:
+        volumes = positions.reshape(record.volumes, per_volume, 3)
+        apart = float(np.abs(volumes - volumes[0]).max())
+        if apart > patient_space.GAP_ABSOLUTE:
+            raise ConversionError(reasons.SERIES_MIXED_SHAPES,
+                                  f"--series_4d stack: the file's {record.volumes} stacks do not lie in one place "
+                                  f"(their frames' positions differ by up to {apart:.2f} mm): they are not the "
+                                  f"volumes of one 4-D image; convert it with --series_4d split")
         out[patient_space.AFFINE] = patient_space.features(
             orientation, [tuple(p) for p in positions[:per_volume]], spacing,
             record.slice_spacing or 1.0)[patient_space.AFFINE]
@@ -90,7 +117,7 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
         slices.append(pixels)
         if metadata is None:
             metadata = dicom_metadata.metadata(ds, settings, window)
-            orientation = patient_space.floats(ds.get("ImageOrientationPatient"), 6)
+            orientation = patient_space.orientation(ds.get("ImageOrientationPatient"))
             pixel_spacing = patient_space.floats(ds.get("PixelSpacing"), 2)
             single = dicom_metadata.single_slice_spacing(ds)
         positions += dicom_metadata.slice_positions(ds, pixels.shape[0])
@@ -104,7 +131,8 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
         metadata[patient_space.AFFINE] = patient_space.features(orientation, volume, pixel_spacing, single)[
             patient_space.AFFINE]
     metadata.update(volume_features.features(encodings, record.volumes, record.volume_index))
-    metadata["dicom/slice_spacing"] = np.asarray([record.slice_spacing], dtype=np.float32)
+    metadata[SLICE_SPACING] = np.asarray([record.slice_spacing], dtype=np.float32)
+    metadata[SLICE_SPACING] = _slice_spacing(metadata)
     return _geometry_and_path(np.ascontiguousarray(np.concatenate(slices)), metadata, record, settings)
 
 

@@ -11,7 +11,7 @@ from typing import BinaryIO, Callable, Optional
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
-from dcm2tfrecord.transforms.dicom import functional_groups
+from dcm2tfrecord.transforms.dicom import functional_groups, patient_space
 from dcm2tfrecord.transforms.dicom import content as dicom_content
 from dcm2tfrecord.transforms.dicom import header as dicom_header
 from dcm2tfrecord.transforms.dicom import mosaic as dicom_mosaic
@@ -49,6 +49,13 @@ def _floats(ds, keyword: str) -> tuple[float, ...]:
         return ()
 
 
+def _value(ds, keyword: str):
+    try:
+        return ds.get(keyword)
+    except Exception:
+        return None
+
+
 def _number(ds, keyword: str):
     try:
         value = ds.get(keyword)
@@ -78,11 +85,11 @@ def _slice_info(ds, layout: Optional[dicom_mosaic.Mosaic] = None) -> SliceInfo:
            ("b", encoding.bvalue if encoding else None),
            ("gradient", tuple(round(g, 4) + 0.0 for g in encoding.gradient) if encoding and encoding.gradient
             else None)]
-    position = _floats(ds, "ImagePositionPatient")
+    position = patient_space.floats(_value(ds, "ImagePositionPatient"), 3)
     if layout is not None:
         positions = dicom_mosaic.slice_positions(ds, layout)
         position = positions[0] if positions else ()
-    return SliceInfo(orientation=_floats(ds, "ImageOrientationPatient"), position=position,
+    return SliceInfo(orientation=patient_space.orientation(_value(ds, "ImageOrientationPatient")), position=position,
                      instance=int(instance) if instance is not None and instance.is_integer() else None,
                      localizer="LOCALIZER" in image_type,
                      volume_key=tuple((name, value) for name, value in key if value is not None))

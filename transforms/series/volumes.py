@@ -129,9 +129,51 @@ def _defining(record: ProbedRecord) -> tuple:
     return tuple((n, v) for n, v in _info(record).volume_key if n in _DEFINING)
 
 
+def _volumes_at(cluster: list[ProbedRecord], distance: float) -> list[ProbedRecord]:
+    """One position's slices in acquisition order; raises when two cannot be told apart."""
+    cluster.sort(key=_volume_sort_key)
+    keys = [(tuple(_info(r).volume_key), _info(r).instance) for r in cluster]
+    if len(set(keys)) != len(keys):
+        twins = [r for r, k in zip(cluster, keys) if keys.count(k) > 1][:2]
+        raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
+                              f"repeated position: {_name(twins[0])} and {_name(twins[1])} both lie at "
+                              f"{distance:.2f} mm along the slice normal, and no temporal position, trigger "
+                              f"time, acquisition number, echo, b-value, gradient or Instance Number tells "
+                              f"them apart as volumes of a 4-D series")
+    return cluster
+
+
+def _line_up(clusters: list[list[ProbedRecord]]) -> list[list[ProbedRecord]]:
+    """Each position's slices in the order of the first position's volumes: by what defines a
+    volume (temporal position, echo, b-value, gradient) where that tells a position's slices
+    apart, else by acquisition order alone; every slice of a volume must agree on it."""
+    first = [_defining(r) for r in clusters[0]]
+    if len(set(first)) == len(first) and all(first):
+        out = []
+        for cluster in clusters:
+            by_key = {_defining(r): r for r in cluster}
+            if set(by_key) != set(first):
+                odd = sorted(set(by_key) ^ set(first))[0]
+                raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
+                                      f"repeated positions whose volumes do not line up: {_name(cluster[0])}'s "
+                                      f"position has no volume with {odd} as {_name(clusters[0][0])}'s has, "
+                                      f"or the other way round")
+            out.append([by_key[k] for k in first])
+        return out
+    for v in range(len(clusters[0])):
+        defining = {_defining(c[v]) for c in clusters}
+        if len(defining) > 1:
+            raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
+                                  f"repeated positions whose volumes do not line up: volume {v} holds slices "
+                                  f"with {sorted(defining)[0]} and {sorted(defining)[1]} (e.g. "
+                                  f"{_name(clusters[0][v])} and {_name(clusters[-1][v])})")
+    return clusters
+
+
 def _positions_and_volumes(group: list[ProbedRecord]) -> tuple[list[list[ProbedRecord]], np.ndarray]:
     """(the group's positions along the normal, each the list of its slices by volume; those
-    distances). Raises series_duplicate_position when repeated positions are no 4-D series."""
+    distances). Raises series_duplicate_position when repeated positions are no 4-D series,
+    series_missing_slices when a 4-D series' position lacks a volume."""
     normal = patient_space.normal(_info(group[0]).orientation)
     keyed = sorted(((float(np.dot(normal, _info(r).position)), r) for r in group),
                    key=lambda t: (t[0], t[1].source.rel_path))
@@ -143,32 +185,50 @@ def _positions_and_volumes(group: list[ProbedRecord]) -> tuple[list[list[ProbedR
         else:
             clusters.append([record])
             distances.append(distance)
-    sizes = {len(c) for c in clusters}
-    if sizes != {1}:
-        for cluster, distance in zip(clusters, distances):
-            cluster.sort(key=_volume_sort_key)
-            keys = [tuple(_info(r).volume_key) for r in cluster]
-            if len(set(keys)) != len(keys):
-                twins = [r for r, k in zip(cluster, keys) if keys.count(k) > 1][:2]
-                raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
-                                      f"repeated position: {_name(twins[0])} and {_name(twins[1])} both lie at "
-                                      f"{distance:.2f} mm along the slice normal, and no temporal position, "
-                                      f"trigger time, acquisition number, echo, b-value or gradient tells them "
-                                      f"apart as volumes of a 4-D series")
-        if len(sizes) > 1:
-            short = min(zip(clusters, distances), key=lambda t: len(t[0]))
-            raise ConversionError(reasons.SERIES_MISSING_SLICES,
-                                  f"a 4-D series with slices missing: the position {short[1]:.2f} mm along the "
-                                  f"slice normal holds {len(short[0])} volume(s) ({_name(short[0][0])}), "
-                                  f"others up to {max(sizes)}")
-        for v in range(len(clusters[0])):
-            defining = {_defining(c[v]) for c in clusters}
-            if len(defining) > 1:
-                raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
-                                      f"repeated positions whose volumes do not line up: volume {v} holds slices "
-                                      f"with {sorted(defining)[0]} and {sorted(defining)[1]} (e.g. "
-                                      f"{_name(clusters[0][v])} and {_name(clusters[-1][v])})")
-    return clusters, np.asarray(distances)
+    sizes = [len(c) for c in clusters]
+    if set(sizes) == {1}:
+        return clusters, np.asarray(distances)
+    clusters = [_volumes_at(c, d) for c, d in zip(clusters, distances)]
+    if len(set(sizes)) > 1:
+        common = max(set(sizes), key=lambda n: (sizes.count(n), n))
+        odd, distance = next((c, d) for c, d in zip(clusters, distances) if len(c) != common)
+        if common == 1:       # a slice again at a position of a 3-D series: a rescan, a copy
+            raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
+                                  f"repeated position: {' and '.join(_name(r) for r in odd[:3])} all lie at "
+                                  f"{distance:.2f} mm along the slice normal, where the series' other "
+                                  f"positions hold one slice each")
+        raise ConversionError(reasons.SERIES_MISSING_SLICES,
+                              f"a 4-D series with slices missing: the position {distance:.2f} mm along the slice "
+                              f"normal holds {len(odd)} volume(s) ({_name(odd[0])}), the others {common}")
+    return _line_up(clusters), np.asarray(distances)
+
+
+def _multi_slice_volumes(group: list[ProbedRecord], four_d: str) -> list[Volume]:
+    """Files of several slices each (Siemens mosaics) in one series: each file is a volume (of
+    a 4-D series when there are several), in acquisition order. Stacked only when every volume
+    lies where the first does (a moved slab, PACE/MoCo, does not)."""
+    ordered = sorted(group, key=_volume_sort_key)
+    keys = [(tuple(_info(r).volume_key), _info(r).instance) for r in ordered]
+    for (a, key_a), (b, key_b) in zip(zip(ordered, keys), zip(ordered[1:], keys[1:])):
+        if key_a == key_b:
+            raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
+                                  f"{_name(a)} and {_name(b)} are volumes of one series that no temporal "
+                                  f"position, acquisition number, echo, b-value, gradient or Instance Number "
+                                  f"tells apart")
+    count = len(ordered)
+    if count == 1:
+        return [Volume((ordered[0],))]
+    if four_d == _STACK:
+        first = np.asarray(_info(ordered[0]).position, float)
+        moved = [r for r in ordered if np.linalg.norm(np.asarray(_info(r).position) - first) > _POSITION_TOLERANCE]
+        if moved:
+            raise ConversionError(reasons.SERIES_UNEVEN_SPACING,
+                                  f"--series_4d stack: the series' volumes do not lie in one place ({_name(moved[0])} "
+                                  f"is {np.linalg.norm(np.asarray(_info(moved[0]).position) - first):.3f} mm from "
+                                  f"{_name(ordered[0])}): one record would give them one affine; --series_4d split "
+                                  f"writes each with its own")
+        return [Volume(tuple(ordered), "", 0.0, count, -1)]
+    return [Volume((r,), f"volume={v}", 0.0, count, v) for v, r in enumerate(ordered)]
 
 
 def _gap_error(clusters: list[list[ProbedRecord]], distances: np.ndarray,
@@ -205,11 +265,23 @@ def _gap_error(clusters: list[list[ProbedRecord]], distances: np.ndarray,
 def plan_volumes(slices: Sequence[ProbedRecord], gaps: str = "fail", four_d: str = _SPLIT) -> list[Volume]:
     """The volumes of one series of single-frame (or mosaic) files, each its slices in order."""
     _check_shapes(slices)
-    infos = [s.slice_info for s in slices]
-    if not all(i is not None and len(i.orientation) == 6 and len(i.position) == 3 for i in infos):
+    slices = sorted(slices, key=lambda s: (s.source.rel_path, s.source.uri))   # not GroupByKey's order
+    placed = [s for s in slices if s.slice_info is not None and len(s.slice_info.orientation) == 6
+              and len(s.slice_info.position) == 3]
+    if not placed:
         return [_by_instance(slices)]
+    if len(placed) < len(slices):
+        lacking = next(s for s in slices if s not in placed)
+        raise ConversionError(reasons.SERIES_UNORDERED,
+                              f"{len(slices) - len(placed)} of {len(slices)} slices have no Image Position and "
+                              f"Orientation (Patient) (e.g. {_name(lacking)}): the series cannot be checked for gaps "
+                              f"nor given an affine")
     out: list[Volume] = []
     groups = _orientation_groups(slices, gaps)
+    if slices[0].spec.depth > 1:          # _check_shapes: every file holds as many slices
+        for group in groups:
+            out += _multi_slice_volumes(group, four_d)
+        return out
     pieces = []
     for group in groups:
         clusters, distances = _positions_and_volumes(group)

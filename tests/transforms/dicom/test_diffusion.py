@@ -16,7 +16,7 @@ from pydicom.sequence import Sequence
 from tests.support import diffusion_objects as dw
 from tests.support.enhanced_objects import enhanced_mr_4d
 from dcm2tfrecord.transforms.dicom import functional_groups, needed
-from dcm2tfrecord.transforms.dicom.diffusion import Diffusion, diffusion, frame_diffusion
+from dcm2tfrecord.transforms.dicom.diffusion import standard_values, Diffusion, diffusion, frame_diffusion
 from dcm2tfrecord.transforms.dicom.header import read_probe_header
 from dcm2tfrecord.transforms.errors import ConversionError
 from tests.support.geometry_refs import DCM2NIIX
@@ -223,8 +223,11 @@ def test_no_diffusion_and_garbled_values():
     assert diffusion(siemens) is None
     bad = dw.standard_dwi("s", VOLUMES[1:2], slices=1)[0]
     bad.DiffusionGradientOrientation = [1.0, 0.0]
+    # a malformed standard attribute is no diffusion encoding, and fails no file (any file's
+    # probe reads it): as if absent
+    assert diffusion(bad) is None
     with pytest.raises(ConversionError) as caught:
-        diffusion(bad)
+        standard_values(bad.DiffusionBValue, bad.DiffusionGradientOrientation)
     assert caught.value.reason == "invalid_value"
 
 

@@ -69,7 +69,7 @@ def _outcome(probe, name: str, data: bytes, settings: DecodeSettings, max_pixels
                            settings=settings)
     except ConversionError as exc:
         return ("error", exc.reason, exc.skipped)
-    return ("record", _as_v0_saw(record, settings))   # repr: a NaN in a slice position equals itself
+    return ("record", _as_v0_saw(record, settings, data))   # repr: a NaN in a slice position equals itself
 
 
 # What issue 32 added after the reference: the geometry and 4-D features in the native layout's
@@ -90,7 +90,20 @@ def _v0_packed(values: list, keys: tuple) -> bytes:
     return pickle.dumps(tuple(out), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _as_v0_saw(record, settings: DecodeSettings) -> str:
+def _v0_floats(data: bytes, keyword: str) -> tuple:
+    """The reference's reading of Image Position/Orientation (Patient): every value as float,
+    any length, NaN and all (issue 32 reads only 3 finite numbers, and 6 making two unit,
+    orthogonal vectors: the rest is no geometry)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = pydicom.dcmread(io.BytesIO(data), force=True, stop_before_pixels=True).get(keyword)
+        return tuple(float(v) for v in value) if value else ()
+    except Exception:
+        return ()
+
+
+def _as_v0_saw(record, settings: DecodeSettings, data: bytes) -> str:
     native = record.native
     if isinstance(native, dicom_native.NativePixels):
         keys = dicom_metadata.metadata_keys(settings)
@@ -99,8 +112,14 @@ def _as_v0_saw(record, settings: DecodeSettings) -> str:
         packed = _v0_packed([values[k] for k in old_keys], old_keys)
         record = dataclasses.replace(record, native=dataclasses.replace(native, metadata=packed))
     if record.slice_info is not None:
-        record = dataclasses.replace(record, slice_info=dataclasses.replace(record.slice_info, localizer=False,
-                                                                            volume_key=()))
+        info = record.slice_info
+        position, orientation = info.position, info.orientation
+        if not position:
+            position = _v0_floats(data, "ImagePositionPatient")
+        if not orientation:
+            orientation = _v0_floats(data, "ImageOrientationPatient")
+        record = dataclasses.replace(record, slice_info=dataclasses.replace(
+            info, localizer=False, volume_key=(), position=position, orientation=orientation))
     text = repr(record)
     for added in ADDED_REPR[0 if record.slice_info is not None else 1:]:
         assert added in text, (added, text)

@@ -43,3 +43,19 @@ def test_split_and_stack_hold_the_same_volumes(archive, tmp_path):
     np.testing.assert_allclose(reader.geometry.affine(stacked), reader.geometry.affine(split[0]), atol=1e-4)
     np.testing.assert_allclose(reader.geometry.affine(split[1]), reader.geometry.affine(split[0]), atol=1e-4)
     assert len(stacked["dicom/image_position_patient"]) == 3 * 12
+
+
+def test_an_enhanced_stack_with_a_gap_fails_naming_it(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    ds = enhanced_mr_4d(phases=1, slices=6, size=8)
+    item = ds.PerFrameFunctionalGroupsSequence[5].PlanePositionSequence[0]
+    first = ds.PerFrameFunctionalGroupsSequence[0].PlanePositionSequence[0].ImagePositionPatient
+    step = np.subtract([float(v) for v in ds.PerFrameFunctionalGroupsSequence[1].PlanePositionSequence[0]
+                        .ImagePositionPatient], [float(v) for v in first])
+    item.ImagePositionPatient = [float(v) for v in np.asarray([float(v) for v in first]) + 9 * step]
+    ds.save_as(str(folder / "gap.dcm"))
+    summary = run_convert(str(folder), str(tmp_path / "out"), allow_empty=True)
+    assert summary["written"] == 0 and list(summary["failed"]) == ["frames_uneven_spacing"], summary
+    errors = (tmp_path / "out" / "errors.jsonl").read_text()
+    assert "frames not evenly spaced" in errors and "frames 5 (" in errors

@@ -1,6 +1,8 @@
 """transforms.series.volumes: slices into volumes; gaps, localizers, repeated positions, 4-D."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -139,3 +141,87 @@ def test_even_runs_and_the_tolerance():
     assert patient_space.even_runs(z([0])) == [(0, 1)]
     assert patient_space.step_tolerance(1.25) == patient_space.GAP_ABSOLUTE
     assert patient_space.step_tolerance(5.0) == pytest.approx(0.05)
+
+
+def test_a_missing_slice_after_the_second_is_told_as_missing_and_split_there():
+    zs = [0.0, 1.0, 3.0, 4.0, 5.0, 6.0]
+    with pytest.raises(ConversionError) as info:
+        volumes.plan_volumes([_slice(f"s{n}.dcm", z) for n, z in enumerate(zs)])
+    assert info.value.reason == reasons.SERIES_MISSING_SLICES and "1 slice(s) missing from 7" in str(info.value)
+    split = volumes.plan_volumes([_slice(f"s{n}.dcm", z) for n, z in enumerate(zs)], gaps="split")
+    assert [_names(v) for v in split] == [["s0.dcm", "s1.dcm"], [f"s{n}.dcm" for n in range(2, 6)]]
+
+
+def test_two_spacings_are_two_runs():
+    zs = [0.0, 5.0, 10.0, 15.0, 20.0, 21.0, 22.0, 23.0]
+    split = volumes.plan_volumes([_slice(f"s{n:02d}.dcm", z) for n, z in enumerate(zs)], gaps="split")
+    assert [len(v.members) for v in split] == [5, 3] and [v.spacing for v in split] == [5.0, 1.0]
+
+
+def test_one_rescanned_slice_is_a_repeated_position_naming_it():
+    slices = [_slice(f"s{n:02d}.dcm", 1.0 * n, key=(("acquisition", 1.0),)) for n in range(20)]
+    slices.append(_slice("rescan.dcm", 7.0, key=(("acquisition", 2.0),)))
+    with pytest.raises(ConversionError) as info:
+        volumes.plan_volumes(slices)
+    assert info.value.reason == reasons.SERIES_DUPLICATE_POSITION
+    assert "rescan.dcm" in str(info.value) and "s07.dcm" in str(info.value) and "7.00 mm" in str(info.value)
+
+
+def test_volumes_nothing_but_instance_numbers_tell_apart_are_volumes_in_that_order():
+    # a GE DWI's repeated b = 0 ("T2") volumes: equal keys, distinct Instance Numbers
+    slices = [_slice(f"v{v}p{p}.dcm", 3.0 * p, key=(("b", 0.0),), instance=p * 2 + v + 1)
+              for v in range(2) for p in range(3)]
+    split = volumes.plan_volumes(slices)
+    assert [_names(v) for v in split] == [[f"v0p{p}.dcm" for p in range(3)], [f"v1p{p}.dcm" for p in range(3)]]
+
+
+def test_volumes_line_up_by_their_b_value_and_gradient_whatever_the_instance_numbers():
+    slices = _dwi()
+    # position 1 numbers its volumes the other way round
+    slices = [dataclasses.replace(s, slice_info=dataclasses.replace(s.slice_info, instance=100 - s.slice_info.instance))
+              if s.source.rel_path.endswith("p1.dcm") else s for s in slices]
+    split = volumes.plan_volumes(slices)
+    assert [_names(v) for v in split] == [[f"v{v}p{p}.dcm" for p in range(4)] for v in range(3)]
+
+
+def test_a_slice_without_a_position_fails_the_series_rather_than_hiding_a_gap():
+    slices = [_slice(f"s{n}.dcm", 1.25 * n, instance=n + 1) for n in range(5)]
+    slices[2] = dataclasses.replace(slices[2], slice_info=SliceInfo(instance=3))
+    with pytest.raises(ConversionError) as info:
+        volumes.plan_volumes(slices)
+    assert info.value.reason == reasons.SERIES_UNORDERED and "s2.dcm" in str(info.value)
+
+
+def test_the_plan_does_not_depend_on_the_order_slices_arrive_in():
+    zs = [-99.5, 103.0, 104.25, 105.5, 106.75]
+    slices = [_slice(f"s{n}.dcm", z) for n, z in enumerate(zs)]
+    messages = set()
+    for order in (slices, slices[::-1], slices[2:] + slices[:2]):
+        with pytest.raises(ConversionError) as info:
+            volumes.plan_volumes(order)
+        messages.add(str(info.value))
+        assert volumes.plan_volumes(order, gaps="split") == volumes.plan_volumes(slices, gaps="split")
+    assert len(messages) == 1
+
+
+def _mosaic(name: str, z: float, key, instance: int) -> ProbedRecord:
+    record = _slice(name, z, key=key, instance=instance)
+    return dataclasses.replace(record, spec=ImageSpec(10, 4, 4, 1, "int16"))
+
+
+def test_multi_slice_files_of_one_series_are_its_volumes():
+    mosaics = [_mosaic("b0.dcm", 0.0, (("b", 0.0),), 1), _mosaic("b1000.dcm", 0.0, (("b", 1000.0),), 2)]
+    split = volumes.plan_volumes(mosaics[::-1])
+    assert [(_names(v), v.volume_index, v.volumes) for v in split] == [(["b0.dcm"], 0, 2), (["b1000.dcm"], 1, 2)]
+    [stacked] = volumes.plan_volumes(mosaics, four_d="stack")
+    assert _names(stacked) == ["b0.dcm", "b1000.dcm"] and stacked.volume_index == -1
+
+
+def test_multi_slice_files_at_different_places_are_never_stacked_as_one_volume():
+    # fMRI mosaics with the slab moved 0.5 mm (PACE/MoCo): each its own record and affine
+    mosaics = [_mosaic(f"t{t}.dcm", 0.5 * t, (("acquisition", float(t + 1)),), t + 1) for t in range(3)]
+    split = volumes.plan_volumes(mosaics)
+    assert [len(v.members) for v in split] == [1, 1, 1]
+    with pytest.raises(ConversionError) as info:
+        volumes.plan_volumes(mosaics, four_d="stack")
+    assert info.value.reason == reasons.SERIES_UNEVEN_SPACING and "t1.dcm" in str(info.value)
