@@ -27,6 +27,7 @@ reads the header; transforms.series.volumes orders the slices).
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import numpy as np
@@ -55,7 +56,7 @@ def floats(value, count: int) -> tuple[float, ...]:
         out = tuple(float(v) for v in value)
     except (TypeError, ValueError):
         return ()
-    if len(out) != count or not all(np.isfinite(out)):
+    if len(out) != count or not all(map(math.isfinite, out)):
         return ()
     return out
 
@@ -72,19 +73,24 @@ def orientation(value) -> tuple[float, ...]:
     cosines = floats(value, 6)
     if not cosines:
         return ()
-    row, col = np.asarray(cosines[:3]), np.asarray(cosines[3:])
-    if abs(np.linalg.norm(row) - 1) > ORIENTATION_TOLERANCE or abs(np.linalg.norm(col) - 1) > ORIENTATION_TOLERANCE \
-            or abs(float(np.dot(row, col))) > ORIENTATION_TOLERANCE:
+    rx, ry, rz, cx, cy, cz = cosines      # plain floats: a record's probe reads this once or more
+    if abs(math.sqrt(rx * rx + ry * ry + rz * rz) - 1) > ORIENTATION_TOLERANCE \
+            or abs(math.sqrt(cx * cx + cy * cy + cz * cz) - 1) > ORIENTATION_TOLERANCE \
+            or abs(rx * cx + ry * cy + rz * cz) > ORIENTATION_TOLERANCE:
         return ()
     return cosines
 
 
-def _unit(vector: Sequence[float]) -> Optional[np.ndarray]:
+def _unit(vector: Sequence[float]) -> Optional[list[float]]:
     """A direction cosine vector at unit length: files store them rounded (0.9272, -0.3746 is
     1.0000125 long: 0.003 mm across 512 pixels of 0.43 mm), as dcm2niix normalises them."""
-    out = np.asarray(vector, float)
-    length = float(np.linalg.norm(out))
-    return out / length if length > 0 and np.isfinite(length) else None
+    x, y, z = (float(v) for v in vector)
+    length = math.sqrt(x * x + y * y + z * z)
+    return [x / length, y / length, z / length] if length > 0 and math.isfinite(length) else None
+
+
+def _cross(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
 
 
 def normal(orientation: Sequence[float]) -> np.ndarray:
@@ -92,7 +98,7 @@ def normal(orientation: Sequence[float]) -> np.ndarray:
     row, col = _unit(orientation[:3]), _unit(orientation[3:6])
     if row is None or col is None:
         return np.zeros(3)
-    return np.cross(row, col)
+    return np.asarray(_cross(row, col))
 
 
 def affine(orientation: Sequence[float], positions: Sequence[Sequence[float]],
@@ -108,25 +114,24 @@ def affine(orientation: Sequence[float], positions: Sequence[Sequence[float]],
     row, col = _unit(orientation[:3]), _unit(orientation[3:6])
     if row is None or col is None:
         return None
-    first = np.asarray(positions[0], float)
+    first = [float(v) for v in positions[0]]
+    step: list[float] = []
     if len(positions) > 1:
-        step = (np.asarray(positions[-1], float) - first) / (len(positions) - 1)
-        if not np.any(step):
-            step = normal(orientation) * single_spacing
-    else:
-        step = normal(orientation) * single_spacing
-    out = np.eye(4)
-    out[:3, 0] = step
-    out[:3, 1] = col * float(pixel_spacing[0])
-    out[:3, 2] = row * float(pixel_spacing[1])
-    out[:3, 3] = first
-    return out
+        n = len(positions) - 1
+        step = [(float(b) - a) / n for a, b in zip(first, positions[-1])]
+    if not any(step):
+        step = [v * single_spacing for v in _cross(row, col)]
+    rs, cs = float(pixel_spacing[0]), float(pixel_spacing[1])
+    return np.array([[step[0], col[0] * rs, row[0] * cs, first[0]],
+                     [step[1], col[1] * rs, row[1] * cs, first[1]],
+                     [step[2], col[2] * rs, row[2] * cs, first[2]],
+                     [0.0, 0.0, 0.0, 1.0]])
 
 
 def single_slice_spacing(spacing_between, thickness) -> float:
     """The slice step of one slice: Spacing Between Slices, else Slice Thickness, else 1 mm."""
     for value in (spacing_between, thickness):
-        if len(value) and np.isfinite(value[0]) and float(value[0]) > 0:
+        if len(value) and math.isfinite(value[0]) and float(value[0]) > 0:
             return float(value[0])
     return 1.0
 
