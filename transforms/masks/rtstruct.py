@@ -169,6 +169,7 @@ def roi_info(ds: Any) -> list[Roi]:
 
 def referenced(ds: Any) -> Referenced:
     """The series, frame of reference and images the structure set references (metadata only)."""
+    _check_structure_set(ds)
     series: list[str] = []
     studies: list[str] = []
     images: list[str] = []
