@@ -49,6 +49,8 @@ SERIES_UNORDERED = "series_unordered"            # no positions and no instance 
 SERIES_UNEVEN_SPACING = "series_uneven_spacing"  # slices not evenly spaced (a gap that is no whole slice count)
 SERIES_MISSING_SLICES = "series_missing_slices"  # gaps of whole slices: slices absent from the series
 SERIES_LOCALIZER = "series_localizer"            # a localizer (scout) among the series' slices
+CONTOUR_OFF_GRID = "contour_off_grid"            # RTSTRUCT: a closed contour on no slice of its image series
+FRAME_OF_REFERENCE_MISMATCH = "frame_of_reference_mismatch"  # a mask in another frame than its image
 UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
 
 DOCUMENTED = {
@@ -108,5 +110,10 @@ DOCUMENTED = {
                            "from the input; --series_gaps split writes each even run as a volume",
     SERIES_LOCALIZER: "--unit series: a localizer (scout, another orientation) is among the slices; "
                       "--series_gaps split writes it as a record of its own",
+    CONTOUR_OFF_GRID: "an RTSTRUCT closed contour that lies on no slice of the image series it is rasterised "
+                      "onto (more than half the slice spacing from every slice along the normal, or wholly "
+                      "outside its rows and columns); the message names the ROI by number",
+    FRAME_OF_REFERENCE_MISMATCH: "a structure set ROI whose Referenced Frame of Reference UID differs from "
+                                 "the Frame of Reference UID of the image series it is rasterised onto",
     UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",
 }
