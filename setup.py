@@ -21,6 +21,7 @@ setup(
         "dcm2tfrecord.transforms.dicom",
         "dcm2tfrecord.transforms.images",
         "dcm2tfrecord.transforms.labels",
+        "dcm2tfrecord.transforms.masks",
         "dcm2tfrecord.transforms.output",
         "dcm2tfrecord.transforms.planning",
         "dcm2tfrecord.transforms.records",
@@ -52,14 +53,16 @@ setup(
         # gradient): nibabel's nicom.csareader is the kept, tested parser of that private
         # binary format; ours would be a second one (docs/DICOM.md, "Geometry").
         "nibabel>=5.0",
+        # DICOM Segmentation masks (transforms/masks/seg.py): highdicom decodes and indexes SEG
+        # frames by source image (binary, fractional, label map); the tests also build their
+        # independent Enhanced multi-frame objects with it
+        "highdicom>=0.28",
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",
                  "grain>=0.2",
                  # run_tests.sh: one worker per core (the suite fits CI's 20 minutes)
                  "pytest-xdist>=3.5",
-                 # independent Enhanced multi-frame objects for tests/transforms/dicom/test_enhanced_multiframe.py
-                 "highdicom>=0.28",
                  # independent converters the geometry, mosaic and diffusion tests compare
                  # against (tests/transforms/series/): dcm2niix's own binary, and ITK's GDCM reader
                  "dcm2niix>=1.0.20240202", "SimpleITK>=2.3",

@@ -49,6 +49,9 @@ SERIES_UNORDERED = "series_unordered"            # no positions and no instance 
 SERIES_UNEVEN_SPACING = "series_uneven_spacing"  # slices not evenly spaced (a gap that is no whole slice count)
 SERIES_MISSING_SLICES = "series_missing_slices"  # gaps of whole slices: slices absent from the series
 SERIES_LOCALIZER = "series_localizer"            # a localizer (scout) among the series' slices
+MASK_INVALID = "mask_invalid"                    # a segmentation (DICOM SEG) not described as its standard requires
+MASK_GRID_MISMATCH = "mask_grid_mismatch"        # a mask whose grid (size, spacing, orientation) is not its image's
+MASK_UNREFERENCED = "mask_unreferenced"          # a mask on slices the image does not have
 UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
 
 DOCUMENTED = {
@@ -108,5 +111,14 @@ DOCUMENTED = {
                            "from the input; --series_gaps split writes each even run as a volume",
     SERIES_LOCALIZER: "--unit series: a localizer (scout, another orientation) is among the slices; "
                       "--series_gaps split writes it as a record of its own",
+    MASK_INVALID: "a segmentation that is not one as its standard describes: a DICOM file that is no "
+                  "Segmentation, or a SEG without a Segment Sequence, with a frame naming no (or an undescribed) "
+                  "segment, or two frames of one segment on one slice",
+    MASK_GRID_MISMATCH: "a mask that does not lie on its image's grid: other Rows/Columns, Pixel Spacing or "
+                        "Image Orientation (Patient), frames whose spatial locations were not preserved, a frame "
+                        "away from the slice it names, or another Frame of Reference; masks are never resampled",
+    MASK_UNREFERENCED: "a mask with a frame on a slice the image does not have (a SOP Instance UID not among its "
+                       "slices, or a position no slice has), or a frame it cannot place (no source image, no "
+                       "position)",
     UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",
 }
