@@ -457,8 +457,10 @@ def _by_position(seg: Any, kind: str, frames: Sequence[_Frame], slices: Sequence
     out = np.zeros((len(numbers), grid.depth, grid.rows, grid.columns), np.uint16 if kind == FRACTIONAL else np.uint8)
     filled: dict[tuple[int, int], int] = {}
     for frame, k in zip(frames, slices):
-        targets = list(channel.items()) if kind == LABELMAP else [(frame.segment, channel.get(frame.segment))]
-        targets = [(n, c) for n, c in targets if c is not None]
+        if kind == LABELMAP:
+            targets = list(channel.items())
+        else:
+            targets = [(n, c) for n, c in channel.items() if n == frame.segment]
         if not targets:
             continue
         stored = np.asarray(seg.get_stored_frame(frame.number))
