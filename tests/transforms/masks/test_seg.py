@@ -186,6 +186,17 @@ def test_a_slice_without_frames_may_be_missing_from_the_grid(ct):
     np.testing.assert_array_equal(mseg.masks_on_grid(ds, grid), _on_grid(truth, grid))
 
 
+def test_oblique_series_with_shuffled_sources(tmp_path):
+    oblique = _series(str(tmp_path / "oblique"), orientation=sb.OBLIQUE, origin=(10.0, -20.0, 30.0), seed=1)
+    assert oblique.grid.orientation == pytest.approx(sb.OBLIQUE)
+    truth = _truth(oblique, 2, seed=11, empty={1: [0, 1], 6: [0]})
+    order = list(oblique.grid.instance_uids)
+    np.random.default_rng(12).shuffle(order)
+    ds = _write(oblique, order, np.stack([truth[u] for u in order]), "BINARY", "oblique")
+    for grid in (oblique.grid, _positions_only(oblique.grid)):
+        np.testing.assert_array_equal(mseg.masks_on_grid(ds, grid), _on_grid(truth, oblique.grid))
+
+
 # ---------------------------------------------------------------- fractional and label map
 
 
