@@ -53,6 +53,9 @@ setup(
         # gradient): nibabel's nicom.csareader is the kept, tested parser of that private
         # binary format; ours would be a second one (docs/DICOM.md, "Geometry").
         "nibabel>=5.0",
+        # RTSTRUCT contours filled on their image's pixel grid (transforms/masks/rtstruct.py): scikit-image's
+        # point-in-polygon rasteriser (vertex and edge labels) rather than one of our own
+        "scikit-image>=0.21",
         # DICOM Segmentation masks (transforms/masks/seg.py): highdicom decodes and indexes SEG
         # frames by source image (binary, fractional, label map); the tests also build their
         # independent Enhanced multi-frame objects with it
@@ -66,6 +69,9 @@ setup(
                  # independent converters the geometry, mosaic and diffusion tests compare
                  # against (tests/transforms/series/): dcm2niix's own binary, and ITK's GDCM reader
                  "dcm2niix>=1.0.20240202", "SimpleITK>=2.3",
+                 # independent RTSTRUCT writer and reader for tests/transforms/masks/test_rtstruct.py
+                 # (it pulls opencv-python, whose findContours traces the masks)
+                 "rt-utils>=1.2.7",
                  # scripts/static_checks.sh (ruff.toml, mypy.ini), run by .ci/run
                  "ruff>=0.6", "mypy>=1.10"],
     },

@@ -1,1 +1,1 @@
-"""Masks and regions: segmentation labels aligned voxel for voxel with their images (issue 33)."""
+"""Segmentation masks aligned voxel for voxel with the image records they label (issue 33)."""

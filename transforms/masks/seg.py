@@ -27,8 +27,9 @@ are never resampled: a SEG that does not lie on the image's grid is refused with
 
 - ``mask_grid_mismatch``: its Rows/Columns, Pixel Spacing or Image Orientation (Patient)
   differ from the image's, its frames say their spatial locations were not preserved, a
-  frame placed by UID lies elsewhere than the slice it names, or (placing by position) its
-  Frame of Reference is another;
+  frame placed by UID lies elsewhere than the slice it names;
+- ``frame_of_reference_mismatch`` (placing by position): its Frame of Reference UID is not
+  the image's;
 - ``mask_unreferenced``: a frame segments a slice the grid does not have (by UID, or a
   position no slice has), or names no slice and has no position to place it by;
 - ``mask_invalid``: not a Segmentation, or one whose segments or frames are not described
@@ -399,7 +400,9 @@ def _slices_by_position(ds: pydicom.Dataset, frames: Sequence[_Frame], grid: Gri
                               "and the image grid has no slice positions to place them by")
     ours = _text(ds, "FrameOfReferenceUID")
     if ours and grid.frame_of_reference_uid and ours != grid.frame_of_reference_uid:
-        raise _mismatch("the SEG's Frame of Reference UID is not the image's, so its positions are not the image's")
+        raise ConversionError(reasons.FRAME_OF_REFERENCE_MISMATCH,
+                              "the SEG's Frame of Reference UID is not the image's: its frame positions are in "
+                              "another coordinate system (pair it with the series it was drawn on)")
     unplaced = [f for f in frames if f.position is None]
     if unplaced:
         raise ConversionError(reasons.MASK_UNREFERENCED,

@@ -286,14 +286,15 @@ def test_a_seg_of_a_cropped_copy_is_a_grid_mismatch(ct, tmp_path):
         assert _reason(lambda: mseg.masks_on_grid(ds, grid)) == reasons.MASK_GRID_MISMATCH
 
 
-def test_other_spacing_orientation_or_positions_are_a_grid_mismatch(ct, binary):
+def test_other_spacing_orientation_positions_or_frame_of_reference_are_refused(ct, binary):
     others = [dataclasses.replace(ct.grid, pixel_spacing=(0.7, 0.95)),
               dataclasses.replace(ct.grid, orientation=sb.rotated(sb.AXIAL, (0.0, 0.0, 5.0))),
               # UIDs say where; the positions say elsewhere: a SEG of another geometry
-              dataclasses.replace(ct.grid, positions=tuple((x, y, z + 0.5) for x, y, z in ct.grid.positions)),
-              dataclasses.replace(_positions_only(ct.grid), frame_of_reference_uid="1.2.3.4")]
+              dataclasses.replace(ct.grid, positions=tuple((x, y, z + 0.5) for x, y, z in ct.grid.positions))]
     for grid in others:
         assert _reason(lambda: mseg.masks_on_grid(binary, grid)) == reasons.MASK_GRID_MISMATCH
+    other_frame = dataclasses.replace(_positions_only(ct.grid), frame_of_reference_uid="1.2.3.4")
+    assert _reason(lambda: mseg.masks_on_grid(binary, other_frame)) == reasons.FRAME_OF_REFERENCE_MISMATCH
     near = tuple((x, y, z + 0.0004) for x, y, z in ct.grid.positions)          # within 1e-3 mm
     assert mseg.masks_on_grid(binary, dataclasses.replace(_positions_only(ct.grid), positions=near)).any()
 

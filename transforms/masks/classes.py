@@ -1,0 +1,169 @@
+"""Mask classes: ROI and segment names mapped to classes by a mapping file, and masks laid out.
+
+An RTSTRUCT's ROI names and a SEG's segment labels are free text typed at a planning
+workstation ("GTV_p", "Lung L", "Pat Smith lung"): they can hold patient names, so they are
+never written; the mapping file turns each into one of a fixed list of classes, in the manner
+of med-imagetools' ROI dictionary. Two forms:
+
+- YAML: ``{class: [pattern, ...]}`` (or one pattern as a string), classes in file order;
+- CSV with a header ``name,class[,match]``: ``match`` is ``exact`` (the default) or ``regex``;
+  classes in the order they first appear.
+
+A YAML pattern and a ``regex`` row are Python regular expressions matched against the whole
+name, ignoring case; an ``exact`` row matches the name itself, ignoring case and surrounding
+spaces. A name takes the class of the first rule (in file order) it matches; one that matches
+none is no class (the caller decides what that means). Class indices are 1..N in the order of
+the classes; 0 is background.
+
+Layouts (``--mask_layout``): ``label_map``, one class per voxel (uint8, uint16 past 255
+classes) where overlapping classes resolve to the one listed FIRST (list the specific
+structure, a tumour, before the organ around it); ``channels``, one binary uint8 channel per
+class, overlaps kept.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import re
+from typing import Optional, Sequence
+
+import numpy as np
+
+from dcm2tfrecord.dataset.errors import OptionError
+
+LABEL_MAP = "label_map"
+CHANNELS = "channels"
+LAYOUTS = (LABEL_MAP, CHANNELS)
+
+
+class MappingError(OptionError, ValueError):
+    """A class mapping file that cannot be used: one line naming the file, the line and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    pattern: str
+    class_name: str
+    regex: bool
+
+    def matches(self, name: str) -> bool:
+        if self.regex:
+            return re.fullmatch(self.pattern, name.strip(), flags=re.IGNORECASE) is not None
+        return name.strip().casefold() == self.pattern.strip().casefold()
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassMap:
+    """The classes, in order, and the rules naming them."""
+    classes: tuple[str, ...]
+    rules: tuple[Rule, ...]
+
+    def class_of(self, name: str) -> Optional[str]:
+        """The class of a raw ROI/segment name, or None."""
+        return next((rule.class_name for rule in self.rules if rule.matches(name)), None)
+
+    def index_of(self, name: str) -> int:
+        """1-based class index of a raw name; 0 when it maps to no class."""
+        found = self.class_of(name)
+        return self.classes.index(found) + 1 if found is not None else 0
+
+
+def _checked(pattern: str, where: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise MappingError(f"{where}: {pattern!r} is not a regular expression ({exc}); escape it "
+                           f"(e.g. GTV\\+) or give it as an exact name") from None
+    return pattern
+
+
+def parse_mapping(text: str, source: str) -> ClassMap:
+    """A ClassMap from a mapping file's text; YAML unless ``source`` ends with .csv."""
+    if source.lower().endswith(".csv"):
+        return _parse_csv(text, source)
+    return _parse_yaml(text, source)
+
+
+def _parse_yaml(text: str, source: str) -> ClassMap:
+    import yaml
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise MappingError(f"class mapping {source} is not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not data:
+        raise MappingError(f"class mapping {source}: expected a mapping of class -> [pattern, ...], "
+                           f"e.g. 'Lung: [\"lung.*\", \"poumon\"]'")
+    classes, rules = [], []
+    for class_name, patterns in data.items():
+        class_name = str(class_name).strip()
+        if not class_name:
+            raise MappingError(f"class mapping {source}: an empty class name")
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+            raise MappingError(f"class mapping {source}: class {class_name!r} needs a pattern or a list of them")
+        classes.append(class_name)
+        rules += [Rule(_checked(p, f"class mapping {source}, class {class_name!r}"), class_name, True)
+                  for p in patterns]
+    return ClassMap(tuple(classes), tuple(rules))
+
+
+def _parse_csv(text: str, source: str) -> ClassMap:
+    reader = csv.DictReader(io.StringIO(text))
+    fields = [f.strip() for f in reader.fieldnames or ()]
+    if "name" not in fields or "class" not in fields:
+        raise MappingError(f"class mapping {source}: the header must name the columns name,class[,match] "
+                           f"(it has {','.join(fields) or 'none'})")
+    classes: list[str] = []
+    rules = []
+    for line, row in enumerate(reader, start=2):
+        row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
+        name, class_name, match = row.get("name", ""), row.get("class", ""), row.get("match", "") or "exact"
+        if not name or not class_name:
+            raise MappingError(f"class mapping {source}:{line}: a row needs a name and a class")
+        if match not in ("exact", "regex"):
+            raise MappingError(f"class mapping {source}:{line}: match is {match!r}; give exact or regex")
+        if match == "regex":
+            _checked(name, f"class mapping {source}:{line}")
+        if class_name not in classes:
+            classes.append(class_name)
+        rules.append(Rule(name, class_name, match == "regex"))
+    if not rules:
+        raise MappingError(f"class mapping {source}: no rows")
+    return ClassMap(tuple(classes), tuple(rules))
+
+
+def layout(masks: np.ndarray, how: str) -> np.ndarray:
+    """Per-class masks ``[classes, k, j, i]`` (bool, in class order) as a record's mask:
+    ``label_map`` -> ``[k, j, i, 1]`` class indices, the first class winning an overlap;
+    ``channels`` -> ``[k, j, i, classes]`` uint8 0/1."""
+    masks = np.asarray(masks, dtype=bool)
+    if masks.ndim != 4:
+        raise ValueError(f"masks must be [classes, k, j, i], not {masks.shape}")
+    count = masks.shape[0]
+    if how == CHANNELS:
+        return np.ascontiguousarray(np.moveaxis(masks, 0, -1).astype(np.uint8))
+    if how != LABEL_MAP:
+        raise ValueError(f"mask layout {how!r}: give one of {', '.join(LAYOUTS)}")
+    dtype = np.uint8 if count < 256 else np.uint16
+    out = np.zeros(masks.shape[1:], dtype=dtype)
+    for index in range(count, 0, -1):           # the last class first: earlier ones overwrite it
+        out[masks[index - 1]] = index
+    return out[..., None]
+
+
+def merged(masks: Sequence[np.ndarray], names: Sequence[str], class_map: ClassMap,
+           shape: tuple[int, int, int]) -> tuple[np.ndarray, list[str]]:
+    """Per-ROI (or per-segment) masks and their raw names -> per-class masks ``[classes, k, j, i]``
+    (the union of a class's ROIs), and the raw names that map to no class (for the caller's
+    outcome; never written)."""
+    out = np.zeros((len(class_map.classes),) + tuple(shape), dtype=bool)
+    unmapped = []
+    for mask, name in zip(masks, names):
+        index = class_map.index_of(name)
+        if index:
+            out[index - 1] |= np.asarray(mask, dtype=bool)
+        else:
+            unmapped.append(name)
+    return out, unmapped

@@ -1,0 +1,362 @@
+"""RTSTRUCT regions of interest, rasterised onto the grid of the image series they were drawn on.
+
+An RT Structure Set (PS3.3 A.19) draws each ROI as planar polygons in patient space (LPS mm,
+C.7.6.2.1.1): the Structure Set ROI Sequence (3006,0020) lists the ROIs (ROI Number, ROI Name,
+Referenced Frame of Reference UID); the ROI Contour Sequence (3006,0039) holds each ROI's contours
+(Contour Geometric Type (3006,0042), Contour Data (3006,0050) as x\\y\\z triplets and, optionally, the
+Contour Image Sequence (3006,0016) naming the image a contour lies on). ``rasterise`` turns them into
+boolean masks ``[roi, k, j, i]`` on an image volume's grid: the record's ``[depth, height, width]``,
+whose ``dicom/affine`` maps ``[k, j, i, 1]`` to LPS mm (transforms.dicom.patient_space; docs/DICOM.md,
+"Geometry"). Pure functions of a parsed header: no Beam, no file access.
+
+The rules, one contour at a time:
+
+- **Its slice.** The slice normal n is the grid's row x column cosines. A contour belongs to the
+  slice its Contour Image Sequence's Referenced SOP Instance UID names, when the grid carries the
+  slices' UIDs and holds that one; else to the slice nearest its plane (its points' mean projection
+  on n). Either way every point must lie within half the slice spacing of that slice along n (the
+  median step between the grid's slices; a grid of one slice: ``Grid.slice_spacing``, else 1 mm as
+  in transforms.dicom.patient_space): a contour beyond that, off the series' slabs or across
+  several slices (drawn on a reformat), is on no image of the grid and fails as
+  ``contour_off_grid``, naming its ROI number (never its name: names can hold patient names).
+- **Its pixels.** Each point p goes to the slice's (row, column) coordinates with the inverse of
+  the in-plane part of the affine: row = (p - P_k) . c / row spacing, column = (p - P_k) . r /
+  column spacing, with P_k that slice's own Image Position (a tilted gantry's in-plane shift is
+  kept), r and c the row and column cosines (Image Orientation (Patient)), the spacings Pixel
+  Spacing's two values. Pixel (j, i)'s centre is row j, column i. The coordinates are snapped to
+  1/256 pixel: contours made from masks (rt-utils, OpenCV's findContours, many auto-contouring
+  exports) run through the centres of a region's edge pixels, and come back through float32
+  affines and decimal strings a few millionths of a pixel off them, which would make every edge
+  pixel a coin toss; the snap moves no point more than 1/512 pixel.
+- **Inside.** scikit-image's polygon rasteriser (``skimage.measure.grid_points_in_poly``, the
+  point-in-polygon test of ``skimage.draw.polygon``) labels each pixel centre of the contour's
+  bounding box outside, inside, or on the contour's path (a vertex or an edge). C.8.8.6.3: "Points
+  in space lying along the path defined by the contour are considered to be part of the ROI", so a
+  pixel centre on any contour's path is in the ROI. Elsewhere a pixel is in the ROI when an odd
+  number of the ROI's contours on that slice enclose it (exclusive or, the even-odd rule): the
+  standard's rule for contours of type CLOSEDPLANAR_XOR (C.8.8.6.3, "the XOR technique": the
+  contours are combined by a geometric exclusive disjunction, in any order), and the reading that
+  plastimatch, platipy and dcmrtstruct2nii give nested CLOSED_PLANAR contours: a contour inside
+  another is a hole, a contour inside the hole an island; a union would fill every hole. A keyhole
+  contour (C.8.8.6.3's other technique: one polygon that reaches the inner outline through an
+  arbitrarily narrow channel) is one polygon and needs no rule. Two CLOSED_PLANAR contours of one
+  ROI that overlap without nesting cancel where they overlap: that is what XOR says.
+- **Ignored.** POINT, OPEN_PLANAR and OPEN_NONPLANAR contours (C.8.8.6.1: markers, lines and
+  applicator paths) enclose no area and draw nothing. An ROI without contours is an empty mask.
+  Contour Slab Thickness and Contour Offset Vector (C.8.8.6.2) are not applied: each contour
+  marks the one image it lies on. Parts of a contour outside the image's rows and columns are
+  cut off at its edge.
+- **Frames of reference.** Contour Data lie in the ROI's Referenced Frame of Reference; when the
+  grid names its image's Frame of Reference UID and an ROI's differs, the masks would be in
+  another coordinate system: ``frame_of_reference_mismatch``.
+
+``roi_info`` and ``referenced`` read only metadata: what a caller maps ROIs to classes by (their
+raw names, returned, never logged) and what a pipeline joins the structure set to its image
+series on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional, Sequence
+
+import numpy as np
+from skimage.measure import grid_points_in_poly
+
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import patient_space
+from dcm2tfrecord.transforms.errors import ConversionError
+
+RT_STRUCTURE_SET_STORAGE = "1.2.840.10008.5.1.4.1.1.481.3"
+CLOSED = ("CLOSED_PLANAR", "CLOSEDPLANAR_XOR")        # C.8.8.6.1: the types that enclose an area
+SNAP = 256.0                                          # pixel coordinates snapped to 1/SNAP pixel
+_SINGLE_SLICE_SPACING = 1.0                           # mm; patient_space's step for a record of one slice
+_INSIDE = 1                                           # grid_points_in_poly's labels: 0 outside, 2 vertex, 3 edge
+_PLANE_TOLERANCE = 1e-4                               # mm beyond half the slice spacing (decimal strings)
+
+
+@dataclasses.dataclass(frozen=True)
+class Roi:
+    """One ROI of a structure set (Structure Set ROI Sequence), metadata only."""
+    number: int                        # ROI Number (3006,0022): what contours reference
+    name: str                          # ROI Name (3006,0026), raw: for class mapping, never logged
+    frame_of_reference_uid: str        # Referenced Frame of Reference UID (3006,0024)
+    contours: int                      # items in its ROI Contour Sequence item's Contour Sequence
+    interpreted_type: str = ""         # RT ROI Interpreted Type (3006,00A4): ORGAN, PTV, ... when given
+
+
+@dataclasses.dataclass(frozen=True)
+class Referenced:
+    """What a structure set was drawn on: the keys a pipeline joins it to its image series by."""
+    series_uids: tuple[str, ...]       # Referenced Frame of Reference > RT Referenced Study > Series
+    frame_of_reference_uid: str        # the (first) Referenced Frame of Reference Sequence item's
+    sop_instance_uids: tuple[str, ...]  # the images named by Contour Image Sequences, first seen first
+    study_uids: tuple[str, ...] = ()   # RT Referenced Study Sequence's Referenced SOP Instance UIDs
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """An image volume's grid: its slices in record order (k), rows (j) and columns (i)."""
+    positions: Sequence[Sequence[float]]   # Image Position (Patient) of each slice, record order, LPS mm
+    orientation: Sequence[float]           # Image Orientation (Patient): row then column cosines
+    pixel_spacing: Sequence[float]         # Pixel Spacing: (row spacing, column spacing), mm
+    rows: int
+    columns: int
+    sop_instance_uids: Sequence[str] = ()  # each slice's SOP Instance UID, record order (optional)
+    frame_of_reference_uid: str = ""       # the image's Frame of Reference UID (optional: checked when given)
+    slice_spacing: float = 0.0             # mm, for a grid of one slice (more: measured from positions)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value).strip()
+
+
+def _items(ds: Any, keyword: str) -> list:
+    value = ds.get(keyword) if ds is not None else None
+    return list(value) if value else []
+
+
+def _roi_number(item: Any, keyword: str, where: str) -> int:
+    value = item.get(keyword)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        reason, why = (reasons.MISSING_ATTRIBUTE, "absent") if value is None else (reasons.INVALID_VALUE,
+                                                                                   "not an integer")
+        raise ConversionError(reason, f"RTSTRUCT: {where} has no usable {keyword} ({why}); the structure set "
+                                      "is malformed: re-export it") from None
+
+
+def _check_structure_set(ds: Any) -> None:
+    sop_class = _text(ds.get("SOPClassUID"))
+    if sop_class and sop_class != RT_STRUCTURE_SET_STORAGE:
+        raise ConversionError(reasons.INVALID_VALUE,
+                              f"not an RT Structure Set: SOP Class UID {sop_class} (an RTSTRUCT is "
+                              f"{RT_STRUCTURE_SET_STORAGE})")
+    if "StructureSetROISequence" not in ds:
+        raise ConversionError(reasons.MISSING_ATTRIBUTE,
+                              "RTSTRUCT without a Structure Set ROI Sequence (3006,0020): it names no ROI; "
+                              "re-export the structure set")
+
+
+def _contour_sequences(ds: Any) -> dict[int, list]:
+    """ROI number -> its contours (Contour Sequence items), from the ROI Contour Sequence."""
+    out: dict[int, list] = {}
+    for index, item in enumerate(_items(ds, "ROIContourSequence")):
+        number = _roi_number(item, "ReferencedROINumber", f"ROI Contour Sequence item {index + 1}")
+        out.setdefault(number, []).extend(_items(item, "ContourSequence"))
+    return out
+
+
+def roi_info(ds: Any) -> list[Roi]:
+    """The structure set's ROIs in Structure Set ROI Sequence order: number, raw name, frame of
+    reference, contour count (and RT ROI Interpreted Type where RT ROI Observations give one)."""
+    _check_structure_set(ds)
+    contours = _contour_sequences(ds)
+    interpreted: dict[int, str] = {}
+    for item in _items(ds, "RTROIObservationsSequence"):
+        try:
+            interpreted.setdefault(int(item.get("ReferencedROINumber")), _text(item.get("RTROIInterpretedType")))
+        except (TypeError, ValueError):
+            continue                                  # an observation only adds a type; never fails the set
+    out = []
+    for index, item in enumerate(_items(ds, "StructureSetROISequence")):
+        number = _roi_number(item, "ROINumber", f"Structure Set ROI Sequence item {index + 1}")
+        out.append(Roi(number, _text(item.get("ROIName")), _text(item.get("ReferencedFrameOfReferenceUID")),
+                       len(contours.get(number, ())), interpreted.get(number, "")))
+    return out
+
+
+def referenced(ds: Any) -> Referenced:
+    """The series, frame of reference and images the structure set references (metadata only)."""
+    _check_structure_set(ds)
+    series: list[str] = []
+    studies: list[str] = []
+    images: list[str] = []
+
+    def add(values: list[str], value: Any) -> None:
+        text = _text(value)
+        if text and text not in values:
+            values.append(text)
+
+    frames = _items(ds, "ReferencedFrameOfReferenceSequence")
+    for frame in frames:
+        for study in _items(frame, "RTReferencedStudySequence"):
+            add(studies, study.get("ReferencedSOPInstanceUID"))
+            for ref_series in _items(study, "RTReferencedSeriesSequence"):
+                add(series, ref_series.get("SeriesInstanceUID"))
+                for image in _items(ref_series, "ContourImageSequence"):
+                    add(images, image.get("ReferencedSOPInstanceUID"))
+    for roi in _items(ds, "ROIContourSequence"):
+        for contour in _items(roi, "ContourSequence"):
+            for image in _items(contour, "ContourImageSequence"):
+                add(images, image.get("ReferencedSOPInstanceUID"))
+    frame_uid = _text(frames[0].get("FrameOfReferenceUID")) if frames else ""
+    if not frame_uid:                                  # older sets: only the ROIs name their frame
+        frame_uid = next((_text(item.get("ReferencedFrameOfReferenceUID"))
+                          for item in _items(ds, "StructureSetROISequence")
+                          if _text(item.get("ReferencedFrameOfReferenceUID"))), "")
+    return Referenced(tuple(series), frame_uid, tuple(images), tuple(studies))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plane:
+    """The grid in the numbers rasterising needs."""
+    positions: np.ndarray          # [k, 3]
+    row_cos: np.ndarray            # direction of increasing column index
+    col_cos: np.ndarray            # direction of increasing row index
+    normal: np.ndarray
+    heights: np.ndarray            # [k] each slice's position along the normal
+    half_spacing: float            # mm along the normal a contour may lie from its slice
+    row_spacing: float
+    column_spacing: float
+    rows: int
+    columns: int
+    by_uid: dict
+
+
+def _plane(grid: Grid) -> _Plane:
+    cosines = patient_space.orientation(grid.orientation)
+    spacing = patient_space.floats(grid.pixel_spacing, 2)
+    positions = np.asarray(grid.positions, float)
+    rows, columns = int(grid.rows), int(grid.columns)
+    if not cosines:
+        raise ConversionError(reasons.INVALID_VALUE, "image grid: Image Orientation (Patient) is not two unit, "
+                                                     "orthogonal direction cosine vectors; masks need it")
+    if not spacing or min(spacing) <= 0:
+        raise ConversionError(reasons.INVALID_VALUE, "image grid: Pixel Spacing is not two positive numbers; "
+                                                     "masks need it")
+    if positions.ndim != 2 or positions.shape[1:] != (3,) or not len(positions) \
+            or not np.isfinite(positions).all():
+        raise ConversionError(reasons.INVALID_VALUE, "image grid: slice positions must be one finite "
+                                                     "(x, y, z) per slice, at least one")
+    if rows <= 0 or columns <= 0:
+        raise ConversionError(reasons.INVALID_VALUE, f"image grid: {rows} rows x {columns} columns")
+    uids = [_text(u) for u in grid.sop_instance_uids]
+    if uids and len(uids) != len(positions):
+        raise ConversionError(reasons.INVALID_VALUE, f"image grid: {len(uids)} SOP Instance UIDs for "
+                                                     f"{len(positions)} slice positions")
+    row_cos = np.asarray(cosines[:3]) / np.linalg.norm(cosines[:3])
+    col_cos = np.asarray(cosines[3:]) / np.linalg.norm(cosines[3:])
+    normal = patient_space.normal(cosines)
+    heights = positions @ normal
+    if len(heights) > 1:
+        steps = np.diff(np.sort(heights))
+        step = float(np.median(steps))
+        if step <= 0:
+            raise ConversionError(reasons.INVALID_VALUE, "image grid: slices share positions along the normal; "
+                                                         "a mask grid needs one slice per position")
+    else:
+        step = float(grid.slice_spacing) if grid.slice_spacing and grid.slice_spacing > 0 else _SINGLE_SLICE_SPACING
+    return _Plane(positions, row_cos, col_cos, normal, heights, step / 2, float(spacing[0]), float(spacing[1]),
+                  rows, columns, {u: k for k, u in enumerate(uids) if u})
+
+
+def _points(contour: Any, roi: int, index: int) -> Optional[np.ndarray]:
+    """A closed contour's points [n, 3], or None for a contour that draws nothing."""
+    kind = _text(contour.get("ContourGeometricType")).upper()
+    if kind not in CLOSED:
+        return None                                   # POINT / OPEN_PLANAR / OPEN_NONPLANAR: no area
+    data = contour.get("ContourData")
+    try:
+        points = np.asarray([float(v) for v in (data or ())], float)
+    except (TypeError, ValueError):
+        points = np.asarray([math.nan])
+    if not len(points):
+        return None                                   # an empty contour item encloses nothing
+    if len(points) % 3 or not np.isfinite(points).all():
+        raise ConversionError(reasons.INVALID_VALUE,
+                              f"RTSTRUCT ROI {roi}: contour {index + 1}'s Contour Data (3006,0050) is not finite "
+                              f"x\\y\\z triplets ({len(points)} values); re-export the structure set")
+    return points.reshape(-1, 3)
+
+
+def _slice_of(points: np.ndarray, contour: Any, plane: _Plane, roi: int, index: int) -> int:
+    heights = points @ plane.normal
+    k: Optional[int] = None
+    for image in _items(contour, "ContourImageSequence") if plane.by_uid else ():
+        k = plane.by_uid.get(_text(image.get("ReferencedSOPInstanceUID")))
+        if k is not None:
+            break
+    which = f"slice {k}, the image it references" if k is not None else "the nearest slice"
+    if k is None:
+        k = int(np.argmin(np.abs(plane.heights - float(heights.mean()))))
+    off = float(np.max(np.abs(heights - plane.heights[k])))
+    if off > plane.half_spacing + _PLANE_TOLERANCE:
+        spread = float(heights.max() - heights.min())
+        across = f"; its points span {spread:.2f} mm along it" if spread > plane.half_spacing else ""
+        raise ConversionError(reasons.CONTOUR_OFF_GRID,
+                              f"RTSTRUCT ROI {roi}: contour {index + 1} lies {off:.2f} mm along the slice normal "
+                              f"from {which} (slices {2 * plane.half_spacing:.2f} mm apart{across}): it is on no "
+                              "slice of the image series; check that the structure set was drawn on this series")
+    return k
+
+
+def _pixel_coordinates(points: np.ndarray, k: int, plane: _Plane) -> np.ndarray:
+    """[n, 2] (row, column) coordinates of ``points`` on slice k, snapped to 1/SNAP pixel."""
+    offset = points - plane.positions[k]
+    coords = np.stack([offset @ plane.col_cos / plane.row_spacing, offset @ plane.row_cos / plane.column_spacing],
+                      axis=1)
+    return np.round(coords * SNAP) / SNAP
+
+
+def _draw(parity: np.ndarray, path: np.ndarray, coords: np.ndarray) -> None:
+    """Toggle the pixels ``coords``' polygon encloses in ``parity``; mark those on its path in ``path``."""
+    rows, columns = parity.shape
+    low = np.maximum(np.ceil(coords.min(axis=0)), 0).astype(int)
+    high = np.minimum(np.floor(coords.max(axis=0)), (rows - 1, columns - 1)).astype(int)
+    if (high < low).any():
+        return                                        # between pixel centres, or beyond the image's
+    labels = grid_points_in_poly(tuple(high - low + 1), coords - low, binarize=False)
+    window = (slice(low[0], high[0] + 1), slice(low[1], high[1] + 1))
+    parity[window] ^= labels == _INSIDE
+    path[window] |= labels > _INSIDE
+
+
+def _in_image(coords: np.ndarray, plane: _Plane) -> bool:
+    """Whether the polygon's bounding box meets the image's extent (its pixels' outer edges)."""
+    low, high = coords.min(axis=0), coords.max(axis=0)
+    return bool(high[0] >= -0.5 and high[1] >= -0.5 and low[0] <= plane.rows - 0.5 and low[1] <= plane.columns - 0.5)
+
+
+def rasterise(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Boolean masks [roi, k, j, i] of the structure set's ROIs on ``grid`` (module docstring).
+
+    ROIs come in ``roi_numbers``' order, by default ``roi_info``'s (Structure Set ROI Sequence
+    order). ConversionError: ``contour_off_grid`` for a closed contour on no slice of the grid
+    (or wholly outside its rows and columns), ``frame_of_reference_mismatch`` for an ROI in
+    another frame of reference than the grid's, ``invalid_value`` / ``missing_attribute`` for a
+    malformed structure set or grid.
+    """
+    plane = _plane(grid)
+    rois = {roi.number: roi for roi in roi_info(ds)}
+    numbers = list(rois) if roi_numbers is None else [int(n) for n in roi_numbers]
+    contours = _contour_sequences(ds)
+    fallback_frame = referenced(ds).frame_of_reference_uid
+    image_frame = _text(grid.frame_of_reference_uid)
+    masks = np.zeros((len(numbers), len(plane.positions), plane.rows, plane.columns), bool)
+    for r, number in enumerate(numbers):
+        if number not in rois:
+            raise ConversionError(reasons.INVALID_VALUE, f"RTSTRUCT: no ROI number {number} in its Structure Set "
+                                                         f"ROI Sequence (it has {sorted(rois)})")
+        frame = rois[number].frame_of_reference_uid or fallback_frame
+        if image_frame and frame and frame != image_frame:
+            raise ConversionError(reasons.FRAME_OF_REFERENCE_MISMATCH,
+                                  f"RTSTRUCT ROI {number} lies in Frame of Reference {frame}, the image series in "
+                                  f"{image_frame}: its contours are in another coordinate system; pair the "
+                                  "structure set with the series it was drawn on (or register them first)")
+        path = np.zeros(masks.shape[1:], bool)
+        for index, contour in enumerate(contours.get(number, ())):
+            points = _points(contour, number, index)
+            if points is None:
+                continue
+            k = _slice_of(points, contour, plane, number, index)
+            coords = _pixel_coordinates(points, k, plane)
+            if not _in_image(coords, plane):
+                raise ConversionError(reasons.CONTOUR_OFF_GRID,
+                                      f"RTSTRUCT ROI {number}: contour {index + 1} lies on slice {k} of the image "
+                                      f"series but wholly outside its {plane.rows} x {plane.columns} pixels; check "
+                                      "that the structure set was drawn on this series")
+            _draw(masks[r, k], path[k], coords)
+        masks[r] |= path
+    return masks
