@@ -56,14 +56,16 @@ setup(
         # RTSTRUCT contours filled on their image's pixel grid (transforms/masks/rtstruct.py): scikit-image's
         # point-in-polygon rasteriser (vertex and edge labels) rather than one of our own
         "scikit-image>=0.21",
+        # DICOM Segmentation masks (transforms/masks/seg.py): highdicom decodes and indexes SEG
+        # frames by source image (binary, fractional, label map); the tests also build their
+        # independent Enhanced multi-frame objects with it
+        "highdicom>=0.28",
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",
                  "grain>=0.2",
                  # run_tests.sh: one worker per core (the suite fits CI's 20 minutes)
                  "pytest-xdist>=3.5",
-                 # independent Enhanced multi-frame objects for tests/transforms/dicom/test_enhanced_multiframe.py
-                 "highdicom>=0.28",
                  # independent converters the geometry, mosaic and diffusion tests compare
                  # against (tests/transforms/series/): dcm2niix's own binary, and ITK's GDCM reader
                  "dcm2niix>=1.0.20240202", "SimpleITK>=2.3",

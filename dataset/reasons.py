@@ -51,6 +51,9 @@ SERIES_MISSING_SLICES = "series_missing_slices"  # gaps of whole slices: slices 
 SERIES_LOCALIZER = "series_localizer"            # a localizer (scout) among the series' slices
 CONTOUR_OFF_GRID = "contour_off_grid"            # RTSTRUCT: a closed contour on no slice of its image series
 FRAME_OF_REFERENCE_MISMATCH = "frame_of_reference_mismatch"  # a mask in another frame than its image
+MASK_INVALID = "mask_invalid"                    # a segmentation (DICOM SEG) not described as its standard requires
+MASK_GRID_MISMATCH = "mask_grid_mismatch"        # a mask whose grid (size, spacing, orientation) is not its image's
+MASK_UNREFERENCED = "mask_unreferenced"          # a mask on slices the image does not have
 UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
 
 DOCUMENTED = {
@@ -114,6 +117,16 @@ DOCUMENTED = {
                       "onto (more than half the slice spacing from every slice along the normal, or wholly "
                       "outside its rows and columns); the message names the ROI by number",
     FRAME_OF_REFERENCE_MISMATCH: "a structure set ROI whose Referenced Frame of Reference UID differs from "
-                                 "the Frame of Reference UID of the image series it is rasterised onto",
+                                 "the Frame of Reference UID of the image series it is rasterised onto, or a "
+                                 "DICOM SEG placed by position whose Frame of Reference UID is not its image's",
+    MASK_INVALID: "a segmentation that is not one as its standard describes: a DICOM file that is no "
+                  "Segmentation, or a SEG without a Segment Sequence, with a frame naming no (or an undescribed) "
+                  "segment, or two frames of one segment on one slice",
+    MASK_GRID_MISMATCH: "a mask that does not lie on its image's grid: other Rows/Columns, Pixel Spacing or "
+                        "Image Orientation (Patient), frames whose spatial locations were not preserved, a frame "
+                        "away from the slice it names; masks are never resampled",
+    MASK_UNREFERENCED: "a mask with a frame on a slice the image does not have (a SOP Instance UID not among its "
+                       "slices, or a position no slice has), or a frame it cannot place (no source image, no "
+                       "position)",
     UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",
 }

@@ -1,0 +1,527 @@
+"""DICOM Segmentation (SEG) masks on the grid of the image volume they segment.
+
+A Segmentation (SOP Class 1.2.840.10008.5.1.4.1.1.66.4, BINARY or FRACTIONAL, and the
+Label Map Segmentation 1.2.840.10008.5.1.4.1.1.66.7) is a multi-frame object whose frames
+are segments x planes of the image it was drawn on, each frame naming the image slice it
+segments (Derivation Image Sequence > Source Image Sequence) and/or where it lies (Plane
+Position (Patient)). Writers omit frames without content, so a SEG usually holds fewer
+planes than the image has slices, in any order.
+
+Three pure functions, no Beam:
+
+- ``segment_info``: each segment's number, raw label, category and type codes and
+  algorithm type, from the header alone (no pixel data is read or decoded);
+- ``referenced``: the Series and SOP Instance UIDs the SEG references and its Frame of
+  Reference UID: what a pipeline joins the SEG to its image series on (header alone);
+- ``masks_on_grid``: the masks, ``[segments, k, j, i]``, on a ``Grid``: the image volume as
+  a record holds it (its slices in record order, transforms.series.volumes; rows j,
+  columns i, as docs/DICOM.md "Geometry" and transforms.dicom.patient_space describe).
+
+Alignment (``masks_on_grid``): by the SOP Instance UID each frame names, when the grid has
+its slices' UIDs (all different) and every frame names exactly one source image (the
+pixels through highdicom's ``Segmentation.get_pixels_by_source_instance``); otherwise by
+each frame's Image Position (Patient), matched to the grid's slice positions within
+``POSITION_TOLERANCE_MM`` (3-D distance). Slices the SEG has no frame for are zeros. Masks
+are never resampled: a SEG that does not lie on the image's grid is refused with a reason
+(docs/CONVERTING.md):
+
+- ``mask_grid_mismatch``: its Rows/Columns, Pixel Spacing or Image Orientation (Patient)
+  differ from the image's, its frames say their spatial locations were not preserved, a
+  frame placed by UID lies elsewhere than the slice it names;
+- ``frame_of_reference_mismatch`` (placing by position): its Frame of Reference UID is not
+  the image's;
+- ``mask_unreferenced``: a frame segments a slice the grid does not have (by UID, or a
+  position no slice has), or names no slice and has no position to place it by;
+- ``mask_invalid``: not a Segmentation, or one whose segments or frames are not described
+  as PS3.3 C.8.20 requires (no Segment Sequence, a frame without its segment, two frames of
+  one segment on one slice).
+
+Values: BINARY and LABELMAP masks are ``bool``. FRACTIONAL masks are the fraction itself,
+``float32`` in [0, 1] (the stored value / Maximum Fractional Value, exactly that division in
+float32), so that a probability or occupancy map keeps its information; with
+``fractional_threshold=t`` they are ``bool``, ``fraction >= t`` (e.g. 0.5).
+
+Raw segment labels can hold whatever the annotator typed (even a patient's name): they are
+returned for class mapping and never put in an error message.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Sequence, Union
+
+import numpy as np
+import pydicom
+from pydicom.errors import InvalidDicomError
+
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.errors import ConversionError
+
+if TYPE_CHECKING:
+    from dcm2tfrecord.transforms.values import ProbedRecord
+
+SEG_STORAGE = "1.2.840.10008.5.1.4.1.1.66.4"
+LABEL_MAP_SEG_STORAGE = "1.2.840.10008.5.1.4.1.1.66.7"
+SOP_CLASSES = (SEG_STORAGE, LABEL_MAP_SEG_STORAGE)
+BINARY, FRACTIONAL, LABELMAP = "BINARY", "FRACTIONAL", "LABELMAP"
+
+POSITION_TOLERANCE_MM = 1e-3       # a frame lies on a slice when their positions are this close
+ORIENTATION_TOLERANCE = 1e-3       # per direction cosine (transforms.series.volumes groups slices so)
+SPACING_TOLERANCE = 1e-4           # relative, per Pixel Spacing value
+_NOT_PRESERVED = ("NO", "REORIENTED_ONLY")   # Spatial Locations Preserved: the pixels moved
+
+Source = Union[pydicom.Dataset, str, "os.PathLike[str]", BinaryIO]
+
+
+@dataclasses.dataclass(frozen=True)
+class Code:
+    """A coded concept: (code value, coding scheme designator, code meaning)."""
+    value: str
+    scheme: str
+    meaning: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """One segment of a SEG (Segment Sequence item, PS3.3 C.8.20.2)."""
+    number: int                    # Segment Number (1, 2, ...): what the frames refer to
+    label: str                     # Segment Label as written: raw text, for class mapping only
+    category: Optional[Code]       # Segmented Property Category Code
+    type: Optional[Code]           # Segmented Property Type Code
+    algorithm_type: str            # Segment Algorithm Type: MANUAL, SEMIAUTOMATIC or AUTOMATIC
+    algorithm_name: str = ""       # Segment Algorithm Name, where given
+
+
+@dataclasses.dataclass(frozen=True)
+class Referenced:
+    """What a SEG was drawn on: the keys that join it to its image series."""
+    series_uids: tuple[str, ...]      # Referenced Series Sequence's Series Instance UIDs
+    instance_uids: tuple[str, ...]    # the SOP Instance UIDs it references (series list and frames)
+    frame_of_reference_uid: str       # "" when absent
+    study_uid: str = ""               # the SEG's Study Instance UID (its images')
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """The image volume a mask must lie on, its slices in record order (k).
+
+    ``instance_uids`` (one per slice) and/or ``positions`` (Image Position (Patient), LPS mm,
+    one per slice) are required; ``orientation`` (6 cosines), ``pixel_spacing`` (DICOM's
+    row spacing, column spacing) and ``frame_of_reference_uid`` are checked against the
+    SEG where both have them.
+    """
+    rows: int
+    columns: int
+    instance_uids: tuple[str, ...] = ()
+    positions: tuple[tuple[float, float, float], ...] = ()
+    orientation: tuple[float, ...] = ()
+    pixel_spacing: tuple[float, ...] = ()
+    frame_of_reference_uid: str = ""
+
+    def __post_init__(self) -> None:
+        if self.rows < 1 or self.columns < 1:
+            raise ValueError(f"a grid of {self.rows} x {self.columns} pixels")
+        if not self.instance_uids and not self.positions:
+            raise ValueError("a grid needs its slices' SOP Instance UIDs or positions")
+        if self.instance_uids and self.positions and len(self.instance_uids) != len(self.positions):
+            raise ValueError(f"{len(self.instance_uids)} UIDs for {len(self.positions)} positions")
+        if any(len(p) != 3 for p in self.positions):
+            raise ValueError("a position is 3 numbers")
+        if self.orientation and len(self.orientation) != 6:
+            raise ValueError("an orientation is 6 direction cosines")
+        if self.pixel_spacing and len(self.pixel_spacing) != 2:
+            raise ValueError("a pixel spacing is 2 numbers (row spacing, column spacing)")
+
+    @property
+    def depth(self) -> int:
+        return len(self.instance_uids or self.positions)
+
+    @classmethod
+    def of_slices(cls, slices: Sequence["ProbedRecord"], pixel_spacing: Sequence[float] = (),
+                  frame_of_reference_uid: str = "") -> "Grid":
+        """The grid of a series volume's probed slices in record order
+        (transforms.series.volumes.Volume.members): UIDs, positions and orientation from
+        their headers; Pixel Spacing is not probed, so the caller passes it where known."""
+        first = slices[0]
+        uids = tuple(s.ids.sop_uid if s.ids else "" for s in slices)
+        infos = [s.slice_info for s in slices]
+        positions = tuple(tuple(float(v) for v in i.position) for i in infos if i is not None and
+                          len(i.position) == 3)
+        orientation = tuple(float(v) for v in (infos[0].orientation if infos[0] is not None else ()))
+        return cls(rows=first.spec.height, columns=first.spec.width,
+                   instance_uids=uids if all(uids) else (),
+                   positions=positions if len(positions) == len(slices) else (),  # type: ignore[arg-type]
+                   orientation=orientation if len(orientation) == 6 else (),
+                   pixel_spacing=tuple(float(v) for v in pixel_spacing),
+                   frame_of_reference_uid=frame_of_reference_uid)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frame:
+    number: int                                  # 1-based, as DICOM counts frames
+    segment: Optional[int]                       # Referenced Segment Number; None in a LABELMAP
+    position: Optional[tuple[float, ...]]        # Image Position (Patient)
+    sources: tuple[str, ...]                     # the SOP Instance UIDs it was derived from
+    preserved: tuple[str, ...]                   # their Spatial Locations Preserved values
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _dataset(source: Source, header_only: bool) -> pydicom.Dataset:
+    if isinstance(source, pydicom.Dataset):
+        ds = source
+    else:
+        try:
+            ds = pydicom.dcmread(source, stop_before_pixels=header_only)
+        except OSError as error:
+            why = error.strerror or type(error).__name__
+            raise ConversionError(reasons.UNREADABLE, f"the segmentation could not be read ({why})") from error
+        except (InvalidDicomError, EOFError, ValueError) as error:
+            raise ConversionError(reasons.INVALID_DICOM,
+                                  f"the segmentation does not parse as DICOM ({type(error).__name__})") from error
+    sop_class = str(ds.get("SOPClassUID", ""))
+    if sop_class not in SOP_CLASSES:
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"not a DICOM Segmentation: SOP Class UID {sop_class or '(absent)'}, not "
+                              f"{SEG_STORAGE} (Segmentation) or {LABEL_MAP_SEG_STORAGE} (Label Map Segmentation)")
+    return ds
+
+
+def _text(item: Any, keyword: str) -> str:
+    value = item.get(keyword)
+    return "" if value is None else str(value)
+
+
+def _code(item: Any, keyword: str) -> Optional[Code]:
+    sequence = item.get(keyword)
+    if not sequence:
+        return None
+    code = sequence[0]
+    value = _text(code, "CodeValue") or _text(code, "LongCodeValue") or _text(code, "URNCodeValue")
+    return Code(value, _text(code, "CodingSchemeDesignator"), _text(code, "CodeMeaning"))
+
+
+def segmentation_type(source: Source) -> str:
+    """BINARY, FRACTIONAL or LABELMAP (Segmentation Type; a Label Map Segmentation is LABELMAP)."""
+    ds = _dataset(source, header_only=True)
+    kind = _text(ds, "SegmentationType").upper()
+    if str(ds.SOPClassUID) == LABEL_MAP_SEG_STORAGE:
+        kind = LABELMAP
+    if kind not in (BINARY, FRACTIONAL, LABELMAP):
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"Segmentation Type {kind or '(absent)'}: not BINARY, FRACTIONAL or LABELMAP")
+    return kind
+
+
+def segment_info(source: Source) -> list[Segment]:
+    """The SEG's segments by ascending Segment Number, from the header alone (no pixel
+    data read); ``source`` is a pydicom Dataset, a path or a binary file object."""
+    ds = _dataset(source, header_only=True)
+    items = ds.get("SegmentSequence")
+    if not items:
+        raise ConversionError(reasons.MASK_INVALID, "the segmentation has no Segment Sequence (0062,0002)")
+    out = []
+    for index, item in enumerate(items):
+        number = item.get("SegmentNumber")
+        try:
+            number = int(number)
+        except (TypeError, ValueError):
+            number = None
+        if number is None:
+            raise ConversionError(reasons.MASK_INVALID,
+                                  f"Segment Sequence item {index + 1} has no Segment Number (0062,0004)")
+        out.append(Segment(number, _text(item, "SegmentLabel"),
+                           _code(item, "SegmentedPropertyCategoryCodeSequence"),
+                           _code(item, "SegmentedPropertyTypeCodeSequence"),
+                           _text(item, "SegmentAlgorithmType"), _text(item, "SegmentAlgorithmName")))
+    numbers = [s.number for s in out]
+    if len(set(numbers)) != len(numbers):
+        repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+        raise ConversionError(reasons.MASK_INVALID, f"Segment Number(s) {repeated} given to more than one segment")
+    return sorted(out, key=lambda s: s.number)
+
+
+def _add(seen: dict[str, None], value: Any) -> None:
+    if value:
+        seen.setdefault(str(value), None)
+
+
+def _frame_items(ds: pydicom.Dataset) -> tuple[Any, Sequence[Any]]:
+    shared = ds.get("SharedFunctionalGroupsSequence")
+    per_frame = ds.get("PerFrameFunctionalGroupsSequence") or []
+    return (shared[0] if shared else None), per_frame
+
+
+def _group(frame: Any, shared: Any, keyword: str) -> Any:
+    """A functional group's first item: the frame's own, else the shared one, else None."""
+    for holder in (frame, shared):
+        if holder is not None:
+            sequence = holder.get(keyword)
+            if sequence:
+                return sequence[0]
+    return None
+
+
+def _sources(frame: Any, shared: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The SOP Instance UIDs one frame was derived from, and their Spatial Locations Preserved."""
+    uids: list[str] = []
+    preserved: list[str] = []
+    for holder in (frame, shared):
+        if holder is None or not holder.get("DerivationImageSequence"):
+            continue
+        for derivation in holder.DerivationImageSequence:
+            for item in derivation.get("SourceImageSequence") or []:
+                if item.get("ReferencedSOPInstanceUID"):
+                    uids.append(str(item.ReferencedSOPInstanceUID))
+                    preserved.append(_text(item, "SpatialLocationsPreserved").upper())
+        break                                  # the frame's own derivation, else the shared one
+    return tuple(uids), tuple(preserved)
+
+
+def referenced(source: Source) -> Referenced:
+    """The image series and instances the SEG was drawn on and its Frame of Reference UID,
+    from the header alone: the Referenced Series Sequence's series and instances, then any
+    further instances its frames' Source Image Sequences name, each once, in file order."""
+    ds = _dataset(source, header_only=True)
+    series: dict[str, None] = {}
+    instances: dict[str, None] = {}
+    for item in ds.get("ReferencedSeriesSequence") or []:
+        _add(series, item.get("SeriesInstanceUID"))
+        for instance in item.get("ReferencedInstanceSequence") or []:
+            _add(instances, instance.get("ReferencedSOPInstanceUID"))
+    shared, per_frame = _frame_items(ds)
+    for frame in per_frame or [None]:
+        for uid in _sources(frame, shared)[0]:
+            _add(instances, uid)
+    return Referenced(tuple(series), tuple(instances), _text(ds, "FrameOfReferenceUID"), _text(ds, "StudyInstanceUID"))
+
+
+def _floats(item: Any, keyword: str, count: int) -> Optional[tuple[float, ...]]:
+    if item is None or item.get(keyword) is None:
+        return None
+    try:
+        values = tuple(float(v) for v in item.get(keyword))
+    except (TypeError, ValueError):
+        return None
+    return values if len(values) == count and all(np.isfinite(values)) else None
+
+
+def _frames(ds: pydicom.Dataset, kind: str) -> list[_Frame]:
+    shared, per_frame = _frame_items(ds)
+    count = int(ds.get("NumberOfFrames") or 1)
+    if len(per_frame) != count:
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"{len(per_frame)} Per-Frame Functional Groups for {count} frames (Number of Frames)")
+    out = []
+    for index, frame in enumerate(per_frame):
+        segment = None
+        if kind != LABELMAP:
+            identification = _group(frame, shared, "SegmentIdentificationSequence")
+            segment = identification.get("ReferencedSegmentNumber") if identification is not None else None
+            if segment is None:
+                raise ConversionError(reasons.MASK_INVALID,
+                                      f"frame {index + 1} names no segment (Segment Identification Sequence)")
+        plane = _group(frame, shared, "PlanePositionSequence")
+        uids, preserved = _sources(frame, shared)
+        out.append(_Frame(index + 1, None if segment is None else int(segment),
+                          _floats(plane, "ImagePositionPatient", 3), uids, preserved))
+    return out
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _mismatch(message: str) -> ConversionError:
+    return ConversionError(reasons.MASK_GRID_MISMATCH, message + ": a SEG of another image or of a resampled one "
+                                                                 "(masks are never resampled)")
+
+
+def _check_grid(ds: pydicom.Dataset, frames: Sequence[_Frame], grid: Grid) -> None:
+    rows, columns = int(ds.get("Rows") or 0), int(ds.get("Columns") or 0)
+    if (rows, columns) != (grid.rows, grid.columns):
+        raise _mismatch(f"the SEG's frames are {rows} x {columns} pixels (Rows x Columns), the image's slices "
+                        f"{grid.rows} x {grid.columns}")
+    shared, per_frame = _frame_items(ds)
+    for index, frame in enumerate(per_frame):
+        orientation = _floats(_group(frame, shared, "PlaneOrientationSequence"), "ImageOrientationPatient", 6)
+        if orientation is not None and grid.orientation:
+            worst = float(np.max(np.abs(np.subtract(orientation, grid.orientation))))
+            if worst > ORIENTATION_TOLERANCE:
+                raise _mismatch(f"the SEG's frame {index + 1} has Image Orientation (Patient) "
+                                f"{[round(v, 6) for v in orientation]}, the image "
+                                f"{[round(float(v), 6) for v in grid.orientation]}")
+        spacing = _floats(_group(frame, shared, "PixelMeasuresSequence"), "PixelSpacing", 2)
+        if spacing is not None and grid.pixel_spacing:
+            ours = np.asarray(grid.pixel_spacing, float)
+            if np.any(np.abs(np.subtract(spacing, ours)) > SPACING_TOLERANCE * np.maximum(np.abs(ours), 1e-9)):
+                raise _mismatch(f"the SEG's frame {index + 1} has Pixel Spacing {[round(v, 6) for v in spacing]} mm, "
+                                f"the image {[round(float(v), 6) for v in ours]} mm")
+        if shared is not None and frame.get("PlaneOrientationSequence") is None \
+                and frame.get("PixelMeasuresSequence") is None:
+            break                                # shared by every frame: checked once
+    moved = [f for f in frames if any(p in _NOT_PRESERVED for p in f.preserved)]
+    if moved:
+        raise _mismatch(f"{len(moved)} of the SEG's frames (e.g. frame {moved[0].number}) say Spatial Locations "
+                        f"Preserved {next(p for p in moved[0].preserved if p in _NOT_PRESERVED)}: their pixels do "
+                        f"not lie where the source image's do")
+
+
+def _slices_by_uid(frames: Sequence[_Frame], grid: Grid) -> Optional[list[int]]:
+    """Each frame's slice k by the SOP Instance UID it names, or None when that cannot place them."""
+    if not grid.instance_uids or len(set(grid.instance_uids)) != len(grid.instance_uids):
+        return None
+    if any(len(f.sources) != 1 for f in frames):
+        return None
+    index = {uid: k for k, uid in enumerate(grid.instance_uids)}
+    missing = [f for f in frames if f.sources[0] not in index]
+    if missing:
+        raise ConversionError(reasons.MASK_UNREFERENCED,
+                              f"{len(missing)} of the SEG's {len(frames)} frames (e.g. frame {missing[0].number}) "
+                              f"segment a slice that is not among the image's {grid.depth}: a SEG of another "
+                              f"series, or of slices left out of this volume")
+    slices = [index[f.sources[0]] for f in frames]
+    if grid.positions:
+        for frame, k in zip(frames, slices):
+            if frame.position is None:
+                continue
+            distance = float(np.linalg.norm(np.subtract(frame.position, grid.positions[k])))
+            if distance > POSITION_TOLERANCE_MM:
+                raise _mismatch(f"the SEG's frame {frame.number} lies {distance:.4g} mm from the image slice it "
+                                f"names (slice {k} in record order)")
+    return slices
+
+
+def _slices_by_position(ds: pydicom.Dataset, frames: Sequence[_Frame], grid: Grid) -> list[int]:
+    """Each frame's slice k by its Image Position (Patient), within POSITION_TOLERANCE_MM."""
+    if not grid.positions:
+        raise ConversionError(reasons.MASK_UNREFERENCED,
+                              "the SEG's frames do not each name one slice of the image (Source Image Sequence) "
+                              "and the image grid has no slice positions to place them by")
+    ours = _text(ds, "FrameOfReferenceUID")
+    if ours and grid.frame_of_reference_uid and ours != grid.frame_of_reference_uid:
+        raise ConversionError(reasons.FRAME_OF_REFERENCE_MISMATCH,
+                              "the SEG's Frame of Reference UID is not the image's: its frame positions are in "
+                              "another coordinate system (pair it with the series it was drawn on)")
+    unplaced = [f for f in frames if f.position is None]
+    if unplaced:
+        raise ConversionError(reasons.MASK_UNREFERENCED,
+                              f"{len(unplaced)} of the SEG's frames (e.g. frame {unplaced[0].number}) have no Image "
+                              f"Position (Patient) and do not name one slice of the image")
+    slices = np.asarray(grid.positions, float)
+    placed = np.asarray([f.position for f in frames], float)
+    nearest = np.empty(len(frames), int)
+    distance = np.empty(len(frames))
+    for start in range(0, len(frames), 256):                    # frames x slices x 3 stays small
+        block = np.linalg.norm(placed[start:start + 256, None, :] - slices[None, :, :], axis=2)
+        nearest[start:start + 256] = block.argmin(axis=1)
+        distance[start:start + 256] = block.min(axis=1)
+    off = np.flatnonzero(distance > POSITION_TOLERANCE_MM)
+    if off.size:
+        first = int(off[0])
+        raise ConversionError(reasons.MASK_UNREFERENCED,
+                              f"{off.size} of the SEG's {len(frames)} frames (e.g. frame {frames[first].number}, "
+                              f"{distance[first]:.4g} mm from the nearest slice) lie on no slice of the image "
+                              f"(positions matched within {POSITION_TOLERANCE_MM:g} mm)")
+    return [int(k) for k in nearest]
+
+
+# ---------------------------------------------------------------- pixels
+
+
+def _highdicom(ds: pydicom.Dataset, owned: bool) -> Any:
+    import highdicom                     # imported on first use: the metadata functions need only pydicom
+
+    try:
+        return highdicom.seg.Segmentation.from_dataset(ds, copy=not owned)
+    except (AttributeError, KeyError, ValueError, TypeError, IndexError) as error:
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"highdicom cannot read the segmentation ({type(error).__name__}): its functional "
+                              f"groups or dimension index are not those of a valid SEG") from error
+
+
+def _by_source_instance(seg: Any, grid: Grid, numbers: Sequence[int]) -> np.ndarray:
+    """[segments, k, j, i] stored values (0/1, or the fractional integers) through highdicom."""
+    try:
+        pixels = seg.get_pixels_by_source_instance(
+            list(grid.instance_uids), segment_numbers=list(numbers), ignore_spatial_locations=True,
+            assert_missing_frames_are_empty=True, rescale_fractional=False)
+    except (KeyError, ValueError, RuntimeError) as error:
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"highdicom cannot index the segmentation's frames by source image "
+                              f"({type(error).__name__})") from error
+    return np.moveaxis(pixels, 3, 0)
+
+
+def _by_position(seg: Any, kind: str, frames: Sequence[_Frame], slices: Sequence[int], grid: Grid,
+                 numbers: Sequence[int]) -> np.ndarray:
+    """[segments, k, j, i] stored values (0/1, or the fractional integers), frame by frame."""
+    channel = {n: c for c, n in enumerate(numbers)}
+    out = np.zeros((len(numbers), grid.depth, grid.rows, grid.columns), np.uint16 if kind == FRACTIONAL else np.uint8)
+    filled: dict[tuple[int, int], int] = {}
+    for frame, k in zip(frames, slices):
+        if kind == LABELMAP:
+            targets = list(channel.items())
+        else:
+            targets = [(n, c) for n, c in channel.items() if n == frame.segment]
+        if not targets:
+            continue
+        stored = np.asarray(seg.get_stored_frame(frame.number))
+        for number, c in targets:
+            if (c, k) in filled:
+                raise ConversionError(reasons.MASK_INVALID,
+                                      f"frames {filled[(c, k)]} and {frame.number} both hold segment {number} on "
+                                      f"slice {k}")
+            filled[(c, k)] = frame.number
+            out[c, k] = (stored == number) if kind == LABELMAP else stored
+    return out
+
+
+def masks_on_grid(source: Source, grid: Grid, segment_numbers: Optional[Sequence[int]] = None,
+                  fractional_threshold: Optional[float] = None, max_voxels: Optional[int] = None) -> np.ndarray:
+    """The SEG's masks on ``grid``: ``[segments, k, j, i]``, segments in ``segment_numbers``'
+    order (default: every segment by ascending number, as ``segment_info`` lists them, but a
+    Label Map's background segment 0, the complement of the others, which is never returned).
+
+    ``bool`` for BINARY and LABELMAP SEGs; ``float32`` fractions in [0, 1] for FRACTIONAL
+    ones, ``bool`` (``fraction >= fractional_threshold``) when a threshold is given. Slices
+    without a frame of a segment are zeros. Alignment and refusals: the module docstring.
+    ``max_voxels`` bounds segments x k x j x i (too_many_pixels beyond it) before any decode.
+    """
+    owned = not isinstance(source, pydicom.Dataset)
+    ds = _dataset(source, header_only=False)
+    if "PixelData" not in ds:
+        raise ConversionError(reasons.MASK_INVALID, "the segmentation has no Pixel Data")
+    kind = segmentation_type(ds)
+    described = [s.number for s in segment_info(ds)]
+    # a label map's segment 0 is its background, the complement of the others (highdicom's rule)
+    known = [n for n in described if not (kind == LABELMAP and n == 0)]
+    numbers = known if segment_numbers is None else [int(n) for n in segment_numbers]
+    unknown = sorted(set(numbers) - set(known))
+    if unknown or not numbers:
+        raise ValueError(f"segment numbers {unknown or '(none)'}: the SEG's segments are {known}")
+    voxels = len(numbers) * grid.depth * grid.rows * grid.columns
+    if max_voxels is not None and voxels > max_voxels:
+        raise ConversionError(reasons.TOO_MANY_PIXELS,
+                              f"{len(numbers)} segments x {grid.depth} x {grid.rows} x {grid.columns} = {voxels} mask "
+                              f"voxels > {max_voxels}")
+    frames = _frames(ds, kind)
+    strays = [f for f in frames if f.segment is not None and f.segment not in described]
+    if strays:
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"frame {strays[0].number} holds segment {strays[0].segment}, which the Segment "
+                              f"Sequence does not describe")
+    _check_grid(ds, frames, grid)
+    slices = _slices_by_uid(frames, grid)
+    seg = _highdicom(ds, owned)
+    if slices is not None:
+        stored = _by_source_instance(seg, grid, numbers)
+    else:
+        stored = _by_position(seg, kind, frames, _slices_by_position(ds, frames, grid), grid, numbers)
+    if kind != FRACTIONAL:
+        return stored > 0
+    maximum = int(ds.get("MaximumFractionalValue") or 0)
+    if maximum < 1:
+        raise ConversionError(reasons.MASK_INVALID, "a FRACTIONAL segmentation without a Maximum Fractional Value")
+    fractions = stored.astype(np.float32) / np.float32(maximum)
+    return fractions if fractional_threshold is None else fractions >= np.float32(fractional_threshold)
