@@ -21,6 +21,7 @@ setup(
         "dcm2tfrecord.transforms.dicom",
         "dcm2tfrecord.transforms.images",
         "dcm2tfrecord.transforms.labels",
+        "dcm2tfrecord.transforms.nifti",
         "dcm2tfrecord.transforms.output",
         "dcm2tfrecord.transforms.planning",
         "dcm2tfrecord.transforms.records",

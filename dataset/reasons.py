@@ -49,6 +49,8 @@ SERIES_UNORDERED = "series_unordered"            # no positions and no instance 
 SERIES_UNEVEN_SPACING = "series_uneven_spacing"  # slices not evenly spaced (a gap that is no whole slice count)
 SERIES_MISSING_SLICES = "series_missing_slices"  # gaps of whole slices: slices absent from the series
 SERIES_LOCALIZER = "series_localizer"            # a localizer (scout) among the series' slices
+INVALID_NIFTI = "invalid_nifti"                  # a NIfTI whose header does not parse (sizeof_hdr, magic, dims...)
+UNSUPPORTED_NIFTI = "unsupported_nifti"          # a valid NIfTI no record holds (complex voxels, 5-D, .hdr/.img)
 UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
 
 DOCUMENTED = {
@@ -57,7 +59,8 @@ DOCUMENTED = {
     BURNED_IN_ANNOTATION: "Burned In Annotation is YES (text in the pixels); --allow_burned_in converts it",
     EMPTY_FILE: "zero-byte file",
     TRUNCATED_FILE: "a DICOM file that ends before its data does: an element's length runs past the end "
-                    "of the file, or the header describes an image and the file ends before its pixel data",
+                    "of the file, or the header describes an image and the file ends before its pixel data; a NIfTI "
+                    "(.nii, .nii.gz) that ends before the voxels its header describes",
     NOT_A_REGULAR_FILE: "a FIFO (named pipe), device or socket matched as an input: not read (local inputs)",
     INFLATED_TOO_LARGE: "a Deflated Explicit VR Little Endian file that inflates past the pixel data its "
                         "header describes plus 32 MiB (a decompression bomb); inflating stops there",
@@ -108,5 +111,10 @@ DOCUMENTED = {
                            "from the input; --series_gaps split writes each even run as a volume",
     SERIES_LOCALIZER: "--unit series: a localizer (scout, another orientation) is among the slices; "
                       "--series_gaps split writes it as a record of its own",
+    INVALID_NIFTI: "a NIfTI-1/NIfTI-2 file (.nii, .nii.gz) whose header does not parse: sizeof_hdr neither "
+                   "348 nor 540, a wrong magic, impossible dims, an unknown datatype code, a qform quaternion "
+                   "of no rotation, or a corrupt gzip stream",
+    UNSUPPORTED_NIFTI: "a valid NIfTI no record holds: complex, float128 or binary voxels, a 5-D or higher "
+                       "image, or the .hdr of a .hdr/.img pair (its voxels are in the .img)",
     UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",
 }
