@@ -89,7 +89,8 @@ class NiftiSpec:
     affine_ras: np.ndarray             # nibabel's img.affine: RAS for [i, j, k, 1], the file's units
     affine_source: str                 # "sform", "qform" or "pixdim"
     spatial_unit: str                  # xyzt_units' space: "mm", "meter", "micron" or "unknown" (read as mm)
-    time_step: float                   # pixdim[4] (xyzt_units' time unit), 0.0 for a 3-D file
+    time_step: float                   # pixdim[4] in time_unit, 0.0 for a 3-D file
+    time_unit: str                     # xyzt_units' time: "sec", "msec", "usec", "hz", ... or "unknown"
     vox_offset: int                    # byte offset of the voxels in the (inflated) file
 
     @property
@@ -341,6 +342,7 @@ def _spec(header, version: int, compressed: bool, size: Optional[int], max_pixel
                      stored_dtype=stored.newbyteorder("=").name, dtype=dtype, slope=slope, inter=inter,
                      affine=LPS_FROM_RAS @ ras_mm @ _REVERSED, affine_ras=ras, affine_source=source,
                      spatial_unit=unit, time_step=float(header["pixdim"][4]) if volumes > 1 else 0.0,
+                     time_unit=time_unit,
                      vox_offset=offset)
     if size is not None and offset + spec._stored_bytes > size:
         raise ConversionError(reasons.TRUNCATED_FILE,

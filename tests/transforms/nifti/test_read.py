@@ -188,7 +188,8 @@ def test_a_4d_file_is_volumes(tmp_path):
     data = _data("int16", (5, 6, 4, 3), seed=2)
     path = _save(tmp_path / "t.nii.gz", data, OBLIQUE, zooms=ZOOMS + (2.0,))
     spec, pixels = nifti.read(path)
-    assert spec.volumes == 3 and spec.shape == (3, 4, 6, 5, 1) == pixels.shape and spec.time_step == 2.0
+    assert spec.volumes == 3 and spec.shape == (3, 4, 6, 5, 1) == pixels.shape
+    assert (spec.time_step, spec.time_unit) == (2.0, "sec")
     np.testing.assert_array_equal(pixels[..., 0], data.transpose(3, 2, 1, 0))
     for t in range(3):
         np.testing.assert_array_equal(pixels[t, ..., 0], data[..., t].transpose(2, 1, 0))
@@ -293,6 +294,9 @@ def test_dcm2niixs_nifti_of_a_series_lies_where_our_dicom_record_does(tmp_path, 
     for source in (path, path + ".gz"):
         spec, pixels = nifti.read(source)
         assert spec.affine_source == "sform" and pixels.shape[-1] == 1
+        # dcm2niix stores CT as int16 with scl_inter -1024: exact over int16's whole range is int32
+        # (the DICOM path's CT rule keeps int16: Hounsfield units; a NIfTI names no modality)
+        assert (spec.stored_dtype, spec.slope, spec.inter, spec.dtype) == ("int16", 1.0, -1024.0, "int32")
         # every corner voxel at one LPS point, the axes matched by value (tests.support.geometry_refs)
         assert refs.assert_same_geometry(dicom_affine, dicom_pixels, spec.affine, pixels[..., 0],
                                          their_space="lps") < refs.TOLERANCE_MM
