@@ -22,6 +22,7 @@ setup(
         "dcm2tfrecord.transforms.images",
         "dcm2tfrecord.transforms.labels",
         "dcm2tfrecord.transforms.masks",
+        "dcm2tfrecord.transforms.nifti",
         "dcm2tfrecord.transforms.output",
         "dcm2tfrecord.transforms.planning",
         "dcm2tfrecord.transforms.records",

@@ -54,6 +54,8 @@ FRAME_OF_REFERENCE_MISMATCH = "frame_of_reference_mismatch"  # a mask in another
 MASK_INVALID = "mask_invalid"                    # a segmentation (DICOM SEG) not described as its standard requires
 MASK_GRID_MISMATCH = "mask_grid_mismatch"        # a mask whose grid (size, spacing, orientation) is not its image's
 MASK_UNREFERENCED = "mask_unreferenced"          # a mask on slices the image does not have
+INVALID_NIFTI = "invalid_nifti"                  # a NIfTI whose header does not parse (sizeof_hdr, magic, dims...)
+UNSUPPORTED_NIFTI = "unsupported_nifti"          # a valid NIfTI no record holds (complex voxels, 5-D, .hdr/.img)
 UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
 
 DOCUMENTED = {
@@ -62,7 +64,8 @@ DOCUMENTED = {
     BURNED_IN_ANNOTATION: "Burned In Annotation is YES (text in the pixels); --allow_burned_in converts it",
     EMPTY_FILE: "zero-byte file",
     TRUNCATED_FILE: "a DICOM file that ends before its data does: an element's length runs past the end "
-                    "of the file, or the header describes an image and the file ends before its pixel data",
+                    "of the file, or the header describes an image and the file ends before its pixel data; a NIfTI "
+                    "(.nii, .nii.gz) that ends before the voxels its header describes",
     NOT_A_REGULAR_FILE: "a FIFO (named pipe), device or socket matched as an input: not read (local inputs)",
     INFLATED_TOO_LARGE: "a Deflated Explicit VR Little Endian file that inflates past the pixel data its "
                         "header describes plus 32 MiB (a decompression bomb); inflating stops there",
@@ -128,5 +131,10 @@ DOCUMENTED = {
     MASK_UNREFERENCED: "a mask with a frame on a slice the image does not have (a SOP Instance UID not among its "
                        "slices, or a position no slice has), or a frame it cannot place (no source image, no "
                        "position)",
+    INVALID_NIFTI: "a NIfTI-1/NIfTI-2 file (.nii, .nii.gz) whose header does not parse: sizeof_hdr neither "
+                   "348 nor 540, a wrong magic, impossible dims, an unknown datatype code, a qform quaternion "
+                   "of no rotation, or a corrupt gzip stream",
+    UNSUPPORTED_NIFTI: "a valid NIfTI no record holds: complex, float128 or binary voxels, a 5-D or higher "
+                       "image, or the .hdr of a .hdr/.img pair (its voxels are in the .img)",
     UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",
 }
