@@ -97,11 +97,11 @@ PINNED = {
         'train-00003-of-00004.tfrecord.idx': '9e531c2b15f0a2a3',
     },
     'labels_splits_gzip_window': {
-        'test-00000-of-00001.tfrecord.gz': '9ab604abc7135c44',
+        'test-00000-of-00001.tfrecord.gz': '5ff7075335a0fa9a',
         'test-00000-of-00001.tfrecord.gz.idx': '229682b7d84ee837',
-        'train-00000-of-00001.tfrecord.gz': 'df08b2e6e312171d',
+        'train-00000-of-00001.tfrecord.gz': '45395d7c9ee09bd0',
         'train-00000-of-00001.tfrecord.gz.idx': '8814a9de04994231',
-        'validation-00000-of-00001.tfrecord.gz': '9011c0c0d1dc4b11',
+        'validation-00000-of-00001.tfrecord.gz': 'f26a2f285bc7fd82',
         'validation-00000-of-00001.tfrecord.gz.idx': '492e563bac7e65ad',
     },
     'series': {

@@ -149,6 +149,27 @@ def features(orientation: Sequence[float], positions: Sequence[Sequence[float]],
             AFFINE: _vector(matrix if matrix is not None else [])}
 
 
+def resized(features: dict, size: tuple[int, int], scaled: tuple[int, int], offset: tuple[int, int]) -> dict:
+    """The geometry features of a record whose slices were resized (transforms.images.geometry):
+    from ``size`` (rows, columns) to ``scaled`` and placed at ``offset`` (rows, columns) in the
+    output (a pad's margin, a crop's negative start). Pixel centres map as Pillow resamples them:
+    output row j' lies at input row (j' - offset + 0.5) * rows / scaled_rows - 0.5."""
+    matrix = np.asarray(features.get(AFFINE, ()), dtype=np.float64)
+    positions = np.asarray(features.get(POSITION, ()), dtype=np.float64).reshape(-1, 3)
+    if matrix.size != 16:
+        return features
+    matrix = matrix.reshape(4, 4)
+    sy, sx = scaled[0] / size[0], scaled[1] / size[1]
+    cy, cx = (0.5 - offset[0]) / sy - 0.5, (0.5 - offset[1]) / sx - 0.5
+    change = np.array([[1.0, 0, 0, 0], [0, 1 / sy, 0, cy], [0, 0, 1 / sx, cx], [0, 0, 0, 1]])
+    out = dict(features)
+    out[AFFINE] = _vector(matrix @ change)
+    if len(positions):
+        shift = cy * matrix[:3, 1] + cx * matrix[:3, 2]
+        out[POSITION] = _vector(positions + shift)
+    return out
+
+
 def spacing_along_normal(features: dict) -> float:
     """The slice step of a record's affine along its slice normal (mm), 0.0 for one slice or
     without an affine."""

@@ -64,6 +64,20 @@ def _cast_like(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return values.astype(dtype)
 
 
+def placement(size: tuple[int, int], target: tuple[int, int], mode: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(the scaled size, where it lies in the output: (top, left), negative for a crop) of a
+    ``size`` image resized to ``target`` (what ``resize`` does, for the record's affine)."""
+    if tuple(size) == tuple(target):
+        return tuple(size), (0, 0)  # type: ignore[return-value]
+    sh, sw = _scaled_size(size[0], size[1], target, mode)
+    th, tw = target
+    if mode == "pad":
+        return (sh, sw), ((th - sh) // 2, (tw - sw) // 2)
+    if mode == "crop":
+        return (sh, sw), (-((sh - th) // 2), -((sw - tw) // 2))
+    return (sh, sw), (0, 0)
+
+
 def resize(arr: np.ndarray, target: tuple[int, int], mode: str = "stretch") -> np.ndarray:
     """(D, H, W, C) -> (D, th, tw, C); pad fills with the image minimum, crop is centred."""
     depth, height, width, channels = arr.shape

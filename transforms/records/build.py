@@ -98,7 +98,11 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
     if settings.channels != "keep":
         pixels = geometry.convert_channels(pixels, settings.channels)
     if settings.resize is not None:
+        size = pixels.shape[1:3]
         pixels = geometry.resize(pixels, settings.resize, settings.resize_mode)
+        if record.kind == "dicom" and patient_space.AFFINE in metadata:     # the affine of the record's voxels
+            scaled, offset = geometry.placement(size, settings.resize, settings.resize_mode)
+            metadata.update(patient_space.resized(metadata, size, scaled, offset))
     if settings.keep_source_path:
         metadata[SOURCE_PATH] = record.source.uri
     return pixels, metadata

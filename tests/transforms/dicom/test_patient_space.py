@@ -72,3 +72,37 @@ def test_direction_cosines_stored_rounded_are_taken_at_unit_length():
     matrix = patient_space.affine(rounded, [(0.0, 0.0, 0.0)], (0.431, 0.431))
     np.testing.assert_allclose(np.linalg.norm(matrix[:3, 1]), 0.431, rtol=1e-12)
     assert patient_space.affine((0.0,) * 6, [(0.0, 0.0, 0.0)], (1.0, 1.0)) is None
+
+
+@pytest.mark.parametrize("resize, mode, to_old", [
+    ((64, 64), "stretch", lambda j, i: (2 * j + 0.5, 2 * i + 0.5)),
+    ((64, 96), "pad", lambda j, i: (2 * j + 0.5, 2 * (i - 16) + 0.5)),
+    ((64, 32), "crop", lambda j, i: (2 * j + 0.5, 2 * (i + 16) + 0.5)),
+    ((256, 256), "stretch", lambda j, i: ((j + 0.5) / 2 - 0.5, (i + 0.5) / 2 - 0.5)),
+])
+def test_a_resized_record_says_where_its_own_voxels_lie(resize, mode, to_old):
+    """CT_small (128 x 128) through the write path with --resize: voxel (j, i) of the record is
+    the point of the original image its pixel centre was resampled from (Pillow's mapping)."""
+    import dataclasses
+    import os
+    from pydicom.data import get_testdata_file
+    from dcm2tfrecord.transforms.records.build import decode_record
+    from dcm2tfrecord.transforms.records.probe import probe_file
+    from dcm2tfrecord.transforms.settings import DecodeSettings
+    from dcm2tfrecord.transforms.values import SourceFile
+    path = get_testdata_file("CT_small.dcm")
+    source = SourceFile(path, "ct.dcm", os.path.getsize(path), 0.0)
+
+    def decoded(settings):
+        record = probe_file(source, settings=settings)
+        with open(path, "rb") as handle:
+            return decode_record(record, handle, settings)
+    plain = DecodeSettings(id_salt="s")
+    _, original = decoded(plain)
+    pixels, resized = decoded(dataclasses.replace(plain, resize=resize, resize_mode=mode))
+    assert pixels.shape[1:3] == resize
+    old = np.asarray(original[patient_space.AFFINE], float).reshape(4, 4)
+    new = np.asarray(resized[patient_space.AFFINE], float).reshape(4, 4)
+    for j, i in [(0, 0), (resize[0] - 1, resize[1] - 1), (3, 7)]:
+        np.testing.assert_allclose(new @ [0, j, i, 1], old @ [0, *to_old(j, i), 1], atol=1e-3)
+    np.testing.assert_allclose(resized[patient_space.POSITION], (new @ [0, 0, 0, 1])[:3], atol=1e-3)
