@@ -61,6 +61,9 @@ setup(
         # frames by source image (binary, fractional, label map); the tests also build their
         # independent Enhanced multi-frame objects with it
         "highdicom>=0.28",
+        # --class_map's YAML form (transforms/masks/classes.py); Beam depends on it too, named
+        # here because we import it ourselves
+        "pyyaml>=5.4",
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",

@@ -29,6 +29,12 @@ FORMAT = "format"
 SOURCE_PATH = "source_path"
 DICOM_PREFIX = "dicom/"       # dicom/<keyword> metadata features
 SHAPE_FEATURES = (DEPTH, HEIGHT, WIDTH, CHANNELS)     # the order of a record's [d, h, w, c]
+# --class_map (issue 33): the mask, [depth, height, width, MASK_CHANNELS] of MASK_DTYPE, aligned
+# voxel for voxel with IMAGE_RAW; dataset.json's "mask_classes" names its classes
+MASK_RAW = "mask_raw"
+MASK_DTYPE = "mask_dtype"
+MASK_CHANNELS = "mask_channels"
+MASK_CLASSES = "mask_classes"
 
 CORE_FEATURES = {
     IMAGE_RAW: {"dtype": "bytes", "shape": [], "encoding": ENCODING_RAW,

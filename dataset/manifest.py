@@ -328,7 +328,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
                    splits_sharing_groups: Sequence[str] = (),
                    min_shards: Optional[Mapping[str, tuple[int, int]]] = None,
                    base_version: Optional[tuple[str, str]] = None,
-                   written_also_failed: int = 0) -> Manifest:
+                   written_also_failed: int = 0, mask_classes: Optional[Sequence[str]] = None) -> Manifest:
     """dataset.json content (``.to_json()`` is the object written).
 
     ``features``: the features beyond CORE_FEATURES (``dicom/*``, ``source_path``);
@@ -338,7 +338,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     ``min_shards``: per split, (shards requested, shards honoured); ``base_version``:
     ``(name, rebuild reason)`` of the version an ``--incremental`` run built on;
     ``written_also_failed``: inputs the shards counted written that are also failed
-    outcomes (a file some of whose frames were written): each counts once, as failed.
+    outcomes (a file some of whose frames were written): each counts once, as failed;
+    ``mask_classes``: with masks (``mask_raw``), the class names, index 1 first (0 is background).
     """
     results, outcomes = list(results), list(outcomes)
     by_split: dict = {}
@@ -386,7 +387,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         errors_file=ERRORS_NAME,
         options=dict(options),
         labels=extra.get("labels"), groups=extra.get("groups"), min_shards=extra.get("min_shards"),
-        incremental=extra.get("incremental"))
+        incremental=extra.get("incremental"),
+        extra={} if mask_classes is None else {"mask_classes": list(mask_classes)})
 
 
 def encode_manifest(manifest: Manifest | Mapping) -> str:

@@ -56,6 +56,8 @@ MASK_GRID_MISMATCH = "mask_grid_mismatch"        # a mask whose grid (size, spac
 MASK_UNREFERENCED = "mask_unreferenced"          # a mask on slices the image does not have
 INVALID_NIFTI = "invalid_nifti"                  # a NIfTI whose header does not parse (sizeof_hdr, magic, dims...)
 UNSUPPORTED_NIFTI = "unsupported_nifti"          # a valid NIfTI no record holds (complex voxels, 5-D, .hdr/.img)
+MASK_WITHOUT_IMAGE = "mask_without_image"        # --class_map: an annotation whose series is not among the inputs
+MISSING_MASK = "missing_mask"                    # --class_map: a series with no annotation (--missing_mask)
 UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
 
 DOCUMENTED = {
@@ -65,7 +67,7 @@ DOCUMENTED = {
     EMPTY_FILE: "zero-byte file",
     TRUNCATED_FILE: "a DICOM file that ends before its data does: an element's length runs past the end "
                     "of the file, or the header describes an image and the file ends before its pixel data; a NIfTI "
-                    "(.nii, .nii.gz) that ends before the voxels its header describes",
+                    "image (plain or compressed) that ends before the voxels its header describes",
     NOT_A_REGULAR_FILE: "a FIFO (named pipe), device or socket matched as an input: not read (local inputs)",
     INFLATED_TOO_LARGE: "a Deflated Explicit VR Little Endian file that inflates past the pixel data its "
                         "header describes plus 32 MiB (a decompression bomb); inflating stops there",
@@ -131,10 +133,14 @@ DOCUMENTED = {
     MASK_UNREFERENCED: "a mask with a frame on a slice the image does not have (a SOP Instance UID not among its "
                        "slices, or a position no slice has), or a frame it cannot place (no source image, no "
                        "position)",
-    INVALID_NIFTI: "a NIfTI-1/NIfTI-2 file (.nii, .nii.gz) whose header does not parse: sizeof_hdr neither "
+    INVALID_NIFTI: "a NIfTI-1/NIfTI-2 file (plain or compressed) whose header does not parse: sizeof_hdr neither "
                    "348 nor 540, a wrong magic, impossible dims, an unknown datatype code, a qform quaternion "
-                   "of no rotation, or a corrupt gzip stream",
+                   "of no rotation, or a corrupt compressed stream",
     UNSUPPORTED_NIFTI: "a valid NIfTI no record holds: complex, float128 or binary voxels, a 5-D or higher "
                        "image, or the .hdr of a .hdr/.img pair (its voxels are in the .img)",
+    MASK_WITHOUT_IMAGE: "--class_map: a SEG or RTSTRUCT whose referenced series has no image among the inputs "
+                        "(its uri is the annotation)",
+    MISSING_MASK: "--class_map: a series no SEG or RTSTRUCT annotates; --missing_mask skip (skipped), error "
+                  "(failed) or empty (written with an all-background mask)",
     UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",
 }

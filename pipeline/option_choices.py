@@ -78,6 +78,17 @@ class SeriesGaps(StrEnum):
     SPLIT = "split"
 
 
+class MaskLayout(StrEnum):
+    LABEL_MAP = "label_map"
+    BINARY = "binary"
+
+
+class MissingMask(StrEnum):
+    SKIP = "skip"
+    EMPTY = "empty"
+    ERROR = "error"
+
+
 class Series4d(StrEnum):
     SPLIT = "split"
     STACK = "stack"

@@ -29,12 +29,14 @@ from typing import Any, Callable, Optional
 
 from dcm2tfrecord.pipeline.locations import absolute, recorded_location
 from dcm2tfrecord.pipeline.option_choices import (Channels, Compression, DicomValues, Duplicates, Frames,
-                                                  LabelKey, LabelKeyCase, MissingLabel, Progress, ResizeMode,
-                                                  Series4d, SeriesGaps, SplitBy, Unit, WindowBits, values)
+                                                  LabelKey, LabelKeyCase, MaskLayout, MissingLabel, MissingMask,
+                                                  Progress, ResizeMode, Series4d, SeriesGaps, SplitBy, Unit,
+                                                  WindowBits, values)
 from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV, resolve_salt
 from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.transforms.dicom.voi import PRESETS, parse_window
 from dcm2tfrecord.transforms.images.geometry import parse_resize
+from dcm2tfrecord.transforms.masks.classes import load as load_class_map
 from dcm2tfrecord.transforms.settings import MAX_SALT_BYTES, ConversionSettings, DecodeSettings, ShardBounds
 from dcm2tfrecord.transforms.splits.assign import parse_splits
 
@@ -380,6 +382,26 @@ class ConvertOptions:
         Template("Multi-label", "true: labels like a|b|c become a multi-hot vector. false (default).",
                  (_BOOL,)),
         setting="conversion.multi_label"))
+    class_map: Optional[str] = declare(Option(
+        "class_map", "masks from the DICOM SEG and RTSTRUCT files among the inputs (--unit series): a YAML "
+        "{class: [regex, ...]} or CSV name,class[,match] file mapping their ROI and segment names to classes, "
+        "local or gs://", _LABELS,
+        Template("Class map", "Optional YAML or CSV on Cloud Storage mapping SEG segment and RTSTRUCT ROI names "
+                 "to mask classes; with it the annotations become each series' mask_raw.", (_GCS,)),
+        metavar="FILE", setting="decode.class_map",
+        to_setting=lambda v: load_class_map(absolute(v)) if v else None))
+    mask_layout: MaskLayout = declare(Option(
+        "mask_layout", "--class_map: label_map (one class index per voxel, the first-listed class winning an "
+        "overlap) or binary (one 0/1 channel per class)", _LABELS,
+        Template("Mask layout", "label_map (default: class indices, 0 background) or binary (one binary "
+                 "channel per class)."),
+        setting="decode.mask_layout"))
+    missing_mask: MissingMask = declare(Option(
+        "missing_mask", "--class_map, a series no annotation covers: skip, error, or empty (an all-background "
+        "mask)", _LABELS,
+        Template("Series without a mask", "skip (default), error (counted as failed) or empty (written with "
+                 "an all-background mask)."),
+        setting="decode.missing_mask"))
     labels_from_dirs: bool = declare(Option(
         "labels_from_dirs", "class = parent folder name (ImageNet layout)", _LABELS,
         Template("Labels from folders", "true: the class is the parent folder name (ImageNet layout). "
@@ -478,6 +500,7 @@ class ConvertOptions:
         if not self.record_input_paths:
             out["inputs"] = [recorded_location(p, self.salt()) for p in self.inputs]
             out["labels"] = recorded_location(self.labels, self.salt()) if self.labels else None
+            out["class_map"] = recorded_location(self.class_map, self.salt()) if self.class_map else None
         out["splits"] = dict(parse_splits(self.splits))
         out["id_salt"] = ("random (hashes differ every run)" if self.salt() == RANDOM_SALT
                           else "set (not recorded)")

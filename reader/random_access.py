@@ -31,7 +31,7 @@ import numpy as np
 
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.dataset.example import decode_example
-from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL
+from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL, MASK_CHANNELS, MASK_DTYPE, MASK_RAW
 from dcm2tfrecord.dataset.manifest import Manifest, missing_manifest, parse_manifest
 from dcm2tfrecord.dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
 from dcm2tfrecord.dataset.versions import locate_dataset
@@ -222,7 +222,22 @@ class RandomAccess:
         if not raw:
             raise ValueError(f"{where}: feature {IMAGE_RAW!r} is missing")
         out["image"] = self._image(raw[0], out, where)
+        if MASK_RAW in out:
+            out["mask"] = self._mask(out.pop(MASK_RAW), out, where)
         return out
+
+    def _mask(self, raw, features: dict, where: str) -> np.ndarray:
+        """A record's mask (--class_map) as ``image`` is shaped: [d, h, w, mask_channels]
+        (no depth axis for a split of 2-D records)."""
+        raw = raw[0] if isinstance(raw, (list, tuple)) else raw
+        stored = features[MASK_DTYPE]
+        stored = stored.decode() if isinstance(stored, bytes) else str(stored)
+        shape = tuple(int(features[k]) for k in SHAPE_FEATURES[:3]) + (int(features[MASK_CHANNELS]),)
+        values = np.frombuffer(raw, dtype=np.dtype(stored).newbyteorder("<"))
+        if values.size != int(np.prod(shape)):
+            raise CorruptRecordError(f"{where}: {values.size} {stored} mask values for shape {list(shape)}")
+        mask = values.reshape(shape).astype(np.dtype(stored))
+        return mask if self.layout.volume else mask[0]
 
     def _image(self, raw: bytes, features: dict, where: str) -> np.ndarray:
         layout = self.layout

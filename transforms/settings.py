@@ -5,9 +5,12 @@ import dataclasses
 import os
 import socket
 import stat
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from dcm2tfrecord.dataset.errors import OptionError
+
+if TYPE_CHECKING:
+    from dcm2tfrecord.transforms.masks.classes import ClassMap
 
 DEFAULT_MAX_PIXELS = 1 << 28
 MB = 1 << 20
@@ -37,6 +40,9 @@ class DecodeSettings:
     frames: str = "stack"               # stack | split
     series_gaps: str = "fail"           # fail | split (transforms.series.volumes)
     series_4d: str = "split"            # split | stack (transforms.series.volumes)
+    class_map: Optional["ClassMap"] = None   # with --class_map: masks on (transforms.masks.classes)
+    mask_layout: str = "label_map"      # label_map | channels (transforms.masks.classes)
+    missing_mask: str = "skip"          # skip | empty | error: a series no annotation covers
     id_salt: str = ""                   # HMAC key for identifiers; never written
     id_salt_file: str = ""              # where workers read id_salt at setup (--id_salt_file)
     keep_tags: tuple[str, ...] = ()

@@ -166,6 +166,11 @@ class ProbedRecord:
     # (docs/DICOM.md, "4-D series and diffusion")
     volumes: int = 1
     volume_index: int = 0
+    # --class_map (transforms.masks.annotation): an annotation's kind (seg, rtstruct) when the
+    # record is one; a volume's annotations, (SourceFile, kind) pairs, and its mask's planned bytes
+    annotation: str = ""
+    annotations: tuple = ()
+    mask_bytes: int = 0
 
     def __reduce__(self):
         # One flat tuple: the record's fields in order, with its source, spec, identifiers
@@ -189,8 +194,8 @@ class ProbedRecord:
 
     @property
     def sources(self) -> tuple[SourceFile, ...]:
-        """The files this record is made of."""
-        return self.members or (self.source,)
+        """The files this record is made of (a volume's annotations too)."""
+        return (self.members or (self.source,)) + tuple(source for source, _ in self.annotations)
 
     @property
     def counts_sources(self) -> bool:
@@ -201,7 +206,7 @@ class ProbedRecord:
     @property
     def planned_bytes(self) -> int:
         """Bytes this record adds to its shard, estimated from the header."""
-        return self.spec.num_pixel_bytes + RECORD_OVERHEAD_BYTES
+        return self.spec.num_pixel_bytes + self.mask_bytes + RECORD_OVERHEAD_BYTES
 
 
 def _built(cls: type[_T], names: tuple, values) -> _T:

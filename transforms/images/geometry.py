@@ -102,6 +102,28 @@ def resize(arr: np.ndarray, target: tuple[int, int], mode: str = "stretch") -> n
     return np.ascontiguousarray(_cast_like(out, arr.dtype))
 
 
+def resize_nearest(arr: np.ndarray, target: tuple[int, int], mode: str = "stretch") -> np.ndarray:
+    """``resize`` for a mask: nearest neighbour (class indices never blend), on the same placement
+    (``placement``), a pad filled with 0 (background)."""
+    depth, height, width, channels = arr.shape
+    if (height, width) == tuple(target):
+        return arr
+    (sh, sw), (top, left) = placement((height, width), target, mode)
+    scaled = np.empty((depth, sh, sw, channels), dtype=arr.dtype)
+    for d in range(depth):
+        for c in range(channels):
+            plane = Image.fromarray(arr[d, :, :, c].astype(np.int32), mode="I")
+            scaled[d, :, :, c] = np.asarray(plane.resize((sw, sh), Image.Resampling.NEAREST)).astype(arr.dtype)
+    th, tw = target
+    out = np.zeros((depth, th, tw, channels), dtype=arr.dtype)
+    rows = slice(max(top, 0), max(top, 0) + min(sh, th))
+    cols = slice(max(left, 0), max(left, 0) + min(sw, tw))
+    src_rows = slice(max(-top, 0), max(-top, 0) + min(sh, th))
+    src_cols = slice(max(-left, 0), max(-left, 0) + min(sw, tw))
+    out[:, rows, cols, :] = scaled[:, src_rows, src_cols, :]
+    return np.ascontiguousarray(out)
+
+
 def convert_channels(arr: np.ndarray, channels: str) -> np.ndarray:
     """'keep', '1' (RGB -> BT.601 luma) or '3' (gray repeated)."""
     if channels == "keep" or arr.shape[-1] == int(channels):

@@ -17,7 +17,7 @@ the classes; 0 is background.
 
 Layouts (``--mask_layout``): ``label_map``, one class per voxel (uint8, uint16 past 255
 classes) where overlapping classes resolve to the one listed FIRST (list the specific
-structure, a tumour, before the organ around it); ``channels``, one binary uint8 channel per
+structure, a tumour, before the organ around it); ``binary``, one binary uint8 channel per
 class, overlaps kept.
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ import numpy as np
 from dcm2tfrecord.dataset.errors import OptionError
 
 LABEL_MAP = "label_map"
-CHANNELS = "channels"
-LAYOUTS = (LABEL_MAP, CHANNELS)
+BINARY = "binary"
+LAYOUTS = (LABEL_MAP, BINARY)
 
 
 class MappingError(OptionError, ValueError):
@@ -134,15 +134,35 @@ def _parse_csv(text: str, source: str) -> ClassMap:
     return ClassMap(tuple(classes), tuple(rules))
 
 
+MAX_MAPPING_BYTES = 1 << 20
+
+
+def load(uri: str) -> ClassMap:
+    """The mapping file at ``uri`` (local or gs://), parsed; MappingError naming it otherwise."""
+    from apache_beam.io.filesystems import FileSystems
+    try:
+        with FileSystems.open(uri) as handle:
+            data = handle.read(MAX_MAPPING_BYTES + 1)
+    except Exception as exc:
+        raise MappingError(f"--class_map {uri}: cannot be read ({type(exc).__name__}: {exc})") from None
+    if len(data) > MAX_MAPPING_BYTES:
+        raise MappingError(f"--class_map {uri} is larger than {MAX_MAPPING_BYTES} bytes: is it the right file?")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise MappingError(f"--class_map {uri} is not UTF-8 text") from None
+    return parse_mapping(text, uri)
+
+
 def layout(masks: np.ndarray, how: str) -> np.ndarray:
     """Per-class masks ``[classes, k, j, i]`` (bool, in class order) as a record's mask:
     ``label_map`` -> ``[k, j, i, 1]`` class indices, the first class winning an overlap;
-    ``channels`` -> ``[k, j, i, classes]`` uint8 0/1."""
+    ``binary`` -> ``[k, j, i, classes]`` uint8 0/1."""
     masks = np.asarray(masks, dtype=bool)
     if masks.ndim != 4:
         raise ValueError(f"masks must be [classes, k, j, i], not {masks.shape}")
     count = masks.shape[0]
-    if how == CHANNELS:
+    if how == BINARY:
         return np.ascontiguousarray(np.moveaxis(masks, 0, -1).astype(np.uint8))
     if how != LABEL_MAP:
         raise ValueError(f"mask layout {how!r}: give one of {', '.join(LAYOUTS)}")

@@ -8,6 +8,7 @@ from dcm2tfrecord.dataset import manifest, reasons
 from dcm2tfrecord.dataset.features import SOURCE_PATH, SOURCE_PATH_FEATURE
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
+from dcm2tfrecord.transforms.masks import annotation as masks_annotation
 from dcm2tfrecord.transforms.settings import ConversionSettings
 
 if TYPE_CHECKING:
@@ -180,6 +181,9 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
     features = dicom_metadata.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
     if settings.decode.keep_source_path:
         features[SOURCE_PATH] = dict(SOURCE_PATH_FEATURE)
+    class_map = settings.decode.class_map
+    if class_map is not None:
+        features.update({k: dict(v) for k, v in masks_annotation.FEATURES.items()})
     return manifest.build_manifest(
         results, outcomes, matched, options, version, features,
         labels=labels_entry(space, settings, options.get("labels")),
@@ -188,4 +192,5 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
         min_shards={split: (lay.min_shards_requested, lay.min_shards_honoured)
                     for split, lay in layouts.items()},
         base_version=None if base is None else (base.name, base.rebuild_reason),
-        written_also_failed=written_also_failed)
+        written_also_failed=written_also_failed,
+        mask_classes=None if class_map is None else list(class_map.classes))

@@ -1,12 +1,13 @@
 """Reading one planned record back from its source and serializing it."""
 from __future__ import annotations
 
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Optional
 
 import numpy as np
 
 from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
 from dcm2tfrecord.transforms.dicom import functional_groups, patient_space, volume_features
+from dcm2tfrecord.transforms.masks import annotation as masks_annotation
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
@@ -22,7 +23,8 @@ from dcm2tfrecord.transforms.sources.read import read_unchanged, with_timeout
 
 
 def decode_record(record: ProbedRecord, fileobj: BinaryIO,
-                  settings: DecodeSettings = DecodeSettings()):
+                  settings: DecodeSettings = DecodeSettings(),
+                  opener: Callable[[str], BinaryIO] = open_source):
     """(pixels (D, H, W, C) after values and geometry, metadata features) for one record."""
     native = record.native
     if isinstance(native, native_dicom.NativePixels) and record.kind == "dicom" and not record.members \
@@ -50,7 +52,8 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
         metadata.update(patient_space.one_slice(metadata, record.frame))
     if record.kind == "dicom":
         metadata[SLICE_SPACING] = _slice_spacing(metadata)
-    return _geometry_and_path(pixels, metadata, record, settings)
+    mask = _mask(record, metadata, pixels.shape, (), opener, settings)
+    return _geometry_and_path(pixels, metadata, record, settings, mask)
 
 
 SLICE_SPACING = "dicom/slice_spacing"
@@ -94,9 +97,40 @@ def _stack_volumes(record: ProbedRecord, ds, metadata: dict) -> dict:
     return out
 
 
-def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: DecodeSettings):
+def _mask(record: ProbedRecord, metadata: dict, shape: tuple, uids: tuple, opener: Callable[[str], BinaryIO],
+          settings: DecodeSettings) -> Optional[np.ndarray]:
+    """--class_map: the record's mask ``[k, j, i, c]`` from its annotations on its grid (its slices'
+    positions, orientation and pixel spacing as its features say; ``uids`` its slices' SOP
+    Instance UIDs where known), all background without one (--missing_mask empty)."""
+    if settings.class_map is None or not record.mask_bytes:
+        return None
+    import pydicom
+    positions = np.asarray(metadata.get(patient_space.POSITION, ()), dtype=np.float64).reshape(-1, 3)
+    grid = masks_annotation.VolumeGrid(
+        rows=int(shape[1]), columns=int(shape[2]), positions=tuple(tuple(p) for p in positions.tolist()),
+        orientation=tuple(np.asarray(metadata.get(patient_space.ORIENTATION, ()), np.float64)[:6].tolist()),
+        pixel_spacing=tuple(np.asarray(metadata.get("dicom/pixel_spacing", ()), np.float64)[:2].tolist()),
+        instance_uids=uids, frame_of_reference_uid="")
+    if len(grid.positions) != shape[0] and len(uids) != shape[0]:
+        raise ConversionError(reasons.MASK_GRID_MISMATCH,
+                              f"the image's {shape[0]} slices have no position each (and no SOP Instance UIDs): "
+                              f"a mask cannot be placed on them")
+    notes = []
+    for source, kind in record.annotations:
+        notes.append((pydicom.dcmread(read_unchanged(source, opener), force=True), kind))
+    return masks_annotation.volume_mask(notes, grid, settings.class_map, settings.mask_layout)
+
+
+def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: DecodeSettings,
+                       mask: Optional[np.ndarray] = None):
     if settings.channels != "keep":
         pixels = geometry.convert_channels(pixels, settings.channels)
+    if mask is not None and settings.resize is not None:
+        mask = geometry.resize_nearest(mask, settings.resize, settings.resize_mode)
+    if mask is not None:
+        metadata[masks_annotation.MASK_RAW] = mask.data.cast("B")
+        metadata[masks_annotation.MASK_DTYPE] = mask.dtype.newbyteorder("=").name
+        metadata[masks_annotation.MASK_CHANNELS] = int(mask.shape[-1])
     if settings.resize is not None:
         size = pixels.shape[1:3]
         pixels = geometry.resize(pixels, settings.resize, settings.resize_mode)
@@ -113,7 +147,7 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
     """A series record: its slices decoded in their planned (anatomical) order and stacked;
     its geometry from every slice's position (transforms.dicom.patient_space), its diffusion
     encoding from each volume's first slice (transforms.dicom.volume_features)."""
-    slices, metadata, positions, encodings = [], None, [], []
+    slices, metadata, positions, encodings, uids = [], None, [], [], []
     held = record.volumes if record.volume_index < 0 else 1     # a stacked 4-D record holds them all
     per_volume = len(record.members) // held
     for n, member in enumerate(record.members):
@@ -125,6 +159,7 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
             pixel_spacing = patient_space.floats(ds.get("PixelSpacing"), 2)
             single = dicom_metadata.single_slice_spacing(ds)
         positions += dicom_metadata.slice_positions(ds, pixels.shape[0])
+        uids.append(str(ds.get("SOPInstanceUID", "") or "") if pixels.shape[0] == 1 else "")
         if n % per_volume == 0:
             encodings.append(dicom_diffusion.diffusion(ds))
     assert metadata is not None     # a series record has members
@@ -137,7 +172,9 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
     metadata.update(volume_features.features(encodings, record.volumes, record.volume_index))
     metadata[SLICE_SPACING] = np.asarray([record.slice_spacing], dtype=np.float32)
     metadata[SLICE_SPACING] = _slice_spacing(metadata)
-    return _geometry_and_path(np.ascontiguousarray(np.concatenate(slices)), metadata, record, settings)
+    pixels = np.ascontiguousarray(np.concatenate(slices))
+    mask = _mask(record, metadata, pixels.shape, tuple(uids) if all(uids) else (), opener, settings)
+    return _geometry_and_path(pixels, metadata, record, settings, mask)
 
 
 def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
@@ -147,7 +184,7 @@ def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_
     def decode():
         if record.members:
             return decode_volume(record, opener, settings)
-        return decode_record(record, read_unchanged(record.source, opener), settings)
+        return decode_record(record, read_unchanged(record.source, opener), settings, opener)
     pixels, metadata = with_timeout(decode, settings.decode_timeout_s, record.source.uri)
     payload = serialize_record_parts(pixels, record.record_id, record.kind, record.label, metadata)
     return payload, pixels.dtype.newbyteorder("=").name, tuple(int(d) for d in pixels.shape)

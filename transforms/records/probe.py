@@ -10,8 +10,10 @@ import numpy as np
 from typing import BinaryIO, Callable, Optional
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.errors import Dcm2TfrecordError
 from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
 from dcm2tfrecord.transforms.dicom import functional_groups, patient_space
+from dcm2tfrecord.transforms.masks import annotation as masks_annotation
 from dcm2tfrecord.transforms.dicom import content as dicom_content
 from dcm2tfrecord.transforms.dicom import header as dicom_header
 from dcm2tfrecord.transforms.dicom import mosaic as dicom_mosaic
@@ -111,6 +113,10 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
     # every keyword read below, each element converted once (HeaderValues stands in for the Dataset)
     ds = header  # type: ignore[assignment]
+    if settings.class_map is not None:
+        kind = masks_annotation.kind_of(str(ds.get("SOPClassUID", "") or ""))
+        if kind is not None:
+            raise _Annotation(kind)
     if not dicom_content.has_pixel_data(ds):
         sop = str(ds.get("SOPClassUID", "") or "unknown SOP class")
         raise ConversionError(reasons.NO_PIXEL_DATA, f"no pixel data ({sop})", skipped=True)
@@ -151,7 +157,11 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
         try:
             if kind == sniff.IMAGE:
                 return _probe_image(fileobj), "image", None, None, None, ()
-            spec, ids, info, native, stacks = _probe_dicom(fileobj, kind, settings, source.size, max_pixels)
+            try:
+                spec, ids, info, native, stacks = _probe_dicom(fileobj, kind, settings, source.size, max_pixels)
+            except _Annotation as found:
+                return (_ANNOTATION_SPEC, f"{masks_annotation.ANNOTATION}:{found.kind}",
+                        _annotation_identifiers(fileobj, found.kind), None, None, ())
             return spec, "dicom", ids, info, native, stacks
         except ConversionError as exc:
             if fileobj.error is not None:      # a read failed underneath the parser
@@ -196,6 +206,10 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
             raise ConversionError(reasons.NOT_A_REGULAR_FILE, f"{kind}, not a regular file: not read")
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
     spec, kind, ids, info, native, stacks = _sniff_and_probe(source, settings, opener, max_pixels)
+    if kind.startswith(masks_annotation.ANNOTATION):
+        return ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
+                            kind=masks_annotation.ANNOTATION, spec=spec, ids=ids,
+                            annotation=kind.partition(":")[2])
     pixels = spec.depth * spec.height * spec.width
     if pixels > max_pixels:
         raise ConversionError(reasons.TOO_MANY_PIXELS,
@@ -212,6 +226,31 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
                               f"record of {largest.planned_bytes / (1 << 20):.2f} MB {largest.spec.shape} "
                               f"{spec.dtype} exceeds --max_shard_mb {max_record_bytes / (1 << 20):g}")
     return record
+
+
+_ANNOTATION_SPEC = ImageSpec(1, 1, 1, 1, "uint8")     # an annotation plans no pixels of its own
+
+
+class _Annotation(Dcm2TfrecordError):
+    """The header is a SEG's or an RTSTRUCT's and --class_map is on (control flow only: caught
+    in _sniff_and_probe, never raised past it)."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
+
+
+def _annotation_identifiers(fileobj: BinaryIO, kind: str) -> Identifiers:
+    """An annotation's identifiers, its series being the one it references (transforms.masks.annotation)."""
+    import pydicom
+    fileobj.seek(0)
+    try:
+        ds = pydicom.dcmread(fileobj, stop_before_pixels=True, force=True)
+    except Exception as exc:
+        raise ConversionError(reasons.INVALID_DICOM, f"the {kind.upper()} does not parse: {exc}") from exc
+    own = _identifiers(ds)
+    return Identifiers(patient_id=own.patient_id, study_uid=own.study_uid,
+                       series_uid=masks_annotation.referenced_series(ds, kind), sop_uid=own.sop_uid)
 
 
 def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[ProbedRecord]:

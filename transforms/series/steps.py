@@ -2,19 +2,24 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.pvalue import TaggedOutput
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.counters import OUTCOMES, count_outcome
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.dataset.results import Outcome
-from dcm2tfrecord.transforms.values import ProbedRecord
+from dcm2tfrecord.transforms.values import ProbedRecord, replaced
+from dcm2tfrecord.transforms.masks import annotation
 from dcm2tfrecord.transforms.series import volumes
 from dcm2tfrecord.transforms.settings import DecodeSettings, with_salt
 
 
 def series_key(record: ProbedRecord) -> str:
-    """The raw SeriesInstanceUID a whole-file DICOM record stacks under ("" for the others)."""
+    """The raw SeriesInstanceUID a whole-file DICOM record stacks under, or the one an annotation
+    references (--class_map) ("" for the others)."""
+    if record.kind == annotation.ANNOTATION and record.ids:
+        return record.ids.series_uid
     return record.ids.series_uid if record.kind == "dicom" and record.ids and record.frame is None else ""
 
 
@@ -31,15 +36,51 @@ class VolumeOfSeriesFn(beam.DoFn):
     def process(self, keyed):
         series_uid, slices = keyed
         slices = list(slices)
+        notes = [s for s in slices if s.kind == annotation.ANNOTATION]
+        slices = [s for s in slices if s.kind != annotation.ANNOTATION]
+        if not slices:          # annotations of a series not among the inputs
+            for note in sorted(notes, key=lambda r: r.source.uri):
+                yield self._outcome(note.source.uri, reasons.FAILED, reasons.MASK_WITHOUT_IMAGE,
+                                    f"the {note.annotation.upper()} annotates a series with no image among the "
+                                    f"inputs: add the series' files to --input")
+            return
         try:
-            yield from volumes.volume_records(series_uid, slices, self.settings.id_salt,
-                                              self.settings.series_gaps, self.settings.series_4d)
+            built = volumes.volume_records(series_uid, slices, self.settings.id_salt,
+                                           self.settings.series_gaps, self.settings.series_4d)
         except ConversionError as exc:
+            for member in sorted(s.source.uri for s in slices + notes):
+                yield self._outcome(member, reasons.FAILED, exc.reason, f"series of {len(slices)} slices: {exc}")
+            return
+        if self.settings.class_map is None:
+            yield from built
+            return
+        if not notes and self.settings.missing_mask != "empty":
+            status = reasons.SKIPPED if self.settings.missing_mask == "skip" else reasons.FAILED
             for member in sorted(s.source.uri for s in slices):
-                outcome = Outcome(member, reasons.FAILED, "group", exc.reason,
-                                  f"series of {len(slices)} slices: {exc}")
-                count_outcome(outcome)
-                yield TaggedOutput(OUTCOMES, outcome)
+                yield self._outcome(member, status, reasons.MISSING_MASK,
+                                    f"series of {len(slices)} slices: no SEG or RTSTRUCT among the inputs annotates "
+                                    f"it (--missing_mask {self.settings.missing_mask})")
+            return
+        yield from masked_records(built, notes, self.settings)
+
+    @staticmethod
+    def _outcome(uri: str, status: str, reason: str, message: str):
+        outcome = Outcome(uri, status, "group", reason, message)
+        count_outcome(outcome)
+        return TaggedOutput(OUTCOMES, outcome)
+
+
+def masked_records(built, notes, settings: DecodeSettings):
+    """Volume records with their annotations and their mask's planned bytes (--class_map)."""
+    pairs = tuple(sorted(((n.source, n.annotation) for n in notes), key=lambda p: p[0].uri))
+    assert settings.class_map is not None
+    class_count = len(settings.class_map.classes)
+    channels = annotation.mask_channels(settings.mask_layout, class_count)
+    itemsize = np.dtype(annotation.mask_dtype(settings.mask_layout, class_count)).itemsize
+    for record in built:
+        spec = record.spec
+        yield replaced(record, annotations=pairs,
+                       mask_bytes=spec.depth * spec.height * spec.width * channels * itemsize)
 
 
 class BuildVolumes(beam.PTransform):

@@ -52,7 +52,7 @@ def test_label_map_lets_the_first_class_win_an_overlap_and_channels_keep_both():
     label = classes.layout(masks, classes.LABEL_MAP)
     assert label.shape == (1, 2, 3, 1) and label.dtype == np.uint8
     assert label[0, 0, :, 0].tolist() == [1, 1, 2] and label[0, 1, :, 0].tolist() == [0, 0, 0]
-    channels = classes.layout(masks, classes.CHANNELS)
+    channels = classes.layout(masks, classes.BINARY)
     assert channels.shape == (1, 2, 3, 2) and channels[0, 0, 1].tolist() == [1, 1]
     many = np.zeros((300, 1, 1, 1), dtype=bool)
     many[299] = True

@@ -74,11 +74,9 @@ def _outcome(probe, name: str, data: bytes, settings: DecodeSettings, max_pixels
 
 # What issue 32 added after the reference: the geometry and 4-D features in the native layout's
 # packed dicom/* (transforms.dicom.patient_space, volume_features), SliceInfo's localizer and
-# volume_key, ProbedRecord's volumes and volume_index. They are left out here, so that every
-# field the reference planned is still compared with it; their values are tested against
-# nibabel, dcm2niix and SimpleITK in tests/transforms/series/ and tests/transforms/dicom/.
 ADDED_FEATURES = tuple(patient_space.FEATURES) + tuple(volume_features.FEATURES)
-ADDED_REPR = (", localizer=False, volume_key=()", ", volumes=1, volume_index=0")
+ADDED_REPR = (", localizer=False, volume_key=()",
+              ", volumes=1, volume_index=0, annotation='', annotations=(), mask_bytes=0")   # issues 32, 33
 
 
 def _v0_packed(values: list, keys: tuple) -> bytes:

@@ -1,0 +1,373 @@
+"""Issue 33, first slice, end to end: ``--class_map`` turns DICOM SEG and RTSTRUCT files among the
+inputs into masks of the ``--unit series`` volume record they annotate.
+
+Real conversions (``run_convert``: Beam's local runner, in process) of real CT series
+(tests/support/series_builders: pydicom's CT_small cropped, file names shuffled), annotated by
+files written with independent tools from known arrays: highdicom (SEG) and rt-utils (RTSTRUCT).
+The records are read back with ``reader.RandomAccess``: ``record["mask"]`` is ``[d, h, w, c]``
+and must line up voxel for voxel with ``record["image"]``, in the record's slice order
+(anatomical, along the normal; checked here against the image itself, not assumed).
+
+Raw ROI / segment names hold patient-like text ("Pat Smith tumour"): none may appear in any
+output file (shards, indexes, dataset.json, errors.jsonl).
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+
+import highdicom as hd
+import numpy as np
+import pydicom
+import pytest
+from highdicom.sr import CodedConcept
+from PIL import Image
+from pydicom.pixels import apply_modality_lut
+from pydicom.uid import generate_uid
+from rt_utils import RTStructBuilder
+
+from dcm2tfrecord import reader
+from dcm2tfrecord.transforms.images.geometry import placement
+from tests.support import run_convert
+from tests.support import series_builders as sb
+
+# rt-utils 1.2.7 saves through pydicom attributes pydicom 3 deprecates
+pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarning")
+
+OPTIONS = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64, allow_empty=True, unit="series")
+CLASS_MAP_YAML = 'Liver: ["liver"]\nTumour: [".*tumou?r"]\n'
+CLASSES = ["Liver", "Tumour"]
+ORGAN = CodedConcept("123037004", "SCT", "Anatomical Structure")
+TISSUE = CodedConcept("85756007", "SCT", "Tissue")
+LIVER = CodedConcept("10200004", "SCT", "Liver")
+TUMOR = CodedConcept("108369006", "SCT", "Neoplasm")
+SPLEEN = CodedConcept("78961009", "SCT", "Spleen")
+# segment labels as an annotator typed them: the second maps to Tumour, the third to no class
+SEGMENTS = [("Liver", ORGAN, LIVER), ("Pat Smith tumour", TISSUE, TUMOR), ("Jones spleen", ORGAN, SPLEEN)]
+RAW_NAME_PARTS = (b"Pat Smith", b"Smith", b"Jones spleen", b"DOE^JANE")   # long enough not to occur by chance
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@dataclasses.dataclass
+class Series:
+    written: sb.WrittenSeries
+    order: list[int]                           # build indices in record order (along the normal)
+    datasets: list[pydicom.Dataset]            # in record order
+
+    @property
+    def depth(self) -> int:
+        return len(self.order)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.written.slices[0].pixels.shape
+
+
+def _series(folder, n: int = 6, spacing: float = 2.5, **kwargs) -> Series:
+    written = sb.regular(str(folder), n, spacing, **kwargs)
+    normal = sb.normal(written.orientation)
+    order = sorted(range(n), key=lambda i: float(np.dot(written.positions[i], normal)))
+    return Series(written, order, [pydicom.dcmread(written.paths[i]) for i in order])
+
+
+def _uid(*parts) -> str:
+    return str(generate_uid(entropy_srcs=["test_masks_e2e", *map(str, parts)]))
+
+
+def _write_seg(series: Series, masks: np.ndarray, path, name: str) -> str:
+    """A binary SEG of ``series`` from ``masks`` [segments, k, j, i] (record order), saved at ``path``."""
+    count = masks.shape[0]
+    descriptions = [hd.seg.SegmentDescription(
+        segment_number=number, segment_label=label, segmented_property_category=category,
+        segmented_property_type=kind, algorithm_type="MANUAL")
+        for number, (label, category, kind) in enumerate(SEGMENTS[:count], start=1)]
+    seg = hd.seg.Segmentation(
+        source_images=series.datasets, pixel_array=np.moveaxis(masks, 0, -1), segmentation_type="BINARY",
+        segment_descriptions=descriptions, series_instance_uid=_uid(name, "series"), series_number=90,
+        sop_instance_uid=_uid(name, "sop"), instance_number=1, manufacturer="test", manufacturer_model_name="test",
+        software_versions="0", device_serial_number="0")
+    buffer = io.BytesIO()
+    seg.save_as(buffer)
+    with open(path, "wb") as handle:
+        handle.write(buffer.getvalue())
+    return str(path)
+
+
+def _random_masks(series: Series, segments: int, seed: int) -> np.ndarray:
+    """[segments, k, j, i] bool, ~30 % of the voxels each, overlapping; one slice left empty."""
+    rng = np.random.default_rng(seed)
+    masks = rng.random((segments, series.depth, *series.shape)) < 0.3
+    masks[:, 1] = False
+    return masks
+
+
+def _label_map(per_class: np.ndarray) -> np.ndarray:
+    """[classes, k, j, i] bool -> [k, j, i, 1] uint8, the first-listed class winning an overlap."""
+    out = np.zeros(per_class.shape[1:], np.uint8)
+    for index in range(per_class.shape[0], 0, -1):        # the last first: earlier ones overwrite
+        out[per_class[index - 1]] = index
+    return out[..., None]
+
+
+def _channels(per_class: np.ndarray) -> np.ndarray:
+    return np.moveaxis(per_class, 0, -1).astype(np.uint8)
+
+
+def _class_map(folder) -> str:
+    path = os.path.join(str(folder), "classes.yaml")
+    with open(path, "w") as handle:
+        handle.write(CLASS_MAP_YAML)
+    return path
+
+
+def _convert(inputs, out, **options) -> tuple[dict, list[dict]]:
+    """(summary, records): every record of the run, deepest volume first."""
+    summary = run_convert(inputs, out, **{**OPTIONS, **options})
+    if not summary["records"]:
+        return summary, []
+    access = reader.RandomAccess(str(out), "train")
+    records = [access[i] for i in range(len(access))]
+    return summary, sorted(records, key=lambda r: -int(r["depth"]))
+
+
+def _manifest(out) -> dict:
+    with open(os.path.join(str(out), "dataset.json")) as handle:
+        return json.load(handle)
+
+
+def _errors(out) -> list[dict]:
+    path = os.path.join(str(out), "errors.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _assert_no_raw_names(out) -> None:
+    for folder, _, files in os.walk(str(out)):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as handle:
+                data = handle.read()
+            for part in RAW_NAME_PARTS:
+                assert part not in data, f"{part!r} in {os.path.join(folder, name)}"
+
+
+def _assert_image_in_record_order(record: dict, series: Series) -> None:
+    """The record's image is the series' slices in ``series.order``: the order the masks are expected in."""
+    image = record["image"]
+    assert image.shape == (series.depth, *series.shape, 1), image.shape
+    for k, ds in enumerate(series.datasets):
+        np.testing.assert_array_equal(image[k, ..., 0], np.asarray(apply_modality_lut(ds.pixel_array, ds)))
+
+
+def _mask(record: dict, channels: int) -> np.ndarray:
+    mask = record["mask"]
+    assert record["mask_dtype"] == b"uint8" and int(record["mask_channels"]) == channels
+    assert mask.dtype == np.uint8 and mask.ndim == 4 and mask.shape[-1] == channels, (mask.dtype, mask.shape)
+    assert mask.shape[:3] == record["image"].shape[:3]
+    return mask
+
+
+def _dice(a: np.ndarray, b: np.ndarray) -> float:
+    return 2.0 * float((a & b).sum()) / float(a.sum() + b.sum())
+
+
+# ---------------------------------------------------------------- 1. SEG, exact
+
+
+@pytest.fixture(scope="module")
+def seg_archive(tmp_path_factory):
+    root = tmp_path_factory.mktemp("seg_archive")
+    series = _series(root / "in" / "ct", n=6, spacing=2.5)
+    known = _random_masks(series, 3, seed=1)              # Liver, "Pat Smith tumour", "Jones spleen"
+    _write_seg(series, known, root / "in" / "seg.dcm", "seg")
+    return root, series, known
+
+
+@pytest.mark.parametrize("layout", ["label_map", "binary"])
+def test_seg_masks_are_the_known_masks_in_record_order(seg_archive, tmp_path, layout):
+    root, series, known = seg_archive
+    out = tmp_path / "out"
+    summary, records = _convert(root / "in", out, class_map=_class_map(root), mask_layout=layout)
+    assert summary["failed"] == {} and summary["skipped"] == {}, summary
+    assert summary["records"] == 1 and len(records) == 1, summary
+    [record] = records
+    _assert_image_in_record_order(record, series)
+    per_class = known[:2]                                  # the spleen segment maps to no class: ignored
+    assert (per_class[0] & per_class[1]).any()             # overlaps to resolve
+    if layout == "label_map":
+        mask = _mask(record, 1)
+        np.testing.assert_array_equal(mask, _label_map(per_class))
+        assert set(np.unique(mask).tolist()) == {0, 1, 2}
+    else:
+        np.testing.assert_array_equal(_mask(record, 2), _channels(per_class))
+    manifest = _manifest(out)
+    assert manifest["mask_classes"] == CLASSES
+    assert {"mask_raw", "mask_dtype", "mask_channels"} <= set(manifest["features"])
+    _assert_no_raw_names(out)
+
+
+# ---------------------------------------------------------------- 2. RTSTRUCT (rt-utils), Dice
+
+
+RT_SIZE = 96                     # rt-utils reads non-square images transposed: a square series
+
+
+def _disc(centre, radius) -> np.ndarray:
+    jj, ii = np.mgrid[:RT_SIZE, :RT_SIZE]
+    return (jj - centre[0]) ** 2 + (ii - centre[1]) ** 2 <= radius ** 2
+
+
+def _rtstruct(series: Series, rois: dict[str, np.ndarray], path) -> str:
+    """An RTSTRUCT of ``series`` (its folder holds nothing else) with one ROI per [k, j, i] mask
+    (record order = rt-utils' ascending order along the normal for this axial series)."""
+    rt = RTStructBuilder.create_new(dicom_series_path=series.written.folder)
+    for name, mask in rois.items():
+        rt.add_roi(mask=np.moveaxis(mask, 0, 2), name=name)
+    rt.save(str(path))
+    return str(path)
+
+
+def test_rtstruct_masks_match_the_known_discs_and_two_files_unite(tmp_path):
+    root = tmp_path / "in"
+    series = _series(root / "ct", n=7, spacing=2.5, shape=(RT_SIZE, RT_SIZE), pixel_spacing=(0.8, 0.8), seed=2)
+    assert series.order == sorted(series.order, key=lambda i: series.written.positions[i][2])
+    d = series.depth
+    liver_a, liver_b, tumour = (np.zeros((d, RT_SIZE, RT_SIZE), bool) for _ in range(3))
+    for k in range(1, 4):
+        liver_a[k] = _disc((40 + 2 * k, 56 - k), 14 + 2 * k)         # centres off the diagonal
+    for k in range(3, 6):
+        liver_b[k] = _disc((60, 30), 12)
+    for k in range(2, 5):
+        tumour[k] = _disc((44, 58), 6 + k)                          # inside the liver: Liver wins there
+    # two structure sets of one series: the Liver ROIs of both are united
+    _rtstruct(series, {"liver": liver_a, "DOE^JANE GTV tumour": tumour}, root / "rt_a.dcm")
+    _rtstruct(series, {"LIVER": liver_b, "DOE^JANE body": _disc((48, 48), 40)[None].repeat(d, 0)}, root / "rt_b.dcm")
+    out = tmp_path / "out"
+    summary, records = _convert(root, out, class_map=_class_map(tmp_path), mask_layout="binary")
+    assert summary["failed"] == {} and summary["skipped"] == {}, summary
+    [record] = records
+    _assert_image_in_record_order(record, series)
+    mask = _mask(record, 2).astype(bool)
+    expected = {"Liver": liver_a | liver_b, "Tumour": tumour}
+    for c, name in enumerate(CLASSES):
+        assert _dice(mask[..., c], expected[name]) >= 0.99, name
+        assert mask[..., c].any(axis=(1, 2)).tolist() == expected[name].any(axis=(1, 2)).tolist(), name
+    assert _manifest(out)["mask_classes"] == CLASSES
+    _assert_no_raw_names(out)
+
+
+# ---------------------------------------------------------------- 3. missing masks, masks without images
+
+
+@pytest.fixture(scope="module")
+def two_series(tmp_path_factory):
+    """``in/``: series A (6 slices) with a SEG, series B (4 slices) without one, and the SEG of a
+    series C whose images are not among the inputs."""
+    root = tmp_path_factory.mktemp("two_series")
+    a = _series(root / "in" / "a", n=6, seed=3)
+    b = _series(root / "in" / "b", n=4, seed=4)
+    c = _series(root / "absent" / "c", n=5, seed=5)
+    assert len({a.written.series_uid, b.written.series_uid, c.written.series_uid}) == 3
+    known = _random_masks(a, 2, seed=6)
+    _write_seg(a, known, root / "in" / "seg_a.dcm", "seg_a")
+    _write_seg(c, _random_masks(c, 2, seed=7), root / "in" / "seg_orphan.dcm", "seg_orphan")
+    return root, a, b, known
+
+
+def _assert_orphan_failed(out, summary) -> None:
+    assert summary["failed"].get("mask_without_image") == 1, summary
+    orphans = [e for e in _errors(out) if e["reason"] == "mask_without_image"]
+    assert [os.path.basename(e["uri"]) for e in orphans] == ["seg_orphan.dcm"], orphans
+
+
+@pytest.mark.parametrize("missing_mask", ["skip", "empty", "error"])
+def test_missing_mask_and_mask_without_image(two_series, tmp_path, missing_mask):
+    root, a, b, known = two_series
+    out = tmp_path / "out"
+    summary, records = _convert(root / "in", out, class_map=_class_map(tmp_path), missing_mask=missing_mask)
+    _assert_orphan_failed(out, summary)
+    b_files = sorted(os.path.basename(p) for p in b.written.paths)
+    missing = sorted(os.path.basename(e["uri"]) for e in _errors(out) if e["reason"] == "missing_mask")
+    if missing_mask == "skip":
+        assert summary["skipped"] == {"missing_mask": b.depth}, summary
+        assert summary["failed"] == {"mask_without_image": 1}, summary
+        assert missing == b_files
+    elif missing_mask == "error":
+        assert summary["skipped"] == {}, summary
+        assert summary["failed"] == {"mask_without_image": 1, "missing_mask": b.depth}, summary
+        assert missing == b_files
+    else:
+        assert summary["skipped"] == {} and summary["failed"] == {"mask_without_image": 1}, summary
+        assert missing == []
+    assert [int(r["depth"]) for r in records] == ([a.depth, b.depth] if missing_mask == "empty" else [a.depth])
+    _assert_image_in_record_order(records[0], a)
+    np.testing.assert_array_equal(_mask(records[0], 1), _label_map(known))
+    if missing_mask == "empty":
+        _assert_image_in_record_order(records[1], b)
+        empty = _mask(records[1], 1)
+        assert empty.shape == (b.depth, *b.shape, 1) and not empty.any()
+    assert _manifest(out)["mask_classes"] == CLASSES
+    _assert_no_raw_names(out)
+
+
+# ---------------------------------------------------------------- 4. resize
+
+
+def _placed(labels: np.ndarray, target: tuple[int, int], mode: str) -> np.ndarray:
+    """[k, j, i, 1] labels resized by nearest neighbour and placed as ``resize`` places the image."""
+    (sh, sw), (top, left) = placement(labels.shape[1:3], target, mode)
+    out = np.zeros((labels.shape[0], *target, 1), labels.dtype)
+    src_top, src_left = max(0, -top), max(0, -left)         # a crop's negative offset cuts the scaled mask
+    dst_top, dst_left = max(0, top), max(0, left)           # a pad's positive one moves it in
+    h, w = min(sh - src_top, target[0] - dst_top), min(sw - src_left, target[1] - dst_left)
+    for k in range(labels.shape[0]):
+        scaled = np.asarray(Image.fromarray(labels[k, ..., 0]).resize((sw, sh), Image.Resampling.NEAREST))
+        out[k, dst_top:dst_top + h, dst_left:dst_left + w, 0] = scaled[src_top:src_top + h, src_left:src_left + w]
+    return out
+
+
+@pytest.mark.parametrize("resize,mode", [("48x48", "pad"), ("40x64", "crop")])
+def test_resized_mask_is_placed_like_the_image(seg_archive, tmp_path, resize, mode):
+    root, series, known = seg_archive
+    target = tuple(int(v) for v in resize.split("x"))
+    (sh, sw), (top, left) = placement(series.shape, target, mode)
+    assert (top, left) != (0, 0)                          # the placement is not trivial
+    out = tmp_path / "out"
+    summary, records = _convert(root / "in", out, class_map=_class_map(root), resize=resize, resize_mode=mode)
+    assert summary["failed"] == {} and summary["skipped"] == {}, summary
+    [record] = records
+    assert record["image"].shape == (series.depth, *target, 1)
+    mask = _mask(record, 1)
+    assert mask.shape == record["image"].shape
+    np.testing.assert_array_equal(mask, _placed(_label_map(known[:2]), target, mode))
+    if mode == "pad":                                     # the padding is background
+        assert not mask[:, :, :left].any() and not mask[:, :, left + sw:].any()
+    _assert_no_raw_names(out)
+
+
+# ---------------------------------------------------------------- 5. class_map needs unit=series
+
+
+def test_class_map_without_unit_series_is_refused_before_work(seg_archive, tmp_path, capsys, monkeypatch):
+    from dcm2tfrecord.pipeline.cli import main
+    from dcm2tfrecord.pipeline.convert import ConversionFailed
+    from dcm2tfrecord.pipeline.usage import UsageError
+    root, _, _ = seg_archive
+    class_map = _class_map(tmp_path)
+    out = tmp_path / "out"
+    options = {k: v for k, v in OPTIONS.items() if k != "unit"}
+    with pytest.raises((UsageError, ConversionFailed)) as caught:
+        run_convert(root / "in", out, class_map=class_map, **options)
+    message = str(caught.value)
+    assert "--class_map" in message and "--unit" in message and "\n" not in message, message
+    assert not out.exists()
+    monkeypatch.setenv("DCM2TFRECORD_ID_SALT", "masks-e2e-tests")
+    code = main(["convert", "--input", str(root / "in"), "--output", str(out), "--class_map", class_map])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--class_map" in err and "--unit" in err and "\n" not in err, err
+    assert not out.exists()
