@@ -257,7 +257,7 @@ def test_script_is_executable_bash():
 
 # A value for each parameter whose option has neither choices nor a default.
 SAMPLES = {"incremental": "True", "input": "gs://bucket/archive", "output": "gs://bucket/datasets/ct/2024-06-01",
-           "id_salt_file": "gs://secure/salt", "labels": "gs://bucket/labels.csv",
+           "id_salt_file": "gs://secure/salt", "labels": "gs://bucket/labels.csv", "class_map": "gs://bucket/classes.yaml",
            "split_column": "split", "window": "lung", "resize": "512x512", "max_failures": "3",
            "keep_tags": "BodyPartExamined,ViewPosition", "summary_json": "gs://bucket/summary.json"}
 
