@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Mapping, Sequence
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.features import MASK_CHANNELS, MASK_CLASSES, MASK_DTYPE, MASK_RAW
 from dcm2tfrecord.dataset.file_adapters import suffixes
 from dcm2tfrecord.dataset.manifest import Manifest, ShardEntry, SplitEntry
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB, SHARD_SUFFIX,
@@ -49,6 +50,12 @@ def check_manifest(manifest: Manifest) -> list[Problem]:
                     or name.index != position or name.num_shards != len(shards)):
                 bad(f"split {split!r}: shard {position} is named {shard.file!r}, expected "
                     f"{split}-{position:05d}-of-{len(shards):05d}{SHARD_SUFFIX}[{'|'.join(suffixes())}]")
+    if any(name in manifest.features for name in (MASK_RAW, MASK_DTYPE, MASK_CHANNELS)):
+        classes = manifest.extra.get(MASK_CLASSES)
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            found = "missing" if classes is None else f"{classes!r:.60}"
+            bad(f"declares mask features ({MASK_RAW}), but its {MASK_CLASSES!r} is {found}, not a list of "
+                "class names (strings)")
     counts = manifest.counts or {}
     if counts.get("records") != total:
         bad(f"counts.records {counts.get('records')} but the splits hold {total}")

@@ -17,7 +17,8 @@ import numpy as np
 
 from dcm2tfrecord.dataset.manifest import MAX_SHAPES, label_count_keys
 from dcm2tfrecord.dataset import file_adapters
-from dcm2tfrecord.dataset.features import DICOM_PREFIX, DTYPE, ENCODING, FORMAT, IMAGE_RAW, LABEL, SHAPE_FEATURES
+from dcm2tfrecord.dataset.features import (DICOM_PREFIX, DTYPE, ENCODING, FORMAT, IMAGE_RAW, LABEL, MASK_CHANNELS,
+                                           MASK_DTYPE, MASK_RAW, SHAPE_FEATURES)
 from dcm2tfrecord.dataset.names import MANIFEST_NAME
 
 
@@ -103,6 +104,8 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
     got = len(features[IMAGE_RAW][1][0])
     if got != expected:
         problems.append(f"image_raw holds {got} bytes; shape {dims} of {dtype_name} needs {expected}")
+    if MASK_RAW in features:
+        problems.extend(_check_mask(features, dims))
     encoding = schema.get(IMAGE_RAW, {}).get("encoding")
     if encoding and ENCODING in features and _text(features[ENCODING][1]) != encoding:
         problems.append(f"encoding {_text(features[ENCODING][1])!r}, the schema says {encoding!r}")
@@ -118,6 +121,30 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
         label = label_values[0]
     summary = {"dtype": dtype_name, "shape": dims, "label": label}
     return problems, summary
+
+
+def _check_mask(features: dict, dims: list) -> list[str]:
+    """A --class_map record's mask: ``mask_raw`` fills [depth, height, width, mask_channels] of
+    ``mask_dtype``, an integer dtype."""
+    kinds = {MASK_RAW: "bytes", MASK_DTYPE: "bytes", MASK_CHANNELS: "int64"}
+    if any(features.get(k, (None, []))[0] != kind or len(features[k][1]) != 1 for k, kind in kinds.items()):
+        return ["mask_raw, mask_dtype and mask_channels are not single values of their standard kinds"]
+    name = _text(features[MASK_DTYPE][1])
+    try:
+        dtype = np.dtype(name)
+    except Exception:
+        return [f"mask_dtype {name!r} is not a numpy dtype"]
+    if dtype.kind not in "iu":
+        return [f"mask_dtype {name!r} is not an integer dtype"]
+    channels = int(features[MASK_CHANNELS][1][0])
+    if channels <= 0:
+        return [f"mask_channels {channels} is not positive"]
+    shape = [*dims[:3], channels]
+    expected = math.prod(shape) * dtype.itemsize
+    got = len(features[MASK_RAW][1][0])
+    if got != expected:
+        return [f"mask_raw holds {got} bytes; shape {shape} of {name} needs {expected}"]
+    return []
 
 
 @dataclasses.dataclass

@@ -1,4 +1,5 @@
-"""Batched parsing: serialized records ``[batch]`` -> images (and labels, or all features).
+"""Batched parsing: serialized records ``[batch]`` -> images (and labels, or all features;
+with ``masks``, the --class_map masks as well).
 
 The fast path parses a whole batch with one ``tf.io.parse_example`` and
 decodes all pixels with one ``tf.io.decode_raw`` into a tensor whose shape
@@ -14,9 +15,10 @@ from typing import Callable, Mapping, Optional
 
 from dcm2tfrecord.reader.tfquiet import tf
 
-from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL, SHAPE_FEATURES
+from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL, MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES
 from dcm2tfrecord.dataset.manifest import Manifest
 from dcm2tfrecord.reader.layout import Layout, parse_spec
+from dcm2tfrecord.reader.schema import mask_classes, mask_dtype
 
 # decode_raw has no unsigned 32/64-bit output: decode the signed type of the
 # same width and reinterpret the bits.
@@ -116,14 +118,60 @@ def _decode_each(layout: Layout, features: Mapping) -> tf.Tensor:
     return images if layout.volume else images[:, 0]
 
 
+def _mask_values(raw: tf.Tensor, dtype_names: tf.Tensor, out: str) -> tf.Tensor:
+    """``decode_raw`` of mask bytes (one record's, or a batch's of one length) in the dtype the
+    records name, as ``out``; a record naming another dtype fails the batch, saying so."""
+    if out == "uint8":
+        named = tf.reduce_all(tf.equal(dtype_names, "uint8"))
+        check = tf.debugging.Assert(named, ["mask_dtype is not uint8:", dtype_names], summarize=4)
+        with tf.control_dependencies([check]):
+            return tf.io.decode_raw(raw, tf.uint8)
+    first = tf.reshape(dtype_names, [-1])[0]
+    named = tf.reduce_all(tf.equal(dtype_names, first)) & (tf.equal(first, "uint8") | tf.equal(first, "uint16"))
+    check = tf.debugging.Assert(named, ["mask_dtype is not one uint8 or uint16:", dtype_names], summarize=4)
+    with tf.control_dependencies([check]):
+        return tf.switch_case(tf.cast(tf.equal(first, "uint16"), tf.int32),
+                              [lambda: tf.cast(tf.io.decode_raw(raw, tf.uint8), tf.uint16),
+                               lambda: tf.io.decode_raw(raw, tf.uint16)])
+
+
+def _decode_masks(layout: Layout, features: Mapping, out: str) -> tf.Tensor:
+    """The batch's masks, ``[batch, (depth,) height, width, mask_channels]``: one decode and reshape
+    where images take one, else record by record, zero-padded (background) as images are."""
+    if layout.vectorized:
+        values = _mask_values(features[MASK_RAW], features[MASK_DTYPE], out)          # [B, n]
+        channels = tf.cast(features[MASK_CHANNELS][:1], tf.int32)
+        return tf.reshape(values, tf.concat([tf.shape(values)[:1], layout.image_shape()[:-1], channels], 0))
+    shapes = tf.stack([tf.cast(features[k], tf.int32) for k in (*SHAPE_FEATURES[:3], MASK_CHANNELS)],
+                      axis=1)                                                           # [B, 4]
+    target = tf.reduce_max(shapes, axis=0)
+
+    def one(args):
+        raw, shape, dtype_name = args
+        mask = tf.reshape(_mask_values(raw, dtype_name, out), shape)
+        return tf.pad(mask, tf.stack([tf.zeros([4], tf.int32), target - shape], axis=1))
+
+    spec = tf.TensorSpec([None] * 4, tf.as_dtype(out))
+    masks = tf.map_fn(one, (features[MASK_RAW], shapes, features[MASK_DTYPE]), fn_output_signature=spec)
+    return masks if layout.volume else masks[:, 0]
+
+
 def batch_parser(manifest: Manifest, layout: Layout, output: str = "tuple", dtype=None,
-                 scale: Optional[float] = None) -> Callable:
-    """``serialized [batch] -> (images, labels)``, or a dict of all features with ``image``."""
+                 scale: Optional[float] = None, masks: bool = False) -> Callable:
+    """``serialized [batch] -> (images, labels)``, or a dict of all features with ``image``;
+    with ``masks``, ``(images, masks, labels)``, or the dict with ``mask`` for ``mask_raw``.
+
+    Masks keep their stored dtype (``dtype`` and ``scale`` convert images only), in the
+    image's shape but for the channels: ``mask_channels``.
+    """
     if output not in ("tuple", "dict"):
         raise ValueError(f"output must be 'tuple' or 'dict', not {output!r}")
-    spec = parse_spec(manifest, layout, output)
+    spec = parse_spec(manifest, layout, output, masks)
     convert = conversion(layout.dtype, dtype, scale, fuse=layout.vectorized)
     image_shape = layout.image_shape()
+    mask_out = mask_dtype(manifest)
+    # one class: one channel in either --mask_layout
+    mask_shape = image_shape[:-1] + [1 if len(mask_classes(manifest)) == 1 else None]
 
     def parse(serialized):
         features = tf.io.parse_example(serialized, spec)
@@ -135,10 +183,16 @@ def batch_parser(manifest: Manifest, layout: Layout, output: str = "tuple", dtyp
             images.set_shape([serialized.shape[0]] + image_shape)
         if convert is not None:
             images = convert(images)
+        if masks:
+            mask_batch = _decode_masks(layout, features, mask_out)
+            mask_batch.set_shape([serialized.shape[0]] + mask_shape)
         if output == "tuple":
-            return images, features[LABEL]
+            return (images, mask_batch, features[LABEL]) if masks else (images, features[LABEL])
         features = dict(features)
         del features[IMAGE_RAW]
         features["image"] = images
+        if masks:
+            del features[MASK_RAW]
+            features["mask"] = mask_batch
         return features
     return parse

@@ -15,8 +15,8 @@ from dcm2tfrecord.reader.tfquiet import tf
 
 from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL
 from dcm2tfrecord.dataset.manifest import Manifest
-from dcm2tfrecord.reader.schema import (DEFAULT_LABEL, IMAGE_ENCODINGS, MISSING, RAW, REQUIRED,  # noqa: F401
-                           SHAPE_FEATURES, Layout, common_dtype, split_layout)
+from dcm2tfrecord.reader.schema import (DEFAULT_LABEL, IMAGE_ENCODINGS, MASK_FEATURES, MISSING, RAW,  # noqa: F401
+                                       REQUIRED, SHAPE_FEATURES, Layout, common_dtype, split_layout)
 
 _TF_DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 _MISSING = MISSING
@@ -44,8 +44,9 @@ def label_spec(manifest: Manifest) -> tf.io.FixedLenFeature:
     return _feature(LABEL, manifest.feature(LABEL, _DEFAULT_LABEL))
 
 
-def parse_spec(manifest: Manifest, layout: Layout, output: str) -> dict:
-    """The ``parse_example`` spec: what ``output`` returns plus what decoding needs."""
+def parse_spec(manifest: Manifest, layout: Layout, output: str, masks: bool = False) -> dict:
+    """The ``parse_example`` spec: what ``output`` returns plus what decoding needs (with
+    ``masks``, the mask features and, unless one reshape decodes the batch, the shape)."""
     features = dict(manifest.features)
     features.setdefault(LABEL, _DEFAULT_LABEL)
     if output == "dict":
@@ -56,6 +57,8 @@ def parse_spec(manifest: Manifest, layout: Layout, output: str) -> dict:
         names = {IMAGE_RAW, LABEL, *SHAPE_FEATURES}
         if len(layout.stored_dtypes) > 1:
             names.add(DTYPE)
+    if masks:
+        names |= set(MASK_FEATURES)
     spec = {}
     for name in sorted(names):
         description = features.get(name, {"dtype": "int64" if name in SHAPE_FEATURES else "bytes",

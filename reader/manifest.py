@@ -21,6 +21,7 @@ from dcm2tfrecord.dataset.manifest import Manifest, SplitEntry, missing_manifest
 from dcm2tfrecord.dataset.versions import locate_dataset
 from dcm2tfrecord.reader import splits
 from dcm2tfrecord.reader.layout import Layout, label_spec, split_layout
+from dcm2tfrecord.reader.schema import MASK_FEATURES, mask_classes, mask_dtype
 from dcm2tfrecord.reader.sharding import ReadPlan, plan_reads
 
 
@@ -117,6 +118,17 @@ class DatasetInfo(dict):
         """Label index -> class name (empty when labels are numbers or absent)."""
         return self.manifest.class_names
 
+    @property
+    def has_masks(self) -> bool:
+        """Whether the records hold masks (converted with ``--class_map``: ``load(masks=True)``)."""
+        return MASK_FEATURES[0] in self.manifest.features
+
+    @property
+    def mask_classes(self) -> list[str]:
+        """The mask classes, index 1 first: label_map value ``i`` is ``mask_classes[i - 1]`` (0
+        background), binary channel ``c`` is ``mask_classes[c]``; empty without masks."""
+        return mask_classes(self.manifest)
+
     def int2str(self, index) -> str:
         """The class name of label ``index`` (a Python or NumPy integer), like TFDS's ClassLabel."""
         names_ = self._class_names_or_error()
@@ -156,12 +168,18 @@ class DatasetInfo(dict):
         return {name: self.element_spec_of(name) for name in self.split_names}
 
     def element_spec_of(self, split: str = "train", dtype: Optional[str] = None,
-                        scale: Optional[float] = None) -> tuple:
+                        scale: Optional[float] = None, masks: bool = False) -> tuple:
+        """The spec of ``load(split, dtype=..., scale=..., masks=...)``'s batches (tuple output)."""
         layout = self.layout(split)
         out = tf.float32 if dtype is None and scale is not None else tf.as_dtype(dtype or layout.dtype)
         label = label_spec(self.manifest)
-        return (tf.TensorSpec([None] + layout.image_shape(), out),
-                tf.TensorSpec([None] + list(label.shape), label.dtype))
+        images = tf.TensorSpec([None] + layout.image_shape(), out)
+        labels = tf.TensorSpec([None] + list(label.shape), label.dtype)
+        if not masks:
+            return images, labels
+        channels = 1 if len(self.mask_classes) == 1 else None
+        return images, tf.TensorSpec([None] + layout.image_shape()[:-1] + [channels],
+                                     tf.as_dtype(mask_dtype(self.manifest))), labels
 
 
 def _listed(class_names: list[str], limit: int = 20) -> str:

@@ -44,6 +44,7 @@ class ReadOptions:
     version: Any = None                   # --incremental roots: the version to read
     start_step: int = 0
     resumable: bool = False
+    masks: bool = False                   # --class_map datasets: (images, masks, labels)
 
     def __post_init__(self) -> None:
         if self.output not in ("tuple", "dict"):

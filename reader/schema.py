@@ -12,11 +12,12 @@ from typing import Optional
 import numpy as np
 
 from dcm2tfrecord.dataset.features import (CHANNELS, DEPTH, DTYPE, ENCODING_RAW, HEIGHT, IMAGE_RAW, LABEL,
-                                           SHAPE_FEATURES, WIDTH)
+                                           MASK_CHANNELS, MASK_CLASSES, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES,
+                                           WIDTH)
 from dcm2tfrecord.dataset.manifest import Manifest, SplitEntry
 
-__all__ = ["DEFAULT_LABEL", "IMAGE_ENCODINGS", "MISSING", "RAW", "REQUIRED", "SHAPE_FEATURES", "Layout",
-           "common_dtype", "split_layout"]
+__all__ = ["DEFAULT_LABEL", "IMAGE_ENCODINGS", "MASK_FEATURES", "MISSING", "RAW", "REQUIRED", "SHAPE_FEATURES",
+           "Layout", "common_dtype", "mask_classes", "mask_dtype", "require_masks", "split_layout"]
 
 RAW = ENCODING_RAW
 IMAGE_ENCODINGS = ("png", "jpeg")
@@ -25,6 +26,8 @@ IMAGE_ENCODINGS = ("png", "jpeg")
 REQUIRED = (IMAGE_RAW, LABEL, DEPTH, HEIGHT, WIDTH, CHANNELS, DTYPE)
 MISSING = {"bytes": b"", "int64": -1, "float": float("nan")}
 DEFAULT_LABEL = {"dtype": "int64", "shape": []}
+# A --class_map record's mask: [depth, height, width, mask_channels] of mask_dtype.
+MASK_FEATURES = (MASK_RAW, MASK_DTYPE, MASK_CHANNELS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,3 +99,23 @@ def split_layout(manifest: Manifest, split: str, entry: SplitEntry) -> Layout:
     return Layout(split=split, stored_dtypes=stored, dtype=common_dtype(stored), volume=volume,
                   fixed_shape=fixed, known_dims=_known_dims(entry), encoding=encoding,
                   num_records=entry.num_records)
+
+
+def mask_classes(manifest: Manifest) -> list[str]:
+    """dataset.json's ``mask_classes``, index 1 first: label_map value ``i`` is ``mask_classes[i - 1]``
+    (0 background), binary channel ``c`` is ``mask_classes[c]``; empty without masks."""
+    classes = manifest.extra.get(MASK_CLASSES)
+    return [str(c) for c in classes] if isinstance(classes, list) else []
+
+
+def require_masks(manifest: Manifest, dataset_dir: str) -> None:
+    """A one-line ValueError when the dataset's records hold no masks."""
+    if MASK_RAW not in manifest.features:
+        raise ValueError(f"{dataset_dir} has no masks (dataset.json declares no {MASK_RAW!r} feature): "
+                         "masks=True needs a dataset converted with --unit series --class_map FILE")
+
+
+def mask_dtype(manifest: Manifest) -> str:
+    """The dtype masks come out in: uint8, unless 256 classes or more may make label maps uint16
+    (binary masks of so many classes, uint8 as stored, then read as uint16 too)."""
+    return "uint8" if len(mask_classes(manifest)) < 256 else "uint16"

@@ -31,6 +31,7 @@ from dcm2tfrecord.reader import splits
 from dcm2tfrecord.reader.decode import batch_parser, conversion
 from dcm2tfrecord.reader.manifest import DatasetInfo, info
 from dcm2tfrecord.reader.options import ReadOptions
+from dcm2tfrecord.reader.schema import require_masks
 from dcm2tfrecord.reader.schedule import Order
 from dcm2tfrecord.reader.sharding import ALL, BY_RECORD, ReadPlan, logger
 
@@ -46,11 +47,12 @@ SHUFFLE_WINDOW_BYTES = 16 << 20
 
 
 def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", dtype=None,
-             scale: Optional[float] = None, pad: bool = False, version=None) -> Callable:
+             scale: Optional[float] = None, pad: bool = False, version=None, masks: bool = False) -> Callable:
     """The batched parse function ``load`` maps over ``batch``-ed serialized records.
 
-    ``serialized [batch] -> (images, labels)`` (or a dict with ``output="dict"``),
-    for people who compose their own pipeline::
+    ``serialized [batch] -> (images, labels)`` (or a dict with ``output="dict"``;
+    ``(images, masks, labels)`` with ``masks=True``, as ``load``), for people who
+    compose their own pipeline::
 
         ds = tf.data.TFRecordDataset(files).batch(64).map(reader.parse_fn(d))
 
@@ -62,7 +64,9 @@ def parse_fn(dataset_dir: str, split: str = "train", *, output: str = "tuple", d
     if not layout.batchable and not pad:
         raise layout.variable_size_error([list(s) for s in entry.shapes])
     check_no_silent_float64(entry, split, layout.dtype, dtype, scale)
-    return batch_parser(manifest.manifest, layout, output, dtype, scale)
+    if masks:
+        require_masks(manifest.manifest, dataset_dir)
+    return batch_parser(manifest.manifest, layout, output, dtype, scale, masks)
 
 
 def check_no_silent_float64(entry: SplitEntry, split: str, common: str, dtype, scale) -> None:
@@ -177,6 +181,14 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
     - ``cycle_length``: shards read in parallel (default ``min(shards, 16)``).
     - ``version``: for a root written with ``convert --incremental``, the version
       to read (a number); default: the one its LATEST file names.
+    - ``masks``: for a dataset converted with ``--unit series --class_map``, batches of
+      ``(images, masks, labels)`` (``mask`` in place of ``mask_raw`` with ``output="dict"``):
+      masks ``[batch, depth, height, width, mask_channels]`` (no depth axis where images
+      have none), in their stored dtype (uint8; uint16 label maps of 256 classes or more),
+      never converted by ``dtype``/``scale``, zero-padded with ``pad`` as images are. A label
+      map's value ``i`` is ``info(d).mask_classes[i - 1]`` (0 background), a binary mask's
+      channel ``c`` is ``mask_classes[c]``.
+      A dataset without masks is a ValueError.
 
     The dataset's cardinality is the manifest's record count (or this pipeline's
     share of it), so Keras shows steps per epoch; a shard holding a different
@@ -190,6 +202,8 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
     changes.update({k: v for k, v in given.items() if v is not None})
     read = dataclasses.replace(options, **changes) if options is not None else ReadOptions(**changes)
     manifest: DatasetInfo = info(dataset_dir, read.version)
+    if read.masks:
+        require_masks(manifest.manifest, dataset_dir)
     split = read.split
     entry = manifest.entry(split)
     layout = manifest.layout(split)
@@ -250,8 +264,8 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
 def _batch_and_parse(records: tf.data.Dataset, manifest: DatasetInfo, layout: Any, read: ReadOptions,
                      deterministic: bool) -> tf.data.Dataset:
     batches = records.batch(read.batch_size, drop_remainder=read.drop_remainder)
-    batches = batches.map(batch_parser(manifest.manifest, layout, read.output, read.dtype, read.scale),
-                          num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    parse = batch_parser(manifest.manifest, layout, read.output, read.dtype, read.scale, read.masks)
+    batches = batches.map(parse, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
     options = tf.data.Options()
     options.deterministic = deterministic

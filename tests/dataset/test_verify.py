@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dcm2tfrecord.pipeline import cli
-from tests.support import run_convert, write_png_archive
+from tests.support import mask_datasets, run_convert, write_png_archive
 from dcm2tfrecord.dataset.example import decode_example, encode_example
 from dcm2tfrecord.dataset.tfrecord import FramingError, frame, masked_crc, read_records
 from dcm2tfrecord.dataset.verify import verify_dataset
@@ -394,3 +394,63 @@ def test_variable_length_features_accept_any_count():
                                                  "pairs": np.asarray(pairs, np.int64)}))
         messages = [m for m in check_example(features, schema)[0] if "pairs" in m or "spacing" in m]
         assert (messages == []) == ok, messages
+
+
+# ---------------------------------------------------------------- masks (--class_map)
+
+
+@pytest.fixture(scope="module")
+def mask_dataset(tmp_path_factory):
+    """Two CT volumes with SEG masks (--unit series --class_map): two records of one shard."""
+    root = tmp_path_factory.mktemp("verify_masks")
+    for number in range(2):
+        mask_datasets.annotated_series(root / "in", number, depth=3, shape=(16, 16))
+    out = str(root / "out")
+    summary = run_convert(root / "in", out, class_map=mask_datasets.class_map(root), unit="series",
+                          mask_layout="binary", target_shard_mb=4, min_shard_mb=1, max_shard_mb=64)
+    assert summary["records"] == 2, summary
+    return out
+
+
+def test_an_intact_mask_dataset_passes(mask_dataset, capsys):
+    assert verify_dataset(mask_dataset).problems == []
+    code, verdict = _verify_cli(mask_dataset, capsys)
+    assert code == 0, verdict
+
+
+def _edit_mask(path: str, record: int, edit) -> None:
+    import tensorflow as tf
+    example = tf.train.Example.FromString(_payload(path, 0, record))
+    edit(example.features.feature)
+    _replace_record(path, 0, record, example.SerializeToString())
+
+
+def test_a_cut_short_mask_is_named_with_its_shard_and_record(mask_dataset, tmp_path, capsys):
+    path = _copy(mask_dataset, tmp_path)
+
+    def cut(feature):
+        raw = feature["mask_raw"].bytes_list.value[0]
+        feature["mask_raw"].bytes_list.value[0] = raw[:-5]
+    _edit_mask(path, 1, cut)
+    shard = _first_shard(path)["file"]
+    messages = [str(p) for p in verify_dataset(path).problems]
+    assert len(messages) == 1, messages
+    assert messages[0].startswith(f"{shard}: record 1 at byte ") and \
+        "mask_raw holds 1531 bytes; shape [3, 16, 16, 2] of uint8 needs 1536" in messages[0], messages
+    code, verdict = _verify_cli(path, capsys)
+    assert code == 1 and "mask_raw holds" in verdict
+
+
+def test_a_float_mask_dtype_and_bad_mask_classes_are_named(mask_dataset, tmp_path):
+    path = _copy(mask_dataset, tmp_path)
+
+    def floating(feature):
+        feature["mask_dtype"].bytes_list.value[0] = b"float32"
+    _edit_mask(path, 0, floating)
+    manifest = _manifest(path)
+    manifest["mask_classes"] = ["Liver", 2]
+    with open(os.path.join(path, "dataset.json"), "w") as handle:
+        json.dump(manifest, handle)
+    messages = " | ".join(str(p) for p in verify_dataset(path).problems)
+    assert "record 0 at byte 0: mask_dtype 'float32' is not an integer dtype" in messages, messages
+    assert "'mask_classes' is ['Liver', 2], not a list of class names" in messages, messages
