@@ -156,7 +156,7 @@ def from_affine(matrix: np.ndarray, depth: int) -> dict:
     unit length (empty when one is zero)."""
     matrix = np.asarray(matrix, dtype=np.float64).reshape(4, 4)
     positions = [(matrix @ np.array([k, 0.0, 0.0, 1.0]))[:3] for k in range(depth)]
-    row, col = _unit(matrix[:3, 2]), _unit(matrix[:3, 1])
+    row, col = _unit(matrix[:3, 2].tolist()), _unit(matrix[:3, 1].tolist())
     return {POSITION: _vector([x for p in positions for x in p]),
             ORIENTATION: _vector(row + col if row is not None and col is not None else ()),
             AFFINE: _vector(matrix)}

@@ -24,7 +24,6 @@ _IMAGE_MAGIC = (
     b"GIF87a", b"GIF89a",
 )
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".gif", ".webp"}
-NIFTI_SUFFIXES = (".nii", ".nii.gz")
 
 
 def extension(path: str) -> str:
@@ -46,6 +45,6 @@ def sniff(head: bytes, path: str) -> str:
         return MAYBE_DICOM
     if ext in IMAGE_EXTENSIONS:
         return IMAGE   # let Pillow say what is wrong with it
-    if path.lower().endswith(NIFTI_SUFFIXES):
+    if path.lower().endswith(nifti.SUFFIXES):
         return NIFTI   # let the NIfTI reader say what is wrong with it
     return OTHER
