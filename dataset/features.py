@@ -47,7 +47,7 @@ CORE_FEATURES = {
     DTYPE: {"dtype": "bytes", "shape": [], "description": "numpy dtype name of image_raw"},
     ENCODING: {"dtype": "bytes", "shape": [], "description": "raw"},
     ID: {"dtype": "bytes", "shape": [], "description": "keyed hash of the source path"},
-    FORMAT: {"dtype": "bytes", "shape": [], "description": "dicom or image"},
+    FORMAT: {"dtype": "bytes", "shape": [], "description": "dicom, image or nifti"},
 }
 SOURCE_PATH_FEATURE = {"dtype": "bytes", "shape": [], "description": "--keep_source_path"}
 

@@ -9,7 +9,7 @@ REJECTED = "rejected"     # a labels-CSV row (not an input) that labels nothing:
 
 # Skipped: the file is fine, but not an image we convert (or a second copy of one we do).
 NO_PIXEL_DATA = "no_pixel_data"                  # DICOM without (7FE0,0010): SR, RTPLAN, DICOMDIR...
-UNSUPPORTED_FORMAT = "unsupported_format"        # neither DICOM nor a raster image
+UNSUPPORTED_FORMAT = "unsupported_format"        # neither DICOM, NIfTI nor a raster image
 BURNED_IN_ANNOTATION = "burned_in_annotation"    # Burned In Annotation = YES, without --allow_burned_in
 DUPLICATE = "duplicate"                          # same SOPInstanceUID as an earlier file (by sorted uri)
 
@@ -62,7 +62,7 @@ UNEXPECTED = "unexpected_error"                  # a bug of ours: please report 
 
 DOCUMENTED = {
     NO_PIXEL_DATA: "DICOM object without pixel data (structured report, RT plan, DICOMDIR, ...)",
-    UNSUPPORTED_FORMAT: "not DICOM and not a raster image Pillow reads",
+    UNSUPPORTED_FORMAT: "not DICOM, not NIfTI and not a raster image Pillow reads",
     BURNED_IN_ANNOTATION: "Burned In Annotation is YES (text in the pixels); --allow_burned_in converts it",
     EMPTY_FILE: "zero-byte file",
     TRUNCATED_FILE: "a DICOM file that ends before its data does: an element's length runs past the end "

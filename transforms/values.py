@@ -141,12 +141,12 @@ class ProbedRecord:
     """A source file that will become one record, planned from its header."""
     source: SourceFile
     record_id: str       # keyed hash of rel_path: stable, carries no identity
-    kind: str            # "dicom" or "image"
+    kind: str            # "dicom", "image" or "nifti" (or an annotation's, --class_map)
     spec: ImageSpec
     split: str = "train"
     label: object = -1   # int, float, or a multi-hot tuple; see transforms.labels.table
     ids: Optional[Identifiers] = None
-    frame: Optional[int] = None   # with --frames split: which frame of the source
+    frame: Optional[int] = None   # with --frames split: which frame of the source; a 4-D NIfTI's volume
     slice_info: Optional[SliceInfo] = None
     members: tuple[SourceFile, ...] = ()  # with --unit series: the slices, in anatomical order
     slice_spacing: float = 0.0
@@ -160,7 +160,7 @@ class ProbedRecord:
     # after expand_frames the one stack this record holds, its frames in record order; () otherwise
     stacks: tuple = ()
     # with --frames split: how many frames the source has; a stack of an Enhanced file of
-    # several: how many stacks (0 otherwise)
+    # several: how many stacks; a 4-D NIfTI: how many volumes (0 otherwise)
     source_frames: int = 0
     # a 4-D series (--unit series): how many volumes, and which this record is
     # (docs/DICOM.md, "4-D series and diffusion")

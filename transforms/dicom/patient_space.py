@@ -149,6 +149,19 @@ def features(orientation: Sequence[float], positions: Sequence[Sequence[float]],
             AFFINE: _vector(matrix if matrix is not None else [])}
 
 
+def from_affine(matrix: np.ndarray, depth: int) -> dict:
+    """The three geometry features of a record of ``depth`` slices whose 4 x 4 LPS affine is
+    ``matrix`` (a NIfTI's, transforms.nifti.read): slice k's position is ``matrix @ [k, 0, 0, 1]``,
+    the orientation the affine's column 2 (along a row) then column 1 (down a column), each at
+    unit length (empty when one is zero)."""
+    matrix = np.asarray(matrix, dtype=np.float64).reshape(4, 4)
+    positions = [(matrix @ np.array([k, 0.0, 0.0, 1.0]))[:3] for k in range(depth)]
+    row, col = _unit(matrix[:3, 2].tolist()), _unit(matrix[:3, 1].tolist())
+    return {POSITION: _vector([x for p in positions for x in p]),
+            ORIENTATION: _vector(row + col if row is not None and col is not None else ()),
+            AFFINE: _vector(matrix)}
+
+
 def resized(features: dict, size: tuple[int, int], scaled: tuple[int, int], offset: tuple[int, int]) -> dict:
     """The geometry features of a record whose slices were resized (transforms.images.geometry):
     from ``size`` (rows, columns) to ``scaled`` and placed at ``offset`` (rows, columns) in the

@@ -55,6 +55,7 @@ from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS
 
 Source = Union[str, "os.PathLike[str]", BinaryIO]
 
+SUFFIXES = (".nii", ".nii.gz")   # the names a NIfTI input goes by (a .hdr/.img pair is not one)
 HEAD_BYTES = 544                 # a plain file's head that shows either version's magic
 GZIP_MAGIC = b"\x1f\x8b"
 NIFTI1_MAGIC = (b"n+1\0", b"ni1\0")                      # bytes 344-347; ni1: a .hdr/.img pair

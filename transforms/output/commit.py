@@ -8,6 +8,7 @@ from dcm2tfrecord.dataset import manifest, reasons
 from dcm2tfrecord.dataset.features import SOURCE_PATH, SOURCE_PATH_FEATURE
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
+from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
 from dcm2tfrecord.transforms.settings import ConversionSettings
 
@@ -179,6 +180,8 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
         results = [r for r in results if r.num_records > 0]
     has_dicom = any("dicom" in r.kinds for r in results)
     features = dicom_metadata.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
+    if any("nifti" in r.kinds for r in results):      # a NIfTI record's geometry, under DICOM's names
+        features.update({k: dict(v) for k, v in patient_space.FEATURES.items() if k not in features})
     if settings.decode.keep_source_path:
         features[SOURCE_PATH] = dict(SOURCE_PATH_FEATURE)
     class_map = settings.decode.class_map

@@ -57,11 +57,12 @@ def _outcomes(record: ProbedRecord, status: str, reason: str, message: str) -> l
     """A record that did not convert, one Outcome per input it is made of (each slice of a
     volume); a frame's says which of how many (one per file at commit), a volume's or a
     multi-frame file's how many slices or frames it has."""
-    part, index = "frame", record.frame
+    part, index = ("volume" if record.kind == "nifti" else "frame"), record.frame
     if record.frame is None and record.stacks and record.source_frames > 1:
         part, index = "stack", record.stacks[0].index
     if record.frame is None and record.spec.depth > 1:
-        what = f"series of {len(record.members)} slices" if record.members else f"{record.spec.depth} frames"
+        what = f"series of {len(record.members)} slices" if record.members else \
+            f"{record.spec.depth} {'slices' if record.kind == 'nifti' else 'frames'}"
         message = f"{what}: {message}"
     return [Outcome(source.uri, status, "decode", reason, message, frame=index,
                     frames=record.source_frames, part=part) for source in record.sources]

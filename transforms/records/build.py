@@ -12,6 +12,7 @@ from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
 from dcm2tfrecord.transforms.images import raster
+from dcm2tfrecord.transforms.nifti import read as nifti
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
 from dcm2tfrecord.transforms.errors import ConversionError
@@ -46,6 +47,8 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
             elif record.frame is not None:                 # --frames split: the frame's own encoding
                 attrs = functional_groups.frame_attributes(ds)[record.frame]
                 metadata.update(volume_features.features([dicom_diffusion.frame_diffusion(attrs)]))
+    elif record.kind == "nifti":
+        pixels, metadata = _decode_nifti(record, fileobj)
     else:
         pixels, metadata = raster.decode_image(fileobj), {}
     if record.kind == "dicom" and record.frame is not None and patient_space.POSITION in metadata:
@@ -57,6 +60,22 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
 
 
 SLICE_SPACING = "dicom/slice_spacing"
+
+
+def _decode_nifti(record: ProbedRecord, fileobj: BinaryIO) -> tuple[np.ndarray, dict]:
+    """A NIfTI record's pixels ``[k, j, i, c]`` (a 4-D file's volume ``record.frame``) and its
+    geometry under DICOM's names (patient_space.from_affine), nothing else of ``dicom/*``.
+    The file is read whole (transforms.nifti.read), and may not claim more voxels than probed."""
+    spec = record.spec
+    planned = spec.depth * spec.height * spec.width * max(record.source_frames, 1)
+    pixels, lps = nifti.read_volume(fileobj, planned)
+    if pixels.ndim == 5:
+        pixels = np.ascontiguousarray(pixels[record.frame or 0])
+    elif record.frame not in (None, 0):
+        raise ConversionError(reasons.INVALID_NIFTI,
+                              f"volume {record.frame} planned, the file now holds one volume: it changed since it "
+                              f"was probed")
+    return pixels, patient_space.from_affine(lps, pixels.shape[0])
 
 
 def _slice_spacing(metadata: dict) -> np.ndarray:
@@ -134,7 +153,7 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
     if settings.resize is not None:
         size = pixels.shape[1:3]
         pixels = geometry.resize(pixels, settings.resize, settings.resize_mode)
-        if record.kind == "dicom" and patient_space.AFFINE in metadata:     # the affine of the record's voxels
+        if record.kind in ("dicom", "nifti") and patient_space.AFFINE in metadata:   # the affine of its voxels
             scaled, offset = geometry.placement(size, settings.resize, settings.resize_mode)
             metadata.update(patient_space.resized(metadata, size, scaled, offset))
     if settings.keep_source_path:

@@ -21,6 +21,7 @@ from dcm2tfrecord.transforms.dicom import spec as dicom_spec
 from dcm2tfrecord.transforms.dicom.syntax import transfer_syntax
 from dcm2tfrecord.transforms.dicom import integrity
 from dcm2tfrecord.transforms.images import raster
+from dcm2tfrecord.transforms.nifti import read as nifti
 from dcm2tfrecord.transforms.sources import sniff
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.hashing import record_id
@@ -139,10 +140,19 @@ def _probe_image(fileobj: BinaryIO) -> ImageSpec:
     return raster.image_spec(raster.open_image(fileobj))
 
 
+def _probe_nifti(fileobj: BinaryIO, max_pixels: int) -> tuple[ImageSpec, int]:
+    """(the spec of one volume, how many volumes) from a NIfTI header (transforms.nifti.read);
+    ``max_pixels`` bounds the whole file, every volume of a 4-D one (the writer reads it whole)."""
+    found = nifti.probe(fileobj, max_pixels)
+    return ImageSpec(found.depth, found.height, found.width, found.channels, found.dtype), found.volumes
+
+
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                      opener: Callable[[str], BinaryIO], max_pixels: int = DEFAULT_MAX_PIXELS,
                      ) -> tuple[ImageSpec, str, Optional[Identifiers], Optional[SliceInfo],
-                                Optional[NativePixels], tuple]:
+                                Optional[NativePixels], tuple, int]:
+    """(spec, kind, identifiers, slice info, native layout, Enhanced stacks, NIfTI volumes (0
+    for others))."""
     with open_checked(source.uri, opener, source.size) as fileobj:
         try:
             head = fileobj.read(sniff.HEAD_BYTES)
@@ -152,17 +162,21 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
         kind = sniff.sniff(head, source.uri)
         if kind == sniff.OTHER:
             raise ConversionError(reasons.UNSUPPORTED_FORMAT,
-                                  f"not DICOM or a raster image ({sniff.extension(source.uri) or 'no extension'})",
+                                  f"not DICOM, NIfTI or a raster image "
+                                  f"({sniff.extension(source.uri) or 'no extension'})",
                                   skipped=True)
         try:
             if kind == sniff.IMAGE:
-                return _probe_image(fileobj), "image", None, None, None, ()
+                return _probe_image(fileobj), "image", None, None, None, (), 0
+            if kind == sniff.NIFTI:
+                spec, volumes = _probe_nifti(fileobj, max_pixels)
+                return spec, "nifti", None, None, None, (), volumes
             try:
                 spec, ids, info, native, stacks = _probe_dicom(fileobj, kind, settings, source.size, max_pixels)
             except _Annotation as found:
                 return (_ANNOTATION_SPEC, f"{masks_annotation.ANNOTATION}:{found.kind}",
-                        _annotation_identifiers(fileobj, found.kind), None, None, ())
-            return spec, "dicom", ids, info, native, stacks
+                        _annotation_identifiers(fileobj, found.kind), None, None, (), 0)
+            return spec, "dicom", ids, info, native, stacks, 0
         except ConversionError as exc:
             if fileobj.error is not None:      # a read failed underneath the parser
                 raise fileobj.checked(exc) from exc
@@ -205,7 +219,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
         if kind:
             raise ConversionError(reasons.NOT_A_REGULAR_FILE, f"{kind}, not a regular file: not read")
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
-    spec, kind, ids, info, native, stacks = _sniff_and_probe(source, settings, opener, max_pixels)
+    spec, kind, ids, info, native, stacks, volumes = _sniff_and_probe(source, settings, opener, max_pixels)
     if kind.startswith(masks_annotation.ANNOTATION):
         return ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
                             kind=masks_annotation.ANNOTATION, spec=spec, ids=ids,
@@ -219,7 +233,8 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     spec = plan_spec(spec, settings.resize, settings.channels)
     record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
-                          kind=kind, spec=spec, ids=ids, slice_info=info, native=native, stacks=stacks)
+                          kind=kind, spec=spec, ids=ids, slice_info=info, native=native, stacks=stacks,
+                          source_frames=volumes if volumes > 1 else 0)
     largest = max(expand_frames(record, settings), key=lambda r: r.planned_bytes)
     if max_record_bytes is not None and largest.planned_bytes > max_record_bytes:
         raise ConversionError(reasons.RECORD_TOO_LARGE,
@@ -255,12 +270,19 @@ def _annotation_identifiers(fileobj: BinaryIO, kind: str) -> Identifiers:
 
 def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[ProbedRecord]:
     """With ``--frames split``, one record per frame of a multi-frame DICOM; else one record
-    per stack of an Enhanced multi-frame file (transforms.dicom.functional_groups), or the record.
+    per stack of an Enhanced multi-frame file (transforms.dicom.functional_groups), one per
+    volume of a 4-D NIfTI, or the record.
 
     A file of one stack keeps the record id of its path; the stacks of a file holding several
-    are told apart by their label (``path#stack=...``).
+    are told apart by their label (``path#stack=...``), a 4-D NIfTI's volumes by their index
+    (``path#volume=v``, as ``--series_4d split`` does for a series; ``frame`` is the volume).
     """
     rel = record.source.rel_path
+    if record.kind == "nifti":
+        if record.source_frames <= 1 or record.frame is not None:
+            return [record]
+        return [dataclasses.replace(record, frame=v, record_id=record_id(f"{rel}#volume={v}", settings.id_salt))
+                for v in range(record.source_frames)]
     if settings.frames == "split" and record.kind == "dicom" and record.spec.depth > 1:
         spec = dataclasses.replace(record.spec, depth=1)
         return [dataclasses.replace(record, spec=spec, frame=i, stacks=(), source_frames=record.spec.depth,

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 import posixpath
 
+from dcm2tfrecord.transforms.nifti import read as nifti
+
 DICOM = "dicom"
 IMAGE = "image"
+NIFTI = "nifti"               # NIfTI-1 / NIfTI-2, .nii or .nii.gz (transforms.nifti.read)
 MAYBE_DICOM = "maybe_dicom"   # no preamble: try pydicom with force=True
 OTHER = "other"
 
-HEAD_BYTES = 132
+# DICOM's preamble and magic end at byte 132; NIfTI-1's magic lies at byte 344 (544 bytes show
+# either NIfTI version's, and a .nii.gz's head inflates far enough): one read either way
+HEAD_BYTES = max(132, nifti.HEAD_BYTES)
 
 DICOM_EXTENSIONS = {".dcm", ".dicom", ".dic", ".ima"}
 _IMAGE_MAGIC = (
@@ -26,9 +31,11 @@ def extension(path: str) -> str:
 
 
 def sniff(head: bytes, path: str) -> str:
-    """Classifies a file as DICOM, raster image, possibly DICOM, or other."""
+    """Classifies a file as DICOM, raster image, NIfTI, possibly DICOM, or other."""
     if len(head) >= 132 and head[128:132] == b"DICM":
         return DICOM
+    if nifti.looks_like_nifti(head, path):
+        return NIFTI
     if any(head.startswith(magic) for magic in _IMAGE_MAGIC):
         return IMAGE
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
@@ -38,4 +45,6 @@ def sniff(head: bytes, path: str) -> str:
         return MAYBE_DICOM
     if ext in IMAGE_EXTENSIONS:
         return IMAGE   # let Pillow say what is wrong with it
+    if path.lower().endswith(nifti.SUFFIXES):
+        return NIFTI   # let the NIfTI reader say what is wrong with it
     return OTHER
