@@ -25,6 +25,7 @@ import numpy as np
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom.elements import int_value
+from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.dicom.needed import HeaderValues
 from dcm2tfrecord.transforms.errors import ConversionError
 
@@ -95,15 +96,15 @@ def _csa_header(ds) -> dict:
 
 
 def _floats(ds, keyword: str, count: int) -> Optional[np.ndarray]:
-    """``count`` finite floats of ``keyword``, or None."""
+    """``count`` finite floats of ``keyword`` (patient_space.floats; one value as itself), or None."""
     try:
         value = ds.get(keyword)
-        if value is None or value == "":
-            return None
-        values = np.array([float(v) for v in (value if count > 1 else [value])], dtype=np.float64)
     except Exception:
         return None
-    return values if values.shape == (count,) and np.all(np.isfinite(values)) else None
+    if value is None or value == "":
+        return None
+    values = patient_space.floats(value if count > 1 else [value], count)
+    return np.asarray(values, dtype=np.float64) if values else None
 
 
 def _slice_normal(ds, csa: dict) -> tuple[float, ...]:

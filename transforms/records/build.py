@@ -78,9 +78,12 @@ def _decode_nifti(record: ProbedRecord, fileobj: BinaryIO) -> tuple[np.ndarray, 
     return pixels, patient_space.from_affine(lps, pixels.shape[0])
 
 
-def _slice_spacing(metadata: dict) -> np.ndarray:
-    """``dicom/slice_spacing`` as written, else (a Siemens mosaic's) the distance between the
-    record's first two slices along the normal; empty for one slice."""
+def _slice_spacing(metadata: dict, planned: float = 0.0) -> np.ndarray:
+    """``planned`` (a volume's, from its planning) or ``dicom/slice_spacing`` as written, else
+    (a Siemens mosaic's) the slice step of the record's affine along the normal; empty for one
+    slice."""
+    if planned > 0:
+        return np.asarray([planned], dtype=np.float32)
     given = np.asarray(metadata.get(SLICE_SPACING, ()), dtype=np.float32).reshape(-1)
     if given.size and given[0] > 0:
         return given
@@ -182,15 +185,14 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
         if n % per_volume == 0:
             encodings.append(dicom_diffusion.diffusion(ds))
     assert metadata is not None     # a series record has members
-    volume = positions[:len(positions) // len(encodings)] if all(positions) else []
-    metadata.update(patient_space.features(orientation, positions if all(positions) else [], pixel_spacing,
-                                           single))
-    if volume:
-        metadata[patient_space.AFFINE] = patient_space.features(orientation, volume, pixel_spacing, single)[
-            patient_space.AFFINE]
+    placed = positions if all(positions) else []
+    # a stacked 4-D record's affine is one volume's: its first len(placed) // held positions
+    metadata.update(patient_space.features(orientation, placed, pixel_spacing, single))
+    if held > 1 and placed:
+        metadata[patient_space.AFFINE] = patient_space.features(
+            orientation, placed[:len(placed) // held], pixel_spacing, single)[patient_space.AFFINE]
     metadata.update(volume_features.features(encodings, record.volumes, record.volume_index))
-    metadata[SLICE_SPACING] = np.asarray([record.slice_spacing], dtype=np.float32)
-    metadata[SLICE_SPACING] = _slice_spacing(metadata)
+    metadata[SLICE_SPACING] = _slice_spacing(metadata, record.slice_spacing)
     pixels = np.ascontiguousarray(np.concatenate(slices))
     mask = _mask(record, metadata, pixels.shape, tuple(uids) if all(uids) else (), opener, settings)
     return _geometry_and_path(pixels, metadata, record, settings, mask)

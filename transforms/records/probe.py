@@ -44,14 +44,6 @@ def _identifiers(ds) -> Identifiers:
                        series_uid=text("SeriesInstanceUID"), sop_uid=text("SOPInstanceUID"))
 
 
-def _floats(ds, keyword: str) -> tuple[float, ...]:
-    try:
-        value = ds.get(keyword)
-        return tuple(float(v) for v in value) if value else ()
-    except Exception:
-        return ()
-
-
 def _value(ds, keyword: str):
     try:
         return ds.get(keyword)

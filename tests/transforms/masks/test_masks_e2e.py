@@ -32,6 +32,7 @@ from dcm2tfrecord import reader
 from dcm2tfrecord.transforms.images.geometry import placement
 from tests.support import run_convert
 from tests.support import series_builders as sb
+from tests.support.processes import errors_of
 
 # rt-utils 1.2.7 saves through pydicom attributes pydicom 3 deprecates
 pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarning")
@@ -137,14 +138,6 @@ def _convert(inputs, out, **options) -> tuple[dict, list[dict]]:
 def _manifest(out) -> dict:
     with open(os.path.join(str(out), "dataset.json")) as handle:
         return json.load(handle)
-
-
-def _errors(out) -> list[dict]:
-    path = os.path.join(str(out), "errors.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
 
 
 def _assert_no_raw_names(out) -> None:
@@ -281,7 +274,7 @@ def two_series(tmp_path_factory):
 
 def _assert_orphan_failed(out, summary) -> None:
     assert summary["failed"].get("mask_without_image") == 1, summary
-    orphans = [e for e in _errors(out) if e["reason"] == "mask_without_image"]
+    orphans = [e for e in errors_of(out) if e["reason"] == "mask_without_image"]
     assert [os.path.basename(e["uri"]) for e in orphans] == ["seg_orphan.dcm"], orphans
 
 
@@ -292,7 +285,7 @@ def test_missing_mask_and_mask_without_image(two_series, tmp_path, missing_mask)
     summary, records = _convert(root / "in", out, class_map=_class_map(tmp_path), missing_mask=missing_mask)
     _assert_orphan_failed(out, summary)
     b_files = sorted(os.path.basename(p) for p in b.written.paths)
-    missing = sorted(os.path.basename(e["uri"]) for e in _errors(out) if e["reason"] == "missing_mask")
+    missing = sorted(os.path.basename(e["uri"]) for e in errors_of(out) if e["reason"] == "missing_mask")
     if missing_mask == "skip":
         assert summary["skipped"] == {"missing_mask": b.depth}, summary
         assert summary["failed"] == {"mask_without_image": 1}, summary

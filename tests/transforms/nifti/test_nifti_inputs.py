@@ -26,6 +26,7 @@ from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.nifti import read as nifti
 from dcm2tfrecord.transforms.sources import sniff
 from tests.support import run_convert
+from tests.support.processes import errors_of
 
 OPTIONS = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64, keep_source_path=True)
 OBLIQUE = from_matvec(euler2mat(0.3, -0.2, 0.45) @ np.diag((0.7, 0.9, 2.5)), [-101.5, 40.25, -12.0])
@@ -65,14 +66,6 @@ def _records(out) -> dict:
                                 else record["source_path"])
         by_name.setdefault(name, []).append(record)
     return by_name
-
-
-def _errors(out) -> list[dict]:
-    path = os.path.join(str(out), "errors.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
 
 
 def _text(value) -> str:
@@ -127,7 +120,7 @@ def test_nifti_volumes_convert_with_their_affine(tmp_path):
         schema = json.load(handle)["features"]
     assert set(patient_space.FEATURES) <= set(schema)
     assert not [k for k in schema if k.startswith("dicom/") and k not in patient_space.FEATURES]
-    errors = _errors(out)
+    errors = errors_of(out)
     assert [(os.path.basename(e["uri"]), e["reason"]) for e in errors] == [("broken.nii.gz", reasons.TRUNCATED_FILE)], \
         errors
     assert verify_dataset(str(out)).verdict().startswith("OK")

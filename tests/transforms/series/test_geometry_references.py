@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import os
 import shutil
 import warnings
@@ -40,6 +39,7 @@ from dcm2tfrecord import reader
 from tests.support import geometry_refs as refs
 from tests.support import run_convert
 from tests.support import series_builders as sb
+from tests.support.processes import errors_of
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")          # "The DICOM readers are highly experimental"
@@ -83,11 +83,6 @@ def _pixels(record: dict) -> np.ndarray:
         image = image[None]
     assert image.ndim == 4 and image.shape[-1] == 1, image.shape
     return image[..., 0]
-
-
-def _errors(out) -> list[dict]:
-    with open(os.path.join(str(out), "errors.jsonl")) as handle:
-        return [json.loads(line) for line in handle]
 
 
 def _modality(path: str) -> np.ndarray:
@@ -353,7 +348,7 @@ def test_an_uneven_series_fails_by_default_with_its_reason(tmp_path, builder, re
     summary, records = _convert(series.folder, tmp_path / "out", unit="series")
     assert records == []
     assert summary["failed"] == {reason: len(series.slices)}, summary
-    errors = _errors(tmp_path / "out")
+    errors = errors_of(tmp_path / "out")
     assert sorted(e["uri"] for e in errors) == sorted(series.paths)
     assert {e["reason"] for e in errors} == {reason}
     assert all(named in e["message"] for e in errors), errors[0]["message"]
