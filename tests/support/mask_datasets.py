@@ -2,6 +2,9 @@
 records hold masks (``--unit series --class_map``): the reader's and verify's tests build theirs
 here (tests/transforms/masks/test_masks_e2e.py is the converter's own, fuller account).
 
+``write_seg`` (highdicom) and ``write_rtstruct`` (rt-utils) write the annotation files of a series
+from known arrays, for the tests that build their own archives.
+
 Each series gets a planted pixel: every slice's corner pixel [0, 0] is ``CORNER + number``, so a
 record read back shows which series it holds (``corner``), however the records were shuffled.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+from typing import Mapping, Sequence
 
 import highdicom as hd
 import numpy as np
@@ -23,7 +27,7 @@ CLASSES = ["Liver", "Tumour"]
 CORNER = 1000
 _ORGAN = CodedConcept("123037004", "SCT", "Anatomical Structure")
 _TISSUE = CodedConcept("85756007", "SCT", "Tissue")
-_SEGMENTS = [("Liver", _ORGAN, CodedConcept("10200004", "SCT", "Liver")),
+SEGMENTS = [("Liver", _ORGAN, CodedConcept("10200004", "SCT", "Liver")),
              ("tumour", _TISSUE, CodedConcept("108369006", "SCT", "Neoplasm"))]
 
 
@@ -45,6 +49,47 @@ def corner(image: np.ndarray) -> int:
     return int(image[0, 0, 0, 0]) if image.ndim == 4 else int(image[0, 0, 0])
 
 
+def in_record_order(written: sb.WrittenSeries) -> list[pydicom.Dataset]:
+    """The slices of ``written`` as the converter stacks them: along the normal (a record's k)."""
+    normal = sb.normal(written.orientation)
+    datasets = [pydicom.dcmread(path) for path in written.paths]
+    return sorted(datasets, key=lambda ds: float(np.dot([float(v) for v in ds.ImagePositionPatient], normal)))
+
+
+def write_seg(datasets: Sequence[pydicom.Dataset], masks: np.ndarray, path, series_uid: str, sop_uid: str,
+              segments: Sequence[tuple] = SEGMENTS) -> str:
+    """A binary SEG (highdicom) of the slices ``datasets`` (in the order of the masks' k axis) from
+    ``masks`` [segments, k, j, i], segment n+1 labelled as ``segments[n]`` (label, category, type);
+    saved at ``path``, whose str it returns."""
+    descriptions = [hd.seg.SegmentDescription(
+        segment_number=n, segment_label=label, segmented_property_category=category,
+        segmented_property_type=kind, algorithm_type="MANUAL")
+        for n, (label, category, kind) in enumerate(segments[:masks.shape[0]], start=1)]
+    seg = hd.seg.Segmentation(
+        source_images=list(datasets), pixel_array=np.moveaxis(masks, 0, -1), segmentation_type="BINARY",
+        segment_descriptions=descriptions, series_instance_uid=series_uid, series_number=90,
+        sop_instance_uid=sop_uid, instance_number=1, manufacturer="test",
+        manufacturer_model_name="test", software_versions="0", device_serial_number="0")
+    buffer = io.BytesIO()
+    seg.save_as(buffer)
+    with open(path, "wb") as handle:
+        handle.write(buffer.getvalue())
+    return str(path)
+
+
+def write_rtstruct(series_folder: str, rois: Mapping[str, np.ndarray], path) -> str:
+    """An RTSTRUCT (rt-utils) of the series in ``series_folder`` (which holds nothing else) with one
+    ROI per [k, j, i] mask, k in rt-utils' ascending order along the normal (record order for an
+    axial series); saved at ``path``, whose str it returns. rt-utils reads non-square images
+    transposed: give it a square series."""
+    from rt_utils import RTStructBuilder
+    rt = RTStructBuilder.create_new(dicom_series_path=str(series_folder))
+    for name, mask in rois.items():
+        rt.add_roi(mask=np.moveaxis(mask, 0, 2), name=name)
+    rt.save(str(path))
+    return str(path)
+
+
 def annotated_series(folder, number: int, depth: int = 4, shape: tuple[int, int] = (32, 32)) -> None:
     """A CT series of ``depth`` slices in ``folder``/ct_<number> and its SEG (Liver, tumour: random
     masks seeded by ``number``) in ``folder``/seg_<number>.dcm."""
@@ -60,17 +105,6 @@ def annotated_series(folder, number: int, depth: int = 4, shape: tuple[int, int]
     normal = sb.normal(written.orientation)
     datasets.sort(key=lambda ds: float(np.dot([float(v) for v in ds.ImagePositionPatient], normal)))
     rng = np.random.default_rng(number)
-    masks = rng.random((len(_SEGMENTS), depth, *shape)) < 0.3          # [segments, k, j, i]
-    descriptions = [hd.seg.SegmentDescription(
-        segment_number=n, segment_label=label, segmented_property_category=category,
-        segmented_property_type=kind, algorithm_type="MANUAL")
-        for n, (label, category, kind) in enumerate(_SEGMENTS, start=1)]
-    seg = hd.seg.Segmentation(
-        source_images=datasets, pixel_array=np.moveaxis(masks, 0, -1), segmentation_type="BINARY",
-        segment_descriptions=descriptions, series_instance_uid=_uid(number, "series"), series_number=90,
-        sop_instance_uid=_uid(number, "sop"), instance_number=1, manufacturer="test",
-        manufacturer_model_name="test", software_versions="0", device_serial_number="0")
-    buffer = io.BytesIO()
-    seg.save_as(buffer)
-    with open(os.path.join(str(folder), f"seg_{number}.dcm"), "wb") as handle:
-        handle.write(buffer.getvalue())
+    masks = rng.random((len(SEGMENTS), depth, *shape)) < 0.3          # [segments, k, j, i]
+    write_seg(datasets, masks, os.path.join(str(folder), f"seg_{number}.dcm"), _uid(number, "series"),
+              _uid(number, "sop"))

@@ -14,11 +14,9 @@ output file (shards, indexes, dataset.json, errors.jsonl).
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
 
-import highdicom as hd
 import numpy as np
 import pydicom
 import pytest
@@ -26,11 +24,11 @@ from highdicom.sr import CodedConcept
 from PIL import Image
 from pydicom.pixels import apply_modality_lut
 from pydicom.uid import generate_uid
-from rt_utils import RTStructBuilder
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.transforms.images.geometry import placement
 from tests.support import run_convert
+from tests.support import mask_datasets
 from tests.support import series_builders as sb
 from tests.support.processes import errors_of
 
@@ -81,21 +79,7 @@ def _uid(*parts) -> str:
 
 def _write_seg(series: Series, masks: np.ndarray, path, name: str) -> str:
     """A binary SEG of ``series`` from ``masks`` [segments, k, j, i] (record order), saved at ``path``."""
-    count = masks.shape[0]
-    descriptions = [hd.seg.SegmentDescription(
-        segment_number=number, segment_label=label, segmented_property_category=category,
-        segmented_property_type=kind, algorithm_type="MANUAL")
-        for number, (label, category, kind) in enumerate(SEGMENTS[:count], start=1)]
-    seg = hd.seg.Segmentation(
-        source_images=series.datasets, pixel_array=np.moveaxis(masks, 0, -1), segmentation_type="BINARY",
-        segment_descriptions=descriptions, series_instance_uid=_uid(name, "series"), series_number=90,
-        sop_instance_uid=_uid(name, "sop"), instance_number=1, manufacturer="test", manufacturer_model_name="test",
-        software_versions="0", device_serial_number="0")
-    buffer = io.BytesIO()
-    seg.save_as(buffer)
-    with open(path, "wb") as handle:
-        handle.write(buffer.getvalue())
-    return str(path)
+    return mask_datasets.write_seg(series.datasets, masks, path, _uid(name, "series"), _uid(name, "sop"), SEGMENTS)
 
 
 def _random_masks(series: Series, segments: int, seed: int) -> np.ndarray:
@@ -218,11 +202,7 @@ def _disc(centre, radius) -> np.ndarray:
 def _rtstruct(series: Series, rois: dict[str, np.ndarray], path) -> str:
     """An RTSTRUCT of ``series`` (its folder holds nothing else) with one ROI per [k, j, i] mask
     (record order = rt-utils' ascending order along the normal for this axial series)."""
-    rt = RTStructBuilder.create_new(dicom_series_path=series.written.folder)
-    for name, mask in rois.items():
-        rt.add_roi(mask=np.moveaxis(mask, 0, 2), name=name)
-    rt.save(str(path))
-    return str(path)
+    return mask_datasets.write_rtstruct(series.written.folder, rois, path)
 
 
 def test_rtstruct_masks_match_the_known_discs_and_two_files_unite(tmp_path):
