@@ -11,7 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
-from dcm2tfrecord.dataset.features import DTYPE, FORMAT, SHAPE_FEATURES
+from dcm2tfrecord.dataset.features import CHANNELS, DTYPE, FORMAT, SHAPE_FEATURES
 
 PERCENTILES = (1.0, 99.0)
 
@@ -29,11 +29,7 @@ def display_image(image: np.ndarray, record: Mapping, windowed: bool = False) ->
     splits: the record's own depth/height/width/channels crop it). ``windowed``:
     the converter applied a VOI window already (--dicom_values window).
     """
-    depth, height, width, channels = (int(record.get(k, 0)) for k in SHAPE_FEATURES)
-    pixels = np.asarray(image)
-    if pixels.ndim == 4:
-        pixels = pixels[max(depth, 1) // 2]                       # the middle slice
-    pixels = pixels[:height or None, :width or None, :channels or None]
+    pixels = shown_slice(image, record, int(record.get(CHANNELS, 0)))
     if pixels.shape[-1] >= 3:
         pixels = pixels[..., :3]                                  # RGB; alpha dropped
     else:
@@ -50,6 +46,17 @@ def display_image(image: np.ndarray, record: Mapping, windowed: bool = False) ->
     if photometric == "MONOCHROME1" and not windowed:
         out = 255 - out
     return np.repeat(out, 3, axis=-1) if out.shape[-1] == 1 else out
+
+
+def shown_slice(pixels: np.ndarray, record: Mapping, channels: int) -> np.ndarray:
+    """The ``[h, w, c]`` a preview shows of ``pixels`` (``[h, w, c]`` or ``[d, h, w, c]``, an
+    image or its mask): a volume's middle slice, cropped to the record's own height and width
+    and to ``channels`` (zero-padded in mixed splits)."""
+    depth, height, width, _ = (int(record.get(k, 0)) for k in SHAPE_FEATURES)
+    pixels = np.asarray(pixels)
+    if pixels.ndim == 4:
+        pixels = pixels[max(depth, 1) // 2]                       # the middle slice
+    return pixels[:height or None, :width or None, :channels or None]
 
 
 def auto_window(pixels: np.ndarray) -> np.ndarray:
