@@ -24,7 +24,8 @@ A versioned root (``convert --incremental``)::
 The converter and the reader both use this module (the reader through its
 own file systems: ``tf.io.gfile``, ``reader.storage``); tests/dataset/test_names.py
 checks no other module spells these names. Any name that comes from outside (a split name from --splits or a labels
-CSV) goes through :func:`check_component` before it reaches a path.
+CSV) goes through :func:`check_component` before it reaches a path; a relative path from outside (a mask's,
+from a labels CSV's --mask_column or a --mask_pattern replacement) through :func:`check_relative_path`.
 """
 from __future__ import annotations
 
@@ -100,6 +101,29 @@ def check_component(name: str, what: str) -> str:
         raise BadName(f"{what}: {text!r} ends like a version tag ('-v' and 4 or more digits): its "
                       f"shard names would read as split {text[:tail.start()]!r} of version "
                       f"{tail.group()[2:]}; rename it (e.g. {text[:tail.start()] + '_' + tail.group()[1:]!r})")
+    return text
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_relative_path(path: str, what: str) -> str:
+    """``path`` (a leading ``./`` removed) if it is a relative path that stays below the folder
+    it is joined to, else BadName: refused are empty paths, absolute ones (``/x``, ``C:/x``),
+    a scheme (``gs://...``), backslashes, control characters, and empty, ``.`` or ``..``
+    components (``a//b``, ``a/./b``, ``../x``). ``what`` names where it came from."""
+    text = str(path)
+    while text.startswith("./"):
+        text = text[2:]
+    if not text:
+        raise BadName(f"{what}: empty path")
+    if text.startswith("/") or "://" in text or re.match(r"^[A-Za-z]:", text):
+        raise BadName(f"{what}: {text!r} is not a relative path: give it relative to the --input root")
+    if "\\" in text or _CONTROL.search(text):
+        raise BadName(f"{what}: {text!r} holds a backslash or a control character: write folders with '/'")
+    if any(part in ("", ".", "..") for part in text.split("/")):
+        raise BadName(f"{what}: {text!r} has an empty, '.' or '..' component: it must name a file below "
+                      f"the --input root")
     return text
 
 

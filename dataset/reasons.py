@@ -58,6 +58,7 @@ INVALID_NIFTI = "invalid_nifti"                  # a NIfTI whose header does not
 UNSUPPORTED_NIFTI = "unsupported_nifti"          # a valid NIfTI no record holds (complex voxels, 5-D, .hdr/.img)
 MASK_WITHOUT_IMAGE = "mask_without_image"        # --class_map: an annotation whose series is not among the inputs
 MISSING_MASK = "missing_mask"                    # --class_map: a series with no annotation (--missing_mask)
+MASK_SHARED = "mask_shared"                      # a NIfTI mask named for several images: the first takes it
 UNEXPECTED = "unexpected_error"                  # a bug of ours: please report it
 
 DOCUMENTED = {
@@ -126,10 +127,13 @@ DOCUMENTED = {
                                  "DICOM SEG placed by position whose Frame of Reference UID is not its image's",
     MASK_INVALID: "a segmentation that is not one as its standard describes: a DICOM file that is no "
                   "Segmentation, or a SEG without a Segment Sequence, with a frame naming no (or an undescribed) "
-                  "segment, or two frames of one segment on one slice",
+                  "segment, or two frames of one segment on one slice; a NIfTI mask holding values that are "
+                  "no class indices (fractions, negatives) or several channels, or a mask path (--mask_column "
+                  "value, --mask_pattern replacement) that names no file below the --input root",
     MASK_GRID_MISMATCH: "a mask that does not lie on its image's grid: other Rows/Columns, Pixel Spacing or "
                         "Image Orientation (Patient), frames whose spatial locations were not preserved, a frame "
-                        "away from the slice it names; masks are never resampled",
+                        "away from the slice it names; a NIfTI mask of another shape, volume count or affine "
+                        "than its image's; masks are never resampled",
     MASK_UNREFERENCED: "a mask with a frame on a slice the image does not have (a SOP Instance UID not among its "
                        "slices, or a position no slice has), or a frame it cannot place (no source image, no "
                        "position)",
@@ -139,8 +143,12 @@ DOCUMENTED = {
     UNSUPPORTED_NIFTI: "a valid NIfTI no record holds: complex, float128 or binary voxels, a 5-D or higher "
                        "image, or the .hdr of a .hdr/.img pair (its voxels are in the .img)",
     MASK_WITHOUT_IMAGE: "--class_map: a SEG or RTSTRUCT whose referenced series has no image among the inputs "
-                        "(its uri is the annotation)",
+                        "(its uri is the annotation); a NIfTI mask --mask_pattern recognises (or an image names) "
+                        "that pairs with no image record",
     MISSING_MASK: "--class_map: a series no SEG or RTSTRUCT annotates; --missing_mask skip (skipped), error "
-                  "(failed) or empty (written with an all-background mask)",
+                  "(failed) or empty (written with an all-background mask); with --mask_pattern or "
+                  "--mask_column, an image whose mask file is not among the converted inputs",
+    MASK_SHARED: "a NIfTI mask that --mask_pattern or --mask_column names for several images: the first image by "
+                 "path takes it, the others fail; give each image its own mask file",
     UNEXPECTED: "an exception the converter did not anticipate (a bug: please report it)",
 }

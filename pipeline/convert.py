@@ -5,7 +5,7 @@
 of transforms/, runs it on the chosen runner while showing progress, then
 reads back what was committed and prints the summary. The graph::
 
-    MatchInputs -> ProbeHeaders -> [DropDuplicates] -> [BuildVolumes] -> [AttachLabels]
+    MatchInputs -> ProbeHeaders -> [DropDuplicates] -> [PairMasks] -> [BuildVolumes] -> [AttachLabels]
     -> AssignSplits -> CountGroups -> [ReuseShards] -> PlanShards -> DistributeShards
     -> WriteShards -> CommitDataset (dataset.json last)
 """
@@ -50,6 +50,7 @@ from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.sources.read import configure_storage_retry
 from dcm2tfrecord.transforms.counters import OUTCOMES
 from dcm2tfrecord.transforms.labels.steps import AttachLabels
+from dcm2tfrecord.transforms.masks.steps import PairMasks
 from dcm2tfrecord.transforms.output.commit import CommitInputs
 from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_step, record_plan
 from dcm2tfrecord.transforms.planning.shards import for_planning
@@ -223,6 +224,9 @@ class ConvertArchive(beam.PTransform):
         if settings.duplicates == "skip":
             records, duplicates = records | "DropDuplicates" >> DropDuplicates()
             outcome_parts.append(duplicates)
+        if settings.mask_pattern is not None or settings.mask_column:
+            records, mask_outcomes = records | "PairMasks" >> PairMasks(settings)
+            outcome_parts.append(mask_outcomes)
         if settings.unit == "series":
             records, series_outcomes = records | "BuildVolumes" >> BuildVolumes(settings.decode)
             outcome_parts.append(series_outcomes)

@@ -31,11 +31,12 @@ def check_label_csv(opts: "ConvertOptions") -> None:
                          "give a CSV file saved as UTF-8") from None
     except Exception as exc:  # noqa: BLE001 - csv.Error, OSError: one line, not a traceback
         raise UsageError(f"--labels {opts.labels}: cannot read its header: {exc}") from None
-    wanted = [opts.label_key, opts.label_column] + ([opts.split_column] if opts.split_column else [])
+    wanted = [opts.label_key, opts.label_column] + [c for c in (opts.split_column, opts.mask_column) if c]
     missing = [c for c in wanted if c not in header]
     if missing:
         raise UsageError(f"--labels {opts.labels}: column(s) {', '.join(missing)} not in its header "
-                         f"{header}; set --label_key/--label_column/--split_column to existing columns")
+                         f"{header}; set --label_key/--label_column/--split_column/--mask_column to existing "
+                         f"columns")
 
 
 def scan_label_csv(labels: str) -> int:

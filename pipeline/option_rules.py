@@ -15,6 +15,7 @@ from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV, check_salt_stays_o
 from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.transforms.dicom.voi import parse_window
 from dcm2tfrecord.transforms.images.geometry import parse_resize
+from dcm2tfrecord.transforms.masks.pairing import PatternError, parse_mask_pattern
 from dcm2tfrecord.transforms.splits.assign import SplitSpecError, parse_splits
 
 if TYPE_CHECKING:
@@ -77,8 +78,7 @@ def validate(opts: "ConvertOptions") -> None:
             raise UsageError(str(exc)) from None
     if opts.unit == "series" and opts.frames == "split":
         raise UsageError("--unit series and --frames split exclude each other")
-    if opts.class_map and opts.unit != "series":
-        raise UsageError("--class_map needs --unit series (a SEG or RTSTRUCT is joined to the series it annotates)")
+    check_mask_pairing(opts)
     for flag, choice, default in (("mask_layout", opts.mask_layout, "label_map"),
                                   ("missing_mask", opts.missing_mask, "skip")):
         if not opts.class_map and choice != default:
@@ -96,3 +96,28 @@ def validate(opts: "ConvertOptions") -> None:
         raise UsageError(f"no identifier salt: set --id_salt_file (or --id_salt, or ${SALT_ENV}) to a "
                          "secret kept the same across runs (stable hashes, stable splits), or pass "
                          "--allow_random_salt")
+
+
+def check_mask_pairing(opts: "ConvertOptions") -> None:
+    """--class_map's masks: SEG and RTSTRUCT files joined to series (--unit series), or NIfTI
+    masks paired with NIfTI images by --mask_pattern or --mask_column (either unit: a NIfTI is a
+    volume record whatever --unit says)."""
+    nifti_masks = "--mask_pattern" if opts.mask_pattern else "--mask_column" if opts.mask_column else ""
+    if opts.mask_pattern and opts.mask_column:
+        raise UsageError("--mask_pattern and --mask_column exclude each other; pair the masks one way")
+    if nifti_masks and not opts.class_map:
+        raise UsageError(f"{nifti_masks} needs --class_map (the file mapping mask values to classes, e.g. "
+                         f"'kidney: [\"1\"]')")
+    if opts.class_map and opts.unit != "series" and not nifti_masks:
+        raise UsageError("--class_map needs --unit series (a SEG or RTSTRUCT is joined to the series it annotates), "
+                         "or --mask_pattern/--mask_column (NIfTI masks paired with NIfTI images)")
+    if opts.mask_column and not opts.labels:
+        raise UsageError("--mask_column needs --labels (the CSV that holds the column)")
+    if opts.mask_column and opts.label_key != "path":
+        raise UsageError(f"--mask_column needs --label_key path, not {opts.label_key}: a NIfTI image is "
+                         f"joined to its row by its path")
+    if opts.mask_pattern:
+        try:
+            parse_mask_pattern(opts.mask_pattern)
+        except PatternError as exc:
+            raise UsageError(str(exc)) from None

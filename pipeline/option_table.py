@@ -37,6 +37,7 @@ from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.transforms.dicom.voi import PRESETS, parse_window
 from dcm2tfrecord.transforms.images.geometry import parse_resize
 from dcm2tfrecord.transforms.masks.classes import load as load_class_map
+from dcm2tfrecord.transforms.masks.pairing import parse_mask_pattern
 from dcm2tfrecord.transforms.settings import MAX_SALT_BYTES, ConversionSettings, DecodeSettings, ShardBounds
 from dcm2tfrecord.transforms.splits.assign import parse_splits
 
@@ -402,6 +403,22 @@ class ConvertOptions:
         Template("Series without a mask", "skip (default), error (counted as failed) or empty (written with "
                  "an all-background mask)."),
         setting="decode.missing_mask"))
+    mask_pattern: Optional[str] = declare(Option(
+        "mask_pattern", "--class_map, NIfTI masks paired with NIfTI images by path: IMAGE_REGEX=MASK_PATH, a "
+        "regex matching an image's whole path relative to its --input root and the mask's path there, \\1 "
+        "standing for its first group, e.g. 'imagesTr/(.*)_0000\\.nii\\.gz=labelsTr/\\1.nii.gz'", _LABELS,
+        Template("Mask pattern", "Optional, with class_map: NIfTI masks paired with NIfTI images by path, as "
+                 "IMAGE_REGEX=MASK_PATH (a regex matching the image's whole path relative to the input root, "
+                 "and the mask's path with \\1 for its first group), e.g. "
+                 "imagesTr/(.*)_0000\\.nii\\.gz=labelsTr/\\1.nii.gz."),
+        metavar="REGEX=PATH", setting="conversion.mask_pattern",
+        to_setting=lambda v: parse_mask_pattern(v) if v else None))
+    mask_column: Optional[str] = declare(Option(
+        "mask_column", "--class_map, NIfTI masks paired with NIfTI images by this --labels column: each "
+        "image's mask path, relative to the --input root (--label_key path)", _LABELS,
+        Template("Mask column", "Optional, with class_map and labels: the labels CSV column naming each NIfTI "
+                 "image's NIfTI mask, relative to the input root."),
+        metavar="COLUMN", setting="conversion.mask_column"))
     labels_from_dirs: bool = declare(Option(
         "labels_from_dirs", "class = parent folder name (ImageNet layout)", _LABELS,
         Template("Labels from folders", "true: the class is the parent folder name (ImageNet layout). "

@@ -11,6 +11,7 @@ from dcm2tfrecord.dataset.errors import OptionError
 
 if TYPE_CHECKING:
     from dcm2tfrecord.transforms.masks.classes import ClassMap
+    from dcm2tfrecord.transforms.masks.pairing import MaskPattern
 
 DEFAULT_MAX_PIXELS = 1 << 28
 MB = 1 << 20
@@ -70,6 +71,10 @@ class ConversionSettings:
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
     split_by: Optional[str] = None     # None: patient for DICOM, record otherwise
     split_column: Optional[str] = None
+    # NIfTI masks paired with NIfTI images (transforms.masks.pairing): by a path pattern, or by a
+    # column of the labels CSV
+    mask_pattern: Optional["MaskPattern"] = None
+    mask_column: Optional[str] = None
     decode: DecodeSettings = DecodeSettings()
     unit: str = "file"                 # file | series
     max_failure_ratio: float = 0.05

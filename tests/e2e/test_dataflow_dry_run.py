@@ -259,7 +259,8 @@ def test_script_is_executable_bash():
 SAMPLES = {"incremental": "True", "input": "gs://bucket/archive", "output": "gs://bucket/datasets/ct/2024-06-01",
            "id_salt_file": "gs://secure/salt", "labels": "gs://bucket/labels.csv", "class_map": "gs://bucket/classes.yaml",
            "split_column": "split", "window": "lung", "resize": "512x512", "max_failures": "3",
-           "keep_tags": "BodyPartExamined,ViewPosition", "summary_json": "gs://bucket/summary.json"}
+           "keep_tags": "BodyPartExamined,ViewPosition", "summary_json": "gs://bucket/summary.json",
+           "mask_pattern": r"imagesTr/(.*)_0000\.nii\.gz=labelsTr/\1.nii.gz", "mask_column": "mask"}
 
 
 def _metadata() -> dict:

@@ -64,6 +64,12 @@ def mask_channels(layout: str, class_count: int) -> int:
     return 1 if layout == classes.LABEL_MAP else class_count
 
 
+def mask_bytes(spec, layout: str, class_count: int) -> int:
+    """The planned bytes of the mask of a record of ``spec`` (an ImageSpec: depth, height, width)."""
+    itemsize = np.dtype(mask_dtype(layout, class_count)).itemsize
+    return spec.depth * spec.height * spec.width * mask_channels(layout, class_count) * itemsize
+
+
 @dataclasses.dataclass(frozen=True)
 class VolumeGrid:
     """The grid of a volume record: its slices in record order."""

@@ -8,6 +8,8 @@ import numpy as np
 from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
 from dcm2tfrecord.transforms.dicom import functional_groups, patient_space, volume_features
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
+from dcm2tfrecord.transforms.masks import nifti_mask
+from dcm2tfrecord.transforms.masks import pairing as masks_pairing
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
@@ -28,6 +30,7 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
                   opener: Callable[[str], BinaryIO] = open_source):
     """(pixels (D, H, W, C) after values and geometry, metadata features) for one record."""
     native = record.native
+    nifti_spec: Optional[nifti.NiftiSpec] = None
     if isinstance(native, native_dicom.NativePixels) and record.kind == "dicom" and not record.members \
             and settings.dicom_values == "modality":
         pixels = native_dicom.decode_native(native_dicom.file_bytes(fileobj), native, record.frame)
@@ -48,34 +51,43 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
                 attrs = functional_groups.frame_attributes(ds)[record.frame]
                 metadata.update(volume_features.features([dicom_diffusion.frame_diffusion(attrs)]))
     elif record.kind == "nifti":
-        pixels, metadata = _decode_nifti(record, fileobj)
+        pixels, metadata, nifti_spec = _decode_nifti(record, fileobj, settings)
     else:
         pixels, metadata = raster.decode_image(fileobj), {}
     if record.kind == "dicom" and record.frame is not None and patient_space.POSITION in metadata:
         metadata.update(patient_space.one_slice(metadata, record.frame))
     if record.kind == "dicom":
         metadata[SLICE_SPACING] = _slice_spacing(metadata)
-    mask = _mask(record, metadata, pixels.shape, (), opener, settings)
+    mask: Optional[np.ndarray]
+    if settings.class_map is not None and record.mask_bytes and not record.members:
+        mask = _file_mask(record, nifti_spec, pixels.shape, opener, settings)
+    else:
+        mask = _mask(record, metadata, pixels.shape, (), opener, settings)
     return _geometry_and_path(pixels, metadata, record, settings, mask)
 
 
 SLICE_SPACING = "dicom/slice_spacing"
 
 
-def _decode_nifti(record: ProbedRecord, fileobj: BinaryIO) -> tuple[np.ndarray, dict]:
-    """A NIfTI record's pixels ``[k, j, i, c]`` (a 4-D file's volume ``record.frame``) and its
-    geometry under DICOM's names (patient_space.from_affine), nothing else of ``dicom/*``.
-    The file is read whole (transforms.nifti.read), and may not claim more voxels than probed."""
+def _decode_nifti(record: ProbedRecord, fileobj: BinaryIO,
+                  settings: DecodeSettings) -> tuple[np.ndarray, dict, nifti.NiftiSpec]:
+    """A NIfTI record's pixels ``[k, j, i, c]`` (a 4-D file's volume ``record.frame``), its
+    geometry under DICOM's names (patient_space.from_affine), nothing else of ``dicom/*``, and
+    the file's spec. The file is read whole (transforms.nifti.read), and may not claim more
+    voxels than probed (rows and columns as probed are the record's after --resize)."""
     spec = record.spec
-    planned = spec.depth * spec.height * spec.width * max(record.source_frames, 1)
-    pixels, lps = nifti.read_volume(fileobj, planned)
+    header = nifti.probe(fileobj) if settings.resize is not None else spec
+    plane = header.height * header.width
+    planned = spec.depth * plane * max(record.source_frames, 1)
+    found, pixels = nifti.read(fileobj, planned)
+    lps = found.affine
     if pixels.ndim == 5:
         pixels = np.ascontiguousarray(pixels[record.frame or 0])
     elif record.frame not in (None, 0):
         raise ConversionError(reasons.INVALID_NIFTI,
                               f"volume {record.frame} planned, the file now holds one volume: it changed since it "
                               f"was probed")
-    return pixels, patient_space.from_affine(lps, pixels.shape[0])
+    return pixels, patient_space.from_affine(lps, pixels.shape[0]), found
 
 
 def _slice_spacing(metadata: dict, planned: float = 0.0) -> np.ndarray:
@@ -141,6 +153,29 @@ def _mask(record: ProbedRecord, metadata: dict, shape: tuple, uids: tuple, opene
     for source, kind in record.annotations:
         notes.append((pydicom.dcmread(read_unchanged(source, opener), force=True), kind))
     return masks_annotation.volume_mask(notes, grid, settings.class_map, settings.mask_layout)
+
+
+def _file_mask(record: ProbedRecord, image: Optional[nifti.NiftiSpec], shape: tuple,
+               opener: Callable[[str], BinaryIO], settings: DecodeSettings) -> np.ndarray:
+    """A file record's mask (--mask_pattern, --mask_column): its NIfTI mask read on its grid
+    (transforms.masks.nifti_mask), or all background (--missing_mask empty); a mask that does not
+    fit fails the record in one line naming both files."""
+    assert settings.class_map is not None
+    masks = [source for source, kind in record.annotations if kind == masks_pairing.NIFTI]
+    if not masks:
+        return nifti_mask.empty_mask(shape, settings.class_map, settings.mask_layout)
+    assert image is not None        # only a NIfTI record pairs with a NIfTI mask
+    try:
+        data = read_unchanged(masks[0], opener)
+        found = nifti.probe(data)
+        why = nifti_mask.grid_mismatch(image, found)
+        if why:
+            raise ConversionError(reasons.MASK_GRID_MISMATCH, why)
+        found, voxels = nifti.read(data, found.num_pixels)
+        return nifti_mask.record_mask(image, found, voxels, record.frame, settings.class_map, settings.mask_layout)
+    except ConversionError as exc:
+        raise ConversionError(exc.reason, f"mask {masks[0].rel_path} of image {record.source.rel_path}: {exc}",
+                              skipped=exc.skipped, outage=exc.outage) from exc
 
 
 def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: DecodeSettings,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.pvalue import TaggedOutput
 
 from dcm2tfrecord.dataset import reasons
@@ -75,12 +74,9 @@ def masked_records(built, notes, settings: DecodeSettings):
     pairs = tuple(sorted(((n.source, n.annotation) for n in notes), key=lambda p: p[0].uri))
     assert settings.class_map is not None
     class_count = len(settings.class_map.classes)
-    channels = annotation.mask_channels(settings.mask_layout, class_count)
-    itemsize = np.dtype(annotation.mask_dtype(settings.mask_layout, class_count)).itemsize
     for record in built:
-        spec = record.spec
         yield replaced(record, annotations=pairs,
-                       mask_bytes=spec.depth * spec.height * spec.width * channels * itemsize)
+                       mask_bytes=annotation.mask_bytes(record.spec, settings.mask_layout, class_count))
 
 
 class BuildVolumes(beam.PTransform):
