@@ -10,7 +10,7 @@ from dcm2tfrecord.transforms.counters import OUTCOMES, count_outcome
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.values import ProbedRecord, replaced
-from dcm2tfrecord.transforms.masks import annotation
+from dcm2tfrecord.transforms.masks import annotation, classes
 from dcm2tfrecord.transforms.series import volumes
 from dcm2tfrecord.transforms.settings import DecodeSettings, with_salt
 
@@ -75,8 +75,8 @@ def masked_records(built, notes, settings: DecodeSettings):
     pairs = tuple(sorted(((n.source, n.annotation) for n in notes), key=lambda p: p[0].uri))
     assert settings.class_map is not None
     class_count = len(settings.class_map.classes)
-    channels = annotation.mask_channels(settings.mask_layout, class_count)
-    itemsize = np.dtype(annotation.mask_dtype(settings.mask_layout, class_count)).itemsize
+    channels = classes.mask_channels(settings.mask_layout, class_count)
+    itemsize = np.dtype(classes.mask_dtype(settings.mask_layout, class_count)).itemsize
     for record in built:
         spec = record.spec
         yield replaced(record, annotations=pairs,
