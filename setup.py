@@ -54,9 +54,6 @@ setup(
         # gradient): nibabel's nicom.csareader is the kept, tested parser of that private
         # binary format; ours would be a second one (docs/DICOM.md, "Geometry").
         "nibabel>=5.0",
-        # RTSTRUCT contours filled on their image's pixel grid (transforms/masks/rtstruct.py): scikit-image's
-        # point-in-polygon rasteriser (vertex and edge labels) rather than one of our own
-        "scikit-image>=0.21",
         # DICOM Segmentation masks (transforms/masks/seg.py): highdicom decodes and indexes SEG
         # frames by source image (binary, fractional, label map); the tests also build their
         # independent Enhanced multi-frame objects with it
@@ -76,6 +73,9 @@ setup(
                  # independent RTSTRUCT writer and reader for tests/transforms/masks/test_rtstruct.py
                  # (it pulls opencv-python, whose findContours traces the masks)
                  "rt-utils>=1.2.7",
+                 # scikit-image's point-in-polygon labels: the independent answer
+                 # tests/transforms/masks/test_polygons.py checks the RTSTRUCT fill against
+                 "scikit-image>=0.21",
                  # scripts/static_checks.sh (ruff.toml, mypy.ini), run by .ci/run
                  "ruff>=0.6", "mypy>=1.10"],
     },

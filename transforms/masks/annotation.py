@@ -47,7 +47,7 @@ def kind_of(sop_class: str) -> Optional[str]:
 def referenced_series(ds: pydicom.Dataset, kind: str) -> str:
     """The one Series Instance UID an annotation references (ConversionError when none, or
     several: a structure set over two series is split by no rule of ours)."""
-    series = seg.referenced(ds).series_uids if kind == SEG else rtstruct.referenced(ds).series_uids
+    series = seg.referenced(ds).series_uids if kind == SEG else rtstruct.referenced(ds, images=False).series_uids
     series = tuple(dict.fromkeys(s for s in series if s))
     if len(series) != 1:
         raise ConversionError(reasons.MASK_INVALID,
@@ -56,18 +56,10 @@ def referenced_series(ds: pydicom.Dataset, kind: str) -> str:
     return series[0]
 
 
-def mask_dtype(layout: str, class_count: int) -> str:
-    return "uint16" if layout == classes.LABEL_MAP and class_count >= 256 else "uint8"
-
-
-def mask_channels(layout: str, class_count: int) -> int:
-    return 1 if layout == classes.LABEL_MAP else class_count
-
-
 def mask_bytes(spec, layout: str, class_count: int) -> int:
     """The planned bytes of the mask of a record of ``spec`` (an ImageSpec: depth, height, width)."""
-    itemsize = np.dtype(mask_dtype(layout, class_count)).itemsize
-    return spec.depth * spec.height * spec.width * mask_channels(layout, class_count) * itemsize
+    itemsize = np.dtype(classes.mask_dtype(layout, class_count)).itemsize
+    return spec.depth * spec.height * spec.width * classes.mask_channels(layout, class_count) * itemsize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,30 +74,43 @@ class VolumeGrid:
     frame_of_reference_uid: str = ""
 
 
-def _masks(ds: pydicom.Dataset, kind: str, grid: VolumeGrid) -> tuple[list[np.ndarray], list[str]]:
-    """(one mask [k, j, i] per ROI or segment, their raw names)."""
-    if kind == SEG:
-        segments = [s for s in seg.segment_info(ds) if s.number > 0]
-        stack = seg.masks_on_grid(ds, seg.Grid(grid.rows, grid.columns, grid.instance_uids,
-                                               tuple((p[0], p[1], p[2]) for p in grid.positions),
-                                               grid.orientation, grid.pixel_spacing, grid.frame_of_reference_uid),
-                                  [s.number for s in segments], fractional_threshold=0.5)
-        return [stack[n] for n in range(len(segments))], [s.label for s in segments]
-    rois = rtstruct.roi_info(ds)
-    stack = rtstruct.rasterise(ds, rtstruct.Grid(grid.positions, grid.orientation, grid.pixel_spacing, grid.rows,
-                                                 grid.columns, grid.instance_uids, grid.frame_of_reference_uid))
-    return [stack[n] for n in range(len(rois))], [r.name for r in rois]
+def _draw_seg(ds: pydicom.Dataset, grid: VolumeGrid, class_map: classes.ClassMap, canvas: classes.Canvas) -> None:
+    mapped = [(s.number, class_map.index_of(s.label)) for s in seg.segment_info(ds) if s.number > 0]
+    mapped = [(number, index) for number, index in mapped if index]
+    if not mapped:
+        return
+    stack = seg.masks_on_grid(ds, seg.Grid(grid.rows, grid.columns, grid.instance_uids,
+                                           tuple((p[0], p[1], p[2]) for p in grid.positions),
+                                           grid.orientation, grid.pixel_spacing, grid.frame_of_reference_uid),
+                              [number for number, _ in mapped], fractional_threshold=0.5)
+    for region, (_, index) in zip(stack, mapped):
+        canvas.add(index, region)
+
+
+def _draw_rtstruct(ds: pydicom.Dataset, grid: VolumeGrid, class_map: classes.ClassMap,
+                   canvas: classes.Canvas) -> None:
+    mapped = [(r.number, class_map.index_of(r.name)) for r in rtstruct.roi_info(ds)]
+    mapped = [(number, index) for number, index in mapped if index]
+    placed = rtstruct.placed(ds, rtstruct.Grid(grid.positions, grid.orientation, grid.pixel_spacing, grid.rows,
+                                               grid.columns, grid.instance_uids, grid.frame_of_reference_uid),
+                             [number for number, _ in mapped])
+    region = np.zeros((grid.rows, grid.columns), bool)
+    for number, index in mapped:
+        for k, polygons in placed[number].items():
+            window = rtstruct.fill(region, polygons)
+            if window is not None:
+                canvas.add(index, region[window], k, window)
+                region[window] = False
 
 
 def volume_mask(annotations: Sequence[tuple[pydicom.Dataset, str]], grid: VolumeGrid, class_map: classes.ClassMap,
                 layout: str) -> np.ndarray:
     """The record's mask ``[k, j, i, channels]`` from its annotations (each a dataset and its kind):
-    every ROI/segment mapped to its class (names mapping to none left out), a class's united,
-    laid out as ``layout`` (transforms.masks.classes). No annotation: all background."""
-    shape = (len(grid.positions) or len(grid.instance_uids), grid.rows, grid.columns)
-    per_class = np.zeros((len(class_map.classes),) + shape, dtype=bool)
+    every ROI/segment mapped to its class (names mapping to none neither drawn nor checked),
+    a class's united, laid out as ``layout`` (transforms.masks.classes.Canvas). No annotation:
+    all background. Memory: the mask and one region at a time (one slice for an RTSTRUCT)."""
+    canvas = classes.Canvas((len(grid.positions) or len(grid.instance_uids), grid.rows, grid.columns),
+                            len(class_map.classes), layout)
     for ds, kind in annotations:
-        masks, names = _masks(ds, kind, grid)
-        merged, _ = classes.merged(masks, names, class_map, shape)
-        per_class |= merged
-    return classes.layout(per_class, layout)
+        (_draw_seg if kind == SEG else _draw_rtstruct)(ds, grid, class_map, canvas)
+    return canvas.array

@@ -26,7 +26,7 @@ import csv
 import dataclasses
 import io
 import re
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -154,36 +154,37 @@ def load(uri: str) -> ClassMap:
     return parse_mapping(text, uri)
 
 
-def layout(masks: np.ndarray, how: str) -> np.ndarray:
-    """Per-class masks ``[classes, k, j, i]`` (bool, in class order) as a record's mask:
-    ``label_map`` -> ``[k, j, i, 1]`` class indices, the first class winning an overlap;
-    ``binary`` -> ``[k, j, i, classes]`` uint8 0/1."""
-    masks = np.asarray(masks, dtype=bool)
-    if masks.ndim != 4:
-        raise ValueError(f"masks must be [classes, k, j, i], not {masks.shape}")
-    count = masks.shape[0]
-    if how == BINARY:
-        return np.ascontiguousarray(np.moveaxis(masks, 0, -1).astype(np.uint8))
-    if how != LABEL_MAP:
-        raise ValueError(f"mask layout {how!r}: give one of {', '.join(LAYOUTS)}")
-    dtype = np.uint8 if count < 256 else np.uint16
-    out = np.zeros(masks.shape[1:], dtype=dtype)
-    for index in range(count, 0, -1):           # the last class first: earlier ones overwrite it
-        out[masks[index - 1]] = index
-    return out[..., None]
+def mask_dtype(how: str, class_count: int) -> str:
+    """The numpy dtype of a record's mask: label_map class indices in uint8 (uint16 past 255
+    classes), binary channels in uint8."""
+    return "uint16" if how == LABEL_MAP and class_count >= 256 else "uint8"
 
 
-def merged(masks: Sequence[np.ndarray], names: Sequence[str], class_map: ClassMap,
-           shape: tuple[int, int, int]) -> tuple[np.ndarray, list[str]]:
-    """Per-ROI (or per-segment) masks and their raw names -> per-class masks ``[classes, k, j, i]``
-    (the union of a class's ROIs), and the raw names that map to no class (for the caller's
-    outcome; never written)."""
-    out = np.zeros((len(class_map.classes),) + tuple(shape), dtype=bool)
-    unmapped = []
-    for mask, name in zip(masks, names):
-        index = class_map.index_of(name)
-        if index:
-            out[index - 1] |= np.asarray(mask, dtype=bool)
-        else:
-            unmapped.append(name)
-    return out, unmapped
+def mask_channels(how: str, class_count: int) -> int:
+    return 1 if how == LABEL_MAP else class_count
+
+
+class Canvas:
+    """A record's mask ``[k, j, i, channels]`` in layout ``how``, drawn one region at a time:
+    ``add`` a class's region (a slice or the whole volume) as it is rasterised or decoded, in
+    any order, so memory holds the mask and one region, never a volume per ROI or per class.
+    ``label_map``: a voxel takes the lowest class index of the regions covering it, the class
+    listed FIRST; ``binary``: channel c - 1 is the union of class c's regions."""
+
+    def __init__(self, shape: tuple[int, int, int], class_count: int, how: str):
+        if how not in LAYOUTS:
+            raise ValueError(f"mask layout {how!r}: give one of {', '.join(LAYOUTS)}")
+        self.how = how
+        self.array = np.zeros(tuple(shape) + (mask_channels(how, class_count),), mask_dtype(how, class_count))
+
+    def add(self, index: int, region: np.ndarray, k: Optional[int] = None,
+            window: tuple[slice, slice] = (slice(None), slice(None))) -> None:
+        """Class ``index`` (1-based) covers ``region``: bool [j, i] of slice ``k`` (of its rows
+        and columns ``window``), or [k, j, i] of the whole volume when ``k`` is None."""
+        target = self.array[(slice(None),) + window] if k is None else self.array[(k,) + window]
+        region = np.asarray(region, dtype=bool)
+        if self.how == BINARY:
+            target[..., index - 1] |= region
+            return
+        labels = target[..., 0]
+        labels[region & ((labels == 0) | (labels > index))] = index

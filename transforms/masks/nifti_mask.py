@@ -53,10 +53,10 @@ def grid_mismatch(image: NiftiSpec, mask: NiftiSpec) -> str:
     return ""
 
 
-def class_masks(values: np.ndarray, class_map: classes.ClassMap) -> np.ndarray:
-    """A label map ``[k, j, i]`` -> per-class masks ``[classes, k, j, i]`` (bool, in class order):
-    each value named as text, mapped by ``class_map``; ConversionError(mask_invalid) for values
-    that are no class indices (fractions, negatives, not finite)."""
+def draw(values: np.ndarray, class_map: classes.ClassMap, canvas: classes.Canvas) -> None:
+    """A label map ``[k, j, i]`` drawn on ``canvas`` (of its shape): each value named as text,
+    mapped by ``class_map``; ConversionError(mask_invalid) for values that are no class indices
+    (fractions, negatives, not finite)."""
     values = np.asarray(values)
     if values.dtype.kind == "f":
         if not np.isfinite(values).all():
@@ -71,18 +71,16 @@ def class_masks(values: np.ndarray, class_map: classes.ClassMap) -> np.ndarray:
     if present.size and present[0] < 0:
         raise ConversionError(reasons.MASK_INVALID, f"it holds negative values (e.g. {present[0]:g}): a label "
                                                     f"map holds class indices, 0 the background")
-    out = np.zeros((len(class_map.classes),) + values.shape, dtype=bool)
     for value in present:
         number = int(value)
         index = class_map.index_of(str(number)) if number else 0
         if index:
-            out[index - 1] |= values == value
-    return out
+            canvas.add(index, values == value)
 
 
 def record_mask(image: NiftiSpec, mask: NiftiSpec, voxels: np.ndarray, volume: Optional[int],
                 class_map: classes.ClassMap, layout: str) -> np.ndarray:
-    """The record's mask ``[k, j, i, channels]`` (classes.layout) for volume ``volume`` of the image
+    """The record's mask ``[k, j, i, channels]`` (classes.Canvas) for volume ``volume`` of the image
     (None: a 3-D image) from the mask file's spec and voxels (``[(t,) k, j, i, channels]``, as
     transforms.nifti.read gives them); ConversionError(mask_grid_mismatch / mask_invalid) when it
     is not a label map on the image's grid."""
@@ -95,9 +93,11 @@ def record_mask(image: NiftiSpec, mask: NiftiSpec, voxels: np.ndarray, volume: O
     values = voxels[..., 0]
     if mask.volumes > 1:
         values = values[volume or 0]
-    return classes.layout(class_masks(values, class_map), layout)
+    canvas = classes.Canvas(values.shape, len(class_map.classes), layout)
+    draw(values, class_map, canvas)
+    return canvas.array
 
 
 def empty_mask(shape: tuple, class_map: classes.ClassMap, layout: str) -> np.ndarray:
     """An all-background mask of a record whose pixels are ``shape`` (``[k, j, i, ...]``)."""
-    return classes.layout(np.zeros((len(class_map.classes),) + tuple(shape[:3]), dtype=bool), layout)
+    return classes.Canvas(tuple(shape[:3]), len(class_map.classes), layout).array

@@ -27,12 +27,13 @@ The rules, one contour at a time:
   1/256 pixel: contours made from masks (rt-utils, OpenCV's findContours, many auto-contouring
   exports) run through the centres of a region's edge pixels, and come back through float32
   affines and decimal strings a few millionths of a pixel off them, which would make every edge
-  pixel a coin toss; the snap moves no point more than 1/512 pixel.
-- **Inside.** scikit-image's polygon rasteriser (``skimage.measure.grid_points_in_poly``, the
-  point-in-polygon test of ``skimage.draw.polygon``) labels each pixel centre of the contour's
-  bounding box outside, inside, or on the contour's path (a vertex or an edge). C.8.8.6.3: "Points
-  in space lying along the path defined by the contour are considered to be part of the ROI", so a
-  pixel centre on any contour's path is in the ROI. Elsewhere a pixel is in the ROI when an odd
+  pixel a coin toss; the snap moves no point more than 1/512 pixel, and makes every test of the
+  fill below exact.
+- **Inside.** transforms.masks.polygons fills each slice's contours by scanline in exact
+  fixed-point arithmetic on those 1/256-pixel coordinates, and says of each pixel centre of their
+  bounding box whether it is outside, inside, or on a contour's path (a vertex or an edge).
+  C.8.8.6.3: "Points in space lying along the path defined by the contour are considered to be
+  part of the ROI", so a pixel centre on any contour's path is in the ROI. Elsewhere a pixel is in the ROI when an odd
   number of the ROI's contours on that slice enclose it (exclusive or, the even-odd rule): the
   standard's rule for contours of type CLOSEDPLANAR_XOR (C.8.8.6.3, "the XOR technique": the
   contours are combined by a geometric exclusive disjunction, in any order), and the reading that
@@ -41,8 +42,10 @@ The rules, one contour at a time:
   contour (C.8.8.6.3's other technique: one polygon that reaches the inner outline through an
   arbitrarily narrow channel) is one polygon and needs no rule. Two CLOSED_PLANAR contours of one
   ROI that overlap without nesting cancel where they overlap: that is what XOR says.
-- **Ignored.** POINT, OPEN_PLANAR and OPEN_NONPLANAR contours (C.8.8.6.1: markers, lines and
-  applicator paths) enclose no area and draw nothing. An ROI without contours is an empty mask.
+- **Ignored.** ROIs the caller does not ask for (``roi_numbers``; transforms.masks.annotation asks
+  only for those its class map names) are neither read nor checked. POINT, OPEN_PLANAR and
+  OPEN_NONPLANAR contours (C.8.8.6.1: markers, lines and applicator paths) enclose no area and
+  draw nothing. An ROI without contours is an empty mask.
   Contour Slab Thickness and Contour Offset Vector (C.8.8.6.2) are not applied: each contour
   marks the one image it lies on. Parts of a contour outside the image's rows and columns are
   cut off at its edge.
@@ -61,17 +64,18 @@ import math
 from typing import Any, Optional, Sequence
 
 import numpy as np
-from skimage.measure import grid_points_in_poly
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.masks import polygons as polygons_
 
 RT_STRUCTURE_SET_STORAGE = "1.2.840.10008.5.1.4.1.1.481.3"
 CLOSED = ("CLOSED_PLANAR", "CLOSEDPLANAR_XOR")        # C.8.8.6.1: the types that enclose an area
 SNAP = 256.0                                          # pixel coordinates snapped to 1/SNAP pixel
+_MAX_COORDINATE = 1 << 20                             # pixels: fixed-point products stay in int64
+_CONTOUR_DATA = 0x30060050
 _SINGLE_SLICE_SPACING = 1.0                           # mm; patient_space's step for a record of one slice
-_INSIDE = 1                                           # grid_points_in_poly's labels: 0 outside, 2 vertex, 3 edge
 _PLANE_TOLERANCE = 1e-4                               # mm beyond half the slice spacing (decimal strings)
 
 
@@ -167,12 +171,14 @@ def roi_info(ds: Any) -> list[Roi]:
     return out
 
 
-def referenced(ds: Any) -> Referenced:
-    """The series, frame of reference and images the structure set references (metadata only)."""
+def referenced(ds: Any, images: bool = True) -> Referenced:
+    """The series, frame of reference and images the structure set references (metadata only;
+    ``images`` False leaves ``sop_instance_uids`` empty and the contours unread: a structure set
+    of a 200-slice CT holds thousands of contour items, ~0.5 s to parse)."""
     _check_structure_set(ds)
     series: list[str] = []
     studies: list[str] = []
-    images: list[str] = []
+    uids: list[str] = []
 
     def add(values: list[str], value: Any) -> None:
         text = _text(value)
@@ -185,18 +191,18 @@ def referenced(ds: Any) -> Referenced:
             add(studies, study.get("ReferencedSOPInstanceUID"))
             for ref_series in _items(study, "RTReferencedSeriesSequence"):
                 add(series, ref_series.get("SeriesInstanceUID"))
-                for image in _items(ref_series, "ContourImageSequence"):
-                    add(images, image.get("ReferencedSOPInstanceUID"))
-    for roi in _items(ds, "ROIContourSequence"):
+                for image in _items(ref_series, "ContourImageSequence") if images else ():
+                    add(uids, image.get("ReferencedSOPInstanceUID"))
+    for roi in _items(ds, "ROIContourSequence") if images else ():
         for contour in _items(roi, "ContourSequence"):
             for image in _items(contour, "ContourImageSequence"):
-                add(images, image.get("ReferencedSOPInstanceUID"))
+                add(uids, image.get("ReferencedSOPInstanceUID"))
     frame_uid = _text(frames[0].get("FrameOfReferenceUID")) if frames else ""
     if not frame_uid:                                  # older sets: only the ROIs name their frame
         frame_uid = next((_text(item.get("ReferencedFrameOfReferenceUID"))
                           for item in _items(ds, "StructureSetROISequence")
                           if _text(item.get("ReferencedFrameOfReferenceUID"))), "")
-    return Referenced(tuple(series), frame_uid, tuple(images), tuple(studies))
+    return Referenced(tuple(series), frame_uid, tuple(uids), tuple(studies))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,15 +258,34 @@ def _plane(grid: Grid) -> _Plane:
                   rows, columns, {u: k for k, u in enumerate(uids) if u})
 
 
+def _contour_values(contour: Any) -> Optional[np.ndarray]:
+    """Contour Data (3006,0050) as floats, read from the element's bytes where pydicom has not
+    converted them yet (a DS value per coordinate as a Python object costs ~4 us; a structure
+    set of a 200-slice CT holds over a million); None for values that are not numbers."""
+    element = contour.get_item(_CONTOUR_DATA) if hasattr(contour, "get_item") else None
+    raw = getattr(element, "value", None)
+    if isinstance(raw, (bytes, bytearray)):
+        text = bytes(raw).rstrip(b"\0 ")
+        if not text:
+            return np.zeros(0)
+        try:
+            return np.array(text.split(b"\\"), dtype=float)
+        except ValueError:
+            return None
+    data = contour.get("ContourData")
+    try:
+        return np.asarray([float(v) for v in (data or ())], float)
+    except (TypeError, ValueError):
+        return None
+
+
 def _points(contour: Any, roi: int, index: int) -> Optional[np.ndarray]:
     """A closed contour's points [n, 3], or None for a contour that draws nothing."""
     kind = _text(contour.get("ContourGeometricType")).upper()
     if kind not in CLOSED:
         return None                                   # POINT / OPEN_PLANAR / OPEN_NONPLANAR: no area
-    data = contour.get("ContourData")
-    try:
-        points = np.asarray([float(v) for v in (data or ())], float)
-    except (TypeError, ValueError):
+    points = _contour_values(contour)
+    if points is None:
         points = np.asarray([math.nan])
     if not len(points):
         return None                                   # an empty contour item encloses nothing
@@ -300,17 +325,21 @@ def _pixel_coordinates(points: np.ndarray, k: int, plane: _Plane) -> np.ndarray:
     return np.round(coords * SNAP) / SNAP
 
 
-def _draw(parity: np.ndarray, path: np.ndarray, coords: np.ndarray) -> None:
-    """Toggle the pixels ``coords``' polygon encloses in ``parity``; mark those on its path in ``path``."""
-    rows, columns = parity.shape
-    low = np.maximum(np.ceil(coords.min(axis=0)), 0).astype(int)
-    high = np.minimum(np.floor(coords.max(axis=0)), (rows - 1, columns - 1)).astype(int)
+def fill(mask: np.ndarray, polygons: Sequence[np.ndarray]) -> Optional[tuple[slice, slice]]:
+    """Set in ``mask`` (bool [rows, columns], in place) the pixels ``polygons`` (each [n, 2]
+    (row, column) pixel coordinates on the 1/SNAP grid) enclose or pass through, by the rule of
+    the module docstring (transforms.masks.polygons); the window of ``mask`` it drew in (their
+    bounding box within the image), None when that holds no pixel centre."""
+    fixed = [np.rint(c * SNAP).astype(np.int64) for c in polygons]
+    corners = np.concatenate(fixed)
+    scale = polygons_.SCALE
+    low = np.maximum(-(-corners.min(axis=0) // scale), 0)
+    high = np.minimum(corners.max(axis=0) // scale, np.asarray(mask.shape) - 1)
     if (high < low).any():
-        return                                        # between pixel centres, or beyond the image's
-    labels = grid_points_in_poly(tuple(high - low + 1), coords - low, binarize=False)
-    window = (slice(low[0], high[0] + 1), slice(low[1], high[1] + 1))
-    parity[window] ^= labels == _INSIDE
-    path[window] |= labels > _INSIDE
+        return None                                   # between pixel centres, or beyond the image's
+    window = (slice(int(low[0]), int(high[0]) + 1), slice(int(low[1]), int(high[1]) + 1))
+    mask[window] |= polygons_.fill(mask[window].shape, [f - low * scale for f in fixed])
+    return window
 
 
 def _in_image(coords: np.ndarray, plane: _Plane) -> bool:
@@ -319,23 +348,25 @@ def _in_image(coords: np.ndarray, plane: _Plane) -> bool:
     return bool(high[0] >= -0.5 and high[1] >= -0.5 and low[0] <= plane.rows - 0.5 and low[1] <= plane.columns - 0.5)
 
 
-def rasterise(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None) -> np.ndarray:
-    """Boolean masks [roi, k, j, i] of the structure set's ROIs on ``grid`` (module docstring).
+Placed = dict[int, dict[int, list[np.ndarray]]]    # ROI number -> slice k -> its polygons (pixel coordinates)
 
-    ROIs come in ``roi_numbers``' order, by default ``roi_info``'s (Structure Set ROI Sequence
-    order). ConversionError: ``contour_off_grid`` for a closed contour on no slice of the grid
-    (or wholly outside its rows and columns), ``frame_of_reference_mismatch`` for an ROI in
-    another frame of reference than the grid's, ``invalid_value`` / ``missing_attribute`` for a
-    malformed structure set or grid.
-    """
+
+def placed(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None) -> Placed:
+    """Every closed contour of the ROIs ``roi_numbers`` (default: all, ``roi_info`` order) on its
+    slice of ``grid``, as (row, column) pixel coordinates snapped to 1/SNAP pixel: the checks of
+    the module docstring made and no pixel drawn yet (``fill`` draws them, one slice at a time).
+    ConversionError: ``contour_off_grid`` for a closed contour on no slice of the grid (or
+    wholly outside its rows and columns), ``frame_of_reference_mismatch`` for an ROI in another
+    frame of reference than the grid's, ``invalid_value`` / ``missing_attribute`` for a malformed
+    structure set or grid."""
     plane = _plane(grid)
     rois = {roi.number: roi for roi in roi_info(ds)}
     numbers = list(rois) if roi_numbers is None else [int(n) for n in roi_numbers]
     contours = _contour_sequences(ds)
-    fallback_frame = referenced(ds).frame_of_reference_uid
+    fallback_frame = referenced(ds, images=False).frame_of_reference_uid
     image_frame = _text(grid.frame_of_reference_uid)
-    masks = np.zeros((len(numbers), len(plane.positions), plane.rows, plane.columns), bool)
-    for r, number in enumerate(numbers):
+    out: Placed = {}
+    for number in numbers:
         if number not in rois:
             raise ConversionError(reasons.INVALID_VALUE, f"RTSTRUCT: no ROI number {number} in its Structure Set "
                                                          f"ROI Sequence (it has {sorted(rois)})")
@@ -345,7 +376,7 @@ def rasterise(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None) 
                                   f"RTSTRUCT ROI {number} lies in Frame of Reference {frame}, the image series in "
                                   f"{image_frame}: its contours are in another coordinate system; pair the "
                                   "structure set with the series it was drawn on (or register them first)")
-        path = np.zeros(masks.shape[1:], bool)
+        on_slice = out.setdefault(number, {})
         for index, contour in enumerate(contours.get(number, ())):
             points = _points(contour, number, index)
             if points is None:
@@ -357,6 +388,22 @@ def rasterise(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None) 
                                       f"RTSTRUCT ROI {number}: contour {index + 1} lies on slice {k} of the image "
                                       f"series but wholly outside its {plane.rows} x {plane.columns} pixels; check "
                                       "that the structure set was drawn on this series")
-            _draw(masks[r, k], path[k], coords)
-        masks[r] |= path
+            if np.abs(coords).max() > _MAX_COORDINATE:
+                raise ConversionError(reasons.INVALID_VALUE,
+                                      f"RTSTRUCT ROI {number}: contour {index + 1} reaches {np.abs(coords).max():.0f} "
+                                      f"pixels from slice {k}'s first pixel (more than {_MAX_COORDINATE}): its "
+                                      "Contour Data are not in this series' millimetres; re-export the structure set")
+            on_slice.setdefault(k, []).append(coords)
+    return out
+
+
+def rasterise(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Boolean masks [roi, k, j, i] of the structure set's ROIs on ``grid`` (module docstring),
+    in ``roi_numbers``' order (default: ``roi_info``'s); the errors of ``placed``."""
+    contours = placed(ds, grid, roi_numbers)
+    plane = _plane(grid)
+    masks = np.zeros((len(contours), len(plane.positions), plane.rows, plane.columns), bool)
+    for r, on_slice in enumerate(contours.values()):
+        for k, polygons in on_slice.items():
+            fill(masks[r, k], polygons)
     return masks

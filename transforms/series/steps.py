@@ -9,7 +9,7 @@ from dcm2tfrecord.transforms.counters import OUTCOMES, count_outcome
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.values import ProbedRecord, replaced
-from dcm2tfrecord.transforms.masks import annotation
+from dcm2tfrecord.transforms.masks import annotation, classes
 from dcm2tfrecord.transforms.series import volumes
 from dcm2tfrecord.transforms.settings import DecodeSettings, with_salt
 

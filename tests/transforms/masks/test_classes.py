@@ -45,25 +45,36 @@ def test_a_mapping_that_cannot_be_used_says_where_and_why(text, source, says):
     assert says in str(info.value)
 
 
-def test_label_map_lets_the_first_class_win_an_overlap_and_channels_keep_both():
-    masks = np.zeros((2, 1, 2, 3), dtype=bool)
-    masks[0, 0, 0, :2] = True                  # class 1 (first listed)
-    masks[1, 0, 0, 1:] = True                  # class 2 overlaps it at [0, 0, 1]
-    label = classes.layout(masks, classes.LABEL_MAP)
+def _drawn(how: str, regions, class_count: int = 2, shape=(1, 2, 3)) -> np.ndarray:
+    canvas = classes.Canvas(shape, class_count, how)
+    for index, region, k in regions:
+        canvas.add(index, region, k)
+    return canvas.array
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_label_map_lets_the_first_class_win_an_overlap_in_any_order_and_channels_keep_both(order):
+    first = np.zeros((1, 2, 3), dtype=bool)
+    first[0, 0, :2] = True                     # class 1 (first listed)
+    second = np.zeros((2, 3), dtype=bool)
+    second[0, 1:] = True                       # class 2, slice 0 only: overlaps class 1 at [0, 0, 1]
+    regions = [(1, first, None), (2, second, 0)][::order]
+    label = _drawn(classes.LABEL_MAP, regions)
     assert label.shape == (1, 2, 3, 1) and label.dtype == np.uint8
     assert label[0, 0, :, 0].tolist() == [1, 1, 2] and label[0, 1, :, 0].tolist() == [0, 0, 0]
-    channels = classes.layout(masks, classes.BINARY)
-    assert channels.shape == (1, 2, 3, 2) and channels[0, 0, 1].tolist() == [1, 1]
-    many = np.zeros((300, 1, 1, 1), dtype=bool)
-    many[299] = True
-    assert classes.layout(many, classes.LABEL_MAP).dtype == np.uint16
-    assert int(classes.layout(many, classes.LABEL_MAP)[0, 0, 0, 0]) == 300
+    channels = _drawn(classes.BINARY, regions)
+    assert channels.shape == (1, 2, 3, 2) and channels.dtype == np.uint8
+    assert channels[0, 0, 1].tolist() == [1, 1] and channels[0, 0, 0].tolist() == [1, 0]
+    many = _drawn(classes.LABEL_MAP, [(300, np.ones((1, 1, 1), bool), None)], 300, (1, 1, 1))
+    assert many.dtype == np.uint16 and int(many[0, 0, 0, 0]) == 300
 
 
-def test_merged_unites_a_class_rois_and_returns_the_unmapped_names():
-    mapping = classes.parse_mapping(YAML, "map.yaml")
-    a, b, c = (np.zeros((1, 2, 2), bool) for _ in range(3))
-    a[0, 0, 0] = b[0, 1, 1] = c[0, 0, 1] = True
-    out, unmapped = classes.merged([a, b, c], ["Lung_L", "lung_r", "Pat Smith"], mapping, (1, 2, 2))
-    assert out.shape == (3, 1, 2, 2) and out[1].sum() == 2 and out[0].sum() == 0
-    assert unmapped == ["Pat Smith"]
+def test_a_class_regions_unite():
+    a, b = np.zeros((2, 2), bool), np.zeros((2, 2), bool)
+    a[0, 0] = b[1, 1] = True
+    for how in classes.LAYOUTS:
+        out = _drawn(how, [(1, a, 0), (1, b, 0)], 2, (1, 2, 2))
+        assert out[0, :, :, 0].astype(bool).tolist() == [[True, False], [False, True]]
+    with pytest.raises(ValueError, match="mask layout"):
+        classes.Canvas((1, 1, 1), 1, "channels")
+

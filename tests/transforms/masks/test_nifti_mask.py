@@ -53,7 +53,8 @@ def test_integral_floats_and_scaled_labels_are_class_indices(tmp_path, image):
 ])
 def test_values_that_are_no_class_indices_are_mask_invalid(values, says):
     with pytest.raises(ConversionError) as caught:
-        nifti_mask.class_masks(values.reshape(1, 1, -1), CLASS_MAP)
+        nifti_mask.draw(values.reshape(1, 1, -1), CLASS_MAP,
+                        classes.Canvas((1, 1, len(values)), len(CLASS_MAP.classes), classes.LABEL_MAP))
     assert caught.value.reason == "mask_invalid" and says in str(caught.value), str(caught.value)
 
 
