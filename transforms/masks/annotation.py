@@ -64,6 +64,12 @@ def mask_channels(layout: str, class_count: int) -> int:
     return 1 if layout == classes.LABEL_MAP else class_count
 
 
+def planned_mask_bytes(depth: int, height: int, width: int, layout: str, class_count: int) -> int:
+    """The bytes of a record's mask_raw, from its planned shape: what planning adds to its size."""
+    itemsize = np.dtype(mask_dtype(layout, class_count)).itemsize
+    return depth * height * width * mask_channels(layout, class_count) * itemsize
+
+
 @dataclasses.dataclass(frozen=True)
 class VolumeGrid:
     """The grid of a volume record: its slices in record order."""
@@ -76,30 +82,39 @@ class VolumeGrid:
     frame_of_reference_uid: str = ""
 
 
-def _masks(ds: pydicom.Dataset, kind: str, grid: VolumeGrid) -> tuple[list[np.ndarray], list[str]]:
-    """(one mask [k, j, i] per ROI or segment, their raw names)."""
+def _masks(ds: pydicom.Dataset, kind: str, grid: VolumeGrid,
+           contours: Optional[Sequence[tuple[int, int]]] = None) -> tuple[list[np.ndarray], list[str]]:
+    """(one mask [k, j, i] per ROI or segment, their raw names); ``contours`` not None: the grid
+    is one part of the annotated series, and these its RTSTRUCT contours (slices.py)."""
     if kind == SEG:
         segments = [s for s in seg.segment_info(ds) if s.number > 0]
         stack = seg.masks_on_grid(ds, seg.Grid(grid.rows, grid.columns, grid.instance_uids,
                                                tuple((p[0], p[1], p[2]) for p in grid.positions),
                                                grid.orientation, grid.pixel_spacing, grid.frame_of_reference_uid),
-                                  [s.number for s in segments], fractional_threshold=0.5)
+                                  [s.number for s in segments], fractional_threshold=0.5,
+                                  part=contours is not None)
         return [stack[n] for n in range(len(segments))], [s.label for s in segments]
     rois = rtstruct.roi_info(ds)
     stack = rtstruct.rasterise(ds, rtstruct.Grid(grid.positions, grid.orientation, grid.pixel_spacing, grid.rows,
-                                                 grid.columns, grid.instance_uids, grid.frame_of_reference_uid))
+                                                 grid.columns, grid.instance_uids, grid.frame_of_reference_uid),
+                               on_slice=contours)
     return [stack[n] for n in range(len(rois))], [r.name for r in rois]
 
 
 def volume_mask(annotations: Sequence[tuple[pydicom.Dataset, str]], grid: VolumeGrid, class_map: classes.ClassMap,
-                layout: str) -> np.ndarray:
+                layout: str, parts: Optional[Sequence[Sequence[tuple[int, int]]]] = None) -> np.ndarray:
     """The record's mask ``[k, j, i, channels]`` from its annotations (each a dataset and its kind):
     every ROI/segment mapped to its class (names mapping to none left out), a class's united,
-    laid out as ``layout`` (transforms.masks.classes). No annotation: all background."""
+    laid out as ``layout`` (transforms.masks.classes). No annotation: all background.
+
+    ``parts``: the record is one part of its annotated series (--unit file: a slice, a frame,
+    a stack; transforms.masks.slices placed the annotations on the whole series), and these
+    are, per annotation, the RTSTRUCT contours on it (``()`` for a SEG): a SEG's frames on
+    other parts are left out, an RTSTRUCT draws only these."""
     shape = (len(grid.positions) or len(grid.instance_uids), grid.rows, grid.columns)
     per_class = np.zeros((len(class_map.classes),) + shape, dtype=bool)
-    for ds, kind in annotations:
-        masks, names = _masks(ds, kind, grid)
+    for n, (ds, kind) in enumerate(annotations):
+        masks, names = _masks(ds, kind, grid, None if parts is None else parts[n])
         merged, _ = classes.merged(masks, names, class_map, shape)
         per_class |= merged
     return classes.layout(per_class, layout)
