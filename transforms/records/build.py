@@ -1,6 +1,7 @@
 """Reading one planned record back from its source and serializing it."""
 from __future__ import annotations
 
+import functools
 from typing import BinaryIO, Callable, Optional
 
 import numpy as np
@@ -8,6 +9,7 @@ import numpy as np
 from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
 from dcm2tfrecord.transforms.dicom import functional_groups, patient_space, volume_features
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
+from dcm2tfrecord.transforms.masks import parsed as masks_parsed
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
@@ -126,7 +128,9 @@ def _mask(record: ProbedRecord, metadata: dict, shape: tuple, uids: tuple, opene
     Instance UIDs where known), all background without one (--missing_mask empty)."""
     if settings.class_map is None or not record.mask_bytes:
         return None
-    import pydicom
+    part = record.mask_part
+    if part is not None:      # one part of its series (masks.slices): its own UID, a single-frame file's
+        uids = (part.uid,) if part.uid and shape[0] == 1 else ()
     positions = np.asarray(metadata.get(patient_space.POSITION, ()), dtype=np.float64).reshape(-1, 3)
     grid = masks_annotation.VolumeGrid(
         rows=int(shape[1]), columns=int(shape[2]), positions=tuple(tuple(p) for p in positions.tolist()),
@@ -137,10 +141,10 @@ def _mask(record: ProbedRecord, metadata: dict, shape: tuple, uids: tuple, opene
         raise ConversionError(reasons.MASK_GRID_MISMATCH,
                               f"the image's {shape[0]} slices have no position each (and no SOP Instance UIDs): "
                               f"a mask cannot be placed on them")
-    notes = []
-    for source, kind in record.annotations:
-        notes.append((pydicom.dcmread(read_unchanged(source, opener), force=True), kind))
-    return masks_annotation.volume_mask(notes, grid, settings.class_map, settings.mask_layout)
+    notes = [(masks_parsed.CACHE.get(source, kind, functools.partial(read_unchanged, source, opener)), kind)
+             for source, kind in record.annotations]
+    return masks_annotation.volume_mask(notes, grid, settings.class_map, settings.mask_layout,
+                                        None if part is None else part.contours)
 
 
 def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: DecodeSettings,
