@@ -77,14 +77,10 @@ def validate(opts: "ConvertOptions") -> None:
             raise UsageError(str(exc)) from None
     if opts.unit == "series" and opts.frames == "split":
         raise UsageError("--unit series and --frames split exclude each other")
-    if opts.class_map and opts.unit != "series":
-        raise UsageError("--class_map needs --unit series (a SEG or RTSTRUCT is joined to the series it annotates)")
     for flag, choice, default in (("mask_layout", opts.mask_layout, "label_map"),
                                   ("missing_mask", opts.missing_mask, "skip")):
         if not opts.class_map and choice != default:
             raise UsageError(f"--{flag} {choice} needs --class_map (the mapping that makes masks)")
-    if opts.class_map and opts.frames == "split":
-        raise UsageError("--class_map and --frames split exclude each other")
     for flag, value, default in (("series_gaps", opts.series_gaps, "fail"), ("series_4d", opts.series_4d, "split")):
         if opts.unit != "series" and value != default:
             raise UsageError(f"--{flag} {value} needs --unit series (it says how a series' slices become volumes)")
