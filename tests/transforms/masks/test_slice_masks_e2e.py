@@ -109,7 +109,10 @@ def test_seg_each_slice_record_holds_its_slice_of_the_known_masks(seg_archive, t
 # ---------------------------------------------------------------- SEG over a multi-frame image, --frames split
 
 
-def test_frames_split_gives_each_frame_its_segment_frame(tmp_path):
+@pytest.mark.parametrize("frames", ["split", "stack"])
+def test_a_multi_frame_image_gives_each_frame_its_segment_frame(tmp_path, frames):
+    """--frames split: one record per frame, each with its frame's mask; --frames stack: one
+    record of the file, its mask frame for frame."""
     root = tmp_path / "in"
     source = md.series(tmp_path / "classic", n=5, spacing=2.5, shape=(32, 40), seed=12)
     image = hd.legacy.LegacyConvertedEnhancedCTImage(
@@ -118,19 +121,27 @@ def test_frames_split_gives_each_frame_its_segment_frame(tmp_path):
     os.makedirs(root)
     image.save_as(str(root / "enhanced.dcm"))
     image = pydicom.dcmread(str(root / "enhanced.dcm"))
-    frames = int(image.NumberOfFrames)
+    count = int(image.NumberOfFrames)
     known = md.random_masks(source, 2, seed=13)             # [segments, frame, j, i]: the image's frame order
     md.save_seg([image], known, root / "seg.dcm", "enhanced_seg")
     out = tmp_path / "out"
-    summary = run_convert(root, out, class_map=md.class_map(tmp_path), frames="split", **OPTIONS)
+    summary = run_convert(root, out, class_map=md.class_map(tmp_path), frames=frames, **OPTIONS)
     assert summary["failed"] == {} and summary["skipped"] == {}, summary
-    assert summary["records"] == frames, summary
-    by_position = _by_position(_records(out))
+    records = _records(out)
+    if frames == "split":
+        assert summary["records"] == count, summary
+        masks = {_position(r): _mask(r, 1) for r in records}
+    else:
+        [record] = records
+        mask = _mask(record, 1)
+        placed = np.round(record["dicom/image_position_patient"].reshape(-1, 3), 3).tolist()
+        masks = {tuple(p): mask[k] for k, p in enumerate(placed)}
+    assert len(masks) == count
     expected = md.label_map(known)
     for f, item in enumerate(image.PerFrameFunctionalGroupsSequence):
         position = tuple(round(float(v), 3) for v in item.PlanePositionSequence[0].ImagePositionPatient)
-        np.testing.assert_array_equal(_mask(by_position[position], 1), expected[f])
-    assert len({int(expected[f].sum()) for f in range(frames)}) > 2      # frames told apart
+        np.testing.assert_array_equal(masks[position], expected[f])
+    assert len({int(expected[f].sum()) for f in range(count)}) > 2      # frames told apart
 
 
 # ---------------------------------------------------------------- RTSTRUCT: each slice as the volume has it
