@@ -54,6 +54,7 @@ FRAME_OF_REFERENCE_MISMATCH = "frame_of_reference_mismatch"  # a mask in another
 MASK_INVALID = "mask_invalid"                    # a segmentation (DICOM SEG) not described as its standard requires
 MASK_GRID_MISMATCH = "mask_grid_mismatch"        # a mask whose grid (size, spacing, orientation) is not its image's
 MASK_UNREFERENCED = "mask_unreferenced"          # a mask on slices the image does not have
+MASK_UNSUPPORTED = "mask_unsupported"            # --class_map: an annotation over images it cannot yet be placed on
 INVALID_NIFTI = "invalid_nifti"                  # a NIfTI whose header does not parse (sizeof_hdr, magic, dims...)
 UNSUPPORTED_NIFTI = "unsupported_nifti"          # a valid NIfTI no record holds (complex voxels, 5-D, .hdr/.img)
 MASK_WITHOUT_IMAGE = "mask_without_image"        # --class_map: an annotation whose series is not among the inputs
@@ -137,6 +138,8 @@ DOCUMENTED = {
     MASK_UNREFERENCED: "a mask with a frame on a slice the image does not have (a SOP Instance UID not among its "
                        "slices, or a position no slice has), or a frame it cannot place (no source image, no "
                        "position)",
+    MASK_UNSUPPORTED: "--class_map --unit file: an RTSTRUCT over a series with multi-frame images (frames of "
+                      "--frames split, Enhanced stacks): its contours are placed on single-frame slices only",
     INVALID_NIFTI: "a NIfTI-1/NIfTI-2 file (plain or compressed) whose header does not parse: sizeof_hdr neither "
                    "348 nor 540, a wrong magic, impossible dims, an unknown datatype code, a qform quaternion "
                    "of no rotation, or a corrupt compressed stream",

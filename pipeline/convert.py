@@ -5,7 +5,8 @@
 of transforms/, runs it on the chosen runner while showing progress, then
 reads back what was committed and prints the summary. The graph::
 
-    MatchInputs -> ProbeHeaders -> [DropDuplicates] -> [PairMasks] -> [BuildVolumes] -> [AttachLabels]
+    MatchInputs -> ProbeHeaders -> [DropDuplicates] -> [PairMasks] -> [BuildVolumes | AttachSliceMasks]
+    -> [SettleUnmasked] -> [AttachLabels]
     -> AssignSplits -> CountGroups -> [ReuseShards] -> PlanShards -> DistributeShards
     -> WriteShards -> CommitDataset (dataset.json last)
 """
@@ -50,7 +51,8 @@ from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.sources.read import configure_storage_retry
 from dcm2tfrecord.transforms.counters import OUTCOMES
 from dcm2tfrecord.transforms.labels.steps import AttachLabels
-from dcm2tfrecord.transforms.masks.steps import PairMasks
+from dcm2tfrecord.transforms.masks.pair_steps import PairMasks
+from dcm2tfrecord.transforms.masks.slice_steps import AttachSliceMasks, SettleUnmasked
 from dcm2tfrecord.transforms.output.commit import CommitInputs
 from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_step, record_plan
 from dcm2tfrecord.transforms.planning.shards import for_planning
@@ -230,6 +232,13 @@ class ConvertArchive(beam.PTransform):
         if settings.unit == "series":
             records, series_outcomes = records | "BuildVolumes" >> BuildVolumes(settings.decode)
             outcome_parts.append(series_outcomes)
+        elif settings.decode.class_map is not None:
+            records, mask_outcomes = records | "AttachSliceMasks" >> AttachSliceMasks(
+                settings.decode, settings.storage_retry_s, run=self.run)
+            outcome_parts.append(mask_outcomes)
+        if settings.decode.class_map is not None:
+            records, unmasked = records | "SettleUnmasked" >> SettleUnmasked(settings.decode)
+            outcome_parts.append(unmasked)
         space = None
         if settings.labels_csv or settings.labels_from_dirs:
             records, label_outcomes, space = records | "AttachLabels" >> AttachLabels(settings)

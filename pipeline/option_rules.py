@@ -83,8 +83,6 @@ def validate(opts: "ConvertOptions") -> None:
                                   ("missing_mask", opts.missing_mask, "skip")):
         if not opts.class_map and choice != default:
             raise UsageError(f"--{flag} {choice} needs --class_map (the mapping that makes masks)")
-    if opts.class_map and opts.frames == "split":
-        raise UsageError("--class_map and --frames split exclude each other")
     for flag, value, default in (("series_gaps", opts.series_gaps, "fail"), ("series_4d", opts.series_4d, "split")):
         if opts.unit != "series" and value != default:
             raise UsageError(f"--{flag} {value} needs --unit series (it says how a series' slices become volumes)")
@@ -108,9 +106,6 @@ def check_mask_pairing(opts: "ConvertOptions") -> None:
     if nifti_masks and not opts.class_map:
         raise UsageError(f"{nifti_masks} needs --class_map (the file mapping mask values to classes, e.g. "
                          f"'kidney: [\"1\"]')")
-    if opts.class_map and opts.unit != "series" and not nifti_masks:
-        raise UsageError("--class_map needs --unit series (a SEG or RTSTRUCT is joined to the series it annotates), "
-                         "or --mask_pattern/--mask_column (NIfTI masks paired with NIfTI images)")
     if opts.mask_column and not opts.labels:
         raise UsageError("--mask_column needs --labels (the CSV that holds the column)")
     if opts.mask_column and opts.label_key != "path":

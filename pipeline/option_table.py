@@ -384,11 +384,14 @@ class ConvertOptions:
                  (_BOOL,)),
         setting="conversion.multi_label"))
     class_map: Optional[str] = declare(Option(
-        "class_map", "masks from the DICOM SEG and RTSTRUCT files among the inputs (--unit series): a YAML "
-        "{class: [regex, ...]} or CSV name,class[,match] file mapping their ROI and segment names to classes, "
-        "local or gs://", _LABELS,
+        "class_map", "masks from the DICOM SEG and RTSTRUCT files among the inputs, on the records of the "
+        "series they reference (a volume with --unit series, each slice or frame with --unit file), and NIfTI "
+        "masks (--mask_pattern, --mask_column): a YAML {class: [regex, ...]} or CSV name,class[,match] file "
+        "mapping their ROI and segment names, or NIfTI mask values as text, to classes, local or gs://", _LABELS,
         Template("Class map", "Optional YAML or CSV on Cloud Storage mapping SEG segment and RTSTRUCT ROI names "
-                 "to mask classes; with it the annotations become each series' mask_raw.", (_GCS,)),
+                 "(or NIfTI mask values) to mask classes; with it the annotations become the mask_raw of "
+                 "their images' records.",
+                 (_GCS,)),
         metavar="FILE", setting="decode.class_map",
         to_setting=lambda v: load_class_map(absolute(v)) if v else None))
     mask_layout: MaskLayout = declare(Option(

@@ -137,6 +137,16 @@ class SliceInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class MaskPart:
+    """--class_map with --unit file (transforms.masks.slices): what a record that is one part
+    of an annotated series (a slice, a frame of a split file, a stack) needs beyond its own
+    header to be given its part of the series' masks."""
+    uid: str = ""                 # its SOP Instance UID, for a single-frame file (raw: never written)
+    contours: tuple = ()          # per annotation, the RTSTRUCT contours on it: ((ROI number, index), ...)
+    counts_annotations: bool = False   # the one record of the series that accounts for the annotations
+
+
+@dataclasses.dataclass(frozen=True)
 class ProbedRecord:
     """A source file that will become one record, planned from its header."""
     source: SourceFile
@@ -171,6 +181,9 @@ class ProbedRecord:
     annotation: str = ""
     annotations: tuple = ()
     mask_bytes: int = 0
+    # --class_map with --unit file: the record is one part of its annotated series (MaskPart);
+    # None otherwise (a volume holds its whole series)
+    mask_part: Optional["MaskPart"] = None
 
     def __reduce__(self):
         # One flat tuple: the record's fields in order, with its source, spec, identifiers
@@ -194,7 +207,16 @@ class ProbedRecord:
 
     @property
     def sources(self) -> tuple[SourceFile, ...]:
-        """The files this record is made of (a volume's annotations too)."""
+        """The files this record accounts for (a volume's annotations too; of a series' slice
+        records one accounts for its annotations, MaskPart.counts_annotations)."""
+        own = self.members or (self.source,)
+        if self.mask_part is not None and not self.mask_part.counts_annotations:
+            return own
+        return own + tuple(source for source, _ in self.annotations)
+
+    @property
+    def inputs(self) -> tuple[SourceFile, ...]:
+        """Every file this record is read from: its sources and every annotation it reads."""
         return (self.members or (self.source,)) + tuple(source for source, _ in self.annotations)
 
     @property

@@ -16,12 +16,10 @@ import os
 
 import numpy as np
 import pytest
-from pydicom.uid import generate_uid
 
 from dcm2tfrecord import reader
 from tests.support import IN_MEMORY, run_convert
 from tests.support import mask_datasets
-from tests.support import series_builders as sb
 from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 
 # rt-utils 1.2.7 saves through pydicom attributes pydicom 3 deprecates
@@ -50,23 +48,20 @@ def _dice(a: np.ndarray, b: np.ndarray) -> float:
 def _build(root: str) -> dict:
     """``root``/in: series ``seg`` (5 slices) + seg.dcm, series ``rt`` (6 slices) + rt.dcm; the class
     map at ``root``/classes.yaml. Returns the known per-class masks of each, in record order."""
-    seg_series = sb.regular(os.path.join(root, "in", "seg"), 5, 2.5, shape=SEG_SHAPE, seed=31)
+    seg_series = mask_datasets.series(os.path.join(root, "in", "seg"), 5, 2.5, shape=SEG_SHAPE, seed=31)
     rng = np.random.default_rng(32)
     seg_known = rng.random((2, 5, *SEG_SHAPE)) < 0.3              # Liver, tumour: overlapping
     seg_known[:, 1] = False
-    mask_datasets.write_seg(mask_datasets.in_record_order(seg_series), seg_known,
-                            os.path.join(root, "in", "seg.dcm"),
-                            str(generate_uid(entropy_srcs=["test_gcs_masks", "series"])),
-                            str(generate_uid(entropy_srcs=["test_gcs_masks", "sop"])),
-                            [mask_datasets.SEGMENTS[0], ("Pat Smith tumour", *mask_datasets.SEGMENTS[1][1:])])
-    rt_series = sb.regular(os.path.join(root, "in", "rt"), 6, 2.5, shape=(RT_SIZE, RT_SIZE),
+    # segments Liver and "Pat Smith tumour" (mask_datasets.SEGMENTS): the second maps to Tumour
+    mask_datasets.write_seg(seg_series, seg_known, os.path.join(root, "in", "seg.dcm"), "test_gcs_masks")
+    rt_series = mask_datasets.series(os.path.join(root, "in", "rt"), 6, 2.5, shape=(RT_SIZE, RT_SIZE),
                            pixel_spacing=(0.8, 0.8), origin=(0.0, 0.0, 300.0), seed=33)
     liver, tumour = (np.zeros((6, RT_SIZE, RT_SIZE), bool) for _ in range(2))
     for k in range(1, 5):
         liver[k] = _disc((40 + 2 * k, 56 - k), 14 + 2 * k)
     for k in range(2, 5):
         tumour[k] = _disc((60, 30), 6 + k)                        # partly outside the liver
-    mask_datasets.write_rtstruct(rt_series.folder, {"liver": liver, "DOE^JANE GTV tumour": tumour},
+    mask_datasets.write_rtstruct(rt_series, {"liver": liver, "DOE^JANE GTV tumour": tumour},
                                  os.path.join(root, "in", "rt.dcm"))
     mask_datasets.class_map(root)
     return {5: _label_map(*seg_known), 6: (liver, tumour)}

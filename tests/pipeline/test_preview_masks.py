@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PIL import Image
-from pydicom.uid import generate_uid
 from scipy import ndimage
 
 from dcm2tfrecord import reader
@@ -43,12 +42,10 @@ def _known() -> np.ndarray:
 def masked(request, tmp_path_factory):
     """(dataset dir, layout, the known masks): series A (DEPTH slices, SEG) and B (3 slices, none)."""
     root = tmp_path_factory.mktemp(f"preview_{request.param}")
-    a = sb.regular(str(root / "in" / "a"), DEPTH, 2.5, shape=SHAPE, seed=21)
+    a = mask_datasets.series(root / "in" / "a", DEPTH, 2.5, shape=SHAPE, seed=21)
     sb.regular(str(root / "in" / "b"), 3, 2.5, shape=SHAPE, seed=22, origin=(0.0, 0.0, 500.0))
     known = _known()
-    mask_datasets.write_seg(mask_datasets.in_record_order(a), known, root / "in" / "seg.dcm",
-                            str(generate_uid(entropy_srcs=["test_preview_masks", "series"])),
-                            str(generate_uid(entropy_srcs=["test_preview_masks", "sop"])))
+    mask_datasets.write_seg(a, known, root / "in" / "seg.dcm", "test_preview_masks")
     out = root / "out"
     summary = run_convert(root / "in", out, class_map=mask_datasets.class_map(root),
                           mask_layout=request.param, **OPTIONS)

@@ -56,10 +56,10 @@ def referenced_series(ds: pydicom.Dataset, kind: str) -> str:
     return series[0]
 
 
-def mask_bytes(spec, layout: str, class_count: int) -> int:
-    """The planned bytes of the mask of a record of ``spec`` (an ImageSpec: depth, height, width)."""
+def planned_mask_bytes(depth: int, height: int, width: int, layout: str, class_count: int) -> int:
+    """The bytes of a record's mask_raw, from its planned shape: what planning adds to its size."""
     itemsize = np.dtype(classes.mask_dtype(layout, class_count)).itemsize
-    return spec.depth * spec.height * spec.width * classes.mask_channels(layout, class_count) * itemsize
+    return depth * height * width * classes.mask_channels(layout, class_count) * itemsize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,26 +74,30 @@ class VolumeGrid:
     frame_of_reference_uid: str = ""
 
 
-def _draw_seg(ds: pydicom.Dataset, grid: VolumeGrid, class_map: classes.ClassMap, canvas: classes.Canvas) -> None:
-    mapped = [(s.number, class_map.index_of(s.label)) for s in seg.segment_info(ds) if s.number > 0]
-    mapped = [(number, index) for number, index in mapped if index]
+def _mapped(numbered: Sequence[tuple[int, str]], class_map: classes.ClassMap) -> list[tuple[int, int]]:
+    """(ROI or segment number, class index) of those whose raw name maps to a class."""
+    return [(number, index) for number, index in ((n, class_map.index_of(name)) for n, name in numbered) if index]
+
+
+def _draw_seg(ds: pydicom.Dataset, grid: VolumeGrid, class_map: classes.ClassMap, canvas: classes.Canvas,
+              part: bool) -> None:
+    mapped = _mapped([(s.number, s.label) for s in seg.segment_info(ds) if s.number > 0], class_map)
     if not mapped:
         return
     stack = seg.masks_on_grid(ds, seg.Grid(grid.rows, grid.columns, grid.instance_uids,
                                            tuple((p[0], p[1], p[2]) for p in grid.positions),
                                            grid.orientation, grid.pixel_spacing, grid.frame_of_reference_uid),
-                              [number for number, _ in mapped], fractional_threshold=0.5)
+                              [number for number, _ in mapped], fractional_threshold=0.5, part=part)
     for region, (_, index) in zip(stack, mapped):
         canvas.add(index, region)
 
 
-def _draw_rtstruct(ds: pydicom.Dataset, grid: VolumeGrid, class_map: classes.ClassMap,
-                   canvas: classes.Canvas) -> None:
-    mapped = [(r.number, class_map.index_of(r.name)) for r in rtstruct.roi_info(ds)]
-    mapped = [(number, index) for number, index in mapped if index]
+def _draw_rtstruct(ds: pydicom.Dataset, grid: VolumeGrid, class_map: classes.ClassMap, canvas: classes.Canvas,
+                   contours: Optional[Sequence[tuple[int, int]]]) -> None:
+    mapped = _mapped([(r.number, r.name) for r in rtstruct.roi_info(ds)], class_map)
     placed = rtstruct.placed(ds, rtstruct.Grid(grid.positions, grid.orientation, grid.pixel_spacing, grid.rows,
                                                grid.columns, grid.instance_uids, grid.frame_of_reference_uid),
-                             [number for number, _ in mapped])
+                             [number for number, _ in mapped], on_slice=contours)
     region = np.zeros((grid.rows, grid.columns), bool)
     for number, index in mapped:
         for k, polygons in placed[number].items():
@@ -104,13 +108,22 @@ def _draw_rtstruct(ds: pydicom.Dataset, grid: VolumeGrid, class_map: classes.Cla
 
 
 def volume_mask(annotations: Sequence[tuple[pydicom.Dataset, str]], grid: VolumeGrid, class_map: classes.ClassMap,
-                layout: str) -> np.ndarray:
+                layout: str, parts: Optional[Sequence[Sequence[tuple[int, int]]]] = None) -> np.ndarray:
     """The record's mask ``[k, j, i, channels]`` from its annotations (each a dataset and its kind):
     every ROI/segment mapped to its class (names mapping to none neither drawn nor checked),
     a class's united, laid out as ``layout`` (transforms.masks.classes.Canvas). No annotation:
-    all background. Memory: the mask and one region at a time (one slice for an RTSTRUCT)."""
+    all background. Memory: the mask and one region at a time (one slice for an RTSTRUCT).
+
+    ``parts``: the record is one part of its annotated series (--unit file: a slice, a frame,
+    a stack; transforms.masks.slices placed the annotations on the whole series), and these
+    are, per annotation, the RTSTRUCT contours on it (``()`` for a SEG): a SEG's frames on
+    other parts are left out, an RTSTRUCT draws only these."""
     canvas = classes.Canvas((len(grid.positions) or len(grid.instance_uids), grid.rows, grid.columns),
                             len(class_map.classes), layout)
-    for ds, kind in annotations:
-        (_draw_seg if kind == SEG else _draw_rtstruct)(ds, grid, class_map, canvas)
+    for n, (ds, kind) in enumerate(annotations):
+        contours = None if parts is None else parts[n]
+        if kind == SEG:
+            _draw_seg(ds, grid, class_map, canvas, part=contours is not None)
+        else:
+            _draw_rtstruct(ds, grid, class_map, canvas, contours)
     return canvas.array

@@ -221,22 +221,24 @@ class _Plane:
     by_uid: dict
 
 
-def _plane(grid: Grid) -> _Plane:
+def _plane(grid: Grid, in_plane: bool = True) -> _Plane:
+    """The grid's numbers; without ``in_plane`` only its slices' (positions, orientation, UIDs):
+    enough to place contours on slices (assign_contours), not to draw them."""
     cosines = patient_space.orientation(grid.orientation)
-    spacing = patient_space.floats(grid.pixel_spacing, 2)
+    spacing = patient_space.floats(grid.pixel_spacing, 2) if in_plane else (0.0, 0.0)
     positions = np.asarray(grid.positions, float)
     rows, columns = int(grid.rows), int(grid.columns)
     if not cosines:
         raise ConversionError(reasons.INVALID_VALUE, "image grid: Image Orientation (Patient) is not two unit, "
                                                      "orthogonal direction cosine vectors; masks need it")
-    if not spacing or min(spacing) <= 0:
+    if in_plane and (not spacing or min(spacing) <= 0):
         raise ConversionError(reasons.INVALID_VALUE, "image grid: Pixel Spacing is not two positive numbers; "
                                                      "masks need it")
     if positions.ndim != 2 or positions.shape[1:] != (3,) or not len(positions) \
             or not np.isfinite(positions).all():
         raise ConversionError(reasons.INVALID_VALUE, "image grid: slice positions must be one finite "
                                                      "(x, y, z) per slice, at least one")
-    if rows <= 0 or columns <= 0:
+    if in_plane and (rows <= 0 or columns <= 0):
         raise ConversionError(reasons.INVALID_VALUE, f"image grid: {rows} rows x {columns} columns")
     uids = [_text(u) for u in grid.sop_instance_uids]
     if uids and len(uids) != len(positions):
@@ -348,62 +350,102 @@ def _in_image(coords: np.ndarray, plane: _Plane) -> bool:
     return bool(high[0] >= -0.5 and high[1] >= -0.5 and low[0] <= plane.rows - 0.5 and low[1] <= plane.columns - 0.5)
 
 
+def _closed_contours(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]]):
+    """(ROI number, contour index, contour item, points [n, 3]) of every closed contour of the
+    ROIs ``roi_numbers`` (default: roi_info's order), each ROI's frame of reference checked
+    against the grid's first; and the ROI numbers."""
+    rois = {roi.number: roi for roi in roi_info(ds)}
+    numbers = list(rois) if roi_numbers is None else [int(n) for n in roi_numbers]
+    contours = _contour_sequences(ds)
+    fallback_frame = referenced(ds, images=False).frame_of_reference_uid
+    image_frame = _text(grid.frame_of_reference_uid)
+
+    def each():
+        for number in numbers:
+            if number not in rois:
+                raise ConversionError(reasons.INVALID_VALUE, f"RTSTRUCT: no ROI number {number} in its Structure "
+                                                             f"Set ROI Sequence (it has {sorted(rois)})")
+            frame = rois[number].frame_of_reference_uid or fallback_frame
+            if image_frame and frame and frame != image_frame:
+                raise ConversionError(reasons.FRAME_OF_REFERENCE_MISMATCH,
+                                      f"RTSTRUCT ROI {number} lies in Frame of Reference {frame}, the image series "
+                                      f"in {image_frame}: its contours are in another coordinate system; pair the "
+                                      "structure set with the series it was drawn on (or register them first)")
+            for index, contour in enumerate(contours.get(number, ())):
+                points = _points(contour, number, index)
+                if points is not None:
+                    yield number, index, contour, points
+    return each(), numbers
+
+
+def assign_contours(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None) -> dict[int, tuple]:
+    """Slice k of ``grid`` -> the ``(ROI number, contour index)`` of each closed contour on it,
+    by ``placed``'s rules (its slice, its frame of reference) and with its refusals
+    (``contour_off_grid``, ``frame_of_reference_mismatch``). Reads the grid's slices only
+    (positions, orientation, SOP Instance UIDs; not Pixel Spacing, Rows or Columns): a series
+    whose slices are separate records (--unit file) is placed once, and each record drawn
+    with ``placed(..., on_slice=...)``. Slices without a contour are not keys."""
+    plane = _plane(grid, in_plane=False)
+    found, _ = _closed_contours(ds, grid, roi_numbers)
+    out: dict[int, list] = {}
+    for number, index, contour, points in found:
+        out.setdefault(_slice_of(points, contour, plane, number, index), []).append((number, index))
+    return {k: tuple(pairs) for k, pairs in out.items()}
+
+
 Placed = dict[int, dict[int, list[np.ndarray]]]    # ROI number -> slice k -> its polygons (pixel coordinates)
 
 
-def placed(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None) -> Placed:
+def placed(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None,
+           on_slice: Optional[Sequence[tuple[int, int]]] = None) -> Placed:
     """Every closed contour of the ROIs ``roi_numbers`` (default: all, ``roi_info`` order) on its
     slice of ``grid``, as (row, column) pixel coordinates snapped to 1/SNAP pixel: the checks of
     the module docstring made and no pixel drawn yet (``fill`` draws them, one slice at a time).
     ConversionError: ``contour_off_grid`` for a closed contour on no slice of the grid (or
     wholly outside its rows and columns), ``frame_of_reference_mismatch`` for an ROI in another
     frame of reference than the grid's, ``invalid_value`` / ``missing_attribute`` for a malformed
-    structure set or grid."""
+    structure set or grid.
+
+    ``on_slice``: the grid is one slice of a series the caller placed the contours on
+    (``assign_contours``); exactly these ``(ROI number, contour index)`` are on it, and no other.
+    """
     plane = _plane(grid)
-    rois = {roi.number: roi for roi in roi_info(ds)}
-    numbers = list(rois) if roi_numbers is None else [int(n) for n in roi_numbers]
-    contours = _contour_sequences(ds)
-    fallback_frame = referenced(ds, images=False).frame_of_reference_uid
-    image_frame = _text(grid.frame_of_reference_uid)
-    out: Placed = {}
-    for number in numbers:
-        if number not in rois:
-            raise ConversionError(reasons.INVALID_VALUE, f"RTSTRUCT: no ROI number {number} in its Structure Set "
-                                                         f"ROI Sequence (it has {sorted(rois)})")
-        frame = rois[number].frame_of_reference_uid or fallback_frame
-        if image_frame and frame and frame != image_frame:
-            raise ConversionError(reasons.FRAME_OF_REFERENCE_MISMATCH,
-                                  f"RTSTRUCT ROI {number} lies in Frame of Reference {frame}, the image series in "
-                                  f"{image_frame}: its contours are in another coordinate system; pair the "
-                                  "structure set with the series it was drawn on (or register them first)")
-        on_slice = out.setdefault(number, {})
-        for index, contour in enumerate(contours.get(number, ())):
-            points = _points(contour, number, index)
-            if points is None:
-                continue
+    chosen = None if on_slice is None else {(int(n), int(i)) for n, i in on_slice}
+    if chosen is not None and len(plane.positions) != 1:
+        raise ValueError(f"on_slice draws onto a grid of one slice, not {len(plane.positions)}")
+    found, numbers = _closed_contours(ds, grid, roi_numbers)
+    out: Placed = {number: {} for number in numbers}
+    for number, index, contour, points in found:
+        if chosen is None:
             k = _slice_of(points, contour, plane, number, index)
-            coords = _pixel_coordinates(points, k, plane)
-            if not _in_image(coords, plane):
-                raise ConversionError(reasons.CONTOUR_OFF_GRID,
-                                      f"RTSTRUCT ROI {number}: contour {index + 1} lies on slice {k} of the image "
-                                      f"series but wholly outside its {plane.rows} x {plane.columns} pixels; check "
-                                      "that the structure set was drawn on this series")
-            if np.abs(coords).max() > _MAX_COORDINATE:
-                raise ConversionError(reasons.INVALID_VALUE,
-                                      f"RTSTRUCT ROI {number}: contour {index + 1} reaches {np.abs(coords).max():.0f} "
-                                      f"pixels from slice {k}'s first pixel (more than {_MAX_COORDINATE}): its "
-                                      "Contour Data are not in this series' millimetres; re-export the structure set")
-            on_slice.setdefault(k, []).append(coords)
+        elif (number, index) in chosen:
+            k = 0
+        else:
+            continue
+        coords = _pixel_coordinates(points, k, plane)
+        if not _in_image(coords, plane):
+            where = f"slice {k} of the image series" if chosen is None else "its slice of the image series"
+            raise ConversionError(reasons.CONTOUR_OFF_GRID,
+                                  f"RTSTRUCT ROI {number}: contour {index + 1} lies on {where} but wholly outside "
+                                  f"its {plane.rows} x {plane.columns} pixels; check that the structure set was "
+                                  "drawn on this series")
+        if np.abs(coords).max() > _MAX_COORDINATE:
+            raise ConversionError(reasons.INVALID_VALUE,
+                                  f"RTSTRUCT ROI {number}: contour {index + 1} reaches {np.abs(coords).max():.0f} "
+                                  f"pixels from its slice's first pixel (more than {_MAX_COORDINATE}): its "
+                                  "Contour Data are not in this series' millimetres; re-export the structure set")
+        out[number].setdefault(k, []).append(coords)
     return out
 
 
-def rasterise(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None) -> np.ndarray:
+def rasterise(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None,
+              on_slice: Optional[Sequence[tuple[int, int]]] = None) -> np.ndarray:
     """Boolean masks [roi, k, j, i] of the structure set's ROIs on ``grid`` (module docstring),
-    in ``roi_numbers``' order (default: ``roi_info``'s); the errors of ``placed``."""
-    contours = placed(ds, grid, roi_numbers)
+    in ``roi_numbers``' order (default: ``roi_info``'s); ``on_slice`` and the errors of ``placed``."""
+    contours = placed(ds, grid, roi_numbers, on_slice)
     plane = _plane(grid)
     masks = np.zeros((len(contours), len(plane.positions), plane.rows, plane.columns), bool)
-    for r, on_slice in enumerate(contours.values()):
-        for k, polygons in on_slice.items():
+    for r, on_k in enumerate(contours.values()):
+        for k, polygons in on_k.items():
             fill(masks[r, k], polygons)
     return masks

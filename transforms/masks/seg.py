@@ -367,23 +367,24 @@ def _check_grid(ds: pydicom.Dataset, frames: Sequence[_Frame], grid: Grid) -> No
                         f"not lie where the source image's do")
 
 
-def _slices_by_uid(frames: Sequence[_Frame], grid: Grid) -> Optional[list[int]]:
-    """Each frame's slice k by the SOP Instance UID it names, or None when that cannot place them."""
+def _slices_by_uid(frames: Sequence[_Frame], grid: Grid, part: bool = False) -> Optional[list[int]]:
+    """Each frame's slice k by the SOP Instance UID it names (-1 for a slice of the series
+    outside a ``part`` grid), or None when that cannot place them."""
     if not grid.instance_uids or len(set(grid.instance_uids)) != len(grid.instance_uids):
         return None
     if any(len(f.sources) != 1 for f in frames):
         return None
     index = {uid: k for k, uid in enumerate(grid.instance_uids)}
     missing = [f for f in frames if f.sources[0] not in index]
-    if missing:
+    if missing and not part:
         raise ConversionError(reasons.MASK_UNREFERENCED,
                               f"{len(missing)} of the SEG's {len(frames)} frames (e.g. frame {missing[0].number}) "
                               f"segment a slice that is not among the image's {grid.depth}: a SEG of another "
                               f"series, or of slices left out of this volume")
-    slices = [index[f.sources[0]] for f in frames]
+    slices = [index.get(f.sources[0], -1) for f in frames]
     if grid.positions:
         for frame, k in zip(frames, slices):
-            if frame.position is None:
+            if frame.position is None or k < 0:
                 continue
             distance = float(np.linalg.norm(np.subtract(frame.position, grid.positions[k])))
             if distance > POSITION_TOLERANCE_MM:
@@ -392,8 +393,9 @@ def _slices_by_uid(frames: Sequence[_Frame], grid: Grid) -> Optional[list[int]]:
     return slices
 
 
-def _slices_by_position(ds: pydicom.Dataset, frames: Sequence[_Frame], grid: Grid) -> list[int]:
-    """Each frame's slice k by its Image Position (Patient), within POSITION_TOLERANCE_MM."""
+def _slices_by_position(ds: pydicom.Dataset, frames: Sequence[_Frame], grid: Grid, part: bool = False) -> list[int]:
+    """Each frame's slice k by its Image Position (Patient), within POSITION_TOLERANCE_MM (-1
+    for a frame on no slice of a ``part`` grid)."""
     if not grid.positions:
         raise ConversionError(reasons.MASK_UNREFERENCED,
                               "the SEG's frames do not each name one slice of the image (Source Image Sequence) "
@@ -417,7 +419,9 @@ def _slices_by_position(ds: pydicom.Dataset, frames: Sequence[_Frame], grid: Gri
         nearest[start:start + 256] = block.argmin(axis=1)
         distance[start:start + 256] = block.min(axis=1)
     off = np.flatnonzero(distance > POSITION_TOLERANCE_MM)
-    if off.size:
+    if part:
+        nearest[off] = -1
+    elif off.size:
         first = int(off[0])
         raise ConversionError(reasons.MASK_UNREFERENCED,
                               f"{off.size} of the SEG's {len(frames)} frames (e.g. frame {frames[first].number}, "
@@ -432,6 +436,8 @@ def _slices_by_position(ds: pydicom.Dataset, frames: Sequence[_Frame], grid: Gri
 def _highdicom(ds: pydicom.Dataset, owned: bool) -> Any:
     import highdicom                     # imported on first use: the metadata functions need only pydicom
 
+    if isinstance(ds, highdicom.seg.Segmentation):
+        return ds                        # parsed once (load) and reused
     try:
         return highdicom.seg.Segmentation.from_dataset(ds, copy=not owned)
     except (AttributeError, KeyError, ValueError, TypeError, IndexError) as error:
@@ -464,7 +470,7 @@ def _by_position(seg: Any, kind: str, frames: Sequence[_Frame], slices: Sequence
             targets = list(channel.items())
         else:
             targets = [(n, c) for n, c in channel.items() if n == frame.segment]
-        if not targets:
+        if not targets or k < 0:                 # k < 0: a slice of the series outside a part grid
             continue
         stored = np.asarray(seg.get_stored_frame(frame.number))
         for number, c in targets:
@@ -477,8 +483,34 @@ def _by_position(seg: Any, kind: str, frames: Sequence[_Frame], slices: Sequence
     return out
 
 
+def load(fileobj: BinaryIO) -> Any:
+    """A SEG file parsed whole, as the highdicom Segmentation ``masks_on_grid`` reads (its frame
+    index built once): for a caller that places one SEG on many grids (the records of one
+    series, transforms.masks.parsed). highdicom's index is an SQLite connection, usable only
+    in the thread that built it."""
+    try:
+        ds = pydicom.dcmread(fileobj, force=True)        # the probe found it a SEG: no preamble needed
+    except (OSError, InvalidDicomError, EOFError, ValueError) as error:
+        raise ConversionError(reasons.INVALID_DICOM,
+                              f"the segmentation does not parse as DICOM ({type(error).__name__})") from error
+    return _highdicom(_dataset(ds, header_only=False), owned=True)
+
+
+def check_placement(source: Source, grid: Grid) -> None:
+    """Whether every frame of the SEG lies on a slice of ``grid``, by masks_on_grid's rules and
+    with its refusals: the series as a whole, when its slices or frames are separate records
+    (--unit file), each given its part with ``masks_on_grid(..., part=True)``. The header
+    alone is read; a grid without positions checks only the frames that name their source
+    (placing the others is left to each part)."""
+    ds = _dataset(source, header_only=True)
+    frames = _frames(ds, segmentation_type(ds))
+    if _slices_by_uid(frames, grid) is None and grid.positions:
+        _slices_by_position(ds, frames, grid)
+
+
 def masks_on_grid(source: Source, grid: Grid, segment_numbers: Optional[Sequence[int]] = None,
-                  fractional_threshold: Optional[float] = None, max_voxels: Optional[int] = None) -> np.ndarray:
+                  fractional_threshold: Optional[float] = None, max_voxels: Optional[int] = None,
+                  part: bool = False) -> np.ndarray:
     """The SEG's masks on ``grid``: ``[segments, k, j, i]``, segments in ``segment_numbers``'
     order (default: every segment by ascending number, as ``segment_info`` lists them, but a
     Label Map's background segment 0, the complement of the others, which is never returned).
@@ -487,6 +519,9 @@ def masks_on_grid(source: Source, grid: Grid, segment_numbers: Optional[Sequence
     ones, ``bool`` (``fraction >= fractional_threshold``) when a threshold is given. Slices
     without a frame of a segment are zeros. Alignment and refusals: the module docstring.
     ``max_voxels`` bounds segments x k x j x i (too_many_pixels beyond it) before any decode.
+    ``part``: the grid is part of the image the SEG was drawn on (one slice record of a series,
+    one frame of a split file), whose placement the caller checked (check_placement): frames
+    on slices outside it are left out, not refused.
     """
     owned = not isinstance(source, pydicom.Dataset)
     ds = _dataset(source, header_only=False)
@@ -512,12 +547,12 @@ def masks_on_grid(source: Source, grid: Grid, segment_numbers: Optional[Sequence
                               f"frame {strays[0].number} holds segment {strays[0].segment}, which the Segment "
                               f"Sequence does not describe")
     _check_grid(ds, frames, grid)
-    slices = _slices_by_uid(frames, grid)
+    slices = _slices_by_uid(frames, grid, part)
     seg = _highdicom(ds, owned)
     if slices is not None:
         stored = _by_source_instance(seg, grid, numbers)
     else:
-        stored = _by_position(seg, kind, frames, _slices_by_position(ds, frames, grid), grid, numbers)
+        stored = _by_position(seg, kind, frames, _slices_by_position(ds, frames, grid, part), grid, numbers)
     if kind != FRACTIONAL:
         return stored > 0
     maximum = int(ds.get("MaximumFractionalValue") or 0)

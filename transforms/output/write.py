@@ -49,7 +49,7 @@ def record_fingerprint(record: ProbedRecord) -> str:
     """
     label = list(record.label) if isinstance(record.label, tuple) else record.label
     content = [record.record_id, record.frame, record.split, label,
-               [[s.uri, s.size, s.mtime] for s in record.sources]]
+               [[s.uri, s.size, s.mtime] for s in record.inputs]]
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()[:32]
 
 

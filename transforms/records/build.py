@@ -1,6 +1,7 @@
 """Reading one planned record back from its source and serializing it."""
 from __future__ import annotations
 
+import functools
 from typing import BinaryIO, Callable, Optional
 
 import numpy as np
@@ -10,6 +11,7 @@ from dcm2tfrecord.transforms.dicom import functional_groups, patient_space, volu
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
 from dcm2tfrecord.transforms.masks import nifti_mask
 from dcm2tfrecord.transforms.masks import pairing as masks_pairing
+from dcm2tfrecord.transforms.masks import parsed as masks_parsed
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
@@ -59,7 +61,7 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
     if record.kind == "dicom":
         metadata[SLICE_SPACING] = _slice_spacing(metadata)
     mask: Optional[np.ndarray]
-    if settings.class_map is not None and record.mask_bytes and not record.members:
+    if settings.class_map is not None and record.mask_bytes and record.kind == "nifti":
         mask = _file_mask(record, nifti_spec, pixels.shape, opener, settings)
     else:
         mask = _mask(record, metadata, pixels.shape, (), opener, settings)
@@ -138,7 +140,11 @@ def _mask(record: ProbedRecord, metadata: dict, shape: tuple, uids: tuple, opene
     Instance UIDs where known), all background without one (--missing_mask empty)."""
     if settings.class_map is None or not record.mask_bytes:
         return None
-    import pydicom
+    part = record.mask_part
+    if not record.annotations and part is None:      # --missing_mask empty: no annotation covers it
+        return nifti_mask.empty_mask(shape, settings.class_map, settings.mask_layout)
+    if part is not None:      # one part of its series (masks.slices): its own UID, a single-frame file's
+        uids = (part.uid,) if part.uid and shape[0] == 1 else ()
     positions = np.asarray(metadata.get(patient_space.POSITION, ()), dtype=np.float64).reshape(-1, 3)
     grid = masks_annotation.VolumeGrid(
         rows=int(shape[1]), columns=int(shape[2]), positions=tuple(tuple(p) for p in positions.tolist()),
@@ -149,10 +155,10 @@ def _mask(record: ProbedRecord, metadata: dict, shape: tuple, uids: tuple, opene
         raise ConversionError(reasons.MASK_GRID_MISMATCH,
                               f"the image's {shape[0]} slices have no position each (and no SOP Instance UIDs): "
                               f"a mask cannot be placed on them")
-    notes = []
-    for source, kind in record.annotations:
-        notes.append((pydicom.dcmread(read_unchanged(source, opener), force=True), kind))
-    return masks_annotation.volume_mask(notes, grid, settings.class_map, settings.mask_layout)
+    notes = [(masks_parsed.CACHE.get(source, kind, functools.partial(read_unchanged, source, opener)), kind)
+             for source, kind in record.annotations]
+    return masks_annotation.volume_mask(notes, grid, settings.class_map, settings.mask_layout,
+                                        None if part is None else part.contours)
 
 
 def _file_mask(record: ProbedRecord, image: Optional[nifti.NiftiSpec], shape: tuple,

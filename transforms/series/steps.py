@@ -5,11 +5,12 @@ import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
 from dcm2tfrecord.dataset import reasons
-from dcm2tfrecord.transforms.counters import OUTCOMES, count_outcome
+from dcm2tfrecord.transforms.counters import OUTCOMES, count_outcome, emit
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.values import ProbedRecord, replaced
-from dcm2tfrecord.transforms.masks import annotation, classes
+from dcm2tfrecord.transforms.masks import annotation
+from dcm2tfrecord.transforms.masks import slices as mask_slices
 from dcm2tfrecord.transforms.series import volumes
 from dcm2tfrecord.transforms.settings import DecodeSettings, with_salt
 
@@ -38,10 +39,7 @@ class VolumeOfSeriesFn(beam.DoFn):
         notes = [s for s in slices if s.kind == annotation.ANNOTATION]
         slices = [s for s in slices if s.kind != annotation.ANNOTATION]
         if not slices:          # annotations of a series not among the inputs
-            for note in sorted(notes, key=lambda r: r.source.uri):
-                yield self._outcome(note.source.uri, reasons.FAILED, reasons.MASK_WITHOUT_IMAGE,
-                                    f"the {note.annotation.upper()} annotates a series with no image among the "
-                                    f"inputs: add the series' files to --input")
+            yield from emit(tuple(mask_slices.without_image(notes)))
             return
         try:
             built = volumes.volume_records(series_uid, slices, self.settings.id_salt,
@@ -53,12 +51,10 @@ class VolumeOfSeriesFn(beam.DoFn):
         if self.settings.class_map is None:
             yield from built
             return
-        if not notes and self.settings.missing_mask != "empty":
-            status = reasons.SKIPPED if self.settings.missing_mask == "skip" else reasons.FAILED
-            for member in sorted(s.source.uri for s in slices):
-                yield self._outcome(member, status, reasons.MISSING_MASK,
-                                    f"series of {len(slices)} slices: no SEG or RTSTRUCT among the inputs annotates "
-                                    f"it (--missing_mask {self.settings.missing_mask})")
+        missing = [] if notes else mask_slices.missing([s.source.uri for s in slices],
+                                                       f"series of {len(slices)} slices", self.settings.missing_mask)
+        if missing:
+            yield from emit(tuple(missing))
             return
         yield from masked_records(built, notes, self.settings)
 
@@ -75,8 +71,9 @@ def masked_records(built, notes, settings: DecodeSettings):
     assert settings.class_map is not None
     class_count = len(settings.class_map.classes)
     for record in built:
-        yield replaced(record, annotations=pairs,
-                       mask_bytes=annotation.mask_bytes(record.spec, settings.mask_layout, class_count))
+        spec = record.spec
+        yield replaced(record, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(
+            spec.depth, spec.height, spec.width, settings.mask_layout, class_count))
 
 
 class BuildVolumes(beam.PTransform):

@@ -13,23 +13,18 @@ output file (shards, indexes, dataset.json, errors.jsonl).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 
 import numpy as np
-import pydicom
 import pytest
-from highdicom.sr import CodedConcept
 from PIL import Image
 from pydicom.pixels import apply_modality_lut
-from pydicom.uid import generate_uid
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.transforms.images.geometry import placement
 from tests.support import run_convert
-from tests.support import mask_datasets
-from tests.support import series_builders as sb
+from tests.support import mask_datasets as md
 from tests.support.processes import errors_of
 
 # rt-utils 1.2.7 saves through pydicom attributes pydicom 3 deprecates
@@ -38,68 +33,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarn
 OPTIONS = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64, allow_empty=True, unit="series")
 CLASS_MAP_YAML = 'Liver: ["liver"]\nTumour: [".*tumou?r"]\n'
 CLASSES = ["Liver", "Tumour"]
-ORGAN = CodedConcept("123037004", "SCT", "Anatomical Structure")
-TISSUE = CodedConcept("85756007", "SCT", "Tissue")
-LIVER = CodedConcept("10200004", "SCT", "Liver")
-TUMOR = CodedConcept("108369006", "SCT", "Neoplasm")
-SPLEEN = CodedConcept("78961009", "SCT", "Spleen")
-# segment labels as an annotator typed them: the second maps to Tumour, the third to no class
-SEGMENTS = [("Liver", ORGAN, LIVER), ("Pat Smith tumour", TISSUE, TUMOR), ("Jones spleen", ORGAN, SPLEEN)]
 RAW_NAME_PARTS = (b"Pat Smith", b"Smith", b"Jones spleen", b"DOE^JANE")   # long enough not to occur by chance
 
 
 # ---------------------------------------------------------------- helpers
-
-
-@dataclasses.dataclass
-class Series:
-    written: sb.WrittenSeries
-    order: list[int]                           # build indices in record order (along the normal)
-    datasets: list[pydicom.Dataset]            # in record order
-
-    @property
-    def depth(self) -> int:
-        return len(self.order)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.written.slices[0].pixels.shape
-
-
-def _series(folder, n: int = 6, spacing: float = 2.5, **kwargs) -> Series:
-    written = sb.regular(str(folder), n, spacing, **kwargs)
-    normal = sb.normal(written.orientation)
-    order = sorted(range(n), key=lambda i: float(np.dot(written.positions[i], normal)))
-    return Series(written, order, [pydicom.dcmread(written.paths[i]) for i in order])
-
-
-def _uid(*parts) -> str:
-    return str(generate_uid(entropy_srcs=["test_masks_e2e", *map(str, parts)]))
-
-
-def _write_seg(series: Series, masks: np.ndarray, path, name: str) -> str:
-    """A binary SEG of ``series`` from ``masks`` [segments, k, j, i] (record order), saved at ``path``."""
-    return mask_datasets.write_seg(series.datasets, masks, path, _uid(name, "series"), _uid(name, "sop"), SEGMENTS)
-
-
-def _random_masks(series: Series, segments: int, seed: int) -> np.ndarray:
-    """[segments, k, j, i] bool, ~30 % of the voxels each, overlapping; one slice left empty."""
-    rng = np.random.default_rng(seed)
-    masks = rng.random((segments, series.depth, *series.shape)) < 0.3
-    masks[:, 1] = False
-    return masks
-
-
-def _label_map(per_class: np.ndarray) -> np.ndarray:
-    """[classes, k, j, i] bool -> [k, j, i, 1] uint8, the first-listed class winning an overlap."""
-    out = np.zeros(per_class.shape[1:], np.uint8)
-    for index in range(per_class.shape[0], 0, -1):        # the last first: earlier ones overwrite
-        out[per_class[index - 1]] = index
-    return out[..., None]
-
-
-def _channels(per_class: np.ndarray) -> np.ndarray:
-    return np.moveaxis(per_class, 0, -1).astype(np.uint8)
 
 
 def _class_map(folder) -> str:
@@ -125,15 +62,10 @@ def _manifest(out) -> dict:
 
 
 def _assert_no_raw_names(out) -> None:
-    for folder, _, files in os.walk(str(out)):
-        for name in files:
-            with open(os.path.join(folder, name), "rb") as handle:
-                data = handle.read()
-            for part in RAW_NAME_PARTS:
-                assert part not in data, f"{part!r} in {os.path.join(folder, name)}"
+    md.assert_no_raw_names(out, RAW_NAME_PARTS)
 
 
-def _assert_image_in_record_order(record: dict, series: Series) -> None:
+def _assert_image_in_record_order(record: dict, series: md.Series) -> None:
     """The record's image is the series' slices in ``series.order``: the order the masks are expected in."""
     image = record["image"]
     assert image.shape == (series.depth, *series.shape, 1), image.shape
@@ -159,10 +91,7 @@ def _dice(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.fixture(scope="module")
 def seg_archive(tmp_path_factory):
     root = tmp_path_factory.mktemp("seg_archive")
-    series = _series(root / "in" / "ct", n=6, spacing=2.5)
-    known = _random_masks(series, 3, seed=1)              # Liver, "Pat Smith tumour", "Jones spleen"
-    _write_seg(series, known, root / "in" / "seg.dcm", "seg")
-    return root, series, known
+    return (root, *md.seg_archive(root, seed=1))
 
 
 @pytest.mark.parametrize("layout", ["label_map", "binary"])
@@ -178,10 +107,10 @@ def test_seg_masks_are_the_known_masks_in_record_order(seg_archive, tmp_path, la
     assert (per_class[0] & per_class[1]).any()             # overlaps to resolve
     if layout == "label_map":
         mask = _mask(record, 1)
-        np.testing.assert_array_equal(mask, _label_map(per_class))
+        np.testing.assert_array_equal(mask, md.label_map(per_class))
         assert set(np.unique(mask).tolist()) == {0, 1, 2}
     else:
-        np.testing.assert_array_equal(_mask(record, 2), _channels(per_class))
+        np.testing.assert_array_equal(_mask(record, 2), md.channels(per_class))
     manifest = _manifest(out)
     assert manifest["mask_classes"] == CLASSES
     assert {"mask_raw", "mask_dtype", "mask_channels"} <= set(manifest["features"])
@@ -191,35 +120,23 @@ def test_seg_masks_are_the_known_masks_in_record_order(seg_archive, tmp_path, la
 # ---------------------------------------------------------------- 2. RTSTRUCT (rt-utils), Dice
 
 
-RT_SIZE = 96                     # rt-utils reads non-square images transposed: a square series
-
-
-def _disc(centre, radius) -> np.ndarray:
-    jj, ii = np.mgrid[:RT_SIZE, :RT_SIZE]
-    return (jj - centre[0]) ** 2 + (ii - centre[1]) ** 2 <= radius ** 2
-
-
-def _rtstruct(series: Series, rois: dict[str, np.ndarray], path) -> str:
-    """An RTSTRUCT of ``series`` (its folder holds nothing else) with one ROI per [k, j, i] mask
-    (record order = rt-utils' ascending order along the normal for this axial series)."""
-    return mask_datasets.write_rtstruct(series.written.folder, rois, path)
-
-
 def test_rtstruct_masks_match_the_known_discs_and_two_files_unite(tmp_path):
     root = tmp_path / "in"
-    series = _series(root / "ct", n=7, spacing=2.5, shape=(RT_SIZE, RT_SIZE), pixel_spacing=(0.8, 0.8), seed=2)
+    series = md.series(root / "ct", n=7, spacing=2.5, shape=(md.RT_SIZE, md.RT_SIZE), pixel_spacing=(0.8, 0.8),
+                       seed=2)
     assert series.order == sorted(series.order, key=lambda i: series.written.positions[i][2])
     d = series.depth
-    liver_a, liver_b, tumour = (np.zeros((d, RT_SIZE, RT_SIZE), bool) for _ in range(3))
+    liver_a, liver_b, tumour = (np.zeros((d, md.RT_SIZE, md.RT_SIZE), bool) for _ in range(3))
     for k in range(1, 4):
-        liver_a[k] = _disc((40 + 2 * k, 56 - k), 14 + 2 * k)         # centres off the diagonal
+        liver_a[k] = md.disc((40 + 2 * k, 56 - k), 14 + 2 * k)         # centres off the diagonal
     for k in range(3, 6):
-        liver_b[k] = _disc((60, 30), 12)
+        liver_b[k] = md.disc((60, 30), 12)
     for k in range(2, 5):
-        tumour[k] = _disc((44, 58), 6 + k)                          # inside the liver: Liver wins there
+        tumour[k] = md.disc((44, 58), 6 + k)                          # inside the liver: Liver wins there
     # two structure sets of one series: the Liver ROIs of both are united
-    _rtstruct(series, {"liver": liver_a, "DOE^JANE GTV tumour": tumour}, root / "rt_a.dcm")
-    _rtstruct(series, {"LIVER": liver_b, "DOE^JANE body": _disc((48, 48), 40)[None].repeat(d, 0)}, root / "rt_b.dcm")
+    md.write_rtstruct(series, {"liver": liver_a, "DOE^JANE GTV tumour": tumour}, root / "rt_a.dcm")
+    body = md.disc((48, 48), 40)[None].repeat(d, 0)
+    md.write_rtstruct(series, {"LIVER": liver_b, "DOE^JANE body": body}, root / "rt_b.dcm")
     out = tmp_path / "out"
     summary, records = _convert(root, out, class_map=_class_map(tmp_path), mask_layout="binary")
     assert summary["failed"] == {} and summary["skipped"] == {}, summary
@@ -242,14 +159,7 @@ def two_series(tmp_path_factory):
     """``in/``: series A (6 slices) with a SEG, series B (4 slices) without one, and the SEG of a
     series C whose images are not among the inputs."""
     root = tmp_path_factory.mktemp("two_series")
-    a = _series(root / "in" / "a", n=6, seed=3)
-    b = _series(root / "in" / "b", n=4, seed=4)
-    c = _series(root / "absent" / "c", n=5, seed=5)
-    assert len({a.written.series_uid, b.written.series_uid, c.written.series_uid}) == 3
-    known = _random_masks(a, 2, seed=6)
-    _write_seg(a, known, root / "in" / "seg_a.dcm", "seg_a")
-    _write_seg(c, _random_masks(c, 2, seed=7), root / "in" / "seg_orphan.dcm", "seg_orphan")
-    return root, a, b, known
+    return (root, *md.two_series(root, (6, 4, 5), seed=3))
 
 
 def _assert_orphan_failed(out, summary) -> None:
@@ -279,7 +189,7 @@ def test_missing_mask_and_mask_without_image(two_series, tmp_path, missing_mask)
         assert missing == []
     assert [int(r["depth"]) for r in records] == ([a.depth, b.depth] if missing_mask == "empty" else [a.depth])
     _assert_image_in_record_order(records[0], a)
-    np.testing.assert_array_equal(_mask(records[0], 1), _label_map(known))
+    np.testing.assert_array_equal(_mask(records[0], 1), md.label_map(known))
     if missing_mask == "empty":
         _assert_image_in_record_order(records[1], b)
         empty = _mask(records[1], 1)
@@ -317,30 +227,7 @@ def test_resized_mask_is_placed_like_the_image(seg_archive, tmp_path, resize, mo
     assert record["image"].shape == (series.depth, *target, 1)
     mask = _mask(record, 1)
     assert mask.shape == record["image"].shape
-    np.testing.assert_array_equal(mask, _placed(_label_map(known[:2]), target, mode))
+    np.testing.assert_array_equal(mask, _placed(md.label_map(known[:2]), target, mode))
     if mode == "pad":                                     # the padding is background
         assert not mask[:, :, :left].any() and not mask[:, :, left + sw:].any()
     _assert_no_raw_names(out)
-
-
-# ---------------------------------------------------------------- 5. class_map needs unit=series
-
-
-def test_class_map_without_unit_series_is_refused_before_work(seg_archive, tmp_path, capsys, monkeypatch):
-    from dcm2tfrecord.pipeline.cli import main
-    from dcm2tfrecord.pipeline.convert import ConversionFailed
-    from dcm2tfrecord.pipeline.usage import UsageError
-    root, _, _ = seg_archive
-    class_map = _class_map(tmp_path)
-    out = tmp_path / "out"
-    options = {k: v for k, v in OPTIONS.items() if k != "unit"}
-    with pytest.raises((UsageError, ConversionFailed)) as caught:
-        run_convert(root / "in", out, class_map=class_map, **options)
-    message = str(caught.value)
-    assert "--class_map" in message and "--unit" in message and "\n" not in message, message
-    assert not out.exists()
-    monkeypatch.setenv("DCM2TFRECORD_ID_SALT", "masks-e2e-tests")
-    code = main(["convert", "--input", str(root / "in"), "--output", str(out), "--class_map", class_map])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and "--class_map" in err and "--unit" in err and "\n" not in err, err
-    assert not out.exists()

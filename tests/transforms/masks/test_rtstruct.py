@@ -352,3 +352,39 @@ def test_not_a_structure_set_fails(axial):
     with pytest.raises(ConversionError) as caught:
         rtstruct.roi_info(without)
     assert caught.value.reason == reasons.MISSING_ATTRIBUTE
+
+
+# ---------------------------------------------------------------- one slice at a time (--unit file)
+
+
+@pytest.mark.parametrize("which", ["axial", "oblique"])
+def test_each_slice_drawn_alone_is_that_slice_of_the_volume(which, request):
+    """assign_contours places every contour once, from the slices alone (no Pixel Spacing, no rows
+    or columns); each slice drawn with only its contours equals the volume's slice."""
+    written = request.getfixturevalue(which)
+    volume = rtstruct.rasterise(written.ds, written.grid())
+    placed = rtstruct.assign_contours(written.ds, written.grid(pixel_spacing=(), rows=0, columns=0))
+    every = [pair for pairs in placed.values() for pair in pairs]
+    closed = sum(len(item.ContourSequence) for item in written.ds.ROIContourSequence)
+    assert len(every) == len(set(every)) == closed
+    for k, position in enumerate(written.series.positions):
+        one = written.grid(positions=[position], sop_instance_uids=[written.uids[k]])
+        alone = rtstruct.rasterise(written.ds, one, on_slice=placed.get(k, ()))
+        np.testing.assert_array_equal(alone[:, 0], volume[:, k])
+    assert set(placed) == {k for k in range(len(written.uids)) if volume[:, k].any()}
+
+
+def test_assign_contours_refuses_a_contour_off_the_series(axial):
+    ds = copy.deepcopy(axial.ds)
+    contour = ds.ROIContourSequence[0].ContourSequence[0]
+    contour.ContourData = [float(v) + (30.0 if i % 3 == 2 else 0.0) for i, v in enumerate(contour.ContourData)]
+    del contour.ContourImageSequence
+    with pytest.raises(ConversionError) as caught:
+        rtstruct.assign_contours(ds, axial.grid(pixel_spacing=()))
+    assert caught.value.reason == reasons.CONTOUR_OFF_GRID and "ROI 1" in str(caught.value)
+    assert not any(name in str(caught.value) for name in NAMES)
+
+
+def test_on_slice_needs_a_grid_of_one_slice(axial):
+    with pytest.raises(ValueError):
+        rtstruct.rasterise(axial.ds, axial.grid(), on_slice=())

@@ -316,3 +316,40 @@ def test_not_a_segmentation_is_mask_invalid(ct):
     for call in (lambda: mseg.segment_info(image), lambda: mseg.referenced(image),
                  lambda: mseg.masks_on_grid(image, ct.grid)):
         assert _reason(call) == reasons.MASK_INVALID
+
+
+# ---------------------------------------------------------------- one slice at a time (--unit file)
+
+
+def _one_slice(grid: mseg.Grid, k: int) -> mseg.Grid:
+    return dataclasses.replace(grid, instance_uids=grid.instance_uids[k:k + 1], positions=grid.positions[k:k + 1])
+
+
+def test_a_part_grid_gets_its_slice_and_leaves_the_others_out(ct, binary):
+    """part=True: one slice of the series (by UID, by position), as the volume has it; the same
+    grid without part refuses the frames of the other slices."""
+    volume = mseg.masks_on_grid(binary, ct.grid)
+    loaded = mseg.load(io.BytesIO(_saved(binary)))             # parsed once, placed on every slice
+    for k in range(N_SLICES):
+        for grid in (_one_slice(ct.grid, k), _positions_only(_one_slice(ct.grid, k))):
+            np.testing.assert_array_equal(mseg.masks_on_grid(loaded, grid, part=True)[:, 0], volume[:, k])
+    assert _reason(lambda: mseg.masks_on_grid(binary, _one_slice(ct.grid, 3))) == reasons.MASK_UNREFERENCED
+
+
+def test_check_placement_is_the_volume_rule_on_the_whole_series(ct, binary):
+    mseg.check_placement(binary, ct.grid)
+    mseg.check_placement(binary, _uids_only(ct.grid))
+    mseg.check_placement(binary, _positions_only(ct.grid))
+    keep = [k for k in range(N_SLICES) if k != 2]
+    fewer = dataclasses.replace(ct.grid, instance_uids=tuple(ct.grid.instance_uids[k] for k in keep),
+                                positions=tuple(ct.grid.positions[k] for k in keep))
+    for grid in (fewer, _uids_only(fewer), _positions_only(fewer)):
+        assert _reason(lambda: mseg.check_placement(binary, grid)) == reasons.MASK_UNREFERENCED
+    header = pydicom.dcmread(io.BytesIO(_saved(binary)), stop_before_pixels=True)
+    assert _reason(lambda: mseg.check_placement(header, _uids_only(fewer))) == reasons.MASK_UNREFERENCED
+
+
+def _saved(ds: pydicom.Dataset) -> bytes:
+    buffer = io.BytesIO()
+    ds.save_as(buffer)
+    return buffer.getvalue()

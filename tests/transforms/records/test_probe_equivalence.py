@@ -76,7 +76,7 @@ def _outcome(probe, name: str, data: bytes, settings: DecodeSettings, max_pixels
 # packed dicom/* (transforms.dicom.patient_space, volume_features), SliceInfo's localizer and
 ADDED_FEATURES = tuple(patient_space.FEATURES) + tuple(volume_features.FEATURES)
 ADDED_REPR = (", localizer=False, volume_key=()",
-              ", volumes=1, volume_index=0, annotation='', annotations=(), mask_bytes=0")   # issues 32, 33
+              ", volumes=1, volume_index=0, annotation='', annotations=(), mask_bytes=0, mask_part=None")  # 32, 33
 
 
 def _v0_packed(values: list, keys: tuple) -> bytes:

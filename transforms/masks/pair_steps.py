@@ -10,11 +10,9 @@ import io
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from dcm2tfrecord.dataset import reasons
-from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.counters import OUTCOMES, emit
 from dcm2tfrecord.transforms.labels import table as labels_lib
-from dcm2tfrecord.transforms.masks import annotation, pairing
+from dcm2tfrecord.transforms.masks import pairing
 from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.sources.match import uri_key
 
@@ -71,24 +69,10 @@ def _attach(keyed, settings):
     yield from _emit_all([outcomes])
 
 
-def _not_nifti(record, settings):
-    """--unit file: a record no NIfTI mask can pair with (DICOM, PNG) follows --missing_mask; a
-    SEG or RTSTRUCT annotates a series only with --unit series."""
-    if record.kind == annotation.ANNOTATION:
-        yield from emit(Outcome(record.source.uri, reasons.FAILED, pairing.STAGE, reasons.MASK_WITHOUT_IMAGE,
-                                f"a {record.annotation.upper()} is joined to the series it annotates only with "
-                                f"--unit series; NIfTI masks (--mask_pattern, --mask_column) pair NIfTI images"))
-        return
-    records, outcomes = pairing.missing([record], settings, f"no NIfTI mask pairs with {record.source.rel_path} "
-                                                            f"(NIfTI masks pair NIfTI images)")
-    yield from records
-    yield from _emit_all([outcomes])
-
-
 class PairMasks(beam.PTransform):
-    """ProbedRecords -> (records, the NIfTI images carrying their masks; Outcomes). With --unit
-    series the other records go on untouched (BuildVolumes joins SEG and RTSTRUCT files);
-    with --unit file they follow --missing_mask."""
+    """ProbedRecords -> (records, the NIfTI images carrying their masks; Outcomes). The other
+    records go on untouched: BuildVolumes or AttachSliceMasks joins SEG and RTSTRUCT files to
+    DICOM series, and SettleUnmasked holds those no mask covers to --missing_mask."""
 
     def __init__(self, settings: ConversionSettings):
         super().__init__()
@@ -124,13 +108,6 @@ class PairMasks(beam.PTransform):
                     | "JoinImagesToMasks" >> beam.CoGroupByKey()
                     # (image path, {"images": [Named] of its volumes, "offers": [Offer]})
                     | "AttachMasks" >> beam.FlatMap(_attach, decode).with_outputs(OUTCOMES, main="records"))
-        parts, outcomes = [attached.records], [named[OUTCOMES], resolved[OUTCOMES], attached[OUTCOMES]]
-        if settings.unit == "series":
-            parts.append(others)
-        else:
-            other = others | "OthersWithoutMasks" >> beam.FlatMap(_not_nifti, decode).with_outputs(
-                OUTCOMES, main="records")
-            parts.append(other.records)
-            outcomes.append(other[OUTCOMES])
+        parts, outcomes = [attached.records, others], [named[OUTCOMES], resolved[OUTCOMES], attached[OUTCOMES]]
         return (tuple(parts) | "PairedAndOthers" >> beam.Flatten(),
                 tuple(outcomes) | "PairingOutcomes" >> beam.Flatten())

@@ -1,0 +1,72 @@
+"""AttachSliceMasks (--class_map with --unit file): the SEG and RTSTRUCT files among the inputs
+joined to the records of the series they reference, by key (transforms.masks.slices)."""
+from __future__ import annotations
+
+import apache_beam as beam
+import pydicom
+
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.counters import OUTCOMES, emit
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.masks import annotation, parsed, slices
+from dcm2tfrecord.transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.sources.read import open_source, read_unchanged
+from dcm2tfrecord.transforms.sources.steps import ReadsSourcesFn
+from dcm2tfrecord.transforms.values import ProbedRecord
+
+
+def read_header(note: ProbedRecord):
+    """An annotation's header as the join reads it: a SEG's without its pixels; an RTSTRUCT, all
+    header, through the parsed cache the writers of this process share (transforms.masks.parsed)."""
+    if note.annotation == annotation.RTSTRUCT:
+        return parsed.CACHE.get(note.source, note.annotation, lambda: read_unchanged(note.source, open_source))
+    data = read_unchanged(note.source, open_source)
+    try:
+        return pydicom.dcmread(data, stop_before_pixels=True, force=True)
+    except Exception as exc:
+        raise ConversionError(reasons.INVALID_DICOM, f"the SEG does not parse ({type(exc).__name__})") from exc
+
+
+class SliceMasksFn(ReadsSourcesFn):
+    """(series UID, its records and annotations) -> the records with their part of the masks,
+    or Outcomes (slices.join)."""
+
+    def process(self, keyed):
+        _, records = keyed
+        for result in slices.join(list(records), read_header, self.settings):
+            yield from emit(result)
+
+
+class AttachSliceMasks(beam.PTransform):
+    """--class_map, --unit file: DICOM records and annotations grouped by series UID (metadata
+    only), each record given its part of the series' masks; the others pass by."""
+
+    def __init__(self, settings: DecodeSettings, storage_retry_s: float = 0.0, run: str = ""):
+        super().__init__()
+        self.settings, self.storage_retry_s, self.run = settings, storage_retry_s, run
+
+    def expand(self, records):
+        others, parts = records | "HasSeries" >> beam.Partition(
+            lambda r, _: 1 if slices.part_key(r) else 0, 2)  # type: ignore[arg-type]  # Beam: a callable
+        joined = (parts
+                  | "KeyBySeries" >> beam.Map(lambda r: (slices.part_key(r), r))
+                  | "GroupBySeries" >> beam.GroupByKey()
+                  # (raw series UID, [ProbedRecord]): one series' records and its annotations
+                  | "JoinAnnotations" >> beam.ParDo(SliceMasksFn(self.settings, self.storage_retry_s, self.run))
+                  .with_outputs(OUTCOMES, main="records"))
+        merged = (others, joined.records) | "OthersAndParts" >> beam.Flatten()
+        return merged, joined[OUTCOMES]
+
+
+class SettleUnmasked(beam.PTransform):
+    """--class_map: the records no mask join covered, as --missing_mask says (slices.unmasked)."""
+
+    def __init__(self, settings: DecodeSettings):
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, records):
+        settled = records | "Unmasked" >> beam.FlatMap(
+            lambda r, settings: (x for result in slices.unmasked(r, settings) for x in emit(result)),
+            self.settings).with_outputs(OUTCOMES, main="records")
+        return settled.records, settled[OUTCOMES]
