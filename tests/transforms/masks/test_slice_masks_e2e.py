@@ -22,7 +22,7 @@ from pydicom.uid import generate_uid
 from dcm2tfrecord import reader
 from dcm2tfrecord.transforms.masks import parsed
 from tests.support import mask_datasets as md
-from tests.support import run_convert
+from tests.support import run_convert, write_png_archive
 from tests.support.processes import errors_of
 
 pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarning")
@@ -265,3 +265,33 @@ def test_resized_slice_masks_are_the_volume_masks_resized(seg_archive, tmp_path,
         assert distance[k] < 1e-2 and sorted(distance)[1] > 1.0, distance
         np.testing.assert_array_equal(_mask(record, 1), volume_mask[k])
     assert volume_mask.any()
+
+
+# ---------------------------------------------------------------- records no mask source covers
+
+
+@pytest.mark.parametrize("unit", ["file", "series"])
+@pytest.mark.parametrize("missing_mask", ["skip", "error", "empty"])
+def test_a_record_no_mask_source_covers_follows_missing_mask(seg_archive, tmp_path, unit, missing_mask):
+    """PNGs beside an annotated series: no SEG, RTSTRUCT or NIfTI mask can cover them, so they are
+    skipped, failed, or written with an all-background mask; the dataset then reads with masks."""
+    root, series, known, class_map = seg_archive
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    os.symlink(root / "in", inputs / "dicom", target_is_directory=True)
+    pngs = write_png_archive(inputs / "png", 2, 24, 20)
+    out = tmp_path / "out"
+    summary = run_convert(inputs, out, class_map=class_map, unit=unit, missing_mask=missing_mask, **OPTIONS)
+    masked = series.depth if unit == "file" else 1
+    if missing_mask != "empty":
+        status = "skipped" if missing_mask == "skip" else "failed"
+        assert summary[status] == {"missing_mask": len(pngs)}, summary
+        assert summary["records"] == masked, summary
+        assert {e["reason"] for e in errors_of(out)} == {"missing_mask"}
+        return
+    assert summary["failed"] == {} and summary["skipped"] == {} and summary["records"] == masked + len(pngs)
+    records = _records(out)
+    assert all("mask" in r and r["mask"].shape[:-1] == r["image"].shape[:-1] for r in records)
+    flat = [r["mask"] for r in records if r["image"].shape[-3:-1] == (24, 20)]
+    assert len(flat) == len(pngs) and all(not m.any() for m in flat)
+    assert any(r["mask"].any() for r in records)               # the SEG's series still holds its masks
