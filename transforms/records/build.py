@@ -5,6 +5,7 @@ import functools
 from typing import BinaryIO, Callable, Optional
 
 import numpy as np
+import pydicom
 
 from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
 from dcm2tfrecord.transforms.dicom import functional_groups, patient_space, volume_features
@@ -33,6 +34,7 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
     """(pixels (D, H, W, C) after values and geometry, metadata features) for one record."""
     native = record.native
     nifti_spec: Optional[nifti.NiftiSpec] = None
+    header = None                       # the parsed DICOM header, where the decode parsed one
     if isinstance(native, native_dicom.NativePixels) and record.kind == "dicom" and not record.members \
             and settings.dicom_values == "modality":
         pixels = native_dicom.decode_native(native_dicom.file_bytes(fileobj), native, record.frame)
@@ -40,6 +42,7 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
     elif record.kind == "dicom":
         order = record.stacks[0].frames if record.stacks and record.frame is None else None
         pixels, ds, window = decode_dicom(fileobj, settings, record.frame, order)
+        header = ds
         windows = window.pop("frames", None)
         metadata = dicom_metadata.metadata(ds, settings, window)
         if functional_groups.present(ds):
@@ -64,7 +67,9 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
     if settings.class_map is not None and record.mask_bytes and record.kind == "nifti":
         mask = _file_mask(record, nifti_spec, pixels.shape, opener, settings)
     else:
-        mask = _mask(record, metadata, pixels.shape, (), opener, settings)
+        frame = _frame_of_reference(header if header is not None else fileobj, record, settings) \
+            if record.kind == "dicom" else ""
+        mask = _mask(record, metadata, pixels.shape, (), opener, settings, frame)
     return _geometry_and_path(pixels, metadata, record, settings, mask)
 
 
@@ -133,11 +138,24 @@ def _stack_volumes(record: ProbedRecord, ds, metadata: dict) -> dict:
     return out
 
 
+def _frame_of_reference(source, record: ProbedRecord, settings: DecodeSettings) -> str:
+    """The image's Frame of Reference UID when its mask is drawn from annotations (checked against
+    theirs: transforms.masks.rtstruct, seg), from its parsed header ``source`` or, on the native
+    path that parsed none, read from the file object's header; "" otherwise."""
+    if settings.class_map is None or not record.mask_bytes or not record.annotations:
+        return ""
+    if not isinstance(source, pydicom.Dataset):
+        source.seek(0)
+        source = pydicom.dcmread(source, stop_before_pixels=True, force=True, specific_tags=["FrameOfReferenceUID"])
+    return str(source.get("FrameOfReferenceUID", "") or "").strip()
+
+
 def _mask(record: ProbedRecord, metadata: dict, shape: tuple, uids: tuple, opener: Callable[[str], BinaryIO],
-          settings: DecodeSettings) -> Optional[np.ndarray]:
+          settings: DecodeSettings, frame_of_reference: str = "") -> Optional[np.ndarray]:
     """--class_map: the record's mask ``[k, j, i, c]`` from its annotations on its grid (its slices'
     positions, orientation and pixel spacing as its features say; ``uids`` its slices' SOP
-    Instance UIDs where known), all background without one (--missing_mask empty)."""
+    Instance UIDs where known; its Frame of Reference UID, checked against the annotations'),
+    all background without one (--missing_mask empty)."""
     if settings.class_map is None or not record.mask_bytes:
         return None
     part = record.mask_part
@@ -150,7 +168,7 @@ def _mask(record: ProbedRecord, metadata: dict, shape: tuple, uids: tuple, opene
         rows=int(shape[1]), columns=int(shape[2]), positions=tuple(tuple(p) for p in positions.tolist()),
         orientation=tuple(np.asarray(metadata.get(patient_space.ORIENTATION, ()), np.float64)[:6].tolist()),
         pixel_spacing=tuple(np.asarray(metadata.get("dicom/pixel_spacing", ()), np.float64)[:2].tolist()),
-        instance_uids=uids, frame_of_reference_uid="")
+        instance_uids=uids, frame_of_reference_uid=frame_of_reference)
     if len(grid.positions) != shape[0] and len(uids) != shape[0]:
         raise ConversionError(reasons.MASK_GRID_MISMATCH,
                               f"the image's {shape[0]} slices have no position each (and no SOP Instance UIDs): "
@@ -210,7 +228,7 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
     """A series record: its slices decoded in their planned (anatomical) order and stacked;
     its geometry from every slice's position (transforms.dicom.patient_space), its diffusion
     encoding from each volume's first slice (transforms.dicom.volume_features)."""
-    slices, metadata, positions, encodings, uids = [], None, [], [], []
+    slices, metadata, positions, encodings, uids, frame = [], None, [], [], [], ""
     held = record.volumes if record.volume_index < 0 else 1     # a stacked 4-D record holds them all
     per_volume = len(record.members) // held
     for n, member in enumerate(record.members):
@@ -221,6 +239,7 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
             orientation = patient_space.orientation(ds.get("ImageOrientationPatient"))
             pixel_spacing = patient_space.floats(ds.get("PixelSpacing"), 2)
             single = dicom_metadata.single_slice_spacing(ds)
+            frame = _frame_of_reference(ds, record, settings)
         positions += dicom_metadata.slice_positions(ds, pixels.shape[0])
         uids.append(str(ds.get("SOPInstanceUID", "") or "") if pixels.shape[0] == 1 else "")
         if n % per_volume == 0:
@@ -235,7 +254,7 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
     metadata.update(volume_features.features(encodings, record.volumes, record.volume_index))
     metadata[SLICE_SPACING] = _slice_spacing(metadata, record.slice_spacing)
     pixels = np.ascontiguousarray(np.concatenate(slices))
-    mask = _mask(record, metadata, pixels.shape, tuple(uids) if all(uids) else (), opener, settings)
+    mask = _mask(record, metadata, pixels.shape, tuple(uids) if all(uids) else (), opener, settings, frame)
     return _geometry_and_path(pixels, metadata, record, settings, mask)
 
 

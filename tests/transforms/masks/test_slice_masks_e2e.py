@@ -206,6 +206,32 @@ def test_a_contour_off_the_series_fails_the_series_once(rt_archive, tmp_path):
     _assert_no_raw_names(out)
 
 
+
+@pytest.mark.parametrize("unit", ["file", "series"])
+def test_a_structure_set_in_another_frame_of_reference_fails_its_records(rt_archive, tmp_path, unit):
+    """The ROIs' Referenced Frame of Reference UID against the image's own (read from its header at
+    write): another coordinate system, so frame_of_reference_mismatch, one line per record."""
+    root, series, class_map = rt_archive
+    inputs = tmp_path / "in"
+    os.makedirs(inputs)
+    for path in series.written.paths:
+        os.symlink(path, inputs / os.path.basename(path))
+    rt = pydicom.dcmread(str(root / "in" / "rt.dcm"))
+    other = str(generate_uid(entropy_srcs=["another frame of reference"]))
+    for item in rt.StructureSetROISequence:
+        item.ReferencedFrameOfReferenceUID = other
+    rt.save_as(str(inputs / "rt.dcm"))
+    out = tmp_path / "out"
+    summary = run_convert(inputs, out, class_map=class_map, unit=unit, **OPTIONS)
+    assert summary["records"] == 0, summary
+    failed = summary["failed"]
+    assert set(failed) == {"frame_of_reference_mismatch"} and failed["frame_of_reference_mismatch"] >= (
+        series.depth if unit == "file" else 1), summary
+    errors = errors_of(out)
+    assert all(other in e["message"] and "\n" not in e["message"] for e in errors), errors[0]
+    _assert_no_raw_names(out)
+
+
 # ---------------------------------------------------------------- missing masks, masks without images
 
 
