@@ -28,6 +28,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.dataset.errors import OptionError
+from dcm2tfrecord.dataset.file_adapters import GZIP
 from dcm2tfrecord.dataset.names import BadName, check_relative_path
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.labels import join, table
@@ -86,8 +87,9 @@ def _split(text: str) -> tuple[str, str]:
     if depth or in_class:
         raise PatternError(f"--mask_pattern {text!r}: an unclosed {'(' if depth else '['} before any '=': close it, "
                            f"then write =MASK_PATH")
+    gz = GZIP.suffix              # the MSD / nnU-Net example's compressed NIfTI
     raise PatternError(f"--mask_pattern {text!r}: no '=' between the image regex and the mask path; write "
-                       f"IMAGE_REGEX=MASK_PATH, e.g. 'imagesTr/(.*)_0000\\.nii\\.gz=labelsTr/\\1.nii.gz'")
+                       f"IMAGE_REGEX=MASK_PATH, e.g. 'imagesTr/(.*)_0000\\.nii{re.escape(gz)}=labelsTr/\\1.nii{gz}'")
 
 
 _REFERENCE = re.compile(r"\\(?:(\d{1,2})|g<([^>]*)>)")
