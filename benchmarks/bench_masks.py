@@ -7,9 +7,10 @@ slice), and an RTSTRUCT written by rt-utils (an independent writer; it traces ea
 OpenCV's findContours) from ten known masks of the phantom's anatomy, computed from its
 noise-free HU: Body, Lung_L, Lung_R, Bone, Spine, Organ1..Organ4, Fat. For 200 slices that is
 4,046 contours, 13.7 MB. The class map (``CLASSES_YAML``) maps them to six classes, two of
-them unions (Lung, Organ), so the label map's overlap rule is exercised (Body is listed first
-and wins everywhere it reaches: the test of the rule is that the known masks, laid out by the
-same rule, come back voxel for voxel).
+them unions (Lung, Organ), the structures inside the body listed before it, so each class
+holds its own voxels in the label map and the overlap rule is exercised (Body, last, keeps what
+no other class covers; Fat and the organs overlap): the known masks, laid out by the same rule,
+must come back voxel for voxel.
 
 Two methods, alternated ``--repeats`` times, each a ``dcm2tfrecord convert`` subprocess on the
 local runner with every core (wall, CPU of the whole process tree, peak RSS of its largest
@@ -54,9 +55,9 @@ from benchmarks.proc_monitor import bench_env, machine_description, run_monitore
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE_DIR = os.path.join(REPO, "benchmarks", ".cache")
 ROIS = ("Body", "Lung_L", "Lung_R", "Bone", "Spine", "Organ1", "Organ2", "Organ3", "Organ4", "Fat")
-CLASSES_YAML = ('Body: ["body"]\nLung: ["lung_.*"]\nBone: ["bone"]\nSpine: ["spine"]\n'
-                'Organ: ["organ[0-9]"]\nFat: ["fat"]\n')
-CLASSES = ("Body", "Lung", "Bone", "Spine", "Organ", "Fat")
+CLASSES_YAML = ('Spine: ["spine"]\nBone: ["bone"]\nOrgan: ["organ[0-9]"]\nLung: ["lung_.*"]\n'
+                'Fat: ["fat"]\nBody: ["body"]\n')
+CLASSES = ("Spine", "Bone", "Organ", "Lung", "Fat", "Body")
 SLICE_STEP = 1.25            # mm: archives.ct_vendor_file_bytes puts slice s at z = -1.25 s
 
 
@@ -77,8 +78,8 @@ def _roi_masks(slice_index: int, slices: int) -> dict[str, np.ndarray]:
 
 
 def mask_archive(slices: int) -> str:
-    """The cached folder: ct/ (the series), rt/rtstruct.dcm, known.npz (ROI -> bool [slices,
-    rows, columns], slice s of file ct_<s>.dcm), classes.yaml."""
+    """The cached folder: ct/ (the series), rt/rtstruct.dcm, known.npz (ROI -> bool [rows, columns,
+    slices], slice s of file ct_<s>.dcm: medimagetools_compare.py's layout)."""
     root = os.path.join(CACHE_DIR, f"masks_ct{slices}")
     marker = root + ".complete"
     if os.path.exists(marker):
@@ -98,9 +99,7 @@ def mask_archive(slices: int) -> str:
     for name in ROIS:                  # rt-utils: [rows, columns, slices] in its own slice order
         builder.add_roi(mask=_in_rt_utils_order(known[name], builder), name=name)
     builder.save(os.path.join(root, "rt", "rtstruct.dcm"))
-    np.savez_compressed(os.path.join(root, "known.npz"), **known)
-    with open(os.path.join(root, "classes.yaml"), "w") as handle:
-        handle.write(CLASSES_YAML)
+    np.savez_compressed(os.path.join(root, "known.npz"), **{k: np.moveaxis(v, 0, -1) for k, v in known.items()})
     with open(marker, "w") as handle:
         json.dump({"slices": slices}, handle)
     return root
@@ -154,10 +153,10 @@ def _inputs(root: str, work: str) -> dict[str, str]:
     return folders
 
 
-def _command(method: str, input_dir: str, out: str, root: str) -> list[str]:
+def _command(method: str, input_dir: str, out: str, class_map: str) -> list[str]:
     cmd = [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", input_dir, "--output", out,
            "--overwrite", "--unit", "series", "--progress", "none"]
-    return cmd + (["--class_map", os.path.join(root, "classes.yaml")] if method == "masks" else [])
+    return cmd + (["--class_map", class_map] if method == "masks" else [])
 
 
 def main(argv: list[str]) -> int:
@@ -173,17 +172,20 @@ def main(argv: list[str]) -> int:
     started = time.time()
     root = mask_archive(args.slices)
     print(f"# archive {root} ({time.time() - started:.0f} s to make or find)", flush=True)
-    known = dict(np.load(os.path.join(root, "known.npz")))
+    known = {k: np.moveaxis(v, -1, 0) for k, v in np.load(os.path.join(root, "known.npz")).items()}  # [s, j, i]
     work = tempfile.mkdtemp(prefix="bench_masks_")
     env = bench_env()
     env.setdefault("DCM2TFRECORD_ID_SALT", "bench_masks")
     results: dict[str, list] = {"images": [], "masks": []}
+    class_map = os.path.join(work, "classes.yaml")
+    with open(class_map, "w") as handle:
+        handle.write(CLASSES_YAML)
     try:
         folders = _inputs(root, work)
         for repeat in range(args.repeats):
             for method in ("images", "masks"):
                 out = os.path.join(work, f"out_{method}")
-                cmd = _command(method, folders[method], out, root)
+                cmd = _command(method, folders[method], out, class_map)
                 if repeat == 0:
                     print("$ " + " ".join(cmd), flush=True)
                 for _ in range(args.retries + 1):
@@ -201,10 +203,10 @@ def main(argv: list[str]) -> int:
         agree = agreement(os.path.join(work, "out_masks"), known)
         mit = None
         if args.mit_python:
-            mit_cmd = [args.mit_python, os.path.join(REPO, "benchmarks", "medimagetools_compare.py"),
+            mit_cmd = [sys.executable, os.path.join(REPO, "benchmarks", "medimagetools_compare.py"),
                        "--ct", os.path.join(root, "ct"), "--rtstruct", os.path.join(root, "rt", "rtstruct.dcm"),
-                       "--classes", os.path.join(root, "classes.yaml"), "--known", os.path.join(root, "known.npz"),
-                       "--work", os.path.join(work, "mit")]
+                       "--classes", class_map, "--known", os.path.join(root, "known.npz"),
+                       "--work", os.path.join(work, "mit"), "--mit_python", args.mit_python]
             print("$ " + " ".join(mit_cmd), flush=True)
             wait_until_quiet(args.quiet_wait)
             done = subprocess.run(mit_cmd, capture_output=True, text=True)

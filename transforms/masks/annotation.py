@@ -44,6 +44,20 @@ def kind_of(sop_class: str) -> Optional[str]:
     return None
 
 
+ROI_CONTOUR_SEQUENCE = 0x30060039   # an RTSTRUCT's bulk, after every element it references by
+
+
+def probe_header(fileobj, kind: str) -> pydicom.Dataset:
+    """An annotation's header as far as the probe needs it (identifiers, what it references): a
+    SEG's without its pixels; an RTSTRUCT's up to its ROI Contour Sequence, whose thousands of
+    contour items pydicom would otherwise parse in full (0.8 s for a 200-slice CT's structure
+    set: its sequences have undefined lengths, so they cannot be skipped unread)."""
+    if kind == RTSTRUCT:
+        return pydicom.filereader.read_partial(fileobj, stop_when=lambda tag, vr, length: tag >= ROI_CONTOUR_SEQUENCE,
+                                               force=True)
+    return pydicom.dcmread(fileobj, stop_before_pixels=True, force=True)
+
+
 def referenced_series(ds: pydicom.Dataset, kind: str) -> str:
     """The one Series Instance UID an annotation references (ConversionError when none, or
     several: a structure set over two series is split by no rule of ours)."""

@@ -249,10 +249,9 @@ class _Annotation(Dcm2TfrecordError):
 
 def _annotation_identifiers(fileobj: BinaryIO, kind: str) -> Identifiers:
     """An annotation's identifiers, its series being the one it references (transforms.masks.annotation)."""
-    import pydicom
     fileobj.seek(0)
     try:
-        ds = pydicom.dcmread(fileobj, stop_before_pixels=True, force=True)
+        ds = masks_annotation.probe_header(fileobj, kind)
     except Exception as exc:
         raise ConversionError(reasons.INVALID_DICOM, f"the {kind.upper()} does not parse: {exc}") from exc
     own = _identifiers(ds)

@@ -17,6 +17,7 @@ import copy
 
 import numpy as np
 import pydicom
+from pydicom.dataelem import RawDataElement
 import pytest
 from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence as DicomSequence
@@ -388,3 +389,32 @@ def test_assign_contours_refuses_a_contour_off_the_series(axial):
 def test_on_slice_needs_a_grid_of_one_slice(axial):
     with pytest.raises(ValueError):
         rtstruct.rasterise(axial.ds, axial.grid(), on_slice=())
+
+
+@pytest.mark.parametrize("encoding", ["as written (implicit VR)", "explicit VR little endian",
+                                      "explicit VR big endian"])
+def test_contour_image_references_read_from_bytes_equal_pydicoms(axial, tmp_path, encoding):
+    """rtstruct reads each contour's Contour Image Sequence UIDs and Contour Data from the raw
+    element bytes (pydicom's own element reader, without a Dataset per item): the same values
+    pydicom's full parse gives, in every little/big, implicit/explicit encoding."""
+    path = axial.rt_path
+    if encoding != "as written (implicit VR)":
+        ds = pydicom.dcmread(path)
+        path = str(tmp_path / "re-encoded.dcm")
+        big = "big" in encoding
+        ds.file_meta.TransferSyntaxUID = pydicom.uid.ExplicitVRBigEndian if big else pydicom.uid.ExplicitVRLittleEndian
+        pydicom.dcmwrite(path, ds, implicit_vr=False, little_endian=not big,
+                         force_encoding=True)
+    raw, parsed = pydicom.dcmread(path), pydicom.dcmread(path)
+    seen = 0
+    for raw_roi, parsed_roi in zip(raw.ROIContourSequence, parsed.ROIContourSequence):
+        for raw_contour, parsed_contour in zip(raw_roi.ContourSequence, parsed_roi.ContourSequence):
+            expected = [str(i.ReferencedSOPInstanceUID) for i in parsed_contour.ContourImageSequence]
+            assert isinstance(raw_contour.get_item(0x30060016), RawDataElement)     # the bytes path is taken
+            assert rtstruct._image_uids(raw_contour) == expected and expected
+            np.testing.assert_array_equal(rtstruct._contour_values(raw_contour),
+                                          np.asarray([float(v) for v in parsed_contour.ContourData]))
+            seen += 1
+    assert seen == sum(EXPECTED_CONTOURS[r] * int(axial.known[r].any(axis=(1, 2)).sum()) for r in EXPECTED_CONTOURS)
+    assert np.array_equal(rtstruct.rasterise(pydicom.dcmread(path), axial.grid()),
+                          rtstruct.rasterise(axial.ds, axial.grid()))
