@@ -84,9 +84,9 @@ def fill(shape: tuple[int, int], polygons: Sequence[np.ndarray]) -> np.ndarray:
     flip = den < 0
     num, den = np.where(flip, -num, num), np.where(flip, -den, den)
     start = np.clip(num // den + 1, 0, columns)                      # first centre strictly right of x
-    toggles = np.bincount(j * (columns + 1) + start, minlength=rows * (columns + 1)) & 1
-    parity = np.bitwise_xor.accumulate(toggles.reshape(rows, columns + 1).astype(np.uint8), axis=1)
-    out |= parity[:, :columns].astype(bool)
+    toggles = np.zeros((rows, columns + 1), np.uint8)
+    np.bitwise_xor.at(toggles.reshape(-1), j * (columns + 1) + start, 1)
+    out |= np.bitwise_xor.accumulate(toggles, axis=1)[:, :columns].view(bool)
     # on the path: slanted edges' closed row ranges, where the crossing is a whole column
     e, j = _rows_of(np.minimum(r0, r1)[slanted], np.maximum(r0, r1)[slanted], rows, closed=True)
     sr0, sc0, sr1, sc1 = (a[slanted][e] for a in (r0, c0, r1, c1))
@@ -101,9 +101,6 @@ def fill(shape: tuple[int, int], polygons: Sequence[np.ndarray]) -> np.ndarray:
     row = r0[flat] // SCALE
     low = np.maximum(-(-np.minimum(c0, c1)[flat] // SCALE), 0)
     high = np.minimum(np.maximum(c0, c1)[flat] // SCALE, columns - 1)
-    row, low, high = row[low <= high], low[low <= high], high[low <= high]
-    runs = np.zeros((rows, columns + 1), np.int64)
-    np.add.at(runs, (row, low), 1)
-    np.add.at(runs, (row, high + 1), -1)
-    out |= np.cumsum(runs, axis=1)[:, :columns] > 0
+    edge, i = _rows_of(low * SCALE, high * SCALE, columns, closed=True)   # each edge's columns low..high
+    out[row[edge], i] = True
     return out
