@@ -12,9 +12,9 @@ brute force in exact rationals, and against scikit-image's point-in-polygon labe
 scikit-image misses some centres (on horizontal edges, on two-point polygons) that this marks.
 
 Why not scikit-image itself: it tests each pixel of a polygon's bounding box against each of
-its edges, O(box pixels x edges). A 200-slice CT's body contour of ~600 vertices costs ~0.1 s
-a slice that way, and a structure set of 10 ROIs on 200 slices 44 s of CPU, against ~3 s to
-convert the images (docs/BENCHMARKS.md, "Masks"). OpenCV's ``fillPoly`` is fast but rounds
+its edges, O(box pixels x edges): a structure set of 10 ROIs on a 200-slice CT took 44 s of
+CPU, against ~4 s to convert the images (docs/BENCHMARKS.md, "11. Masks"). OpenCV's
+``fillPoly`` is fast but rounds
 vertex rows to whole pixels and draws each edge as a line, so it marks pixels whose centres lie
 up to a pixel outside (a 14 mm circle on 0.7 mm pixels loses 3 % of Dice); Pillow's polygon
 rounds every vertex to a whole pixel.
