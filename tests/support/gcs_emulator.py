@@ -132,10 +132,41 @@ def _reset_beam_credentials_cache() -> None:
         creds._credentials = None
 
 
+def _listening(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds the socket listening on 127.0.0.1:``port`` (Linux /proc).
+    Two test workers can draw the same free port: the later emulator then fails to bind, and
+    the earlier one answers the later one's readiness check, until its module ends and it goes
+    (the later module's tests then meet "connection refused")."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+        with open("/proc/net/tcp") as handle:
+            rows = [line.split() for line in handle.readlines()[1:]]
+    except OSError:
+        return True                       # no /proc: nothing to check by
+    ours = set()
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            ours.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return any(int(row[1].rsplit(":", 1)[1], 16) == port and row[3] == "0A" and f"socket:[{row[9]}]" in ours
+               for row in rows)
+
+
 @contextlib.contextmanager
 def running_emulator(workdir: str, bucket: str = BUCKET, port: Optional[int] = None):
     """Starts the emulator, sets the environment, yields a GcsEmulator; undoes it all."""
-    port = port or free_port()
+    for _ in range(5):
+        with _started(workdir, bucket, port or free_port()) as started:
+            if started is not None:
+                yield started
+                return
+        if port:
+            break
+    raise RuntimeError(f"gcp-storage-emulator did not start on its own port (log in {workdir})")
+
+
+@contextlib.contextmanager
+def _started(workdir: str, bucket: str, port: int):
+    """The emulator on ``port``, or None where another process holds that port."""
     host = f"http://127.0.0.1:{port}"
     log_path = os.path.join(workdir, "gcs_emulator.log")
     adc_path = os.path.join(workdir, "fake_adc.json")
@@ -155,6 +186,9 @@ def running_emulator(workdir: str, bucket: str = BUCKET, port: Optional[int] = N
     saved = {k: os.environ.get(k) for k in env}
     try:
         _wait_ready(host, bucket, proc)
+        if not _listening(proc.pid, port):
+            yield None
+            return
         os.environ.update(env)
         _reset_beam_credentials_cache()
         yield GcsEmulator(host=host, bucket=bucket, env=env, proc=proc)
