@@ -11,9 +11,11 @@ id, start time, a random token and a heartbeat. No command line and no path:
 ``--input`` folders are often named after patients.
 
 A lock that cannot be taken at all (``.lock`` is a directory, a symbolic link,
-not a regular file, or cannot be opened) is LockUnavailable: one line naming
-it and the fix. The lock file is opened with ``O_NOFOLLOW``: a ``.lock`` link
-is never followed, so nothing outside the output is ever overwritten.
+a hard link (a file with other names), not a regular file, or cannot be opened)
+is LockUnavailable: one line naming it and the fix. The lock file is opened
+with ``O_NOFOLLOW``, an existing one read-only: a run's holder goes into a new
+file created exclusively, locked, and renamed over ``.lock``, so no byte of a
+file that was there is ever written, wherever its other names lead.
 
 - Local outputs: ``fcntl.flock`` on ``OUT/.lock``. The kernel releases it
   when the holder dies (even by SIGKILL): a lock file whose flock is free
@@ -107,19 +109,31 @@ class OutputLock:
                                "run of dcm2tfrecord makes it so) and rerun")
 
     def _open_local(self) -> int:
-        """``OUT/.lock`` opened read-write, created if absent, never through a link."""
+        """``OUT/.lock`` opened read-only (an existing lock is never written: replaced by rename),
+        or created exclusively when absent; never through a link, never a file with other
+        names (a hard link to a file outside the output would be that file)."""
+        flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                         | os.O_CLOEXEC, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDONLY | flags)
+            except FileNotFoundError:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644)
+        except FileExistsError:
+            return self._open_local()                    # made by another run meanwhile: look again
         except IsADirectoryError:
             raise self._unavailable("is a directory") from None
         except OSError as exc:
             if os.path.islink(self.path):
                 raise self._unavailable("is a symbolic link, which is never followed") from None
-            raise self._unavailable(f"cannot be opened for writing ({exc.strerror or exc})") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise self._unavailable(f"cannot be opened ({exc.strerror or exc})") from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             os.close(fd)
-            raise self._unavailable("is not a regular file")
+            raise self._unavailable("is a directory" if stat.S_ISDIR(info.st_mode) else "is not a regular file")
+        if info.st_nlink > 1:
+            os.close(fd)
+            raise self._unavailable(f"has {info.st_nlink} names (a hard link: the same file as one elsewhere, "
+                                    "which a run would overwrite)")
         return fd
 
     def _acquire_local(self) -> None:
@@ -136,17 +150,30 @@ class OutputLock:
             except OSError as exc:    # a file system without flock
                 os.close(fd)
                 raise self._unavailable(f"cannot be locked ({exc.strerror or exc})") from None
-            try:   # the holder before us may have removed the file after we opened it
+            try:   # the holder before us may have removed or replaced the file after we opened it
                 same = os.fstat(fd).st_ino == os.lstat(self.path).st_ino
             except FileNotFoundError:
                 same = False
             if same:
                 break
             os.close(fd)
-        # the flock was free: whoever wrote this file (if anyone) is no longer running
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(_holder(self.token, self.started)).encode("utf-8"), 0)
-        self._fd = fd
+        # the flock was free: whoever wrote this file (if anyone) is no longer running. Our holder
+        # goes into a new file, locked before it replaces the old one by rename: no byte of an
+        # existing file is written
+        fresh = f"{self.path}.{self.token}"
+        new = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(new, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(new, json.dumps(_holder(self.token, self.started)).encode("utf-8"))
+            os.rename(fresh, self.path)
+        except BaseException:
+            os.close(new)
+            with contextlib.suppress(OSError):
+                os.unlink(fresh)
+            os.close(fd)
+            raise
+        os.close(fd)
+        self._fd = new
 
     # ------------------------------------------------------------ gs://
 
@@ -186,7 +213,8 @@ class OutputLock:
         self._stop.set()
         if self._fd is not None:
             with contextlib.suppress(OSError):
-                os.unlink(self.path)
+                if os.lstat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                    os.unlink(self.path)        # ours still: never a file another run put there
             os.close(self._fd)      # closing releases the flock
             self._fd = None
         elif "://" in self.output:

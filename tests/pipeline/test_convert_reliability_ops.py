@@ -51,9 +51,11 @@ def _hostile_lock(kind: str, out, tmp_path) -> None:
         (lock / "inside").write_text("x")
     elif kind == "fifo":
         os.mkfifo(lock)
+    elif kind == "hard_link":                     # ln in/ct0001.dcm out/.lock: the same file
+        os.link(_victim(tmp_path), lock)
 
 
-LOCK_KINDS = ["link_to_file", "link_to_dir", "dangling_link", "directory", "fifo"]
+LOCK_KINDS = ["link_to_file", "link_to_dir", "dangling_link", "directory", "fifo", "hard_link"]
 
 
 @pytest.mark.parametrize("kind", LOCK_KINDS)
@@ -109,6 +111,23 @@ def test_files_of_the_output_are_never_opened_through_a_link(tmp_path):
     with create_output(str(out), str(out / "new" / "deeper" / "f")) as handle:   # real folders made
         handle.write(b"ok")
     assert (out / "new" / "deeper" / "f").read_bytes() == b"ok"
+
+
+def test_a_dead_runs_lock_is_replaced_never_written(tmp_path):
+    """A lock left by a dead run (its flock free) is replaced by a new file renamed over it:
+    the old file's bytes stay as they were, whatever else may still hold it open."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / names.LOCK_NAME).write_text('{"token": "dead run"}')
+    with open(out / names.LOCK_NAME, "rb") as old:
+        inode = os.fstat(old.fileno()).st_ino
+        with OutputLock(str(out)) as lock:
+            assert os.lstat(out / names.LOCK_NAME).st_ino != inode
+            assert json.loads((out / names.LOCK_NAME).read_text())["token"] == lock.token
+            old.seek(0)
+            assert old.read() == b'{"token": "dead run"}'
+            assert sorted(os.listdir(out)) == [names.LOCK_NAME]          # no temporary left
+        assert not os.path.exists(out / names.LOCK_NAME)
 
 
 _HOLDER = ("import sys, time; sys.path.insert(0, %r)\n"
