@@ -72,6 +72,27 @@ def modality_dtype(ds: Dataset) -> str:
     return smallest_integer_dtype(min(r[0] for r in ranges), max(r[1] for r in ranges))
 
 
+def modality_lut_bits(ds: Dataset) -> int:
+    """The bits of a Modality LUT Sequence's (0028,3000) first item's entries (LUT Descriptor's
+    third value); ConversionError(invalid_value) naming the attribute when the item, its LUT
+    Descriptor (0028,3002: three numbers) or its LUT Data (0028,3006) is not there to use."""
+    items = ds.get("ModalityLUTSequence") or []
+    item = items[0] if len(items) else None
+    descriptor = item.get("LUTDescriptor") if item is not None else None
+    try:
+        bits = int(descriptor[2]) if descriptor is not None and len(descriptor) == 3 else 0
+    except (TypeError, ValueError):
+        bits = 0
+    if item is None or not 1 <= bits <= 16 or item.get("LUTData") in (None, b"", []):
+        what = ("has no item" if item is None else
+                "has no LUT Data (0028,3006)" if bits and item.get("LUTData") in (None, b"", []) else
+                "has no usable LUT Descriptor (0028,3002): three numbers, the last the entries' bits (8 or 16)")
+        raise ConversionError(reasons.INVALID_VALUE, f"the Modality LUT Sequence (0028,3000) {what}; the "
+                                                     "stored values cannot be mapped to modality values: "
+                                                     "re-export the file, or convert with --dicom_values stored")
+    return bits
+
+
 def modality_range(ds: Dataset):
     """The (lo, hi) integer range of the modality-LUT output, or the float dtype it needs."""
     if "FloatPixelData" in ds:
@@ -83,8 +104,7 @@ def modality_range(ds: Dataset):
     lo, hi = stored_range(ds)
     if int_value(ds, "SamplesPerPixel", 1) == 1:
         if "ModalityLUTSequence" in ds:
-            descriptor = ds.ModalityLUTSequence[0].LUTDescriptor
-            return (0, 255) if int(descriptor[2]) <= 8 else (0, 65535)
+            return (0, 255) if modality_lut_bits(ds) <= 8 else (0, 65535)
         if "RescaleSlope" in ds and "RescaleIntercept" in ds:
             slope = float_value(ds, "RescaleSlope", 1.0)
             intercept = float_value(ds, "RescaleIntercept", 0.0)

@@ -281,6 +281,36 @@ def test_modality_lut_in_the_functional_groups_is_applied(tmp_path):
     assert sorted(int(have[k].max()) for k in range(2)) == [40, 41]      # each frame its own LUT
 
 
+
+@pytest.mark.parametrize("broken, says", [
+    (lambda lut: delattr(lut, "LUTDescriptor"), "no usable LUT Descriptor (0028,3002)"),
+    (lambda lut: setattr(lut, "LUTDescriptor", [4, 0]), "no usable LUT Descriptor (0028,3002)"),
+    (lambda lut: delattr(lut, "LUTData"), "no LUT Data (0028,3006)"),
+])
+def test_a_modality_lut_without_its_descriptor_or_data_is_invalid_value(tmp_path, broken, says):
+    """Issue 35 item 8: it failed as unexpected_error (an AttributeError)."""
+    from pydicom.dataset import Dataset
+    made = eo.legacy_enhanced(eo.slices("badlut", 2), "badlut")
+    shared = made.SharedFunctionalGroupsSequence[0]
+    if "PixelValueTransformationSequence" in shared:
+        del shared.PixelValueTransformationSequence
+    for item in made.PerFrameFunctionalGroupsSequence:
+        lut = Dataset()
+        lut.LUTDescriptor = [4, 0, 16]
+        lut.ModalityLUTType = "HU"
+        lut.add_new("LUTData", "US", [10, 20, 30, 40])
+        broken(lut)
+        transform = Dataset()
+        transform.ModalityLUTSequence = pydicom.sequence.Sequence([lut])
+        item.PixelValueTransformationSequence = pydicom.sequence.Sequence([transform])
+    path = tmp_path / "badlut.dcm"
+    eo.save(made, path)
+    with pytest.raises(ConversionError) as caught:
+        expand_frames(probe_file(SourceFile(str(path), "badlut.dcm", os.path.getsize(path), 1.0),
+                                 settings=DecodeSettings(id_salt=TEST_SALT)), DecodeSettings(id_salt=TEST_SALT))
+    assert caught.value.reason == reasons.INVALID_VALUE and says in str(caught.value), str(caught.value)
+
+
 # ---------------------------------------------------------------- pydicom's Enhanced MR files
 
 
