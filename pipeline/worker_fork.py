@@ -142,14 +142,12 @@ def _serve(listener: socket.socket, control: int, launcher: int) -> None:
             _reap(workers)
             if control in readable or os.getppid() != launcher:
                 return                              # the launcher closed its end, or died
-            for conn in [c for c in readable if isinstance(c, socket.socket) and c is not listener]:
-                if not conn.recv(1, socket.MSG_PEEK):   # the client is gone: so is its worker
-                    pid = next(p for p, c in workers.items() if c is conn)
-                    _kill(pid)
+            for pid in _gone_clients(readable, workers):
+                _kill(pid)                          # its client is gone: so is its worker
             if listener in readable:
                 conn, _ = listener.accept()
                 env = _receive(conn)
-                if env is None:
+                if env is None:                     # it sent nothing whole in time: no worker
                     conn.close()
                     continue
                 pid = os.fork()
@@ -163,14 +161,41 @@ def _serve(listener: socket.socket, control: int, launcher: int) -> None:
             _reap(workers, block=True)
 
 
+def _gone_clients(readable: list, workers: dict) -> list[int]:
+    """The pids of workers whose client's connection, readable in this pass, has closed. A
+    connection ``_reap`` closed in the same pass (its worker had died) is no longer one of
+    ``workers``: it is skipped, never read (reading it stopped the server: EBADF)."""
+    gone = []
+    for pid, conn in list(workers.items()):
+        if not any(conn is r for r in readable):
+            continue
+        try:
+            closed = not conn.recv(1, socket.MSG_PEEK)
+        except OSError:
+            closed = True
+        if closed:
+            gone.append(pid)
+    return gone
+
+
+_RECEIVE_TIMEOUT_S = 5.0      # a client sends its environment at once: one that sends nothing is dropped
+
+
 def _receive(conn: socket.socket) -> Optional[dict]:
     data = b""
-    while len(data) < 8 or len(data) < 8 + int.from_bytes(data[:8], "little"):
-        chunk = conn.recv(1 << 16)
-        if not chunk:
-            return None
-        data += chunk
-    return json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+    conn.settimeout(_RECEIVE_TIMEOUT_S)
+    try:
+        while len(data) < 8 or len(data) < 8 + int.from_bytes(data[:8], "little"):
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                return None
+            data += chunk
+        return json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+    except (OSError, ValueError):       # timed out, reset, or not our client's JSON
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            conn.settimeout(None)
 
 
 def _reap(workers: dict, block: bool = False) -> None:

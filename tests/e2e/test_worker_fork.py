@@ -154,3 +154,46 @@ def test_workers_are_spawned_where_forking_is_unsafe_or_turned_off(monkeypatch):
         thread.join()
     monkeypatch.setenv(worker_fork.SPAWN_ENV, "1")
     assert not worker_fork.can_fork()
+
+
+_RACE = r'''
+import json, os, socket, sys, time
+sys.path.insert(0, sys.argv[1])
+from dcm2tfrecord.pipeline import worker_fork
+
+def client(path, hold_s):
+    """A client whose worker dies at once (no Beam environment), closed ``hold_s`` later:
+    inside the server's poll interval, so its worker's death and its close meet in one pass."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    env = json.dumps({}).encode()
+    s.sendall(len(env).to_bytes(8, "little") + env)
+    time.sleep(hold_s)
+    s.close()
+
+server = worker_fork.ForkServer()
+path = os.path.join(server._dir, worker_fork._SOCKET_NAME)
+for n in range(8):
+    client(path, 0.05 + 0.04 * n)
+    time.sleep(0.05)
+    assert os.waitpid(server.pid, os.WNOHANG) == (0, 0), f"the fork server stopped after client {n}"
+silent = socket.socket(socket.AF_UNIX)          # connects and sends nothing: dropped after 5 s, not forever
+silent.connect(path)
+s = socket.socket(socket.AF_UNIX)
+s.connect(path)
+env = json.dumps({}).encode()
+s.sendall(len(env).to_bytes(8, "little") + env)
+s.settimeout(30)
+print("served", s.recv(64).decode(), flush=True)
+server.close()
+'''
+
+
+def test_the_fork_server_outlives_workers_dying_as_their_clients_go(tmp_path):
+    """Issue 35: _reap closed a dead worker's connection and the same pass then read it (EBADF),
+    stopping the server and every other worker; a client that sent nothing blocked it."""
+    env = {**_env(), worker_fork.SPAWN_ENV: ""}
+    done = subprocess.run([sys.executable, "-c", _RACE, ROOT], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "served 1", done.stdout + done.stderr[-2000:]
