@@ -29,8 +29,9 @@ _clients_lock = threading.Lock()
 
 
 def _gcs_bucket(bucket: str):
-    """One storage client per process (clients are not fork-safe)."""
-    key = (os.getpid(), bucket)
+    """One storage client per process (clients are not fork-safe) and endpoint: a client keeps
+    the ``STORAGE_EMULATOR_HOST`` it was made under, so one made for another is not reused."""
+    key = (os.getpid(), os.environ.get("STORAGE_EMULATOR_HOST"), bucket)
     with _clients_lock:
         if key not in _clients:
             from google.cloud import storage
