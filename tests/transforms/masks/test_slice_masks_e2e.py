@@ -184,13 +184,19 @@ def test_rtstruct_slice_records_equal_the_volume_slices(rt_archive, tmp_path, la
     _assert_no_raw_names(slices_out)
 
 
-def test_a_contour_off_the_series_fails_the_series_once(rt_archive, tmp_path):
-    root, series, class_map = rt_archive
+def _series_and_its_rtstruct(rt_archive, tmp_path):
+    """(a fresh input folder linking the archive's slices, the archive's RTSTRUCT to edit and save there)."""
+    root, series, _ = rt_archive
     inputs = tmp_path / "in"
     os.makedirs(inputs)
     for path in series.written.paths:
         os.symlink(path, inputs / os.path.basename(path))
-    rt = pydicom.dcmread(str(root / "in" / "rt.dcm"))
+    return inputs, pydicom.dcmread(str(root / "in" / "rt.dcm"))
+
+
+def test_a_contour_off_the_series_fails_the_series_once(rt_archive, tmp_path):
+    root, series, class_map = rt_archive
+    inputs, rt = _series_and_its_rtstruct(rt_archive, tmp_path)
     contour = rt.ROIContourSequence[0].ContourSequence[0]
     data = [float(v) for v in contour.ContourData]
     contour.ContourData = [v + 40.0 if i % 3 == 2 else v for i, v in enumerate(data)]   # 40 mm off the slab
@@ -212,11 +218,7 @@ def test_a_structure_set_in_another_frame_of_reference_fails_its_records(rt_arch
     """The ROIs' Referenced Frame of Reference UID against the image's own (read from its header at
     write): another coordinate system, so frame_of_reference_mismatch, one line per record."""
     root, series, class_map = rt_archive
-    inputs = tmp_path / "in"
-    os.makedirs(inputs)
-    for path in series.written.paths:
-        os.symlink(path, inputs / os.path.basename(path))
-    rt = pydicom.dcmread(str(root / "in" / "rt.dcm"))
+    inputs, rt = _series_and_its_rtstruct(rt_archive, tmp_path)
     other = str(generate_uid(entropy_srcs=["another frame of reference"]))
     for item in rt.StructureSetROISequence:
         item.ReferencedFrameOfReferenceUID = other
