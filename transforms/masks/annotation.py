@@ -70,10 +70,13 @@ def referenced_series(ds: pydicom.Dataset, kind: str) -> str:
     return series[0]
 
 
-def planned_mask_bytes(depth: int, height: int, width: int, layout: str, class_count: int) -> int:
-    """The bytes of a record's mask_raw, from its planned shape: what planning adds to its size."""
-    itemsize = np.dtype(classes.mask_dtype(layout, class_count)).itemsize
-    return depth * height * width * classes.mask_channels(layout, class_count) * itemsize
+def planned_mask_bytes(spec, settings) -> int:
+    """The bytes of the mask_raw of a record planned as ``spec`` (an ImageSpec: depth, height,
+    width) under ``settings`` (DecodeSettings: class_map, mask_layout): what planning adds to
+    its size."""
+    count, layout = len(settings.class_map.classes), settings.mask_layout
+    itemsize = np.dtype(classes.mask_dtype(layout, count)).itemsize
+    return spec.depth * spec.height * spec.width * classes.mask_channels(layout, count) * itemsize
 
 
 @dataclasses.dataclass(frozen=True)

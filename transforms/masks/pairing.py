@@ -285,10 +285,8 @@ def resolve_mask_file(files: Sequence[Named], claims: Iterable[Claim],
 
 def _with_mask(record: ProbedRecord, settings, mask: Optional[SourceFile]) -> ProbedRecord:
     """The record with its mask file (None: an all-background mask) and the mask's planned bytes."""
-    spec = record.spec
-    planned = annotation.planned_mask_bytes(spec.depth, spec.height, spec.width, settings.mask_layout,
-                                            len(settings.class_map.classes))
-    return replaced(record, annotations=((mask, NIFTI),) if mask is not None else (), mask_bytes=planned)
+    return replaced(record, annotations=((mask, NIFTI),) if mask is not None else (),
+                    mask_bytes=annotation.planned_mask_bytes(record.spec, settings))
 
 
 def outcomes(records: Sequence[ProbedRecord], status: str, reason: str, message: str) -> list[Outcome]:

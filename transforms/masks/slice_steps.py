@@ -3,7 +3,6 @@ joined to the records of the series they reference, by key (transforms.masks.sli
 from __future__ import annotations
 
 import apache_beam as beam
-import pydicom
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.counters import OUTCOMES, emit
@@ -22,7 +21,7 @@ def read_header(note: ProbedRecord):
         return parsed.CACHE.get(note.source, note.annotation, lambda: read_unchanged(note.source, open_source))
     data = read_unchanged(note.source, open_source)
     try:
-        return pydicom.dcmread(data, stop_before_pixels=True, force=True)
+        return annotation.probe_header(data, note.annotation)
     except Exception as exc:
         raise ConversionError(reasons.INVALID_DICOM, f"the SEG does not parse ({type(exc).__name__})") from exc
 

@@ -88,9 +88,7 @@ def unmasked(record: ProbedRecord, settings: DecodeSettings) -> Iterator[Union[P
                       f"pair NIfTI images by --mask_pattern or --mask_column) (--missing_mask "
                       f"{settings.missing_mask})")
         return
-    spec = record.spec
-    yield replaced(record, annotations=(), mask_bytes=annotation.planned_mask_bytes(
-        spec.depth, spec.height, spec.width, settings.mask_layout, len(settings.class_map.classes)))
+    yield replaced(record, annotations=(), mask_bytes=annotation.planned_mask_bytes(record.spec, settings))
 
 
 def _single_slice(record: ProbedRecord) -> bool:
@@ -176,12 +174,10 @@ def join(records: Sequence[ProbedRecord], read: Callable[[ProbedRecord], Any],
         return
     pairs = tuple((n.source, n.annotation) for n in notes)
     counting = next((p for p in parts if p.counts_sources), parts[0])
-    class_count = len(settings.class_map.classes)
     for k, part in enumerate(parts):
         spec = part.spec
         single = part.frame is None and not part.stacks and spec.depth == 1
-        yield replaced(part, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(
-                           spec.depth, spec.height, spec.width, settings.mask_layout, class_count),
+        yield replaced(part, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(spec, settings),
                        mask_part=MaskPart(uid=part.ids.sop_uid if part.ids and single else "",
                                           contours=tuple(on[k] for on in placed),
                                           counts_annotations=part is counting))

@@ -69,11 +69,8 @@ def masked_records(built, notes, settings: DecodeSettings):
     """Volume records with their annotations and their mask's planned bytes (--class_map)."""
     pairs = tuple(sorted(((n.source, n.annotation) for n in notes), key=lambda p: p[0].uri))
     assert settings.class_map is not None
-    class_count = len(settings.class_map.classes)
     for record in built:
-        spec = record.spec
-        yield replaced(record, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(
-            spec.depth, spec.height, spec.width, settings.mask_layout, class_count))
+        yield replaced(record, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(record.spec, settings))
 
 
 class BuildVolumes(beam.PTransform):
