@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from typing import Mapping
 
 from dcm2tfrecord.dataset.storage import FileSystems
 
-from dcm2tfrecord.dataset.files import create_output
+from dcm2tfrecord.dataset.files import create_output, remove_own_files
 from dcm2tfrecord.dataset.names import DONE_SUFFIX, INCOMPLETE_DIR, PLAN_NAME, PROGRESS_DIR, done_file_name
 
 
@@ -32,6 +31,9 @@ def incomplete_pattern(output_dir: str) -> str:
     return FileSystems.join(output_dir, INCOMPLETE_DIR, "*")
 
 
+_WARNED: set[str] = set()
+
+
 def _write(output_dir: str, name: str, content: dict) -> str:
     """Writes one progress file; "" when written, else why not (never raises)."""
     try:
@@ -39,7 +41,11 @@ def _write(output_dir: str, name: str, content: dict) -> str:
         with create_output(output_dir, path, "application/json") as handle:
             handle.write(json.dumps(content, sort_keys=True).encode("utf-8"))
     except Exception as exc:  # noqa: BLE001
-        logging.getLogger(__name__).warning("progress file %s not written: %s", name, exc)
+        # once per output and process: a run of 10,000 shards does not print 10,000 lines
+        level = logging.DEBUG if output_dir in _WARNED else logging.WARNING
+        _WARNED.add(output_dir)
+        logging.getLogger(__name__).log(level, "progress file %s not written: %s (later ones not "
+                                        "written are not reported)", name, exc)
         return f"{type(exc).__name__}: {exc}"
     return ""
 
@@ -60,14 +66,12 @@ def write_done(output_dir: str, result, planned_records: int) -> str:
         "planned_records": planned_records, "planned_bytes": result.planned_bytes})
 
 
+def _is_progress_file(name: str) -> bool:
+    return name == PLAN_NAME or name.endswith(DONE_SUFFIX)
+
+
 def remove_progress(output_dir: str) -> None:
-    """Deletes ``{output}/.progress`` (files first: gs:// has no directories)."""
-    folder = progress_dir(output_dir)
-    try:
-        files = FileSystems.match(FileSystems.join(folder, "*"))
-    except Exception:  # noqa: BLE001 - nothing there
-        files = []
-    if files:
-        FileSystems.delete(files)
-    if "://" not in output_dir and os.path.isdir(folder):
-        FileSystems.delete([folder])
+    """Deletes ``{output}/.progress``: the plan and ``.done`` files in it, then the folder.
+    Never through a link: ``.progress`` made a link (even mid-run) is OutputLinkError and
+    nothing behind it is touched (dataset.files.remove_own_files)."""
+    remove_own_files(output_dir, progress_dir(output_dir), _is_progress_file)

@@ -368,9 +368,13 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool,
             f"{failed_run['reason']}; dataset.json NOT committed. Failures by reason: "
             f"{counts['failed']}; the list is in {FileSystems.join(opts.output, ERRORS_NAME)}")
     manifest = read_manifest(opts.output)
-    remove_stale_files(opts.output, manifest)
     if version is not None:
         versions.set_latest(root, version)   # only now do readers of the root see it
+    try:
+        remove_stale_files(opts.output, manifest)
+    except Exception as exc:  # noqa: BLE001 - the dataset is committed: say so, and why the tidy-up stopped
+        raise ConversionFailed(f"{committed_what(manifest, opts.output, version)}, but tidying the output "
+                               f"afterwards failed: {root_cause(exc)}") from None
     summary = summarize(manifest, opts.output, wall)
     summary["execution"] = local_execution(options, server is not None and server.used)
     if version is not None:
@@ -380,6 +384,15 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool,
     if not quiet:
         print_summary(summary)
     return summary
+
+
+def committed_what(manifest, output: str, version: Optional[str]) -> str:
+    """What a run committed, for a message about a failure after the commit."""
+    records = sum(split.num_records for split in manifest.splits.values())
+    shards = sum(len(split.shards) for split in manifest.splits.values())
+    where = f"version {version} ({output}), now LATEST," if version else output
+    return (f"the dataset was committed: {where} holds dataset.json with {records} records in "
+            f"{shards} shard{'' if shards == 1 else 's'}, whole and readable")
 
 
 def root_cause(exc: BaseException) -> str:
@@ -409,7 +422,9 @@ def _chain(exc: Optional[BaseException]):
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         yield exc
-        exc = exc.__cause__ or exc.__context__
+        # "raise ... from None" says the context is not the cause: it is not followed
+        exc = exc.__cause__ if exc.__cause__ is not None else (
+            None if exc.__suppress_context__ else exc.__context__)
 
 
 DEBUG_ENV = "DCM2TFRECORD_DEBUG"

@@ -11,7 +11,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from dcm2tfrecord.dataset import versions
 from dcm2tfrecord.dataset.manifest import Manifest, NewerFormatError, read_manifest
-from dcm2tfrecord.dataset.files import create_output, delete_tree, remove_empty_incomplete_dir
+from dcm2tfrecord.dataset.files import (create_output, delete_tree, matching, remove_empty_incomplete_dir,
+                                        remove_incomplete, remove_output_file, remove_own_files)
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, LOCK_NAME,
                            MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, VERSIONS_DIR, files_of_shard,
                            incomplete_name)
@@ -27,15 +28,13 @@ def prepare_output(opts: ConvertOptions) -> None:
     A report of an earlier refused run (run_failed.json) is removed first.
     """
     assert opts.output is not None      # convert.run refuses options without one
-    failed_report = FileSystems.join(opts.output, FAILED_RUN_NAME)
-    if FileSystems.exists(failed_report):
-        FileSystems.delete([failed_report])
+    remove_output_file(opts.output, FileSystems.join(opts.output, FAILED_RUN_NAME))
     manifest = FileSystems.join(opts.output, MANIFEST_NAME)
     if FileSystems.exists(manifest):
         if not opts.overwrite:
             raise UsageError(f"--output {opts.output} already holds a dataset (dataset.json); "
                              "pass --overwrite to replace it or choose another --output")
-        FileSystems.delete([manifest])
+        remove_output_file(opts.output, manifest)
 
 
 # what a run writes or removes in its output, by name (shards are renamed into place,
@@ -72,7 +71,7 @@ def check_writable(output: str) -> None:
             os.makedirs(output, exist_ok=True)
         with create_output(output, probe) as handle:
             handle.write(b"dcm2tfrecord write check\n")
-        FileSystems.delete([probe])
+        remove_output_file(output, probe)
     except Exception as exc:  # noqa: BLE001 - any failure here means the run could not write
         cause = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
         raise UsageError(f"--output {output} is not writable: {cause}; choose a directory you can "
@@ -81,15 +80,17 @@ def check_writable(output: str) -> None:
 
 
 def remove_stale_files(output_dir: str, manifest: Manifest) -> None:
-    """Deletes shards of an earlier run that the new manifest does not list."""
+    """Deletes shards of an earlier run that the new manifest does not list, then the temp
+    and progress folders. Only regular files under this tool's names are deleted, never
+    through a link (dataset.files.remove_own_files): a link or folder under a shard's
+    name stays, named in a warning; ``.incomplete`` or ``.progress`` made a link is
+    OutputLinkError, and nothing behind it is touched."""
     keep = {name for split in manifest.splits.values() for s in split.shards
             for name in (s.index,) + files_of_shard(s.file)}
-    pattern = FileSystems.join(output_dir, SHARD_GLOB)
-    stale = [m.path for m in FileSystems.match([pattern])[0].metadata_list
-             if m.path.rsplit("/", 1)[-1] not in keep]
-    if stale:
-        FileSystems.delete(stale)
-    delete_tree(FileSystems.join(output_dir, INCOMPLETE_DIR))
+    is_shard = matching(SHARD_GLOB)
+    remove_own_files(output_dir, output_dir, lambda name: is_shard(name) and name not in keep,
+                     remove_folder=False)
+    remove_incomplete(output_dir)
     remove_progress(output_dir)
 
 
@@ -136,5 +137,5 @@ def prepare_version(opts: ConvertOptions, dry_run: bool) -> tuple[str, str, vers
             logging.getLogger(__name__).warning("%s: no shard of version %s is reused",
                                                 base.rebuild_reason, latest)
     if not dry_run:
-        delete_tree(target)
+        delete_tree(root, target)
     return name, target, base
