@@ -257,3 +257,24 @@ def test_deleting_while_a_folder_is_swapped_for_a_link_never_deletes_behind_it(t
         if swapper is not None:
             _stop_swapping(swapper, stop)
     assert len([p for p in victim.iterdir() if p.suffix == ".done"]) == 40 * 50
+
+
+def test_incomplete_swapped_for_a_link_mid_write_fails_in_one_line_and_writes_nothing_behind_it(tmp_path):
+    """Item 1's rename-exchange: ``.incomplete`` and a link to a folder outside swap places while
+    the shards are half written. The writers' next steps meet the link: the run fails in one
+    line naming it, commits nothing, and nothing appears behind the link."""
+    victim = _victim_dir(tmp_path)
+    proc, pause = _paused_run(tmp_path)
+    out = tmp_path / "out"
+    os.symlink(victim, tmp_path / "out" / "decoy")
+    _exchange(str(out / names.INCOMPLETE_DIR), str(out / "decoy"))
+    assert os.path.islink(out / names.INCOMPLETE_DIR)
+    (pause / "go").touch()
+    stdout, stderr = proc.communicate(timeout=600)
+    _victim_intact(victim)
+    assert proc.returncode == 1, (stdout, stderr)
+    lines = our_lines(stderr)
+    assert len(lines) == 1 and ".incomplete is a symbolic link" in lines[0], stderr
+    assert "committed nothing new" in lines[0], lines
+    assert not (out / names.MANIFEST_NAME).exists()
+    assert not [p for p in out.iterdir() if p.name.endswith(names.SHARD_SUFFIX)]
