@@ -32,7 +32,7 @@ from typing import BinaryIO, Callable, Iterator, Optional
 from dcm2tfrecord.dataset.errors import OutputError
 from dcm2tfrecord.dataset.storage import FileSystems
 
-from dcm2tfrecord.dataset.names import INCOMPLETE_DIR, incomplete_name
+from dcm2tfrecord.dataset.names import INCOMPLETE_DIR, incomplete_name, version_parts
 
 
 class OutputLinkError(OutputError, OSError):
@@ -80,13 +80,15 @@ def _relative_parts(output_dir: str, path: str) -> list[str]:
 def local_folder(output_dir: str, folder: str, create: bool = True) -> Iterator[int]:
     """A handle on ``folder`` (``output_dir`` or a folder inside it), each folder below
     ``output_dir`` opened without following a link and made if missing (``create``).
+    For an --incremental version (``ROOT/versions/NNNN``) that holds from ROOT down.
     OutputLinkError at a link or a non-folder; FileNotFoundError if missing and not ``create``."""
+    root, own = version_parts(output_dir)       # an --incremental version: its root is the user's
     if create:
-        os.makedirs(output_dir, exist_ok=True)    # the output itself is the user's (checked before)
-    parts = _relative_parts(output_dir, folder)
-    fd = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        os.makedirs(root, exist_ok=True)    # the output itself is the user's (checked before)
+    parts = list(own) + _relative_parts(output_dir, folder)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        shown = output_dir
+        shown = root
         for part in parts:
             shown = os.path.join(shown, part)
             child = _open_step(fd, part, shown, create)

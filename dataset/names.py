@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 from typing import Callable, Optional
 
@@ -215,6 +216,17 @@ def parse_version(text: str) -> str:
 
 def is_version_name(text: str) -> bool:
     return bool(_VERSION.match(text))
+
+
+def version_parts(directory: str) -> tuple[str, tuple[str, ...]]:
+    """A local ``ROOT/versions/NNNN`` -> (ROOT, ("versions", "NNNN")); any other directory ->
+    (itself, ()). The folders after ROOT are the tool's own, which it never reaches through
+    a link (dataset.files); ROOT is the user's --output, resolved as given."""
+    parent, name = os.path.split(os.path.normpath(directory))
+    root, folder = os.path.split(parent)
+    if folder == VERSIONS_DIR and is_version_name(name) and root:
+        return root, (VERSIONS_DIR, name)
+    return directory, ()
 
 
 def version_tag(name: str) -> str:

@@ -51,7 +51,7 @@ def _wait_for(predicate, proc, what: str, timeout_s: float = 300) -> None:
         time.sleep(0.05)
 
 
-def _paused_run(tmp_path, count: int = 12):
+def _paused_run(tmp_path, count: int = 12, *extra: str):
     """A conversion whose shard writers all stop after their first record (the pause hook)."""
     write_png_archive(tmp_path / "in", count, 32, 32)
     pause = tmp_path / "pause"
@@ -61,7 +61,7 @@ def _paused_run(tmp_path, count: int = 12):
     proc = subprocess.Popen(
         [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", str(tmp_path / "in"),
          "--output", str(tmp_path / "out"), "--id_salt", TEST_SALT, "--progress", "none",
-         "--direct_num_workers=1", "--direct_running_mode=in_memory", *SMALL],
+         "--direct_num_workers=1", "--direct_running_mode=in_memory", *SMALL, *extra],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(lambda: any(p.name.startswith("half_written-") for p in pause.iterdir()), proc,
               "shard writer paused")
@@ -278,3 +278,20 @@ def test_incomplete_swapped_for_a_link_mid_write_fails_in_one_line_and_writes_no
     assert "committed nothing new" in lines[0], lines
     assert not (out / names.MANIFEST_NAME).exists()
     assert not [p for p in out.iterdir() if p.name.endswith(names.SHARD_SUFFIX)]
+
+
+def test_versions_swapped_for_a_link_mid_run_of_incremental_writes_nothing_behind_it(tmp_path):
+    """--incremental writes in ROOT/versions/NNNN: those folders are the tool's, opened from
+    ROOT without following links, so ``versions`` made a link mid-run is met, not followed."""
+    victim = _victim_dir(tmp_path)
+    proc, pause = _paused_run(tmp_path, 12, "--incremental")
+    out = tmp_path / "out"
+    os.rename(out / names.VERSIONS_DIR, tmp_path / "real_versions")
+    os.symlink(victim, out / names.VERSIONS_DIR)
+    (pause / "go").touch()
+    stdout, stderr = proc.communicate(timeout=600)
+    _victim_intact(victim)
+    assert proc.returncode == 1, (stdout, stderr)
+    lines = our_lines(stderr)
+    assert len(lines) == 1 and "versions is a symbolic link" in lines[0], stderr
+    assert not (out / names.LATEST_NAME).exists()
