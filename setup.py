@@ -67,6 +67,8 @@ setup(
                  "grain>=0.2",
                  # run_tests.sh: one worker per core (the suite fits CI's 20 minutes)
                  "pytest-xdist>=3.5",
+                 # pytest.ini's per-test timeout: a test that hangs fails instead of stalling the run
+                 "pytest-timeout>=2.4",
                  # independent converters the geometry, mosaic and diffusion tests compare
                  # against (tests/transforms/series/): dcm2niix's own binary, and ITK's GDCM reader
                  "dcm2niix>=1.0.20240202", "SimpleITK>=2.3",

@@ -13,14 +13,33 @@ import numbers
 from typing import Any, Optional, Union
 
 
-def check_start_step(start_step: Any) -> int:
-    """``start_step`` as an int >= 0, checked before any TensorFlow op sees it."""
+_INT64_MAX = (1 << 63) - 1
+
+
+def check_start_step(start_step: Any, batch_size: int = 1, repeat: Union[bool, int] = False) -> int:
+    """``start_step`` as an int >= 0, checked before any TensorFlow op sees it.
+
+    tf.data counts the epochs before it in 64 bits: with ``repeat=True`` the records before
+    it, ``start_step * batch_size``, must stay below 2**63 - 1; otherwise the epochs up to the
+    end of its pass, at most ``(start_step + 1) * repeat``, within 2**63 - 1. (Where a pass
+    holds more than one step the bound is loose: it does not depend on the split's size.)"""
     if isinstance(start_step, bool) or not isinstance(start_step, numbers.Integral):
         raise TypeError(f"start_step must be a whole number >= 0 (the global step to resume "
                         f"from), not {type(start_step).__name__} {start_step!r:.40}")
     if start_step < 0:
         raise ValueError(f"start_step must be >= 0, not {int(start_step)}")
-    return int(start_step)
+    step = int(start_step)
+    if repeat is True:
+        most = (_INT64_MAX - 1) // max(int(batch_size), 1)
+        counted = f"start_step x batch_size ({int(batch_size)}) below 2**63 - 1"
+    else:
+        epochs = max(int(repeat), 1) if isinstance(repeat, numbers.Integral) else 1
+        most = _INT64_MAX // epochs - 1
+        counted = f"(start_step + 1) x repeat ({epochs}) within 2**63 - 1"
+    if step > most:
+        raise ValueError(f"start_step must be at most {most} here ({counted}: tf.data counts "
+                         f"the records and epochs before it in 64 bits), not {step}")
+    return step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +70,7 @@ class ReadOptions:
             raise ValueError(f"output must be 'tuple' or 'dict', not {self.output!r}")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        object.__setattr__(self, "start_step", check_start_step(self.start_step))
+        object.__setattr__(self, "start_step", check_start_step(self.start_step, self.batch_size, self.repeat))
 
     @property
     def ordered(self) -> bool:

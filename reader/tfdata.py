@@ -165,7 +165,9 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
       exactly its batches from there on (across epochs with ``repeat``; with
       ``repeat=False``, step ``k`` is step ``k % steps_per_epoch`` of epoch
       ``k // steps_per_epoch``). Starting costs one shuffle window at most
-      plus a header walk of the open shards, not the ``k`` steps before.
+      plus a header walk of the open shards, not the ``k`` steps before. A step
+      past what tf.data counts in 64 bits is a ValueError naming the largest one
+      (reader.options.check_start_step).
     - ``repeat``: True for endless epochs, or a number of epochs.
     - ``cache``: ``"memory"`` or a file path prefix; the first epoch reads the
       shards and fills the cache, later epochs read the cache only.

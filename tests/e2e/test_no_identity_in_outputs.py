@@ -15,7 +15,11 @@ The haystack is every file the run writes: everything under ``--output``
 UTF-16 (both byte orders). One part is excluded by design: the ``uri`` of
 each ``errors.jsonl`` line, which docs/CONVERTING.md says names the failing source
 file on purpose, for the operator (not training data; the reader never opens
-it). Every other field of those lines is searched.
+it). Every other field of those lines is searched. And the summary's timing fields
+(TIMING_FIELDS: wall time and throughput), which differ every run: a rounded one can
+equal a number of the input by chance. In JSON files, numbers and digests are compared
+whole with the needles (a value copied from an input is copied whole), not searched for
+substrings (``"num_bytes": 118601`` holds CT_small's Exposure Time 1601 by chance).
 
 Which values are needles (the rule):
 - every value of a text VR (AE AS CS DA DS DT IS LO LT PN SH ST TM UC UI UR UT),
@@ -38,6 +42,7 @@ the summary names the output directory).
 from __future__ import annotations
 
 import json
+import math
 import re
 import os
 
@@ -133,47 +138,88 @@ def archive(tmp_path_factory):
 
 
 _DIGEST = re.compile(rb"[0-9a-f]{64}")
+# summary.json's fields that time the run (pipeline/summary.py): they differ every run, and a
+# rounded figure ("records_per_second": 16.01) can equal a number of the input by chance. Only
+# these are left out of the search; every other field of summary.json is searched.
+TIMING_FIELDS = ("wall_seconds", "mb_per_second", "records_per_second")
 
 
-def _ours_masked(value):
-    """A JSON value with what the converter computes from bytes masked: numbers (sizes, counts)
-    and 64-hex digests (sha256 of shards). A 4-digit needle (CT_small's Exposure Time 1601)
-    otherwise turns up in them by chance ("num_bytes": 118601, "sha256": "eb1601..."); a value
-    copied from an input is a string, and strings other than digests are searched as they are."""
+def _split_json(value, tokens: set):
+    """A JSON value with what the converter computes from bytes taken out into ``tokens``, each
+    whole: numbers (sizes, counts), as JSON writes them, and 64-hex digests (sha256 of shards).
+    Searched as substrings, a 4-digit needle (CT_small's Exposure Time 1601) turns up in them by
+    chance ("num_bytes": 118601, "sha256": "eb1601..."); a value copied from an input is copied
+    whole, so each token is compared whole with the needles (_leaks). Strings other than digests
+    stay, searched as they are, and so do the keys."""
     if isinstance(value, dict):
-        return {k: _ours_masked(v) for k, v in value.items()}
+        return {k: _split_json(v, tokens) for k, v in value.items()}
     if isinstance(value, list):
-        return [_ours_masked(v) for v in value]
+        return [_split_json(v, tokens) for v in value]
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, (int, float)):
+        tokens.add(json.dumps(value))
         return 0
     if isinstance(value, str) and _DIGEST.fullmatch(value.encode()):
+        tokens.add(value)
         return "#"
     return value
 
 
-def _written_files(directory: str) -> dict[str, bytes]:
-    """Every file under ``directory``; errors.jsonl with each line's uri taken out; JSON files
-    with their computed numbers and digests masked (_ours_masked)."""
-    out = _files(directory)
+def _whole_needles(needles: set[str]) -> set[str]:
+    """The needles as a JSON number or digest copied from them would read: each as it is, and
+    a number also as JSON writes it as an int and as a float ("16.010" -> 16.01, "1601" -> 1601
+    and 1601.0), where that still has MIN_NEEDLE characters ("0000" is not 0)."""
+    out = set(needles)
+    for needle in needles:
+        try:
+            number = float(needle)
+        except ValueError:
+            continue
+        if not math.isfinite(number):
+            continue
+        forms = [json.dumps(number)] + ([json.dumps(int(number))] if number.is_integer() else [])
+        out |= {form for form in forms if len(form) >= MIN_NEEDLE}
+    return out
+
+
+def _written_files(directory: str) -> tuple[dict[str, bytes], dict[str, set]]:
+    """Every file under ``directory``, and the whole tokens of its JSON files: errors.jsonl with
+    each line's uri taken out; JSON files with their computed numbers and digests taken out
+    into the tokens (_split_json)."""
+    out, tokens = _files(directory), {}
     for name, data in out.items():
         if os.path.basename(name) == "errors.jsonl":
             lines = [json.loads(line) for line in data.decode("utf-8").splitlines()]
             assert all("uri" in line for line in lines)
-            out[name] = "\n".join(json.dumps(_ours_masked({k: v for k, v in line.items() if k != "uri"}))
+            tokens[name] = set()
+            out[name] = "\n".join(json.dumps(_split_json({k: v for k, v in line.items() if k != "uri"},
+                                                         tokens[name]))
                                   for line in lines).encode("utf-8")
         elif name.endswith(".json"):
-            out[name] = json.dumps(_ours_masked(json.loads(data.decode("utf-8"))), ensure_ascii=False).encode()
-    return out
+            tokens[name] = set()
+            out[name] = json.dumps(_split_json(json.loads(data.decode("utf-8")), tokens[name]),
+                                   ensure_ascii=False).encode()
+    return out, tokens
 
 
-def _leaks(haystack: dict[str, bytes], needles: set[str]) -> list[tuple[str, str]]:
+def _summary_searched(summarized: dict) -> tuple[bytes, set]:
+    """summary.json as searched: every field but TIMING_FIELDS, split as _split_json does."""
+    assert set(TIMING_FIELDS) <= set(summarized), sorted(summarized)     # the names still hold
+    tokens: set = set()
+    kept = {k: v for k, v in summarized.items() if k not in TIMING_FIELDS}
+    return json.dumps(_split_json(kept, tokens)).encode(), tokens
+
+
+def _leaks(haystack: dict[str, bytes], needles: set[str], tokens: dict[str, set]) -> list[tuple[str, str]]:
     found = []
     for name, data in sorted(haystack.items()):
         for needle in sorted(needles):
             if any(needle.encode(codec) in data for codec in ("utf-8", "utf-16-le", "utf-16-be")):
                 found.append((name, needle))
+    whole = _whole_needles(needles)
+    for name, values in sorted(tokens.items()):
+        found += [(name, value) for value in sorted(values & whole)]
     return found
 
 
@@ -214,13 +260,13 @@ def test_no_input_value_or_path_in_any_written_byte(archive, tmp_path, case):
         result = run()
         assert summary.exists()
         assert result["failed"] == {} and result["written"] >= 6, result   # the Enhanced files too
-    haystack = _written_files(str(out))
+    haystack, tokens = _written_files(str(out))
     if summary.exists():
-        haystack["summary.json"] = json.dumps(_ours_masked(json.loads(summary.read_text()))).encode()
+        haystack["summary.json"], tokens["summary.json"] = _summary_searched(json.loads(summary.read_text()))
     assert case == "failed_run" or any(n.endswith(".tfrecord") for n in haystack), sorted(haystack)
     if case == "incremental":
         assert any(n.endswith(".records.json") for n in haystack) and "LATEST" in haystack
-    leaks = _leaks(haystack, archive["needles"])
+    leaks = _leaks(haystack, archive["needles"], tokens)
     assert leaks == [], leaks
 
 
@@ -241,3 +287,25 @@ def test_locations_are_recorded_as_a_keyed_hash_unless_asked_for():
     # --incremental: neither the locations nor the switch make the next version rebuild
     assert {"inputs", "labels", "record_input_paths"} <= PLACEMENT_OPTIONS
     assert changed_options(given, recorded, PLACEMENT_OPTIONS) == []
+
+
+def test_json_numbers_are_searched_whole_and_only_the_timing_fields_left_out():
+    """The search itself (issue 35: a rounded throughput figure in summary.json once equalled a
+    number of the input): a timing field of summary.json is left out by name, whatever its value;
+    any other number copied whole from an input is found, as an int, a float or a string; a
+    number or digest that merely contains a needle is not."""
+    needles = {"1601", "16.010", "Smith", "0000"}
+    summary, tokens = _summary_searched({"wall_seconds": 1601, "mb_per_second": 16.01,
+                                         "records_per_second": 1601.0, "written": 3,
+                                         "bytes_written": 118601, "output": "/x/out"})
+    assert _leaks({"summary.json": summary}, needles, {"summary.json": tokens}) == []
+    for leaked, found in ((1601, "1601"), (1601.0, "1601.0"), (16.01, "16.01"), ("a 1601 b", "1601"),
+                          ("Smith", "Smith")):
+        summary, tokens = _summary_searched({"wall_seconds": 0.5, "mb_per_second": 0.0,
+                                             "records_per_second": 0.0, "notes": [leaked], "written": 0})
+        assert _leaks({"summary.json": summary}, needles, {"summary.json": tokens}) == \
+            [("summary.json", found)], leaked
+    digest = "eb1601" + "0" * 58
+    tokens = set()
+    data = json.dumps(_split_json({"sha256": digest, "num_bytes": 118601}, tokens)).encode()
+    assert _leaks({"dataset.json": data}, needles, {"dataset.json": tokens}) == []

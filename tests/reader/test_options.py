@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import subprocess
 import sys
 
@@ -76,3 +77,23 @@ def test_seeded_resumable_reads_agree_through_options(dataset):
 def test_an_unknown_keyword_is_a_type_error(dataset):
     with pytest.raises(TypeError, match="shufle"):
         reader.load(dataset, shufle=False)
+
+
+@pytest.mark.parametrize("repeat", [True, 3, False])
+def test_a_start_step_past_a_64_bit_count_is_refused_in_one_line_naming_it(dataset, repeat):
+    """Issue 35: start_step=10**30 with repeat=True was Python's OverflowError from deep in
+    tf.data. Refused when the options are made, naming start_step and its largest value; that
+    largest value itself reads (7 records, batches of 2)."""
+    keywords = dict(batch_size=2, seed=5, resumable=True, repeat=repeat)
+    for huge in (10**30, 1 << 63):
+        with pytest.raises(ValueError, match=r"^start_step must be at most \d+ .*, not \d+$") as caught:
+            ReadOptions(start_step=huge, **keywords)
+        assert "\n" not in str(caught.value)
+        with pytest.raises(ValueError, match="start_step"):
+            reader.load("/no/such/dataset", start_step=huge, **keywords)     # before any file is read
+    most = int(re.match(r"start_step must be at most (\d+)", str(caught.value)).group(1))
+    assert most == ((1 << 63) - 2) // 2 if repeat is True else ((1 << 63) - 1) // int(repeat or 1) - 1
+    with pytest.raises(ValueError, match="start_step"):
+        ReadOptions(start_step=most + 1, **keywords)
+    images, labels = next(iter(reader.as_numpy(reader.load(dataset, start_step=most, **keywords))))
+    assert len(labels) in (1, 2) and images.shape[1:] == (4, 4, 1)

@@ -30,6 +30,9 @@ RUNNER_MODES = {
     "multi_processing": ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
 }
 TEST_SALT = "dcm2tfrecord-tests"
+# pytest-timeout's bound for the tests marked slow (pytest.ini sets everyone else's): a fresh
+# virtual environment's install alone may take 30 minutes (tests/e2e/test_worker_package.py)
+SLOW_TEST_TIMEOUT_S = 3600
 
 
 def run_convert(inputs, output, beam_args=IN_MEMORY, **options) -> dict:

@@ -1,8 +1,9 @@
 """The pipeline's shard planning run in plain Python (transforms/planning/test_shards.py,
 test_shards_property.py): records of given sizes, and their plan bucket by bucket."""
-from dcm2tfrecord.transforms.planning.shards import (ORDER, assign_entries, bucket_of_order, bucket_starts,
-                                                     dense_index, entry_record, layout, occupied_cuts,
-                                                     over_max, planning_entry)
+from dcm2tfrecord.transforms.hashing import ORDER_KEY_SPACE
+from dcm2tfrecord.transforms.planning.shards import (ORDER, PLANNED_BYTES, assign_entries, bucket_of_order,
+                                                     bucket_starts, dense_index, entry_record, layout,
+                                                     occupied_cuts, over_max, planning_entry)
 from dcm2tfrecord.transforms.values import ImageSpec, ProbedRecord, SourceFile
 
 
@@ -28,25 +29,40 @@ def _plan(records, bounds):
     """The pipeline's planning, run in plain Python bucket by bucket: shards of the capped
     count, fine cuts where one of those holds two or more records above the maximum, occupied
     cuts numbered densely. Returns the layout as written and {shard index: records}."""
-    total = sum(r.planned_bytes for r in records)
-    lay = layout(total, len(records), max(r.planned_bytes for r in records), bounds,
-                 min_record_bytes=min(r.planned_bytes for r in records))
+    lay, shards = _plan_entries([planning_entry(r)[1] for r in records], bounds)
+    return lay, {index: [entry_record(e) for e in entries] for index, entries in shards.items()}
+
+
+def _plan_in_order(sizes, bounds):
+    """_plan of entries of these planned bytes in this order (their order keys ascending,
+    spread over the key space, so in several buckets): the planner fed any order, not only
+    the one the hash of some ids makes. Returns the layout and {shard index: sizes}."""
+    n = len(sizes)
+    entries = [(k * ORDER_KEY_SPACE // n, f"{k:032x}", size, b"") for k, size in enumerate(sizes)]
+    lay, shards = _plan_entries(entries, bounds)
+    return lay, {index: [e[PLANNED_BYTES] for e in es] for index, es in shards.items()}
+
+
+def _plan_entries(entries, bounds):
+    """_plan on planning entries (transforms.planning.shards.planning_entry's)."""
+    sizes = [e[PLANNED_BYTES] for e in entries]
+    lay = layout(sum(sizes), len(entries), max(sizes), bounds, min_record_bytes=min(sizes))
     buckets = {}
-    for r in records:
-        buckets.setdefault(("train", _bucket_of(r)), []).append(r)
-    starts = bucket_starts([(k, sum(r.planned_bytes for r in v)) for k, v in buckets.items()])
+    for e in entries:
+        buckets.setdefault(("train", bucket_of_order(e[ORDER])), []).append(e)
+    starts = bucket_starts([(k, sum(e[PLANNED_BYTES] for e in v)) for k, v in buckets.items()])
 
     def cut(split_layout):
         by_cut = {}
-        for key, recs in buckets.items():
-            for index, r in _assign(recs, starts[key], split_layout):
-                by_cut.setdefault(index, []).append(r)
+        for key, es in buckets.items():
+            for index, e in assign_entries(es, starts[key], split_layout):
+                by_cut.setdefault(index, []).append(e)
         return by_cut
 
     by_cut = cut(lay)
-    sizes = [(("train", i), (sum(r.planned_bytes for r in v), len(v))) for i, v in by_cut.items()]
-    if "train" in over_max(sizes, bounds):
+    shard_sizes = [(("train", i), (sum(e[PLANNED_BYTES] for e in v), len(v))) for i, v in by_cut.items()]
+    if "train" in over_max(shard_sizes, bounds):
         by_cut = cut(lay.fine())
     occupied = occupied_cuts(("train", c) for c in by_cut)["train"]
-    shards = {dense_index(c, occupied): recs for c, recs in by_cut.items()}
+    shards = {dense_index(c, occupied): es for c, es in by_cut.items()}
     return lay.with_occupied(occupied), shards

@@ -206,7 +206,7 @@ def _inflate_limit(head: bytes, max_pixels: int) -> int:
                               f"header claims {frames}x{rows}x{columns} = {rows * columns * frames} pixels "
                               f"> --max_pixels {max_pixels}")
     frame_bytes = (rows * columns * samples * min(bits, 64) + 7) // 8
-    return DEFLATE_HEADER_BYTES + frame_bytes * (frames + 1)
+    return DEFLATE_HEADER_BYTES + frame_bytes * frames
 
 
 # ---------------------------------------------------------------- completeness

@@ -302,6 +302,57 @@ def test_a_deflate_bomb_fails_as_inflated_too_large(tmp_path, kind):
     _probe(get_testdata_file("image_dfl.dcm"))              # the file itself plans
 
 
+# the documented bound (docs/CONVERTING.md, "Skip and failure reasons"): "the pixel data its header
+# describes plus 32 MiB", computed here from image_dfl.dcm's header (512 x 512, 1 sample, 8 bits
+# allocated, one frame), not from the code's own function
+_DOCUMENTED_BOUND = (32 << 20) + 512 * 512 * 1 * 8 // 8 * 1
+
+
+def _deflated_of_size(inflated: int, geometry: bool = True) -> bytes:
+    """image_dfl.dcm with a private OB element of zeros before its Pixel Data, the element's
+    length chosen so that the dataset inflates to exactly ``inflated`` bytes; without
+    ``geometry``, Rows is dropped (no pixel data described: the bound is 32 MiB alone)."""
+    head, dataset = _deflated_parts()
+    at = dataset.find(b"\xe0\x7f\x10\x00")
+    header, pixels = dataset[:at], dataset[at:]
+    if not geometry:
+        rows = b"\x28\x00\x10\x00US\x02\x00\x00\x02"      # (0028,0010) Rows = 512
+        assert header.count(rows) == 1
+        header = header.replace(rows, b"")
+    filler = inflated - len(header) - 12 - len(pixels)
+    assert filler >= 0 and filler % 2 == 0
+    body = header + b"\xdf\x7f\x10\x10OB\x00\x00" + struct.pack("<I", filler)
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    mib, rest = divmod(filler, 1 << 20)
+    deflated = [packer.compress(body)] + [packer.compress(bytes(1 << 20)) for _ in range(mib)]
+    deflated += [packer.compress(bytes(rest)), packer.compress(pixels), packer.flush()]
+    stream = b"".join(deflated)
+    assert len(zlib.decompress(stream, -zlib.MAX_WBITS)) == inflated
+    return head + stream
+
+
+@pytest.mark.parametrize("geometry", [True, False], ids=["pixel_data_described", "no_geometry"])
+def test_the_inflate_bound_is_the_documented_one_to_the_byte(tmp_path, geometry):
+    """Issue 35, survivor 2: a Deflated file inflating to exactly the documented bound is
+    inflated (and, an image, plans); two bytes more fail as inflated_too_large. The bombs
+    above are 64 MiB and more: a bound 8x too loose (bits for bytes) passed them."""
+    bound = _DOCUMENTED_BOUND if geometry else 32 << 20
+    got = {}
+    for name, inflated in (("under", bound), ("past", bound + 2)):
+        path = tmp_path / f"{name}.dcm"
+        path.write_bytes(_deflated_of_size(inflated, geometry))
+        try:
+            _probe(path, settings=DecodeSettings(id_salt="s"))
+            got[name] = "planned"
+        except ConversionError as exc:
+            got[name] = exc.reason
+    assert got["past"] == reasons.INFLATED_TOO_LARGE, got
+    if geometry:
+        assert got["under"] == "planned", got
+    else:       # no image to plan, but it was inflated whole
+        assert got["under"] != reasons.INFLATED_TOO_LARGE, got
+
+
 def test_a_deflate_bomb_is_refused_in_bounded_memory(tmp_path):
     inflated = 3 << 30                # 3 GiB: pydicom would hold it all, twice
     paths = []

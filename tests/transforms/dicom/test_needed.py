@@ -248,3 +248,52 @@ def test_header_values_answer_as_the_dataset():
         with pytest.raises(dicom_needed.NotNeededError):
             header.get(outside)
         assert header.get("LossyImageCompressionRatio", "absent") == "absent"
+
+
+def _charset_pair() -> tuple[bytes, bytes]:
+    """Two files whose bytes differ only in Specific Character Set, ISO_IR 192 (UTF-8) then
+    ISO_IR 100 (Latin-1), same length: every element after it lies at the same place, so the
+    head walk hands the second file the first file's very elements (same bytes)."""
+    ds = pydicom.dcmread(io.BytesIO(ct_file_bytes(0, 1, 0, 3, 10, 3)))
+    ds.SpecificCharacterSet = "ISO_IR 192"
+    ds.PatientID = "Café"
+    ds.Manufacturer = "Café"
+    out = io.BytesIO()
+    ds.save_as(out)
+    utf8 = out.getvalue()
+    assert utf8.count(b"ISO_IR 192") == 1 and utf8.count("Café".encode("utf-8")) == 2
+    return utf8, utf8.replace(b"ISO_IR 192", b"ISO_IR 100")
+
+
+@pytest.mark.parametrize("reuse", ["same_elements", "same_bytes"])
+def test_an_element_read_again_under_another_character_set_is_read_under_it(tmp_path, reuse):
+    """Issue 35, survivor 1: an element remembered from the previous file (the very element
+    object the head walk reuses, or its bytes' conversion key) is that file's value only under
+    the same Specific Character Set. Read after a UTF-8 file, the same bytes under ISO_IR 100
+    are what pydicom reads in the file alone, ``CafÃ©``, not ``Café``: in the probe's header
+    values and in the record's identifiers (label joins, split grouping)."""
+    from dcm2tfrecord.transforms.dicom.header import read_probe_header
+    files = _charset_pair()
+    expected = [pydicom.dcmread(io.BytesIO(data)) for data in files]
+    assert [str(ds.PatientID) for ds in expected] == ["Café", "CafÃ©"]
+    assert [str(ds.Manufacturer) for ds in expected] == ["Café", "CafÃ©"]
+    dicom_needed._CONVERTED.clear()
+    for rounds in range(2):
+        for data, theirs in zip(files, expected):
+            if reuse == "same_bytes":
+                head_parse._LAST_HEAD[0] = {}     # new element objects: only the key can match
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                header, _ = read_probe_header(io.BytesIO(data), SETTINGS, len(data))
+            assert header.get("PatientID") == theirs.PatientID
+            assert header.get("Manufacturer") == theirs.Manufacturer
+    if reuse == "same_elements":     # the walk did reuse the first file's elements
+        first, second = (head_parse.parse_from_head(io.BytesIO(data), len(data)) for data in files)
+        assert first._dict[0x00100020] is second._dict[0x00100020]
+    for rounds in range(2):
+        for n, (data, theirs) in enumerate(zip(files, expected)):
+            path = tmp_path / f"{n}.dcm"
+            path.write_bytes(data)
+            if reuse == "same_bytes":
+                head_parse._LAST_HEAD[0] = {}
+            assert _outcome(str(path), path.name).ids.patient_id == str(theirs.PatientID).strip()

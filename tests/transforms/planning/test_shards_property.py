@@ -31,10 +31,12 @@ two below the minimum) the maximum wins.
 """
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.support.shard_plans import _plan, _records
+from tests.support.shard_plans import _plan, _plan_in_order, _records
 from dcm2tfrecord.transforms.settings import ShardBounds
 
 
@@ -103,3 +105,31 @@ def test_the_issue_case_in_both_orders_becomes_two_shards():
         lay, shards = _plan(_records(sizes), ShardBounds(1000, 803, 2000))
         assert lay.num_shards == 2 and sorted(shards) == [0, 1]
         assert sorted(len(recs) for recs in shards.values()) == [1, 1]
+
+
+def _assert_max_kept_in_order(sizes, bounds):
+    lay, shards = _plan_in_order(sizes, bounds)
+    assert sorted(shards) == list(range(lay.num_shards)) and all(shards.values())
+    assert sorted(size for planned in shards.values() for size in planned) == sorted(sizes)
+    for index, planned in shards.items():
+        assert sum(planned) <= bounds.max_bytes or len(planned) == 1, (
+            f"order {sizes}: shard {index} of {lay.num_shards} holds {planned}, "
+            f"{sum(planned)} bytes > max {bounds.max_bytes}")
+
+
+def test_records_of_6_30_and_3_bytes_keep_a_30_byte_maximum_in_every_order():
+    """Issue 35, survivor 5: keeps_max promises the maximum in any order, so the planner fed
+    every order must keep it. With ceil(T/n) rounded down, 10 cuts of T = 39 bytes pass
+    keeps_max, and 3, 30, 6 put 3 and 30 in one 33-byte shard; the hash order of a given set
+    of ids (the test above) need not be that one."""
+    for order in itertools.permutations([6, 30, 3]):
+        _assert_max_kept_in_order(list(order), ShardBounds(30, 1, 30))
+
+
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+@given(config=configurations())
+def test_no_shard_of_two_or_more_records_above_the_maximum_in_any_order(config):
+    """The property above over random sizes and bounds, each drawn order planned as it is
+    (not the order the hash of the records' ids makes)."""
+    bounds, sizes = config
+    _assert_max_kept_in_order(sizes, bounds)
