@@ -16,7 +16,7 @@ DUPLICATE = "duplicate"                          # same SOPInstanceUID as an ear
 # Failed: the file should have converted and could not.
 EMPTY_FILE = "empty_file"
 TRUNCATED_FILE = "truncated_file"                # DICOM that ends before its elements or pixel data do
-NOT_A_REGULAR_FILE = "not_a_regular_file"        # a FIFO, device or socket among the inputs: never opened
+NOT_A_REGULAR_FILE = "not_a_regular_file"        # a FIFO, device or socket among the inputs (or one since): never read
 INFLATED_TOO_LARGE = "inflated_too_large"        # Deflated DICOM inflating past its header's pixel data
 BROKEN_SYMLINK = "broken_symlink"                # a link whose target does not exist
 CHANGED_DURING_RUN = "changed_during_run"        # size or mtime differs between probe and write
@@ -70,7 +70,8 @@ DOCUMENTED = {
     TRUNCATED_FILE: "a DICOM file that ends before its data does: an element's length runs past the end "
                     "of the file, or the header describes an image and the file ends before its pixel data; a NIfTI "
                     "image (plain or compressed) that ends before the voxels its header describes",
-    NOT_A_REGULAR_FILE: "a FIFO (named pipe), device or socket matched as an input: not read (local inputs)",
+    NOT_A_REGULAR_FILE: "a FIFO (named pipe), device or socket matched as an input, or that an input became "
+                        "before it was read (replaced, or a link pointed at one): not read (local inputs)",
     INFLATED_TOO_LARGE: "a Deflated Explicit VR Little Endian file that inflates past the pixel data its "
                         "header describes plus 32 MiB (a decompression bomb); inflating stops there",
     BROKEN_SYMLINK: "a symbolic link whose target does not exist (local inputs)",

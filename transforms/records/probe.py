@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import stat
 
 import numpy as np
 
@@ -29,7 +28,7 @@ from dcm2tfrecord.transforms.dicom.native import NativePixels, native_layout
 from dcm2tfrecord.transforms.images.geometry import plan_spec
 from dcm2tfrecord.transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
 from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
-from dcm2tfrecord.transforms.sources.read import open_checked, open_source
+from dcm2tfrecord.transforms.sources.read import not_regular, open_checked, open_source, special_kind
 
 
 
@@ -180,10 +179,6 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
             raise
 
 
-_SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def special_file_kind(uri: str) -> str:
     """What a local input that is not a regular file is ("" for a regular file, a
     storage object, or one that cannot be stat'ed: opening it then says why)."""
@@ -193,7 +188,7 @@ def special_file_kind(uri: str) -> str:
         mode = os.stat(uri).st_mode
     except OSError:
         return ""
-    return next((what for test, what in _SPECIAL_FILES if test(mode)), "")
+    return special_kind(mode)
 
 
 def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
@@ -209,7 +204,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     if source.size == 0:
         kind = special_file_kind(source.uri)
         if kind:
-            raise ConversionError(reasons.NOT_A_REGULAR_FILE, f"{kind}, not a regular file: not read")
+            raise not_regular(kind)
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
     spec, kind, ids, info, native, stacks, volumes = _sniff_and_probe(source, settings, opener, max_pixels)
     if kind.startswith(masks_annotation.ANNOTATION):

@@ -1,16 +1,23 @@
-"""Reading a source file whole, checking it did not change since it was probed.
+"""Opening a source, and reading it whole, checking it did not change since it was probed.
 
 Reading into memory once gives the decoders a fast seekable buffer (pydicom
 and Pillow seek a lot) and makes the size check free; memory stays bounded
-by the largest file (docs/ARCHITECTURE.md, "Bounded memory").
+by the largest file (docs/ARCHITECTURE.md, "Bounded memory"): never more
+than the size the file had when it was probed is read, plus one byte.
+
+Every source is opened here (``open_source``): a local one only once it is
+known to be a regular file, so a FIFO, a device or a socket (or a link to one)
+that an input turned into is never read.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import io
 import os
 import queue
+import stat
 import threading
 import time
 from typing import BinaryIO, Callable, TypeVar
@@ -24,8 +31,47 @@ from dcm2tfrecord.transforms.values import SourceFile
 T = TypeVar("T")
 
 
+_SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is when it is a FIFO, a device or a socket; ""
+    for a regular file or a directory."""
+    return next((what for test, what in _SPECIAL_FILES if test(mode)), "")
+
+
+def not_regular(kind: str) -> ConversionError:
+    return ConversionError(reasons.NOT_A_REGULAR_FILE, f"{kind}, not a regular file: not read")
+
+
+def _open_local(path: str) -> BinaryIO:
+    """A local file opened for reading only if it is a regular file (links followed, as
+    matching follows them): stat'ed first, so a device is never opened, then opened without
+    blocking (a FIFO put there since would wait for a writer) and fstat'ed, so what was opened
+    is what is read."""
+    mode = os.stat(path).st_mode
+    if special_kind(mode):
+        raise not_regular(special_kind(mode))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if special_kind(mode):
+            raise not_regular(special_kind(mode))
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_source(uri: str) -> BinaryIO:
-    """Opens a source as raw bytes: a ``.gz`` DICOM is not ours to decompress."""
+    """Opens a source as raw bytes: a ``.gz`` DICOM is not ours to decompress. A local path
+    that is no regular file is ConversionError(not_a_regular_file), never opened or read."""
+    if "://" not in uri:
+        return _open_local(uri)
     return FileSystems.open(uri, mime_type="application/octet-stream",
                             compression_type=CompressionTypes.UNCOMPRESSED)
 
@@ -242,15 +288,17 @@ def configure_storage_retry(seconds: float) -> None:
 
 
 def read_unchanged(source: SourceFile, opener: Callable[[str], BinaryIO]) -> io.BytesIO:
-    """The file's bytes; ConversionError(changed_during_run) if size or mtime moved."""
+    """The file's bytes; ConversionError(changed_during_run) if its size or mtime moved.
+    Reads at most one byte more than it had."""
     with open_checked(source.uri, opener) as handle:
         try:
-            data = handle.read()
+            data = handle.read(source.size + 1)
         except Exception as exc:
             raise unreadable("read failed", exc) from exc
     if len(data) != source.size:
+        now = f"more than {source.size}" if len(data) > source.size else str(len(data))
         raise ConversionError(reasons.CHANGED_DURING_RUN,
-                              f"size was {source.size} bytes when probed, now {len(data)}")
+                              f"size was {source.size} bytes when probed, now {now}")
     if "://" not in source.uri and source.mtime:
         try:
             mtime = FileSystems.last_updated(source.uri)

@@ -1,6 +1,7 @@
 """Hostile inputs next to good files: the run completes, every bad file is named with its reason."""
 import json
 import os
+import resource
 import struct
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline.convert import ConversionFailed
 from tests.support import pydicom_test_files
-from tests.support import run_convert, write_png_archive
+from tests.support import ct_file_bytes, run_convert, write_png_archive
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.records.build import build_record
 from dcm2tfrecord.transforms.errors import ConversionError
@@ -177,3 +178,60 @@ def test_slow_decode_is_failed_not_waited_on(tmp_path):
     assert info.value.reason == "decode_timeout"
     payload, dtype, shape = build_record(record, settings=DecodeSettings(decode_timeout_s=60))
     assert shape == (30, 240, 320, 3)
+
+
+# ---------------------------------------------------------------- inputs that change under the run (issue 35)
+
+
+_BUILD_AFTER_SWAP = """
+import os, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))   # the old code read /dev/zero until this
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.build import build_record
+from dcm2tfrecord.transforms.records.probe import probe_file
+from dcm2tfrecord.transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.sources.match import expand_pattern
+path, what = sys.argv[1], sys.argv[2]
+record = probe_file(next(expand_pattern(path)))
+os.remove(path)
+if what == "fifo":
+    os.mkfifo(path)                 # opened for reading, it waits for a writer that never comes
+else:
+    os.symlink(what, path)          # matched inputs' links are followed
+started = time.monotonic()
+try:
+    build_record(record, settings=DecodeSettings(decode_timeout_s=20))
+    print("written")
+except ConversionError as exc:
+    print(exc.reason, "|", exc, "|", round(time.monotonic() - started, 2), "|",
+          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+@pytest.mark.parametrize("what", ["fifo", "/dev/zero", "/dev/null"])
+def test_an_input_that_becomes_a_fifo_or_a_device_before_its_write_is_not_read(tmp_path, what):
+    path = tmp_path / "ct.dcm"
+    path.write_bytes(ct_file_bytes(0, 1, 1, 2, 8, 2))
+    proc = subprocess.run([sys.executable, "-c", _BUILD_AFTER_SWAP, str(path), what],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    reason, message, seconds, peak_mb = proc.stdout.strip().splitlines()[-1].split(" | ")
+    assert reason == reasons.NOT_A_REGULAR_FILE, proc.stdout
+    assert message == ("a FIFO (named pipe)" if what == "fifo" else "a character device") + \
+        ", not a regular file: not read"
+    assert float(seconds) < 5                       # not the decode timeout
+    assert int(peak_mb) < 1024, f"peak RSS {peak_mb} MB"
+
+
+def test_a_file_grown_after_its_probe_is_read_no_further_than_its_probed_size(tmp_path):
+    path = tmp_path / "ct.dcm"
+    path.write_bytes(ct_file_bytes(0, 1, 1, 2, 8, 2))
+    source = next(expand_pattern(str(path)))
+    record = probe_file(source)
+    os.truncate(path, 8 << 30)                      # 8 GiB, sparse: reading it whole would take 8 GiB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ConversionError) as info:
+        build_record(record)
+    assert info.value.reason == reasons.CHANGED_DURING_RUN
+    assert f"now more than {source.size}" in str(info.value)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 256 << 10    # KiB: under 256 MB more
