@@ -19,7 +19,7 @@ TRUNCATED_FILE = "truncated_file"                # DICOM that ends before its el
 NOT_A_REGULAR_FILE = "not_a_regular_file"        # a FIFO, device or socket among the inputs (or one since): never read
 INFLATED_TOO_LARGE = "inflated_too_large"        # Deflated DICOM inflating past its header's pixel data
 BROKEN_SYMLINK = "broken_symlink"                # a link whose target does not exist
-CHANGED_DURING_RUN = "changed_during_run"        # size or mtime differs between probe and write
+CHANGED_DURING_RUN = "changed_during_run"        # size, mtime or head bytes differ between probe and write
 DECODE_TIMEOUT = "decode_timeout"                # decoding ran past --decode_timeout_s
 UNREADABLE = "unreadable"                        # I/O or permission error
 INVALID_DICOM = "invalid_dicom"                  # .dcm that does not parse as DICOM
@@ -76,7 +76,9 @@ DOCUMENTED = {
                         "header describes plus 32 MiB (a decompression bomb); inflating stops there",
     BROKEN_SYMLINK: "a symbolic link whose target does not exist (local inputs)",
     DUPLICATE: "same SOPInstanceUID as another file; the first by sorted uri is kept (skipped)",
-    CHANGED_DURING_RUN: "the file's size or modification time changed between probe and write",
+    CHANGED_DURING_RUN: "the file's size or modification time changed between probe and write, or its first "
+                        "64 KiB (and at least its SOP Instance UID) are not the bytes it was probed from: "
+                        "replaced by another file of the same size and time (rsync -a, cp -p); convert again",
     DECODE_TIMEOUT: "decoding took longer than --decode_timeout_s",
     UNREADABLE: "the file could not be read (permissions, I/O error, vanished)",
     INVALID_DICOM: "named or sniffed as DICOM but the header does not parse",

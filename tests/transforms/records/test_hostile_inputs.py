@@ -1,4 +1,5 @@
 """Hostile inputs next to good files: the run completes, every bad file is named with its reason."""
+import io
 import json
 import os
 import resource
@@ -11,6 +12,7 @@ import zlib
 import numpy as np
 import pydicom
 import pytest
+from PIL import Image
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline.convert import ConversionFailed
@@ -180,7 +182,61 @@ def test_slow_decode_is_failed_not_waited_on(tmp_path):
     assert shape == (30, 240, 320, 3)
 
 
-# ---------------------------------------------------------------- inputs that change under the run (issue 35)
+# ---------------------------------------------------------------- inputs replaced under the run (issue 35)
+
+
+def _same_size_pair(kind: str) -> tuple[bytes, bytes]:
+    """Two different files of one kind and one size (slices an export tool renumbers)."""
+    if kind == "dicom":
+        return ct_file_bytes(0, 1, 1, 2, 8, 2), ct_file_bytes(0, 1, 1, 3, 8, 3)
+    if kind == "uid_past_the_head":
+        # a header longer than the fingerprint's 64 KiB before its SOP Instance UID: two
+        # files that differ in that UID alone (pixels, the file meta and all else equal)
+        ds = pydicom.dcmread(os.path.join(SRC, "CT_small.dcm"))
+        ds.ImageType = ["DERIVED"] * 9000           # (0008,0008), 72 KB, before (0008,0018)
+        ds.file_meta.TransferSyntaxUID = pydicom.uid.ImplicitVRLittleEndian   # 4-byte lengths
+        ds.file_meta.MediaStorageSOPInstanceUID = "1.2.826.0.1.3680043.9.7.0"
+        out = []
+        for uid in ("1.2.826.0.1.3680043.9.7.1", "1.2.826.0.1.3680043.9.7.2"):
+            ds.SOPInstanceUID = uid
+            buffer = io.BytesIO()
+            ds.save_as(buffer)
+            out.append(buffer.getvalue())
+        assert out[0].index(b"9.7.1") > 64 << 10 and out[0].replace(b"9.7.1", b"9.7.2") == out[1]
+        return out[0], out[1]
+    rng = np.random.default_rng(3)
+    out = []
+    for _ in range(2):      # stored, not compressed: one size for one shape
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 255, (40, 40), dtype=np.uint8)).save(buffer, "png", compress_level=0)
+        out.append(buffer.getvalue())
+    return out[0], out[1]
+
+
+def _replace_keeping_size_and_mtime(path, data: bytes) -> None:
+    """``path`` rewritten with ``data`` (of its size), its modification time put back: what
+    ``rsync -a`` or ``cp -p`` leaves."""
+    before = os.stat(path)
+    assert len(data) == before.st_size
+    path.write_bytes(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize("kind", ["dicom", "png", "uid_past_the_head"])
+def test_a_file_replaced_by_one_of_the_same_size_and_mtime_is_changed_during_run(tmp_path, kind):
+    first, second = _same_size_pair(kind)
+    assert first != second and len(first) == len(second)
+    path = tmp_path / ("a.png" if kind == "png" else "a.dcm")
+    path.write_bytes(first)
+    record = probe_file(next(expand_pattern(str(path))))
+    build_record(record)                                        # unchanged: it converts
+    _replace_keeping_size_and_mtime(path, second)
+    with pytest.raises(ConversionError) as info:
+        build_record(record)
+    assert info.value.reason == reasons.CHANGED_DURING_RUN
+    assert "replaced during the run" in str(info.value) and "convert again" in str(info.value)
+    _replace_keeping_size_and_mtime(path, first)                # put back: it converts again
+    build_record(record)
 
 
 _BUILD_AFTER_SWAP = """
