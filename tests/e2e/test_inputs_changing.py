@@ -68,21 +68,32 @@ def _replace_inputs(root: str) -> None:
 
 
 def _images(out: str) -> dict:
-    """record id -> its pixels' bytes, every split."""
+    """record id -> its pixels, every split (in the dataset's common dtype and layout: compared by value)."""
     found = {}
     for split in reader.info(out).split_names:
         records = reader.RandomAccess(out, split)
         for i in range(len(records)):
-            found[records[i]["id"].decode()] = np.asarray(records[i]["image"]).tobytes()
+            found[records[i]["id"].decode()] = np.asarray(records[i]["image"])
     return found
 
 
-def test_inputs_replaced_between_probe_and_write_are_named_and_never_written_as_another_file(tmp_path):
+def _errors(out: str, archive: str) -> dict:
+    """rel path -> its errors.jsonl line (one line per file)."""
+    with open(os.path.join(out, "errors.jsonl")) as handle:
+        errors = [json.loads(line) for line in handle]
+    got = {os.path.relpath(e["uri"], archive): e for e in errors}
+    assert len(got) == len(errors), errors
+    return got
+
+
+def _convert_replacing_inputs_once_planned(tmp_path, unit: str) -> tuple[str, str, str]:
+    """(archive, output, reference): the archive converted while its inputs are replaced after
+    planning; the reference, a conversion of the archive as it was."""
     archive, pauses, out = str(tmp_path / "in"), tmp_path / "pauses", str(tmp_path / "out")
     _archive(archive)
     shutil.copytree(archive, tmp_path / "untouched")
     reference = str(tmp_path / "reference")
-    run_convert(str(tmp_path / "untouched"), reference)
+    run_convert(str(tmp_path / "untouched"), reference, unit=unit)
     pauses.mkdir()
     swapped: list = []
 
@@ -94,28 +105,53 @@ def test_inputs_replaced_between_probe_and_write_are_named_and_never_written_as_
 
     command = [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", archive, "--output", out,
                "--id_salt", TEST_SALT, "--max_failure_ratio", "1.0", "--decode_timeout_s", "60",
-               "--direct_num_workers=1", "--direct_running_mode=in_memory"]
+               "--unit", unit, "--direct_num_workers=1", "--direct_running_mode=in_memory"]
     assert run_until(command, str(tmp_path / "run.log"), swap_once_planned,
                      env={PAUSE_ENV: f"opened:{pauses}"}) is None
     assert swapped, "no shard writer stopped before reading its records"
+    return archive, out, reference
 
-    with open(os.path.join(out, "errors.jsonl")) as handle:
-        errors = [json.loads(line) for line in handle]
-    got = {os.path.relpath(e["uri"], archive): e for e in errors}
-    assert len(got) == len(errors) == len(ROTATED_CT) + len(SWAPPED_PNG) + 2     # one line per file
-    for rel in ROTATED_CT + SWAPPED_PNG:
+
+def _assert_replaced_pngs_failed_and_the_others_are_their_own(got: dict, out: str, reference: str,
+                                                             written_ids: list) -> None:
+    for rel in SWAPPED_PNG:
+        assert got[rel]["reason"] == reasons.CHANGED_DURING_RUN, got[rel]
+        assert "replaced during the run" in got[rel]["message"] and "convert again" in got[rel]["message"]
+    written, expected = _images(out), _images(reference)
+    assert sorted(written) == sorted(written_ids)
+    for record_id, pixels in written.items():
+        assert np.array_equal(pixels.ravel(), expected[record_id].ravel())   # its own pixels, as ever
+
+
+def test_inputs_replaced_between_probe_and_write_are_named_and_never_written_as_another_file(tmp_path):
+    archive, out, reference = _convert_replacing_inputs_once_planned(tmp_path, "file")
+    got = _errors(out, archive)
+    assert len(got) == len(ROTATED_CT) + len(SWAPPED_PNG) + 2
+    for rel in ROTATED_CT:
         assert got[rel]["reason"] == reasons.CHANGED_DURING_RUN, got[rel]
         assert "replaced during the run" in got[rel]["message"] and "convert again" in got[rel]["message"]
     assert (got[FIFO]["reason"], got[FIFO]["message"]) == \
         (reasons.NOT_A_REGULAR_FILE, "a FIFO (named pipe), not a regular file: not read")
     assert (got[DEVICE]["reason"], got[DEVICE]["message"]) == \
         (reasons.NOT_A_REGULAR_FILE, "a character device, not a regular file: not read")
-
-    written, expected = _images(out), _images(reference)
-    assert sorted(written) == sorted(rid(rel) for rel in UNTOUCHED)
-    for record_id, pixels in written.items():
-        assert pixels == expected[record_id]            # its own file's pixels, as ever
+    _assert_replaced_pngs_failed_and_the_others_are_their_own(got, out, reference,
+                                                             [rid(rel) for rel in UNTOUCHED])
     counts = reader.info(out)["counts"]
     assert counts["failed"] == {reasons.CHANGED_DURING_RUN: 6, reasons.NOT_A_REGULAR_FILE: 2}
     assert (counts["matched"], counts["written"], counts["unaccounted"]) == (12, len(UNTOUCHED), 0)
 
+
+def test_a_volume_with_a_slice_replaced_after_planning_is_not_written(tmp_path):
+    # --unit series: the eight slices are one volume; a replaced slice fails it whole, once per
+    # slice, and no volume holds another file's slice
+    archive, out, reference = _convert_replacing_inputs_once_planned(tmp_path, "series")
+    got = _errors(out, archive)
+    slices = [f"ct/ct_{i:02d}.dcm" for i in range(8)]
+    assert sorted(got) == sorted(slices + SWAPPED_PNG)
+    for rel in slices:
+        assert got[rel]["reason"] in (reasons.CHANGED_DURING_RUN, reasons.NOT_A_REGULAR_FILE), got[rel]
+        assert got[rel]["message"].startswith("series of 8 slices: ")
+    _assert_replaced_pngs_failed_and_the_others_are_their_own(got, out, reference,
+                                                             [rid(rel) for rel in UNTOUCHED if rel.endswith(".png")])
+    counts = reader.info(out)["counts"]
+    assert (counts["matched"], counts["written"], counts["unaccounted"]) == (12, 2, 0)
