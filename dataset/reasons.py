@@ -16,10 +16,10 @@ DUPLICATE = "duplicate"                          # same SOPInstanceUID as an ear
 # Failed: the file should have converted and could not.
 EMPTY_FILE = "empty_file"
 TRUNCATED_FILE = "truncated_file"                # DICOM that ends before its elements or pixel data do
-NOT_A_REGULAR_FILE = "not_a_regular_file"        # a FIFO, device or socket among the inputs: never opened
+NOT_A_REGULAR_FILE = "not_a_regular_file"        # a FIFO, device or socket among the inputs (or one since): never read
 INFLATED_TOO_LARGE = "inflated_too_large"        # Deflated DICOM inflating past its header's pixel data
 BROKEN_SYMLINK = "broken_symlink"                # a link whose target does not exist
-CHANGED_DURING_RUN = "changed_during_run"        # size or mtime differs between probe and write
+CHANGED_DURING_RUN = "changed_during_run"        # size, mtime or head bytes differ between probe and write
 DECODE_TIMEOUT = "decode_timeout"                # decoding ran past --decode_timeout_s
 UNREADABLE = "unreadable"                        # I/O or permission error
 INVALID_DICOM = "invalid_dicom"                  # .dcm that does not parse as DICOM
@@ -70,12 +70,15 @@ DOCUMENTED = {
     TRUNCATED_FILE: "a DICOM file that ends before its data does: an element's length runs past the end "
                     "of the file, or the header describes an image and the file ends before its pixel data; a NIfTI "
                     "image (plain or compressed) that ends before the voxels its header describes",
-    NOT_A_REGULAR_FILE: "a FIFO (named pipe), device or socket matched as an input: not read (local inputs)",
+    NOT_A_REGULAR_FILE: "a FIFO (named pipe), device or socket matched as an input, or that an input became "
+                        "before it was read (replaced, or a link pointed at one): not read (local inputs)",
     INFLATED_TOO_LARGE: "a Deflated Explicit VR Little Endian file that inflates past the pixel data its "
                         "header describes plus 32 MiB (a decompression bomb); inflating stops there",
     BROKEN_SYMLINK: "a symbolic link whose target does not exist (local inputs)",
     DUPLICATE: "same SOPInstanceUID as another file; the first by sorted uri is kept (skipped)",
-    CHANGED_DURING_RUN: "the file's size or modification time changed between probe and write",
+    CHANGED_DURING_RUN: "the file's size or modification time changed between probe and write, or its first "
+                        "64 KiB (and at least its SOP Instance UID) are not the bytes it was probed from: "
+                        "replaced by another file of the same size and time (rsync -a, cp -p); convert again",
     DECODE_TIMEOUT: "decoding took longer than --decode_timeout_s",
     UNREADABLE: "the file could not be read (permissions, I/O error, vanished)",
     INVALID_DICOM: "named or sniffed as DICOM but the header does not parse",

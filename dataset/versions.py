@@ -4,9 +4,14 @@ Each version is a complete dataset directory with its own dataset.json. A
 version holds the shards it wrote; shards it reuses from an earlier version
 are referenced as ``../MMMM/<file>`` (never copied). Next to every shard a
 ``<shard>.records.json`` lists, per record written, a fingerprint of what
-the record was made of (record id, source uris, sizes, mtimes, label,
-split): a later run reuses a shard only if every one of its fingerprints is
-still produced by the current archive. No raw identifier goes into it.
+the record was made of (record id, source uris, sizes, mtimes and the
+probe's fingerprints of their first bytes, label, split): a later run
+reuses a shard only if every one of its fingerprints is still produced by
+the current archive. A version written before sources were fingerprinted
+(its records files without ``fingerprints_version``, FINGERPRINTS_VERSION)
+lists fingerprints no current record produces: nothing of it is reused, and
+the summary says why (docs/CONVERTING.md, "Incremental, versioned
+conversion"). No raw identifier goes into it.
 
 ``LATEST`` holds one version name and is replaced atomically after a
 version commits, so readers never see a half-made version.
@@ -148,15 +153,28 @@ def shard_result_from_json(data: Mapping, file: str) -> ShardResult:
     return ShardResult(**fields)
 
 
+# What a records file's fingerprints are made of (transforms.output.write.record_fingerprint):
+# 2 with the probe's fingerprints of the sources' first bytes (issue 35); 1, before, has no key
+FINGERPRINTS_VERSION = 2
+_FINGERPRINTS_VERSION_KEY = "fingerprints_version"
+
+
 def write_records_file(output_dir: str, result: ShardResult, fingerprints: Iterable[str]) -> str:
     """``<shard>.records.json`` next to the shard: the shard's summary and its fingerprints."""
-    content = {"shard": shard_result_json(result), "fingerprints": sorted(fingerprints)}
+    content = {"shard": shard_result_json(result), "fingerprints": sorted(fingerprints),
+               _FINGERPRINTS_VERSION_KEY: FINGERPRINTS_VERSION}
     return write_atomically(output_dir, records_file_name(result.file),
                             json.dumps(content, sort_keys=True).encode("utf-8"), "application/json")
 
 
 def read_records_file(path: str) -> dict:
     return read_json(path)
+
+
+def fingerprints_version(content: Mapping) -> int:
+    """What a records file's fingerprints are made of (FINGERPRINTS_VERSION; 1 for a file
+    written before the key)."""
+    return int(content.get(_FINGERPRINTS_VERSION_KEY, 1))
 
 
 # ---------------------------------------------------------------- previous version
@@ -209,6 +227,12 @@ def base_version(root: str, name: str, manifest: Manifest, options: Mapping,
                                         records_uri=FileSystems.join(versions, records_file_name(strip_parent(file))),
                                         num_records=shard.num_records,
                                         num_bytes=int(shard.num_bytes or 0)))
+    if shards and FileSystems.exists(shards[0].records_uri):
+        made_by = fingerprints_version(read_records_file(shards[0].records_uri))
+        if made_by != FINGERPRINTS_VERSION:
+            return BaseVersion(name, (), f"version {name} was written by an earlier dcm2tfrecord, whose "
+                                         f"records files do not fingerprint the sources' bytes (fingerprints "
+                                         f"version {made_by}, now {FINGERPRINTS_VERSION})")
     return BaseVersion(name, tuple(shards))
 
 

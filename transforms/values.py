@@ -70,16 +70,21 @@ class SourceFile:
     rel_path: str        # relative to the --input root it was matched under
     size: int
     mtime: float
+    # set by the probe (transforms.sources.read.fingerprint): the length and digest of the
+    # file's head, checked when the file is read again; b"" before (not in the repr: a check
+    # value, not a description of the file)
+    fingerprint: bytes = dataclasses.field(default=b"", repr=False)
 
     def __reduce__(self):
         # the uri usually ends with rel_path: sent once, not twice
         if self.rel_path and self.uri.endswith(self.rel_path):
-            return _source_file, (self.uri[:-len(self.rel_path)], self.rel_path, self.size, self.mtime)
-        return SourceFile, (self.uri, self.rel_path, self.size, self.mtime)
+            return _source_file, (self.uri[:-len(self.rel_path)], self.rel_path, self.size, self.mtime,
+                                  self.fingerprint)
+        return SourceFile, (self.uri, self.rel_path, self.size, self.mtime, self.fingerprint)
 
 
-def _source_file(prefix: str, rel_path: str, size: int, mtime: float) -> SourceFile:
-    return SourceFile(prefix + rel_path, rel_path, size, mtime)
+def _source_file(prefix: str, rel_path: str, size: int, mtime: float, fingerprint: bytes = b"") -> SourceFile:
+    return SourceFile(prefix + rel_path, rel_path, size, mtime, fingerprint)
 
 
 _ITEMSIZE = {"uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "uint32": 4, "int32": 4,
@@ -197,7 +202,7 @@ class ProbedRecord:
         rel = source.rel_path
         joined = bool(rel) and source.uri.endswith(rel)
         values[0] = (source.uri[:-len(rel)] if joined else source.uri, rel, source.size,
-                     source.mtime, joined)
+                     source.mtime, joined, source.fingerprint)
         values[_SPEC] = _fields_tuple(values[_SPEC])
         if values[_IDS] is not None:
             values[_IDS] = _fields_tuple(values[_IDS])
@@ -248,10 +253,10 @@ _SOURCE_FIELDS, _SPEC_FIELDS, _IDS_FIELDS, _SLICE_FIELDS = (
 
 def _probed_record(source, *values) -> ProbedRecord:
     """ProbedRecord from the flat tuple of its __reduce__."""
-    head, rel, size, mtime, joined = source
+    head, rel, size, mtime, joined, fingerprint = source
     fields = list(values)
     fields.insert(0, _built(SourceFile, _SOURCE_FIELDS,
-                            (head + rel if joined else head, rel, size, mtime)))
+                            (head + rel if joined else head, rel, size, mtime, fingerprint)))
     fields[_SPEC] = _built(ImageSpec, _SPEC_FIELDS, fields[_SPEC])
     if fields[_IDS] is not None:
         fields[_IDS] = _built(Identifiers, _IDS_FIELDS, fields[_IDS])

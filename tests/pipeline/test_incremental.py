@@ -23,7 +23,7 @@ from PIL import Image
 from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline import cli
 from dcm2tfrecord.pipeline.summary import format_summary
-from tests.support import run_convert, write_png_archive
+from tests.support import rid, run_convert, write_png_archive
 from tests.support.hooks import PAUSE_ENV
 from tests.support.processes import run_until
 from dcm2tfrecord.dataset.verify import verify_dataset
@@ -283,3 +283,54 @@ def test_small_deltas_stay_small_shards_until_they_add_up_then_are_compacted(tmp
     assert sum(s["num_records"] for s in v4) == 28
     assert summary["version"]["reused_records"] == 20    # the full shards of version 1
     assert verify_dataset(root).ok
+
+
+def test_a_file_replaced_with_the_same_size_and_mtime_is_converted_again_not_reused(tmp_path):
+    """issue 35, item 5: ``rsync -a`` or ``cp -p`` between two versions keeps a file's size and
+    modification time; the probe's fingerprint of its head tells the new bytes apart, so the
+    shard that held the old ones is not reused and the record holds the new pixels."""
+    archive, root = tmp_path / "archive" / "cat", str(tmp_path / "out")
+    rng = np.random.default_rng(21)
+    images = [rng.integers(0, 255, (96, 96, 3), dtype=np.uint8) for _ in range(7)]
+    archive.mkdir(parents=True)
+    for i, image in enumerate(images[:6]):      # stored, not compressed: one size for one shape
+        Image.fromarray(image).save(archive / f"img_{i:04d}.png", compress_level=0)
+    options = dict(incremental=True, labels_from_dirs=True, **SHARDS)
+    run_convert(str(tmp_path / "archive"), root, **options)
+    target = archive / "img_0001.png"
+    before = os.stat(target)
+    Image.fromarray(images[6]).save(target, compress_level=0)
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(target).st_size == before.st_size
+    summary = run_convert(str(tmp_path / "archive"), root, **options)
+    records = _records(root)
+    assert records[rid("cat/img_0001.png")][2] == hashlib.sha256(images[6].tobytes()).hexdigest()
+    assert records[rid("cat/img_0000.png")][2] == hashlib.sha256(images[0].tobytes()).hexdigest()
+    assert summary["version"]["reused_records"] < 6
+    assert verify_dataset(root).ok
+
+
+def test_a_version_written_before_sources_were_fingerprinted_is_read_but_not_reused(tmp_path):
+    """issue 35, item 5: an earlier dcm2tfrecord's records files (no ``fingerprints_version``, their
+    fingerprints made of uri, size and mtime alone) cannot tell a replaced file: the next
+    version reuses nothing of them, says why, and the old version stays readable."""
+    archive, root = str(tmp_path / "archive"), str(tmp_path / "out")
+    write_png_archive(os.path.join(archive, "cat"), 6, 96, 96, channels=3, seed=4)
+    options = dict(incremental=True, labels_from_dirs=True, **SHARDS)
+    run_convert(archive, root, **options)
+    v1_dir = os.path.join(root, "versions", "0001")
+    records_files = [n for n in os.listdir(v1_dir) if n.endswith(".records.json")]
+    assert records_files
+    for name in records_files:                  # as the earlier release wrote them
+        path = os.path.join(v1_dir, name)
+        with open(path) as handle:
+            content = json.load(handle)
+        assert content.pop("fingerprints_version") == 2
+        with open(path, "w") as handle:
+            json.dump(content, handle, sort_keys=True)
+    summary = run_convert(archive, root, **options)
+    assert summary["version"]["reused_shards"] == 0
+    assert "written by an earlier dcm2tfrecord" in summary["version"]["rebuild_reason"]
+    assert "every record was converted again" in format_summary(summary)
+    assert _records(root) == _records(v1_dir)
+    assert verify_dataset(v1_dir).ok and verify_dataset(root).ok

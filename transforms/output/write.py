@@ -44,12 +44,16 @@ def record_fingerprint(record: ProbedRecord) -> str:
     """What a written record was made of (its line in ``<shard>.records.json``, --incremental);
     equal fingerprints mean an equal record.
 
-    Sources are identified by uri plus size and mtime (on GCS the object's
-    update time, which changes with every new generation).
+    Sources are identified by uri plus size, mtime (on GCS the object's
+    update time, which changes with every new generation) and the probe's
+    fingerprint of their head (transforms.sources.read.fingerprint): a file
+    replaced by another of the same size and mtime is a changed source. A
+    version written before sources were fingerprinted lists fingerprints
+    without it, which no record matches: its records are converted again.
     """
     label = list(record.label) if isinstance(record.label, tuple) else record.label
     content = [record.record_id, record.frame, record.split, label,
-               [[s.uri, s.size, s.mtime] for s in record.inputs]]
+               [[s.uri, s.size, s.mtime, s.fingerprint.hex()] for s in record.inputs]]
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()[:32]
 
 

@@ -19,8 +19,8 @@ from typing import Iterable, Mapping
 import apache_beam as beam
 from apache_beam.pvalue import AsDict, AsSingleton
 
-from dcm2tfrecord.dataset.versions import (BaseVersion, PreviousShard, choose_reused, read_records_file,
-                              shard_result_from_json)
+from dcm2tfrecord.dataset.versions import (FINGERPRINTS_VERSION, BaseVersion, PreviousShard, choose_reused,
+                                           fingerprints_version, read_records_file, shard_result_from_json)
 from dcm2tfrecord.transforms.output.write import record_fingerprint
 from dcm2tfrecord.transforms.counters import distribution
 from dcm2tfrecord.transforms.planning.shards import (ORDER, PLANNED_BYTES, PLANNING_BUCKETS, RECORD_ID,
@@ -34,10 +34,13 @@ BUCKET_RECORDS = "records_per_hash_bucket"   # a Beam distribution: records in e
 
 
 def _read_base_shard(shard: PreviousShard):
-    """(fingerprint, shard file) per record of a base shard; its ShardResult on ``results``."""
+    """(fingerprint, shard file) per record of a base shard; its ShardResult on ``results``. A
+    records file of fingerprints made otherwise (an earlier FINGERPRINTS_VERSION) holds none
+    a current record matches: none are yielded, and the shard is not reused."""
     content = read_records_file(shard.records_uri)
-    for fingerprint in content["fingerprints"]:
-        yield fingerprint, shard.file
+    if fingerprints_version(content) == FINGERPRINTS_VERSION:
+        for fingerprint in content["fingerprints"]:
+            yield fingerprint, shard.file
     yield beam.pvalue.TaggedOutput(RESULTS, shard_result_from_json(content["shard"], shard.file))
 
 

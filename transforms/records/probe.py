@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import stat
 
 import numpy as np
+from pydicom.dataelem import RawDataElement
+from pydicom.uid import DeflatedExplicitVRLittleEndian
 
 from typing import BinaryIO, Callable, Optional
 
@@ -27,9 +28,13 @@ from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.hashing import record_id
 from dcm2tfrecord.transforms.dicom.native import NativePixels, native_layout
 from dcm2tfrecord.transforms.images.geometry import plan_spec
-from dcm2tfrecord.transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile
+from dcm2tfrecord.transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile, replaced
 from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
-from dcm2tfrecord.transforms.sources.read import open_checked, open_source
+from dcm2tfrecord.transforms.sources.read import (FINGERPRINT_BYTES, fingerprint, fingerprint_length, not_regular,
+                                                  open_checked, open_source, special_kind)
+
+_SOP_INSTANCE_UID = 0x00080018
+_UID_MAX_BYTES = 64
 
 
 
@@ -90,9 +95,27 @@ def _slice_info(ds, layout: Optional[dicom_mosaic.Mosaic] = None) -> SliceInfo:
                      volume_key=tuple((name, value) for name, value in key if value is not None))
 
 
+def _uid_end(header, file_size: int) -> int:
+    """Where the SOP Instance UID element ends in the file, as parsed (0 where not known): what
+    the fingerprint must reach to hold it. In a Deflated file the parse's positions are the
+    inflated stream's: the whole file, when it may lie past the fingerprint's bytes."""
+    elem = header.ds._dict.get(_SOP_INSTANCE_UID)
+    tell: Optional[int]
+    if isinstance(elem, RawDataElement):
+        tell, length = elem.value_tell, elem.length
+    else:       # converted (its value's position kept; a UID is at most 64 bytes)
+        tell, length = getattr(elem, "file_tell", None), _UID_MAX_BYTES
+    if tell is None:
+        return 0
+    end = int(tell) + int(length)
+    if end > FINGERPRINT_BYTES // 2 and transfer_syntax(header) == DeflatedExplicitVRLittleEndian:
+        return file_size
+    return end
+
+
 def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file_size: int,
                  max_pixels: int = DEFAULT_MAX_PIXELS,
-                 ) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels], tuple]:
+                 ) -> tuple[ImageSpec, Identifiers, SliceInfo, Optional[NativePixels], tuple, int]:
     def whole(ds, walked: bool) -> None:     # on the elements as parsed; noise is not judged truncated
         if sniffed == sniff.DICOM or dicom_content.looks_like_dicom(ds):
             integrity.check_whole(ds, integrity.stream_size(ds, file_size), walked)
@@ -106,6 +129,7 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
         raise ConversionError(reasons.INVALID_DICOM, "no DICOM preamble and no DICOM elements")
     # every keyword read below, each element converted once (HeaderValues stands in for the Dataset)
     ds = header  # type: ignore[assignment]
+    uid_end = _uid_end(header, file_size)
     if settings.class_map is not None:
         kind = masks_annotation.kind_of(str(ds.get("SOPClassUID", "") or ""))
         if kind is not None:
@@ -125,7 +149,7 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
     native = None
     if raw_pixels is not None and settings.dicom_values == "modality" and not stacks:
         native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size, layout)
-    return spec, _identifiers(ds), _slice_info(ds, layout), native, stacks
+    return spec, _identifiers(ds), _slice_info(ds, layout), native, stacks, uid_end
 
 
 def _probe_image(fileobj: BinaryIO) -> ImageSpec:
@@ -142,16 +166,16 @@ def _probe_nifti(fileobj: BinaryIO, max_pixels: int) -> tuple[ImageSpec, int]:
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                      opener: Callable[[str], BinaryIO], max_pixels: int = DEFAULT_MAX_PIXELS,
                      ) -> tuple[ImageSpec, str, Optional[Identifiers], Optional[SliceInfo],
-                                Optional[NativePixels], tuple, int]:
+                                Optional[NativePixels], tuple, int, bytes]:
     """(spec, kind, identifiers, slice info, native layout, Enhanced stacks, NIfTI volumes (0
-    for others))."""
+    for others), the file's fingerprint (transforms.sources.read.fingerprint))."""
     with open_checked(source.uri, opener, source.size) as fileobj:
         try:
-            head = fileobj.read(sniff.HEAD_BYTES)
+            head = fileobj.read(FINGERPRINT_BYTES)
             fileobj.seek(0)
         except Exception as exc:
             raise fileobj.checked(ConversionError(reasons.UNREADABLE, f"read failed: {exc}")) from exc
-        kind = sniff.sniff(head, source.uri)
+        kind = sniff.sniff(head[:sniff.HEAD_BYTES], source.uri)
         if kind == sniff.OTHER:
             raise ConversionError(reasons.UNSUPPORTED_FORMAT,
                                   f"not DICOM, NIfTI or a raster image "
@@ -159,16 +183,19 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                                   skipped=True)
         try:
             if kind == sniff.IMAGE:
-                return _probe_image(fileobj), "image", None, None, None, (), 0
+                return (_probe_image(fileobj), "image", None, None, None, (), 0,
+                        _fingerprint(fileobj, head, source.size))
             if kind == sniff.NIFTI:
                 spec, volumes = _probe_nifti(fileobj, max_pixels)
-                return spec, "nifti", None, None, None, (), volumes
+                return spec, "nifti", None, None, None, (), volumes, _fingerprint(fileobj, head, source.size)
             try:
-                spec, ids, info, native, stacks = _probe_dicom(fileobj, kind, settings, source.size, max_pixels)
+                spec, ids, info, native, stacks, uid_end = _probe_dicom(fileobj, kind, settings, source.size,
+                                                                        max_pixels)
             except _Annotation as found:
                 return (_ANNOTATION_SPEC, f"{masks_annotation.ANNOTATION}:{found.kind}",
-                        _annotation_identifiers(fileobj, found.kind), None, None, (), 0)
-            return spec, "dicom", ids, info, native, stacks, 0
+                        _annotation_identifiers(fileobj, found.kind), None, None, (), 0,
+                        _fingerprint(fileobj, head, source.size))
+            return spec, "dicom", ids, info, native, stacks, 0, _fingerprint(fileobj, head, source.size, uid_end)
         except ConversionError as exc:
             if fileobj.error is not None:      # a read failed underneath the parser
                 raise fileobj.checked(exc) from exc
@@ -180,8 +207,15 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
             raise
 
 
-_SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+def _fingerprint(fileobj: BinaryIO, head: bytes, size: int, cover: int = 0) -> bytes:
+    """The fingerprint of the file the probe read (transforms.sources.read.fingerprint): its
+    head, read first, or (a header whose SOP Instance UID lies past it, ``cover``) as far as
+    that, read again."""
+    length = fingerprint_length(size, cover)
+    if length > len(head):
+        fileobj.seek(0)
+        head = fileobj.read(length)
+    return fingerprint(head, min(length, len(head)))
 
 
 def special_file_kind(uri: str) -> str:
@@ -193,7 +227,7 @@ def special_file_kind(uri: str) -> str:
         mode = os.stat(uri).st_mode
     except OSError:
         return ""
-    return next((what for test, what in _SPECIAL_FILES if test(mode)), "")
+    return special_kind(mode)
 
 
 def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
@@ -209,9 +243,10 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     if source.size == 0:
         kind = special_file_kind(source.uri)
         if kind:
-            raise ConversionError(reasons.NOT_A_REGULAR_FILE, f"{kind}, not a regular file: not read")
+            raise not_regular(kind)
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
-    spec, kind, ids, info, native, stacks, volumes = _sniff_and_probe(source, settings, opener, max_pixels)
+    spec, kind, ids, info, native, stacks, volumes, found = _sniff_and_probe(source, settings, opener, max_pixels)
+    source = replaced(source, fingerprint=found)     # what the writer checks it reads
     if kind.startswith(masks_annotation.ANNOTATION):
         return ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
                             kind=masks_annotation.ANNOTATION, spec=spec, ids=ids,

@@ -1,16 +1,26 @@
-"""Reading a source file whole, checking it did not change since it was probed.
+"""Opening a source, and reading it whole, checking it did not change since it was probed.
 
 Reading into memory once gives the decoders a fast seekable buffer (pydicom
 and Pillow seek a lot) and makes the size check free; memory stays bounded
-by the largest file (docs/ARCHITECTURE.md, "Bounded memory").
+by the largest file (docs/ARCHITECTURE.md, "Bounded memory"): never more
+than the size the file had when it was probed is read, plus one byte.
+
+Every source is opened here (``open_source``): a local one only once it is
+known to be a regular file, so a FIFO, a device or a socket (or a link to one)
+that an input turned into is never read. The probe records a fingerprint of
+each file's head (``fingerprint``), which ``read_unchanged`` checks at write:
+a file replaced with another of the same size and modification time (``rsync
+-a``, ``cp -p``) is changed_during_run, never a record.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import io
 import os
 import queue
+import stat
 import threading
 import time
 from typing import BinaryIO, Callable, TypeVar
@@ -18,16 +28,88 @@ from typing import BinaryIO, Callable, TypeVar
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.tfrecord import crc32c
 from dcm2tfrecord.transforms.errors import ConversionError, StorageOutage
 from dcm2tfrecord.transforms.values import SourceFile
 
 T = TypeVar("T")
 
 
+_SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is when it is a FIFO, a device or a socket; ""
+    for a regular file or a directory."""
+    return next((what for test, what in _SPECIAL_FILES if test(mode)), "")
+
+
+def not_regular(kind: str) -> ConversionError:
+    return ConversionError(reasons.NOT_A_REGULAR_FILE, f"{kind}, not a regular file: not read")
+
+
+def _open_local(path: str) -> BinaryIO:
+    """A local file opened for reading only if it is a regular file (links followed, as
+    matching follows them): stat'ed first, so a device is never opened, then opened without
+    blocking (a FIFO put there since would wait for a writer) and fstat'ed, so what was opened
+    is what is read."""
+    mode = os.stat(path).st_mode
+    if special_kind(mode):
+        raise not_regular(special_kind(mode))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if special_kind(mode):
+            raise not_regular(special_kind(mode))
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_source(uri: str) -> BinaryIO:
-    """Opens a source as raw bytes: a ``.gz`` DICOM is not ours to decompress."""
+    """Opens a source as raw bytes: a ``.gz`` DICOM is not ours to decompress. A local path
+    that is no regular file is ConversionError(not_a_regular_file), never opened or read."""
+    if "://" not in uri:
+        return _open_local(uri)
     return FileSystems.open(uri, mime_type="application/octet-stream",
                             compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+# What the probe fingerprints of a file (at least; see fingerprint_length): the head a DICOM
+# probe parses from (transforms.dicom.head_parse), which holds its header and its SOP Instance UID
+FINGERPRINT_BYTES = 64 << 10
+
+
+def fingerprint_length(size: int, cover: int = 0) -> int:
+    """How many bytes a file of ``size`` is fingerprinted by: the first FINGERPRINT_BYTES, or
+    as far as ``cover`` (the end of an element the fingerprint must hold), at most the file."""
+    return min(size, max(FINGERPRINT_BYTES, cover))
+
+
+def fingerprint(data: bytes, length: int) -> bytes:
+    """The fingerprint of a file whose bytes start with ``data``: ``length`` (8 bytes, big
+    endian) and the CRC-32C of the first ``length`` bytes (4 bytes). A check against files
+    replaced by accident (a CRC in hardware: 4 us for 64 KiB, where a cryptographic digest
+    took a seventh of a probe), not against a forger, who could as well have written the
+    file before it was probed."""
+    return length.to_bytes(8, "big") + crc32c(data[:length]).to_bytes(4, "big")
+
+
+def fingerprint_mismatch(source: SourceFile, data) -> str:
+    """Why ``data``, the file's bytes now, is not what ``source`` was probed from ("" if it
+    is, or nothing was fingerprinted)."""
+    if not source.fingerprint:
+        return ""
+    length = int.from_bytes(source.fingerprint[:8], "big")
+    if len(data) >= length and fingerprint(data, length) == source.fingerprint:
+        return ""
+    return (f"its first {length} bytes (the header) are not those it was probed from, although its size "
+            f"and modification time are: the file was replaced during the run; convert again")
 
 
 @functools.lru_cache(maxsize=None)
@@ -242,15 +324,17 @@ def configure_storage_retry(seconds: float) -> None:
 
 
 def read_unchanged(source: SourceFile, opener: Callable[[str], BinaryIO]) -> io.BytesIO:
-    """The file's bytes; ConversionError(changed_during_run) if size or mtime moved."""
+    """The file's bytes; ConversionError(changed_during_run) if its size, mtime or
+    fingerprint (its head, the probe's) moved. Reads at most one byte more than it had."""
     with open_checked(source.uri, opener) as handle:
         try:
-            data = handle.read()
+            data = handle.read(source.size + 1)
         except Exception as exc:
             raise unreadable("read failed", exc) from exc
     if len(data) != source.size:
+        now = f"more than {source.size}" if len(data) > source.size else str(len(data))
         raise ConversionError(reasons.CHANGED_DURING_RUN,
-                              f"size was {source.size} bytes when probed, now {len(data)}")
+                              f"size was {source.size} bytes when probed, now {now}")
     if "://" not in source.uri and source.mtime:
         try:
             mtime = FileSystems.last_updated(source.uri)
@@ -259,6 +343,9 @@ def read_unchanged(source: SourceFile, opener: Callable[[str], BinaryIO]) -> io.
         if abs(mtime - source.mtime) > 1e-6:
             raise ConversionError(reasons.CHANGED_DURING_RUN,
                                   f"modified after it was probed (mtime {source.mtime} -> {mtime})")
+    replaced = fingerprint_mismatch(source, data)
+    if replaced:
+        raise ConversionError(reasons.CHANGED_DURING_RUN, replaced)
     return io.BytesIO(data)
 
 

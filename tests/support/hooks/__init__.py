@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 HOOKS_DIR = os.path.dirname(os.path.abspath(__file__))
 # "POINT:DIR": every shard writer stops at POINT (see dcm2tfrecord_shard_pause)
 PAUSE_ENV = "DCM2TFRECORD_HOOK_PAUSE"
-PAUSE_POINTS = ("half_written", "partly_final")
+PAUSE_POINTS = ("opened", "half_written", "partly_final")
 
 
 def subprocess_env(env: Optional[Mapping[str, str]] = None, *, pause: str = "",

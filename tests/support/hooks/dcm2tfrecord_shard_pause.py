@@ -6,6 +6,8 @@ run at an exact moment instead of polling for it.
 Each writer that stops creates DIR/POINT-<shard file> and waits until DIR/go exists.
 POINT is
 
+- ``opened``: the shard's temp file about to be created, before the writer has read any
+  of its records (every input is probed and planned by then);
 - ``half_written``: the shard's first record framed and flushed to its temp file (the
   shard is still under .incomplete/, unfinished);
 - ``partly_final``: the first writer done with its temp files renames them into place,
@@ -45,8 +47,8 @@ def _first_to_rename(folder: str) -> bool:
 def install(setting: str) -> None:
     """Wraps the shard writer for ``setting`` ("POINT:DIR"); once per process."""
     point, _, folder = setting.partition(":")
-    if point not in ("half_written", "partly_final") or not folder:
-        raise ValueError(f"DCM2TFRECORD_HOOK_PAUSE is POINT:DIR (half_written or partly_final), "
+    if point not in ("opened", "half_written", "partly_final") or not folder:
+        raise ValueError(f"DCM2TFRECORD_HOOK_PAUSE is POINT:DIR (opened, half_written or partly_final), "
                          f"not {setting!r}")
     if _installed:
         return
@@ -63,6 +65,8 @@ def install(setting: str) -> None:
         name = final_path.rsplit("/", 1)[-1]
         if not name.endswith(INDEX_SUFFIX):          # the shard (open_shard's outer block)
             local.shard, local.first = name, False
+            if point == "opened":
+                _stop_here(point, folder, name)
             with incomplete_file(final_path, output_dir) as tmp:
                 yield tmp
             if local.first:                           # renamed into place: now stop

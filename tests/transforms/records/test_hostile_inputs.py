@@ -1,6 +1,8 @@
 """Hostile inputs next to good files: the run completes, every bad file is named with its reason."""
+import io
 import json
 import os
+import resource
 import struct
 import subprocess
 import sys
@@ -10,11 +12,12 @@ import zlib
 import numpy as np
 import pydicom
 import pytest
+from PIL import Image
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline.convert import ConversionFailed
 from tests.support import pydicom_test_files
-from tests.support import run_convert, write_png_archive
+from tests.support import ct_file_bytes, run_convert, write_png_archive
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.records.build import build_record
 from dcm2tfrecord.transforms.errors import ConversionError
@@ -177,3 +180,114 @@ def test_slow_decode_is_failed_not_waited_on(tmp_path):
     assert info.value.reason == "decode_timeout"
     payload, dtype, shape = build_record(record, settings=DecodeSettings(decode_timeout_s=60))
     assert shape == (30, 240, 320, 3)
+
+
+# ---------------------------------------------------------------- inputs replaced under the run (issue 35)
+
+
+def _same_size_pair(kind: str) -> tuple[bytes, bytes]:
+    """Two different files of one kind and one size (slices an export tool renumbers)."""
+    if kind == "dicom":
+        return ct_file_bytes(0, 1, 1, 2, 8, 2), ct_file_bytes(0, 1, 1, 3, 8, 3)
+    if kind == "uid_past_the_head":
+        # a header longer than the fingerprint's 64 KiB before its SOP Instance UID: two
+        # files that differ in that UID alone (pixels, the file meta and all else equal)
+        ds = pydicom.dcmread(os.path.join(SRC, "CT_small.dcm"))
+        ds.ImageType = ["DERIVED"] * 9000           # (0008,0008), 72 KB, before (0008,0018)
+        ds.file_meta.TransferSyntaxUID = pydicom.uid.ImplicitVRLittleEndian   # 4-byte lengths
+        ds.file_meta.MediaStorageSOPInstanceUID = "1.2.826.0.1.3680043.9.7.0"
+        out = []
+        for uid in ("1.2.826.0.1.3680043.9.7.1", "1.2.826.0.1.3680043.9.7.2"):
+            ds.SOPInstanceUID = uid
+            buffer = io.BytesIO()
+            ds.save_as(buffer)
+            out.append(buffer.getvalue())
+        assert out[0].index(b"9.7.1") > 64 << 10 and out[0].replace(b"9.7.1", b"9.7.2") == out[1]
+        return out[0], out[1]
+    rng = np.random.default_rng(3)
+    out = []
+    for _ in range(2):      # stored, not compressed: one size for one shape
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 255, (40, 40), dtype=np.uint8)).save(buffer, "png", compress_level=0)
+        out.append(buffer.getvalue())
+    return out[0], out[1]
+
+
+def _replace_keeping_size_and_mtime(path, data: bytes) -> None:
+    """``path`` rewritten with ``data`` (of its size), its modification time put back: what
+    ``rsync -a`` or ``cp -p`` leaves."""
+    before = os.stat(path)
+    assert len(data) == before.st_size
+    path.write_bytes(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize("kind", ["dicom", "png", "uid_past_the_head"])
+def test_a_file_replaced_by_one_of_the_same_size_and_mtime_is_changed_during_run(tmp_path, kind):
+    first, second = _same_size_pair(kind)
+    assert first != second and len(first) == len(second)
+    path = tmp_path / ("a.png" if kind == "png" else "a.dcm")
+    path.write_bytes(first)
+    record = probe_file(next(expand_pattern(str(path))))
+    build_record(record)                                        # unchanged: it converts
+    _replace_keeping_size_and_mtime(path, second)
+    with pytest.raises(ConversionError) as info:
+        build_record(record)
+    assert info.value.reason == reasons.CHANGED_DURING_RUN
+    assert "replaced during the run" in str(info.value) and "convert again" in str(info.value)
+    _replace_keeping_size_and_mtime(path, first)                # put back: it converts again
+    build_record(record)
+
+
+_BUILD_AFTER_SWAP = """
+import os, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))   # the old code read /dev/zero until this
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.records.build import build_record
+from dcm2tfrecord.transforms.records.probe import probe_file
+from dcm2tfrecord.transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.sources.match import expand_pattern
+path, what = sys.argv[1], sys.argv[2]
+record = probe_file(next(expand_pattern(path)))
+os.remove(path)
+if what == "fifo":
+    os.mkfifo(path)                 # opened for reading, it waits for a writer that never comes
+else:
+    os.symlink(what, path)          # matched inputs' links are followed
+started = time.monotonic()
+try:
+    build_record(record, settings=DecodeSettings(decode_timeout_s=20))
+    print("written")
+except ConversionError as exc:
+    print(exc.reason, "|", exc, "|", round(time.monotonic() - started, 2), "|",
+          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+@pytest.mark.parametrize("what", ["fifo", "/dev/zero", "/dev/null"])
+def test_an_input_that_becomes_a_fifo_or_a_device_before_its_write_is_not_read(tmp_path, what):
+    path = tmp_path / "ct.dcm"
+    path.write_bytes(ct_file_bytes(0, 1, 1, 2, 8, 2))
+    proc = subprocess.run([sys.executable, "-c", _BUILD_AFTER_SWAP, str(path), what],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    reason, message, seconds, peak_mb = proc.stdout.strip().splitlines()[-1].split(" | ")
+    assert reason == reasons.NOT_A_REGULAR_FILE, proc.stdout
+    assert message == ("a FIFO (named pipe)" if what == "fifo" else "a character device") + \
+        ", not a regular file: not read"
+    assert float(seconds) < 5                       # not the decode timeout
+    assert int(peak_mb) < 1024, f"peak RSS {peak_mb} MB"
+
+
+def test_a_file_grown_after_its_probe_is_read_no_further_than_its_probed_size(tmp_path):
+    path = tmp_path / "ct.dcm"
+    path.write_bytes(ct_file_bytes(0, 1, 1, 2, 8, 2))
+    source = next(expand_pattern(str(path)))
+    record = probe_file(source)
+    os.truncate(path, 8 << 30)                      # 8 GiB, sparse: reading it whole would take 8 GiB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ConversionError) as info:
+        build_record(record)
+    assert info.value.reason == reasons.CHANGED_DURING_RUN
+    assert f"now more than {source.size}" in str(info.value)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 256 << 10    # KiB: under 256 MB more
