@@ -239,9 +239,9 @@ class ConvertArchive(beam.PTransform):
         if settings.decode.class_map is not None:
             records, unmasked = records | "SettleUnmasked" >> SettleUnmasked(settings.decode)
             outcome_parts.append(unmasked)
-        space = None
+        space = unmatched = None
         if settings.labels_csv or settings.labels_from_dirs:
-            records, label_outcomes, space = records | "AttachLabels" >> AttachLabels(settings)
+            records, label_outcomes, space, unmatched = records | "AttachLabels" >> AttachLabels(settings)
             outcome_parts.append(label_outcomes)
         if not settings.split_column:
             records = records | "AssignSplits" >> beam.Map(with_split, settings)
@@ -283,6 +283,8 @@ class ConvertArchive(beam.PTransform):
                    | "CountMatched" >> beam.CombineGlobally(sum))
         space_side = (AsSingleton(space) if space is not None
                       else AsSingleton(pbegin | "NoLabels" >> beam.Create([None])))
+        if unmatched is None:
+            unmatched = pbegin | "NoLabelRows" >> beam.Create([])
         return (pbegin
                 | "CommitOnce" >> beam.Create([None])
                 | "CommitDataset" >> beam.Map(
@@ -290,7 +292,7 @@ class ConvertArchive(beam.PTransform):
                     # what the run produced, each a side input named by its CommitInputs field
                     results=AsList(shards), outcomes=AsList(outcomes), matched=AsSingleton(matched),
                     space=space_side, group_counts=AsDict(group_counts), leaking=AsSingleton(leaking),
-                    layouts=AsDict(layouts)))
+                    layouts=AsDict(layouts), unmatched=AsList(unmatched)))
                 # path of dataset.json
 
 

@@ -71,14 +71,15 @@ class Match:
 
 
 def match_rows(rows: Iterable[LabelRow], records: Iterable[ProbedRecord],
-               settings) -> tuple[list[Match], list[Outcome]]:
+               settings) -> tuple[list[Match], list[tuple[LabelRow, bool]]]:
     """The records and CSV rows sharing one loose key (``table.loose_key``) matched up.
 
     A record takes the row whose exact key (``table.exact_key``) equals its own; failing
     that, the one row of the group that no record matches exactly (keys that differ only
     by blanks around them); several such rows are ambiguous and label nothing. Every row
-    that labels no record comes back as a rejected Outcome (unmatched_label_row): no row
-    is lost without a line in errors.jsonl.
+    that labels no record comes back, with whether records of its loose key exist (the
+    ``near`` of :func:`unmatched`), to be counted as unmatched_label_row
+    (transforms.labels.unmatched): no row is lost without a line.
     """
     fold = settings.label_key_case == "fold"
     rows = sorted(rows, key=lambda r: r.line)
@@ -104,8 +105,8 @@ def match_rows(rows: Iterable[LabelRow], records: Iterable[ProbedRecord],
             continue
         used.add(row.line)
         matches.append(Match(record, row))
-    rejected = [unmatched(row, settings, near=bool(records)) for row in rows if row.line not in used]
-    return matches, rejected
+    left = [(row, bool(records)) for row in rows if row.line not in used]
+    return matches, left
 
 
 def unmatched(row: LabelRow, settings, near: bool = False) -> Outcome:
