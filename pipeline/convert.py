@@ -32,6 +32,7 @@ from dcm2tfrecord.dataset.errors import Dcm2TfrecordError, StorageError
 from dcm2tfrecord.dataset.lock import LockUnavailable, OutputBusy, OutputLock
 from dcm2tfrecord.pipeline.arguments import parse_convert
 from dcm2tfrecord.pipeline.beam_args import LOCAL_RUNNERS, check_runner
+from dcm2tfrecord.pipeline.input_checks import check_distinct_relative_paths
 from dcm2tfrecord.pipeline.label_csv_checks import scan_label_csv
 from dcm2tfrecord.pipeline.locations import absolute
 from dcm2tfrecord.pipeline.option_rules import check_options
@@ -323,6 +324,7 @@ def run_checked(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = Fa
         scan_label_csv(opts.labels)
     if launch_only == "dry_run":   # a dry run touches no output: no lock either
         return _run(opts, options, launch_only, quiet)
+    check_distinct_relative_paths(opts.inputs)
     check_writable(opts.output)
     failed = False
     try:

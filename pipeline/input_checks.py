@@ -62,3 +62,39 @@ def check_output_outside_inputs(output: str, patterns: Sequence[str]) -> None:
         if out_real.startswith(root_real):
             raise UsageError(f"--output {output} lies inside --input {pattern}: the next run would read "
                              "its own shards as input; choose an --output outside the archive")
+
+
+def check_distinct_relative_paths(patterns: Sequence[str]) -> None:
+    """Two different files found under two --input roots at the same relative path are a
+    usage error, in one line naming both, before any work.
+
+    A record is named by its path under its --input root (its id, ``--label_key path``,
+    ``--incremental``'s reuse), so that the same archive gives the same ids wherever it is
+    mounted; two files at one relative path would get one id, and verify would refuse the
+    dataset the run committed. Run only with more than one --input: it lists them once
+    here, as MatchInputs will (a file matched by two patterns is one file, under the
+    smaller of its relative paths)."""
+    from dcm2tfrecord.transforms.sources.match import expand_pattern
+    roots = sorted({absolute(p) for p in patterns})
+    if len(roots) < 2:
+        return
+    found: dict = {}        # uri -> (its relative path, the --input it is under)
+    for root in roots:
+        for source in expand_pattern(root):
+            known = found.get(source.uri)
+            if known is None or source.rel_path < known[0]:
+                found[source.uri] = (source.rel_path, root)
+    first: dict = {}        # relative path -> the first uri (sorted) there
+    clashes = []
+    for uri in sorted(found):
+        rel, root = found[uri]
+        other = first.setdefault(rel, uri)
+        if other != uri:
+            clashes.append((rel, other, uri))
+    if not clashes:
+        return
+    rel, one, two = clashes[0]
+    more = f"; {len(clashes) - 1} more such path(s)" if len(clashes) > 1 else ""
+    raise UsageError(f"--input {found[one][1]} and --input {found[two][1]} both hold {rel!r} ({one} and "
+                     f"{two}{more}): a record is named by its path under its --input, so both would "
+                     "get one id; give their common parent folder as the one --input, or rename one")
