@@ -24,12 +24,17 @@ MODES = RUNNER_MODES
 
 @pytest.fixture(scope="module")
 def leaky(tmp_path_factory):
-    root = tmp_path_factory.mktemp("leak")
+    return _leaky_archive(tmp_path_factory.mktemp("leak"), SLICES)
+
+
+def _leaky_archive(root, slices):
+    """One DICOM file per slice of ``slices`` (patient -> the CSV's split of each of its
+    slices), and labels.csv giving each its split in column ``fold``."""
     template = pydicom.dcmread(os.path.join(pydicom_test_files(), "dicomdirtests", "77654033",
                                             "CT2", "17106"))
     os.makedirs(root / "in")
     rows = ["path,label,fold"]
-    for p, folds in SLICES.items():
+    for p, folds in slices.items():
         for s, fold in enumerate(folds):
             ds = template.copy()
             ds.PatientID = f"LEAK{p}"
@@ -83,3 +88,22 @@ def test_a_csv_without_a_leak_commits(leaky, tmp_path):
     groups = reader.info(str(out))["groups"]
     assert groups["groups_in_several_splits"] == 0 and "splits_sharing_groups" not in groups
     assert groups["num_groups"] == {"test": 1, "train": 3}
+
+
+def test_a_patient_in_three_splits_is_one_leaking_group(tmp_path, capsys):
+    """One patient whose slices the CSV puts in train, validation and test is one group in
+    several splits, not two (a planted bug counted each split beyond the first: issue 35,
+    survivor 3)."""
+    root = _leaky_archive(tmp_path, {0: ("train", "validation", "test"), 1: ("train",)})
+    assert convert.main(_argv(root, tmp_path / "refused", "in_memory")) == 1
+    err = capsys.readouterr().err
+    assert "1 group(s) (split by patient for DICOM, record otherwise) appear in more than one split" in err
+    assert "across splits test, train, validation" in err
+    out = tmp_path / "out"
+    assert convert.main(_argv(root, out, "in_memory", "--allow_split_leak")) == 0
+    groups = reader.info(str(out))["groups"]
+    assert groups["groups_in_several_splits"] == 1
+    assert groups["splits_sharing_groups"] == ["test", "train", "validation"]
+    assert groups["num_groups"] == {"test": 1, "train": 2, "validation": 1}
+    assert "WARNING: 1 group(s) appear in more than one split" in capsys.readouterr().out
+
