@@ -240,14 +240,15 @@ class ConvertArchive(beam.PTransform):
         if settings.decode.class_map is not None:
             records, unmasked = records | "SettleUnmasked" >> SettleUnmasked(settings.decode)
             outcome_parts.append(unmasked)
-        space = unmatched = None
+        space = unmatched = slice_splits = None
         if settings.labels_csv or settings.labels_from_dirs:
-            records, label_outcomes, space, unmatched = records | "AttachLabels" >> AttachLabels(settings)
+            records, label_outcomes, space, unmatched, slice_splits = (
+                records | "AttachLabels" >> AttachLabels(settings))
             outcome_parts.append(label_outcomes)
         if not settings.split_column:
             records = records | "AssignSplits" >> beam.Map(with_split, settings)
         # ProbedRecord with label and split
-        group_counts, leaking = records | "CountGroups" >> CountGroups(settings)
+        group_counts, leaking = records | "CountGroups" >> CountGroups(settings, slice_splits)
         # from here on: no raw identifiers, the order key computed once
         to_write = records | "KeepWhatPlanningNeeds" >> beam.Map(for_planning, settings.seed)
         if self.base is not None:

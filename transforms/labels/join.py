@@ -140,3 +140,35 @@ def label_from_folder(record: ProbedRecord, space, settings) -> Result:
     name = dir_label(record.source.rel_path)
     return (labelled(record, name, None, space, settings) if name
             else missing(record, settings, space, "file is not inside a class folder"))
+
+
+# ------------------------------------------------- the other slices of a --unit series volume
+
+def slice_keys(record: ProbedRecord, label_key: str) -> tuple[str, ...]:
+    """With ``--label_key path``, the paths of a volume's slices other than its first (the
+    volume is labelled by its first slice's row, :func:`join_key`): a row naming one of
+    them labels a slice of a converted volume, not nothing."""
+    if label_key != "path" or not record.members:
+        return ()
+    return tuple(m.rel_path for m in record.members if m.rel_path != record.source.rel_path)
+
+
+def rows_of_slices(left: list[tuple[LabelRow, bool]], slices: Iterable[str],
+                   settings) -> tuple[list[LabelRow], list[tuple[LabelRow, bool]]]:
+    """Of the rows the join left over (:func:`match_rows`), those whose exact key is a
+    volume's other slice (``slices``, their paths), and the rest, still unmatched."""
+    fold = settings.label_key_case == "fold"
+    keys = {exact_key(path, fold) for path in slices}
+    used = [row for row, _ in left if exact_key(row.key, fold) in keys]
+    return used, [(row, near) for row, near in left if exact_key(row.key, fold) not in keys]
+
+
+def slice_split(row: LabelRow, settings) -> Optional[str]:
+    """The --split_column value a volume's other slice's row gives (None: no column, or no
+    value that could name a split): counted against the volume's group as a file's would be."""
+    if not settings.split_column:
+        return None
+    try:
+        return check_split_name(row.split or "", settings.split_column)
+    except BadName:
+        return None

@@ -13,11 +13,13 @@ from dcm2tfrecord.transforms.labels import join
 from dcm2tfrecord.transforms.labels import table as labels_lib
 from dcm2tfrecord.transforms.labels import unmatched as unmatched_lib
 from dcm2tfrecord.transforms.settings import ConversionSettings
+from dcm2tfrecord.transforms.splits.steps import group_of
 from dcm2tfrecord.transforms.sources.match import uri_key
 
 
 REPEATED = "repeated"   # rows whose key may occur on several lines: deduplicated by a shuffle
 UNMATCHED = "unmatched"   # UnmatchedRows: rows that label nothing (transforms.labels.unmatched)
+SLICE_SPLITS = "slice_splits"   # (split, group) of a row naming a volume's other slice
 
 
 def _parse(uri: str, settings: ConversionSettings):
@@ -139,10 +141,30 @@ def _first_row_of_key(keyed, settings: ConversionSettings):
         yield from emit(outcome)
 
 
+def _slice_keys(record, settings: ConversionSettings):
+    """A --unit series volume -> (loose key, its split group) for each of its other slices."""
+    fold = settings.label_key_case == "fold"
+    paths = join.slice_keys(record, settings.label_key)
+    if paths:
+        group = group_of(record, settings)
+        for path in paths:
+            yield uri_key(labels_lib.loose_key(path, fold)), (path, group)
+
+
 def _match_labels(keyed, settings: ConversionSettings):
     _, grouped = keyed
     matches, left = join.match_rows(grouped["rows"], grouped["records"], settings)
     yield from matches
+    slices = grouped["slices"]
+    if slices and left:     # rows of a volume's other slices label it: not unmatched
+        used, left = join.rows_of_slices(left, [path for path, _ in slices], settings)
+        fold = settings.label_key_case == "fold"
+        group_of_path = {labels_lib.exact_key(path, fold): group for path, group in slices}
+        for row in used:
+            split = join.slice_split(row, settings)
+            if split is not None:      # counted with the records' splits (CountGroups)
+                yield beam.pvalue.TaggedOutput(
+                    SLICE_SPLITS, (split, group_of_path[labels_lib.exact_key(row.key, fold)]))
     if left:
         yield _unmatched(left)
 
@@ -167,7 +189,8 @@ class AttachLabels(beam.PTransform):
 
     The CSV join is a CoGroupByKey on raw identifiers (metadata only).
     Returns (records, outcomes, label space singleton, UnmatchedRows of the rows that label
-    nothing: see transforms.labels.unmatched).
+    nothing: see transforms.labels.unmatched, and the (split, group) pairs the rows of a
+    --unit series volume's other slices give: CountGroups counts them as a record's).
     """
 
     def __init__(self, settings: ConversionSettings):
@@ -183,12 +206,16 @@ class AttachLabels(beam.PTransform):
             out = (records | "LabelFromFolder" >> beam.FlatMap(
                 _dir_labelled, AsSingleton(space), settings).with_outputs(OUTCOMES, main="records"))
             none = records.pipeline | "NoUnmatchedRows" >> beam.Create([])
-            return out.records, out[OUTCOMES], space, none
+            no_slices = records.pipeline | "NoSliceSplits" >> beam.Create([])
+            return out.records, out[OUTCOMES], space, none, no_slices
         fold = settings.label_key_case == "fold"
         keyed_records = records | "KeyByLabelKey" >> beam.Map(
             lambda r: (uri_key(labels_lib.loose_key(join.join_key(r, settings.label_key), fold)), r))
-        record_keys = (keyed_records
-                       | "RecordKeys" >> beam.Keys()
+        slice_keys = records | "KeyOtherSlicesByLabelKey" >> beam.FlatMap(_slice_keys, settings)
+        # (loose key, (path, split group)) of each --unit series volume's slices but its first
+        record_keys = ((keyed_records | "RecordKeys" >> beam.Keys(),
+                        slice_keys | "SliceKeys" >> beam.Keys())
+                       | "AllRecordKeys" >> beam.Flatten()
                        | "RecordKeyFilter" >> beam.CombineGlobally(KeyFilterFn()))
         rows = (records.pipeline
                 | "ListLabelFiles" >> beam.Create([settings.labels_csv])
@@ -211,12 +238,14 @@ class AttachLabels(beam.PTransform):
                              _rows_that_may_label, AsSingleton(record_keys), settings).with_outputs(
                              UNMATCHED, main="rows"))
         joinable = (rows.rows, repeated_keys.rows) | "JoinableRows" >> beam.Flatten()
-        matched = ({"records": keyed_records, "rows": joinable}
+        matched = ({"records": keyed_records, "rows": joinable, "slices": slice_keys}
                    | "JoinLabels" >> beam.CoGroupByKey()
-                   # (loose key, {"records": [ProbedRecord], "rows": [LabelRow]})
+                   # (loose key, {"records": [ProbedRecord], "rows": [LabelRow],
+                   #              "slices": [(path, split group)]})
                    | "MatchRows" >> beam.FlatMap(_match_labels, settings).with_outputs(
-                       UNMATCHED, main="matches"))
-        # matches: join.Match per record; unmatched: rows that label no record
+                       UNMATCHED, SLICE_SPLITS, main="matches"))
+        # matches: join.Match per record; unmatched: rows that label no record; slice splits:
+        # (split, group) a row of a volume's other slice gives
         space = (matched.matches
                  | "LabelValues" >> beam.FlatMap(_label_value)
                  | "DecideLabelKind" >> beam.CombineGlobally(LabelSpaceFn(settings.multi_label)))
@@ -227,4 +256,4 @@ class AttachLabels(beam.PTransform):
                     | "LabelOutcomes" >> beam.Flatten())
         unmatched = ((rows[UNMATCHED], repeated_keys[UNMATCHED], matched[UNMATCHED])
                      | "UnmatchedRows" >> beam.Flatten())
-        return joined.records, outcomes, space, unmatched
+        return joined.records, outcomes, space, unmatched, matched[SLICE_SPLITS]

@@ -107,3 +107,39 @@ def test_a_patient_in_three_splits_is_one_leaking_group(tmp_path, capsys):
     assert groups["num_groups"] == {"test": 1, "train": 2, "validation": 1}
     assert "WARNING: 1 group(s) appear in more than one split" in capsys.readouterr().out
 
+
+def test_a_volume_slice_the_csv_gives_another_split_is_a_leak_not_an_unmatched_row(tmp_path, capsys):
+    """--unit series --split_column: a volume takes its first slice's row; a row giving another
+    of its slices another split is a group in two splits, counted and refused as for files,
+    and no row of the volume's slices is unmatched_label_row (issue 35, item 11)."""
+    import json
+    from tests.support import series_builders
+    series = series_builders.regular(str(tmp_path / "in"), 4, 2.5)
+    rel = [os.path.relpath(path, tmp_path / "in") for path in series.paths]
+
+    def csv(folds):
+        (tmp_path / "labels.csv").write_text(
+            "path,label,fold\n" + "".join(f"{r},1,{f}\n" for r, f in zip(rel, folds)))
+    # the middle slices are never a volume's first, whichever way it is stacked
+    csv(["train", "train", "test", "train"])
+    refused = tmp_path / "refused"
+    assert convert.main(_argv(tmp_path, refused, "in_memory", "--unit", "series")) == 1
+    err = capsys.readouterr().err
+    assert "1 group(s) (split by patient for DICOM, record otherwise) appear in more than one split" in err
+    assert "across splits test, train" in err
+    report = json.loads((refused / names.FAILED_RUN_NAME).read_text())
+    assert report["counts"]["label_rows_rejected"] == {}
+    out = tmp_path / "out"
+    assert convert.main(_argv(tmp_path, out, "in_memory", "--unit", "series", "--allow_split_leak")) == 0
+    info = reader.info(str(out))
+    assert info["groups"]["groups_in_several_splits"] == 1
+    assert info["groups"]["splits_sharing_groups"] == ["test", "train"]
+    assert info["groups"]["num_groups"] == {"train": 1}          # the volume is in train only
+    assert info["counts"]["written"] == 4 and info["counts"]["label_rows_rejected"] == {}
+    # every slice's row agreeing: no leak, and still no row unmatched
+    csv(["train"] * 4)
+    agreed = tmp_path / "agreed"
+    assert convert.main(_argv(tmp_path, agreed, "in_memory", "--unit", "series")) == 0
+    info = reader.info(str(agreed))
+    assert info["groups"]["groups_in_several_splits"] == 0
+    assert info["counts"]["label_rows_rejected"] == {} and info["counts"]["written"] == 4
