@@ -66,13 +66,20 @@ def test_a_patient_in_two_splits_is_refused_under_every_runner_mode(leaky, tmp_p
 
 
 def test_allow_split_leak_commits_and_records_the_leak(leaky, tmp_path, capsys):
-    out = tmp_path / "out"
-    assert convert.main(_argv(leaky, out, "multi_threading", "--allow_split_leak")) == 0
-    groups = reader.info(str(out))["groups"]
-    assert groups["groups_in_several_splits"] == 2
-    assert groups["splits_sharing_groups"] == ["test", "train", "validation"]
-    assert groups["num_groups"] == {"test": 2, "train": 3, "validation": 1}
-    assert "WARNING: 2 group(s) appear in more than one split" in capsys.readouterr().out
+    _commits_with_the_leak_recorded(_argv(leaky, tmp_path / "out", "multi_threading", "--allow_split_leak"),
+                                    capsys, 2, ["test", "train", "validation"],
+                                    {"test": 2, "train": 3, "validation": 1})
+
+
+def _commits_with_the_leak_recorded(argv, capsys, leaking, splits, num_groups):
+    """convert.main(argv) commits; dataset.json and the summary say ``leaking`` groups across
+    ``splits``."""
+    assert convert.main(argv) == 0
+    groups = reader.info(argv[argv.index("--output") + 1])["groups"]
+    assert groups["groups_in_several_splits"] == leaking
+    assert groups["splits_sharing_groups"] == splits
+    assert groups["num_groups"] == num_groups
+    assert f"WARNING: {leaking} group(s) appear in more than one split" in capsys.readouterr().out
 
 
 def test_a_csv_without_a_leak_commits(leaky, tmp_path):
@@ -99,13 +106,9 @@ def test_a_patient_in_three_splits_is_one_leaking_group(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "1 group(s) (split by patient for DICOM, record otherwise) appear in more than one split" in err
     assert "across splits test, train, validation" in err
-    out = tmp_path / "out"
-    assert convert.main(_argv(root, out, "in_memory", "--allow_split_leak")) == 0
-    groups = reader.info(str(out))["groups"]
-    assert groups["groups_in_several_splits"] == 1
-    assert groups["splits_sharing_groups"] == ["test", "train", "validation"]
-    assert groups["num_groups"] == {"test": 1, "train": 2, "validation": 1}
-    assert "WARNING: 1 group(s) appear in more than one split" in capsys.readouterr().out
+    _commits_with_the_leak_recorded(_argv(root, tmp_path / "out", "in_memory", "--allow_split_leak"),
+                                    capsys, 1, ["test", "train", "validation"],
+                                    {"test": 1, "train": 2, "validation": 1})
 
 
 def test_a_volume_slice_the_csv_gives_another_split_is_a_leak_not_an_unmatched_row(tmp_path, capsys):
@@ -129,12 +132,10 @@ def test_a_volume_slice_the_csv_gives_another_split_is_a_leak_not_an_unmatched_r
     assert "across splits test, train" in err
     report = json.loads((refused / names.FAILED_RUN_NAME).read_text())
     assert report["counts"]["label_rows_rejected"] == {}
-    out = tmp_path / "out"
-    assert convert.main(_argv(tmp_path, out, "in_memory", "--unit", "series", "--allow_split_leak")) == 0
+    out = tmp_path / "out"     # the volume is in train only: one group in train
+    _commits_with_the_leak_recorded(_argv(tmp_path, out, "in_memory", "--unit", "series",
+                                          "--allow_split_leak"), capsys, 1, ["test", "train"], {"train": 1})
     info = reader.info(str(out))
-    assert info["groups"]["groups_in_several_splits"] == 1
-    assert info["groups"]["splits_sharing_groups"] == ["test", "train"]
-    assert info["groups"]["num_groups"] == {"train": 1}          # the volume is in train only
     assert info["counts"]["written"] == 4 and info["counts"]["label_rows_rejected"] == {}
     # every slice's row agreeing: no leak, and still no row unmatched
     csv(["train"] * 4)
