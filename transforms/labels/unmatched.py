@@ -21,6 +21,7 @@ from typing import IO, Iterable, Iterator, Optional, Sequence
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.dataset.files import create_output, incomplete_file
+from dcm2tfrecord.dataset.manifest import unmatched_rows_block
 from dcm2tfrecord.dataset.names import UNMATCHED_ROWS_NAME, incomplete_name
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.dataset.storage import FileSystems
@@ -128,5 +129,5 @@ def with_unmatched(manifest, rows: int, sampled: int):
         rejected[reasons.UNMATCHED_LABEL_ROW] = rows
     counts["label_rows_rejected"] = dict(sorted(rejected.items()))
     labels = dict(manifest.labels or {})
-    labels["unmatched_rows"] = {"file": UNMATCHED_ROWS_NAME, "rows": rows, "in_errors_file": sampled}
+    labels["unmatched_rows"] = unmatched_rows_block(rows, sampled)
     return dataclasses.replace(manifest, counts=counts, labels=labels)
