@@ -22,7 +22,8 @@ from dcm2tfrecord.dataset import file_adapters, reasons
 from dcm2tfrecord.dataset.errors import FormatError, OutputError
 from dcm2tfrecord.dataset.features import CORE_FEATURES, FORMAT_VERSION, LABEL
 from dcm2tfrecord.dataset.files import read_json, write_atomically
-from dcm2tfrecord.dataset.names import ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, index_file_name
+from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, UNMATCHED_ROWS_NAME,
+                                        index_file_name)
 from dcm2tfrecord.dataset.results import Outcome, ShardResult
 from dcm2tfrecord.dataset.storage import FileSystems
 
@@ -319,6 +320,12 @@ def labels_block(kind: str = "none", class_names: Sequence[str] = (), feature: O
     return {"source": "folders" if from_dirs else source, "key": None if from_dirs else key,
             "column": None if from_dirs else column, "kind": kind, "class_names": list(class_names),
             "missing_label": missing_label, "feature": dict(feature or {})}
+
+
+def unmatched_rows_block(rows: int, in_errors_file: int) -> dict:
+    """``labels.unmatched_rows``: how many labels-CSV rows label nothing, the file listing
+    them all (UNMATCHED_ROWS_NAME) and how many of them errors.jsonl holds."""
+    return {"file": UNMATCHED_ROWS_NAME, "rows": rows, "in_errors_file": in_errors_file}
 
 
 def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], matched: int,

@@ -4,6 +4,8 @@ A plain dataset directory::
 
     dataset.json                          the manifest, written last (commit)
     errors.jsonl                          one line per input not written
+    unmatched_label_rows.jsonl            one line per labels CSV row that labels nothing
+                                          (errors.jsonl holds a bounded sample of them)
     run_failed.json                       instead of dataset.json when a run refused to commit
     {split}-{i:05d}-of-{n:05d}.tfrecord[.gz]      a shard (the suffix after .tfrecord is its
                                           container's: dataset/file_adapters.py)
@@ -40,6 +42,7 @@ from dcm2tfrecord.dataset import file_adapters
 
 MANIFEST_NAME = "dataset.json"
 ERRORS_NAME = "errors.jsonl"
+UNMATCHED_ROWS_NAME = "unmatched_label_rows.jsonl"    # every labels CSV row that labels nothing
 FAILED_RUN_NAME = "run_failed.json"
 INCOMPLETE_DIR = ".incomplete"
 PROGRESS_DIR = ".progress"

@@ -11,7 +11,7 @@ from dcm2tfrecord.dataset.features import MASK_CHANNELS, MASK_CLASSES, MASK_DTYP
 from dcm2tfrecord.dataset.file_adapters import suffixes
 from dcm2tfrecord.dataset.manifest import Manifest, ShardEntry, SplitEntry
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, INCOMPLETE_DIR, MANIFEST_NAME, SHARD_GLOB, SHARD_SUFFIX,
-                                        files_of_shard, parse_shard_name)
+                                        UNMATCHED_ROWS_NAME, files_of_shard, parse_shard_name)
 from dcm2tfrecord.dataset.storage import FileSystems
 from dcm2tfrecord.dataset.verify_records import Problem, RecordStats
 
@@ -131,13 +131,47 @@ def check_errors_file(dataset_dir: str, manifest: Manifest) -> list[Problem]:
             return [Problem(name, f"line {number} is not a JSON object: {exc}")]
     problems = []
     counts = manifest.counts or {}
+    unmatched = (manifest.labels or {}).get("unmatched_rows")
     for status, key in ((reasons.SKIPPED, "skipped"), (reasons.FAILED, "failed"),
                         (reasons.REJECTED, "label_rows_rejected")):
         declared = {k: v for k, v in counts.get(key, {}).items() if v}
+        if status == reasons.REJECTED and isinstance(unmatched, dict):
+            # errors.jsonl holds a sample of the unmatched rows; their own file holds all
+            declared = {k: v for k, v in {**declared, reasons.UNMATCHED_LABEL_ROW:
+                                          unmatched.get("in_errors_file", 0)}.items() if v}
         if dict(found[status]) != declared:
             problems.append(Problem(name, f"{status} per reason {dict(sorted(found[status].items()))}, "
                                           f"dataset.json counts {declared}"))
+    if isinstance(unmatched, dict):
+        problems += check_unmatched_rows_file(dataset_dir, unmatched,
+                                              counts.get("label_rows_rejected", {}))
     return problems
+
+
+def check_unmatched_rows_file(dataset_dir: str, block: dict, rejected: dict) -> list[Problem]:
+    """The file of the labels CSV rows that label nothing (``labels.unmatched_rows``) holds
+    as many JSON lines, in CSV line order, as dataset.json counts."""
+    name = str(block.get("file") or UNMATCHED_ROWS_NAME)
+    path = FileSystems.join(dataset_dir, name)
+    declared = rejected.get(reasons.UNMATCHED_LABEL_ROW, 0)
+    if block.get("rows") != declared:
+        return [Problem(MANIFEST_NAME, f"labels.unmatched_rows counts {block.get('rows')} rows, "
+                                       f"counts.label_rows_rejected {declared}")]
+    if not FileSystems.exists(path):
+        return [Problem(name, "missing (dataset.json names it)")]
+    rows, last = 0, 0
+    try:
+        with FileSystems.open(path) as handle:
+            for text in handle:
+                line = json.loads(text)["line"]
+                if not isinstance(line, int) or line <= last:
+                    return [Problem(name, f"line {rows + 1} is not a CSV line after {last}")]
+                rows, last = rows + 1, line
+    except Exception as exc:  # noqa: BLE001 - unreadable, not JSON: one problem naming the file
+        return [Problem(name, f"line {rows + 1} cannot be read: {exc}")]
+    if rows != declared:
+        return [Problem(name, f"{rows} rows, dataset.json counts {declared} unmatched_label_row")]
+    return []
 
 
 def stray_files(dataset_dir: str, manifest: Manifest) -> list[str]:

@@ -32,6 +32,7 @@ from dcm2tfrecord.dataset.errors import Dcm2TfrecordError, StorageError
 from dcm2tfrecord.dataset.lock import LockUnavailable, OutputBusy, OutputLock
 from dcm2tfrecord.pipeline.arguments import parse_convert
 from dcm2tfrecord.pipeline.beam_args import LOCAL_RUNNERS, check_runner
+from dcm2tfrecord.pipeline.input_checks import check_distinct_relative_paths
 from dcm2tfrecord.pipeline.label_csv_checks import scan_label_csv
 from dcm2tfrecord.pipeline.locations import absolute
 from dcm2tfrecord.pipeline.option_rules import check_options
@@ -239,14 +240,15 @@ class ConvertArchive(beam.PTransform):
         if settings.decode.class_map is not None:
             records, unmasked = records | "SettleUnmasked" >> SettleUnmasked(settings.decode)
             outcome_parts.append(unmasked)
-        space = None
+        space = unmatched = slice_splits = None
         if settings.labels_csv or settings.labels_from_dirs:
-            records, label_outcomes, space = records | "AttachLabels" >> AttachLabels(settings)
+            records, label_outcomes, space, unmatched, slice_splits = (
+                records | "AttachLabels" >> AttachLabels(settings))
             outcome_parts.append(label_outcomes)
         if not settings.split_column:
             records = records | "AssignSplits" >> beam.Map(with_split, settings)
         # ProbedRecord with label and split
-        group_counts, leaking = records | "CountGroups" >> CountGroups(settings)
+        group_counts, leaking = records | "CountGroups" >> CountGroups(settings, slice_splits)
         # from here on: no raw identifiers, the order key computed once
         to_write = records | "KeepWhatPlanningNeeds" >> beam.Map(for_planning, settings.seed)
         if self.base is not None:
@@ -283,6 +285,8 @@ class ConvertArchive(beam.PTransform):
                    | "CountMatched" >> beam.CombineGlobally(sum))
         space_side = (AsSingleton(space) if space is not None
                       else AsSingleton(pbegin | "NoLabels" >> beam.Create([None])))
+        if unmatched is None:
+            unmatched = pbegin | "NoLabelRows" >> beam.Create([])
         return (pbegin
                 | "CommitOnce" >> beam.Create([None])
                 | "CommitDataset" >> beam.Map(
@@ -290,7 +294,7 @@ class ConvertArchive(beam.PTransform):
                     # what the run produced, each a side input named by its CommitInputs field
                     results=AsList(shards), outcomes=AsList(outcomes), matched=AsSingleton(matched),
                     space=space_side, group_counts=AsDict(group_counts), leaking=AsSingleton(leaking),
-                    layouts=AsDict(layouts)))
+                    layouts=AsDict(layouts), unmatched=AsList(unmatched)))
                 # path of dataset.json
 
 
@@ -321,6 +325,7 @@ def run_checked(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = Fa
         scan_label_csv(opts.labels)
     if launch_only == "dry_run":   # a dry run touches no output: no lock either
         return _run(opts, options, launch_only, quiet)
+    check_distinct_relative_paths(opts.inputs)
     check_writable(opts.output)
     failed = False
     try:

@@ -16,6 +16,7 @@ from dcm2tfrecord.dataset.files import (create_output, delete_tree, matching, re
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, LOCK_NAME,
                            MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, VERSIONS_DIR, files_of_shard,
                            incomplete_name)
+from dcm2tfrecord.dataset.names import UNMATCHED_ROWS_NAME
 from dcm2tfrecord.dataset.progress import remove_progress
 from dcm2tfrecord.pipeline.option_table import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions
 from dcm2tfrecord.pipeline.usage import UsageError
@@ -40,7 +41,7 @@ def prepare_output(opts: ConvertOptions) -> None:
 # what a run writes or removes in its output, by name (shards are renamed into place,
 # which replaces a link rather than writing through it)
 _OWN_NAMES = (LOCK_NAME, INCOMPLETE_DIR, PROGRESS_DIR, MANIFEST_NAME, ERRORS_NAME, FAILED_RUN_NAME,
-              LATEST_NAME, VERSIONS_DIR)
+              LATEST_NAME, VERSIONS_DIR, UNMATCHED_ROWS_NAME)
 
 
 def refuse_links(output: str) -> None:

@@ -12,10 +12,11 @@ import statistics
 from apache_beam.io.filesystems import FileSystems
 
 from dcm2tfrecord.dataset.manifest import Manifest
-from dcm2tfrecord.dataset.names import ERRORS_NAME
+from dcm2tfrecord.dataset.names import ERRORS_NAME, UNMATCHED_ROWS_NAME
 
 MB = 1 << 20
 SHARDS_LISTED = 10   # per split in the table; dataset.json and the JSON summary list all
+UNMATCHED_SHOWN = 5  # labels CSV rows that label nothing, shown (errors.jsonl has more, their file all)
 
 
 def summarize(manifest: Manifest, output_dir: str, wall_seconds: float) -> dict:
@@ -48,12 +49,30 @@ def summarize(manifest: Manifest, output_dir: str, wall_seconds: float) -> dict:
         "skipped": counts["skipped"], "failed": counts["failed"],
         "unaccounted": counts.get("unaccounted", 0),
         "label_rows_rejected": counts.get("label_rows_rejected", {}),
+        "unmatched_label_rows": unmatched_rows(manifest, output_dir),
         "errors_file": FileSystems.join(output_dir, ERRORS_NAME),
         "wall_seconds": round(wall_seconds, 3),
         "bytes_written": total_bytes,
         "mb_per_second": round(total_bytes / MB / wall_seconds, 2) if wall_seconds > 0 else 0.0,
         "records_per_second": round(counts["records"] / wall_seconds, 2) if wall_seconds > 0 else 0.0,
     }
+
+
+def unmatched_rows(manifest: Manifest, output_dir: str) -> dict:
+    """The labels CSV rows that label nothing: how many, their file, and the first
+    UNMATCHED_SHOWN of them ({} without such rows)."""
+    block = (manifest.labels or {}).get("unmatched_rows")
+    if not isinstance(block, dict) or not block.get("rows"):
+        return {}
+    path = FileSystems.join(output_dir, str(block.get("file") or UNMATCHED_ROWS_NAME))
+    sample = []
+    try:
+        with FileSystems.open(path) as handle:
+            for text, _ in zip(handle, range(UNMATCHED_SHOWN)):
+                sample.append(json.loads(text))
+    except Exception:  # noqa: BLE001 - the summary still prints; verify names a bad file
+        pass
+    return {"rows": block["rows"], "file": path, "sample": sample}
 
 
 def format_summary(summary: dict, list_shards: bool = True) -> str:
@@ -89,6 +108,13 @@ def format_summary(summary: dict, list_shards: bool = True) -> str:
         lines.append(f"labels CSV rows rejected (inputs are not affected): {sum(rows.values())}")
         for reason, n in rows.items():
             lines.append(f"    rejected {reason:<32}{n:>7}")
+    unmatched = summary.get("unmatched_label_rows") or {}
+    if unmatched:
+        shown = ", ".join(f"line {row.get('line')}" + (f" {str(row['key'])[:60]!r}" if "key" in row else "")
+                          for row in unmatched["sample"])
+        more = unmatched["rows"] - len(unmatched["sample"])
+        lines.append(f"    rows that label nothing: {shown}" + (f" and {more} more" if more > 0 else "")
+                     + f"; all of them: {unmatched['file']}")
     if summary["skipped"] or summary["failed"] or rows:
         lines.append(f"    which files and why: {summary['errors_file']}")
     for note in summary.get("notes", []):

@@ -2,7 +2,8 @@
 
 Keys are fixed per purpose so that the same input gives the same ids and the
 same order on every run, runner and worker count. A record id is derived
-from the file's path relative to its input root, never from patient data.
+from the file's path relative to its input root (with several roots, that root's
+folder name too: :func:`id_path`), never from patient data.
 """
 from __future__ import annotations
 
@@ -24,6 +25,18 @@ def record_id(rel_path: str, salt: str = "") -> str:
     digest = hmac.new(_ID_KEY + salt.encode("utf-8"), rel_path.encode("utf-8", "surrogateescape"),
                       hashlib.sha256)
     return digest.hexdigest()[:32]
+
+
+def id_path(uri: str, rel_path: str, several_roots: bool) -> str:
+    """What a source's record id is a keyed hash of: its path under its --input root; with
+    more than one --input, the root's folder name before it (``Smith_Jane/CT/1.dcm``), so
+    that two roots holding one relative path give two ids (those their common parent would
+    give, for sibling folders). One --input: the relative path alone, as always."""
+    if not several_roots:
+        return rel_path
+    root = uri[:len(uri) - len(rel_path)] if rel_path and uri.endswith(rel_path) else uri
+    name = root.rstrip("/").rsplit("/", 1)[-1]
+    return f"{name}/{rel_path}" if name and not name.endswith(":") else rel_path
 
 
 def location_hash(uri: str, salt: str) -> str:

@@ -488,3 +488,52 @@ def test_a_labels_csv_of_many_rows_matching_nothing_loses_no_input(tmp_path):
     assert manifest["labels"]["class_names"] == ["a", "b"]
     assert manifest["counts"]["label_rows_rejected"] == {"unmatched_label_row": 150_000}
     assert manifest["splits"]["train"]["label_counts"] == {"0": 10, "1": 10}
+
+
+def test_unmatched_label_rows_are_counted_sampled_in_errors_and_listed_whole_in_their_file(tmp_path):
+    """A labels CSV of many rows that label nothing: dataset.json counts them all, errors.jsonl
+    and the summary hold the first of them by line (a bounded sample), and
+    unmatched_label_rows.jsonl lists every one in CSV line order: the rows no record can
+    have (set aside where they are read), a repeated key (through the deduplicating
+    shuffle) and a row left over by the join (its key differs from a record's only by
+    blanks, and the record has an exact row) alike (issue 35, item 9)."""
+    from dcm2tfrecord.dataset.verify import verify_dataset
+    from dcm2tfrecord.pipeline.summary import UNMATCHED_SHOWN
+    from dcm2tfrecord.transforms.labels.unmatched import SAMPLE
+    write_png_archive(tmp_path / "in", 3, 8, 8)
+    lines = ["path,label"]
+    for i in range(3 * SAMPLE):
+        lines.append(f"gone/{i:05d}.png,c")
+        if i == SAMPLE // 2:
+            lines.append("img_0000.png,a")
+        if i == 2 * SAMPLE:
+            lines += ["img_0001.png,b", " img_0001.png ,b", "twice.png,d", "twice.png,d"]
+    lines.append("img_0002.png,a")
+    (tmp_path / "labels.csv").write_text("\n".join(lines) + "\n")
+    unmatched = [n for n, text in enumerate(lines[1:], start=2)
+                 if not text.startswith("img_") and text != "twice.png,d"]
+    twice = [n for n, text in enumerate(lines[1:], start=2) if text == "twice.png,d"]
+    unmatched = sorted(unmatched + twice[:1])       # the later line of a key is a duplicate
+    out = tmp_path / "out"
+    summary = run_convert(tmp_path / "in", out, labels=str(tmp_path / "labels.csv"), **SMALL)
+    manifest = reader.info(str(out))
+    assert manifest["counts"]["written"] == 3
+    assert manifest["counts"]["label_rows_rejected"] == {"unmatched_label_row": len(unmatched),
+                                                         "duplicate_label_row": 1}
+    assert manifest["labels"]["unmatched_rows"] == {"file": names.UNMATCHED_ROWS_NAME,
+                                                    "rows": len(unmatched), "in_errors_file": SAMPLE}
+    sampled = sorted(int(e["uri"].rsplit(":", 1)[1]) for e in errors_of(out)
+                     if e["reason"] == "unmatched_label_row")
+    assert sampled == unmatched[:SAMPLE]
+    with open(out / names.UNMATCHED_ROWS_NAME) as handle:
+        listed = [json.loads(line) for line in handle]
+    assert [row["line"] for row in listed] == unmatched
+    assert [row["key"] for row in listed] == [lines[n - 1].rsplit(",", 1)[0] for n in unmatched]
+    assert " img_0001.png " in [row["key"] for row in listed]
+    assert summary["unmatched_label_rows"]["rows"] == len(unmatched)
+    assert [row["line"] for row in summary["unmatched_label_rows"]["sample"]] == unmatched[:UNMATCHED_SHOWN]
+    assert verify_dataset(str(out)).ok
+    assert not os.path.exists(out / names.INCOMPLETE_DIR)
+    # a rerun over it without labels leaves no stale list behind
+    run_convert(tmp_path / "in", out, overwrite=True, **SMALL)
+    assert not os.path.exists(out / names.UNMATCHED_ROWS_NAME) and verify_dataset(str(out)).ok

@@ -71,14 +71,15 @@ class Match:
 
 
 def match_rows(rows: Iterable[LabelRow], records: Iterable[ProbedRecord],
-               settings) -> tuple[list[Match], list[Outcome]]:
+               settings) -> tuple[list[Match], list[tuple[LabelRow, bool]]]:
     """The records and CSV rows sharing one loose key (``table.loose_key``) matched up.
 
     A record takes the row whose exact key (``table.exact_key``) equals its own; failing
     that, the one row of the group that no record matches exactly (keys that differ only
     by blanks around them); several such rows are ambiguous and label nothing. Every row
-    that labels no record comes back as a rejected Outcome (unmatched_label_row): no row
-    is lost without a line in errors.jsonl.
+    that labels no record comes back, with whether records of its loose key exist (the
+    ``near`` of :func:`unmatched`), to be counted as unmatched_label_row
+    (transforms.labels.unmatched): no row is lost without a line.
     """
     fold = settings.label_key_case == "fold"
     rows = sorted(rows, key=lambda r: r.line)
@@ -104,8 +105,8 @@ def match_rows(rows: Iterable[LabelRow], records: Iterable[ProbedRecord],
             continue
         used.add(row.line)
         matches.append(Match(record, row))
-    rejected = [unmatched(row, settings, near=bool(records)) for row in rows if row.line not in used]
-    return matches, rejected
+    left = [(row, bool(records)) for row in rows if row.line not in used]
+    return matches, left
 
 
 def unmatched(row: LabelRow, settings, near: bool = False) -> Outcome:
@@ -139,3 +140,35 @@ def label_from_folder(record: ProbedRecord, space, settings) -> Result:
     name = dir_label(record.source.rel_path)
     return (labelled(record, name, None, space, settings) if name
             else missing(record, settings, space, "file is not inside a class folder"))
+
+
+# ------------------------------------------------- the other slices of a --unit series volume
+
+def slice_keys(record: ProbedRecord, label_key: str) -> tuple[str, ...]:
+    """With ``--label_key path``, the paths of a volume's slices other than its first (the
+    volume is labelled by its first slice's row, :func:`join_key`): a row naming one of
+    them labels a slice of a converted volume, not nothing."""
+    if label_key != "path" or not record.members:
+        return ()
+    return tuple(m.rel_path for m in record.members if m.rel_path != record.source.rel_path)
+
+
+def rows_of_slices(left: list[tuple[LabelRow, bool]], slices: Iterable[str],
+                   settings) -> tuple[list[LabelRow], list[tuple[LabelRow, bool]]]:
+    """Of the rows the join left over (:func:`match_rows`), those whose exact key is a
+    volume's other slice (``slices``, their paths), and the rest, still unmatched."""
+    fold = settings.label_key_case == "fold"
+    keys = {exact_key(path, fold) for path in slices}
+    used = [row for row, _ in left if exact_key(row.key, fold) in keys]
+    return used, [(row, near) for row, near in left if exact_key(row.key, fold) not in keys]
+
+
+def slice_split(row: LabelRow, settings) -> Optional[str]:
+    """The --split_column value a volume's other slice's row gives (None: no column, or no
+    value that could name a split): counted against the volume's group as a file's would be."""
+    if not settings.split_column:
+        return None
+    try:
+        return check_split_name(row.split or "", settings.split_column)
+    except BadName:
+        return None

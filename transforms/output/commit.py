@@ -37,9 +37,11 @@ class CommitInputs:
     group_counts: Mapping[str, Any] = dataclasses.field(default_factory=dict)   # split -> groups
     leaking: tuple = (0, ())                  # (groups in several splits, those splits)
     layouts: Mapping[str, "SplitLayout"] = dataclasses.field(default_factory=dict)   # split -> layout
+    unmatched: Sequence[Any] = ()             # labels CSV rows that label nothing (UnmatchedRows)
 
     # side inputs of the commit step, by name
-    PRODUCED = ("results", "outcomes", "matched", "space", "group_counts", "leaking", "layouts")
+    PRODUCED = ("results", "outcomes", "matched", "space", "group_counts", "leaking", "layouts",
+                "unmatched")
 
 
 def _frame_list(frames: list[int]) -> str:

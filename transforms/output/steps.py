@@ -7,6 +7,7 @@ from typing import Any, Mapping, Optional
 from dcm2tfrecord.dataset import progress, versions
 from dcm2tfrecord.dataset.manifest import commit, refuse_commit
 from dcm2tfrecord.transforms.counters import count, count_outcome
+from dcm2tfrecord.transforms.labels.unmatched import commit_unmatched, with_unmatched
 from dcm2tfrecord.transforms.output.commit import (CommitInputs, accounting_verdict, empty_verdict,
                                                   failure_verdict, leak_verdict, one_outcome_per_input,
                                                   run_manifest)
@@ -98,8 +99,12 @@ def commit_dataset(inputs: CommitInputs) -> str:
     """Writes errors.jsonl and dataset.json (last), or run_failed.json when the run must not
     commit (inputs lost, too many failed, nothing converted, a group in several splits)."""
     settings, matched, leaking = inputs.settings, inputs.matched, inputs.leaking
-    outcomes, written_also_failed = one_outcome_per_input(inputs.outcomes)
+    # the labels CSV's rows that label nothing: all in their own file, the first in errors.jsonl
+    unmatched_rows, sample = commit_unmatched(inputs.unmatched, settings)
+    outcomes, written_also_failed = one_outcome_per_input([*inputs.outcomes, *sample])
     manifest = run_manifest(inputs, outcomes, written_also_failed)
+    if settings.labels_csv:
+        manifest = with_unmatched(manifest, unmatched_rows, len(sample))
     counts = manifest.counts or {}
     failed = sum(counts["failed"].values())
     refusal = (accounting_verdict(counts)

@@ -71,11 +71,16 @@ class LeakSummary(beam.CombineFn):
 
 class CountGroups(beam.PTransform):
     """ProbedRecord -> ({split: distinct groups},
-    (groups found in more than one split, the splits those groups are in))."""
+    (groups found in more than one split, the splits those groups are in)).
 
-    def __init__(self, settings: ConversionSettings):
+    ``slice_splits``: (split, group) pairs the labels CSV gives the slices of a --unit
+    series volume other than its first (transforms.labels.steps.AttachLabels): the volume
+    goes to its first slice's split, so another split there is a group in two splits,
+    counted as a file's would be (not in the groups per split: no record is there)."""
+
+    def __init__(self, settings: ConversionSettings, slice_splits=None):
         super().__init__()
-        self.settings = settings
+        self.settings, self.slice_splits = settings, slice_splits
 
     def expand(self, records):
         settings = self.settings
@@ -84,7 +89,10 @@ class CountGroups(beam.PTransform):
                  | "DistinctSplitGroups" >> beam.Distinct())
         # (split, group key): raw identifiers, counted, never written
         per_split = pairs | "CountGroupsPerSplit" >> beam.combiners.Count.PerKey()
-        leaking = (pairs
+        claimed = pairs
+        if self.slice_splits is not None:
+            claimed = (pairs, self.slice_splits) | "WithSliceSplits" >> beam.Flatten()
+        leaking = (claimed
                    | "GroupFirst" >> beam.KvSwap()
                    | "SplitsPerGroup" >> beam.CombinePerKey(SplitsOfGroup())
                    | "GroupsInSeveralSplits" >> beam.Filter(lambda kv: len(kv[1]) > 1)
