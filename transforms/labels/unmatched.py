@@ -20,7 +20,7 @@ import uuid
 from typing import IO, Iterable, Iterator, Optional, Sequence
 
 from dcm2tfrecord.dataset import reasons
-from dcm2tfrecord.dataset.files import create_output, incomplete_file
+from dcm2tfrecord.dataset.files import create_output, incomplete_file, remove_output_file, rename_output
 from dcm2tfrecord.dataset.manifest import unmatched_rows_block
 from dcm2tfrecord.dataset.names import UNMATCHED_ROWS_NAME, incomplete_name
 from dcm2tfrecord.dataset.results import Outcome
@@ -98,8 +98,7 @@ def commit_unmatched(items: Sequence[UnmatchedRows], settings) -> tuple[int, lis
     out = settings.output_dir
     final = FileSystems.join(out, UNMATCHED_ROWS_NAME)
     if not settings.labels_csv:
-        if FileSystems.exists(final):
-            FileSystems.delete([final])
+        remove_output_file(out, final)
         return 0, []
     parts = sorted(item.part for item in items if item.part)
     loose = sorted(((row.line, row_line(row, settings).encode("utf-8", "surrogateescape"))
@@ -107,14 +106,14 @@ def commit_unmatched(items: Sequence[UnmatchedRows], settings) -> tuple[int, lis
     total = sum(item.count for item in items)
     with incomplete_file(final, out) as tmp:
         if len(parts) == 1 and not loose:
-            FileSystems.rename([parts[0]], [tmp])   # the usual case: one CSV, nothing left by the join
+            rename_output(out, parts[0], tmp)   # the usual case: one CSV, nothing left by the join
             parts = []
         else:
             with create_output(out, tmp, "application/jsonl") as handle:
                 for _, text in heapq.merge(loose, *(_part_lines(p) for p in parts)):
                     handle.write(text)
-    if parts:
-        FileSystems.delete(parts)
+    for part in parts:
+        remove_output_file(out, part)
     firsts: Iterable = heapq.merge(*(item.first for item in items), key=lambda pair: pair[0].line)
     sample = [unmatched(row, settings, near=near) for (row, near), _ in zip(firsts, range(SAMPLE))]
     return total, sample
