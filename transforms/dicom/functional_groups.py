@@ -130,8 +130,10 @@ def _lift(item: Dataset, out: dict) -> None:
         out["ModalityLUTSequence"] = item[_MODALITY_LUT_TAG].value
 
 
-# the last file's (shared sequence, per-frame sequence, frame count) and its result, as one tuple
-_CACHE: list = [(None, None, 0, None)]
+# the frames' attributes are kept on the Per-frame (else the Shared) Functional Groups Sequence
+# they were lifted from, as (shared sequence, frame count, result): they live as long as the
+# parsed header does (transforms.dicom.pixels keeps those of files written as several records)
+_KEPT = "_dcm2tfrecord_frame_attributes"
 
 
 def frame_attributes(ds) -> list[dict]:
@@ -144,12 +146,16 @@ def frame_attributes(ds) -> list[dict]:
     """
     frames = _frames(ds)
     shared, per_frame = ds.get("SharedFunctionalGroupsSequence"), ds.get("PerFrameFunctionalGroupsSequence")
-    cached_shared, cached_per_frame, cached_frames, cached = _CACHE[0]
-    if cached is not None and cached_shared is shared and cached_per_frame is per_frame \
-            and cached_frames == frames:
-        return cached      # the same sequence objects: probe and write read them several times
+    holder = per_frame if per_frame is not None else shared
+    kept = getattr(holder, _KEPT, None)
+    if kept is not None and kept[0] is shared and kept[1] == frames:
+        return kept[2]     # the same sequence objects: probe and write read them several times
     result = _frame_attributes(ds, frames)
-    _CACHE[0] = (shared, per_frame, frames, result)   # holding the sequences keeps their identity theirs
+    if holder is not None:
+        try:
+            setattr(holder, _KEPT, (shared, frames, result))
+        except AttributeError:      # not a pydicom Sequence: not kept
+            pass
     return result
 
 
