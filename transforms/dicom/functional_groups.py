@@ -82,11 +82,41 @@ def present(ds) -> bool:
     return str(ds.get("SOPClassUID", "") or "").strip() not in SEGMENTATION_CLASSES
 
 
+# The most frames an Enhanced file may have (docs/DICOM.md, "Enhanced multi-frame"): its
+# per-frame functional groups are parsed into some 15 KB of memory per frame, and each of its
+# records reads the whole file; a file of more fails as too_many_frames, before they are parsed
+MAX_FRAMES = 50_000
+_NUMBER_OF_FRAMES, _SOP_CLASS = 0x00280008, 0x00080016
+
+
+def check_frame_count(values: dict) -> None:
+    """Raises TOO_MANY_FRAMES for an Enhanced file of more than MAX_FRAMES frames, from
+    ``values`` (int tag -> converted value: transforms.dicom.needed.convert_needed_elements',
+    before it converts the Per-frame Functional Groups Sequence). A Segmentation, whose
+    functional groups are not read, is not counted."""
+    if str(values.get(_SOP_CLASS, "") or "").strip() in SEGMENTATION_CLASSES:
+        return
+    try:
+        frames = int(values.get(_NUMBER_OF_FRAMES) or 1)
+    except (TypeError, ValueError):
+        return          # invalid_value, where it is read
+    _check_limit(frames)
+
+
+def _check_limit(frames: int) -> None:
+    if frames > MAX_FRAMES:
+        raise ConversionError(reasons.TOO_MANY_FRAMES,
+                              f"Number of Frames is {frames}: an Enhanced multi-frame image of more than "
+                              f"{MAX_FRAMES} frames is not converted (its per-frame functional groups are not read)")
+
+
 def _frames(ds) -> int:
     try:
-        return int(ds.get("NumberOfFrames", 1) or 1)
+        frames = int(ds.get("NumberOfFrames", 1) or 1)
     except (TypeError, ValueError) as exc:
         raise ConversionError(reasons.INVALID_VALUE, f"NumberOfFrames: {exc}") from exc
+    _check_limit(frames)
+    return frames
 
 
 _MACRO_TAGS = tuple((tag_for_keyword(macro), tuple((keyword, tag_for_keyword(keyword)) for keyword in keywords))

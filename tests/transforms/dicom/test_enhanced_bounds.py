@@ -1,4 +1,5 @@
-"""Enhanced multi-frame files cost work linear in their frames (issue 35, item 7).
+"""Enhanced multi-frame files cost work linear in their frames, within a documented limit (issue 35,
+item 7).
 
 Linearity is asserted by counting, never by timing: the whole-header parses
 (``pixels.read_dataset``) and the per-frame functional group lifts (``functional_groups._lift``)
@@ -12,8 +13,13 @@ import io
 import os
 import warnings
 
+import pytest
+from pydicom.dataset import Dataset
+from pydicom.sequence import Sequence
 
+from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import functional_groups, pixels
+from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.build import build_record, decode_record
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
 from dcm2tfrecord.transforms.settings import DecodeSettings
@@ -75,3 +81,50 @@ def test_the_stacks_of_a_file_parse_it_once_and_keep_their_values(tmp_path, monk
         with open(source.uri, "rb") as handle:
             values, _ = decode_record(record, io.BytesIO(handle.read()), settings)
         assert [int(v) for v in values[:, 0, 0, 0]] == [t * 1000 + s for s in range(slices)]
+
+
+def _frames_file(frames: int, items: int, sop_class: str = "1.2.840.10008.5.1.4.1.1.4.1") -> Dataset:
+    """A 1 x 1 8-bit Enhanced MR claiming ``frames`` frames, its pixel data that long, with
+    ``items`` Per-frame Functional Groups items."""
+    from pydicom.dataset import FileMetaDataset
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds.file_meta.MediaStorageSOPClassUID = ds.SOPClassUID = sop_class
+    ds.SOPInstanceUID = ds.file_meta.MediaStorageSOPInstanceUID = generate_uid(entropy_srcs=[str(frames), sop_class])
+    ds.Modality, ds.PatientID = "MR", "LIMIT"
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.Rows = ds.Columns = 1
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
+    ds.NumberOfFrames = frames
+    shared = Dataset()
+    shared.PixelMeasuresSequence = Sequence([Dataset()])
+    shared.PixelMeasuresSequence[0].PixelSpacing = [1, 1]
+    ds.SharedFunctionalGroupsSequence = Sequence([shared])
+    ds.PerFrameFunctionalGroupsSequence = Sequence([Dataset() for _ in range(items)])
+    ds.PixelData = bytes(frames)
+    return ds
+
+
+def test_an_enhanced_file_past_the_frame_limit_fails_before_its_groups_are_parsed(tmp_path, monkeypatch):
+    limit = 50_000        # docs/DICOM.md, "Enhanced multi-frame"; functional_groups.MAX_FRAMES
+    lifts = _counting(monkeypatch, functional_groups, "_lift")
+    over = _save(_frames_file(limit + 1, 2), tmp_path / "over.dcm")
+    with pytest.raises(ConversionError) as caught:
+        probe_file(over, settings=DecodeSettings(id_salt=TEST_SALT))
+    assert caught.value.reason == reasons.TOO_MANY_FRAMES and f"{limit + 1}" in str(caught.value)
+    assert lifts == []
+    with open(over.uri, "rb") as handle:          # the writer's parse is bounded the same way
+        with pytest.raises(ConversionError) as caught:
+            pixels.read_dataset(handle)
+    assert caught.value.reason == reasons.TOO_MANY_FRAMES
+    # at the limit the groups are read (and these 2 items for as many frames are wrong)
+    at = _save(_frames_file(limit, 2), tmp_path / "at.dcm")
+    with pytest.raises(ConversionError) as caught:
+        probe_file(at, settings=DecodeSettings(id_salt=TEST_SALT))
+    assert caught.value.reason == reasons.INVALID_VALUE and f"2 items for {limit} frames" in str(caught.value)
+    # a Segmentation's groups are not read: it is not counted
+    seg = _save(_frames_file(limit + 1, 2, sop_class="1.2.840.10008.5.1.4.1.1.66.4"), tmp_path / "seg.dcm")
+    assert probe_file(seg, settings=DecodeSettings(id_salt=TEST_SALT)).spec.depth == limit + 1
+    assert functional_groups.MAX_FRAMES == limit
