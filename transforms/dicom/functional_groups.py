@@ -395,6 +395,31 @@ def _order(frames: list[int], attrs: list[dict], what: str) -> tuple[tuple[int, 
     return tuple(frames), 0.0
 
 
+def check_positions(attrs: Sequence[dict]) -> None:
+    """Raises INVALID_VALUE for a frame whose Image Position (Patient) is given but is not three
+    finite numbers (a NaN, an infinity, two values): such a frame lies nowhere, and would
+    otherwise be taken for one without a position."""
+    for n, frame in enumerate(attrs):
+        value = frame.get("ImagePositionPatient")
+        if value is not None and not patient_space.floats(value, 3):
+            try:
+                shown = str(value) if isinstance(value, (str, bytes)) else "\\".join(str(v) for v in value)
+            except TypeError:       # one number
+                shown = str(value)
+            raise ConversionError(reasons.INVALID_VALUE,
+                                  f"Image Position (Patient) of frame {n + 1} is {shown[:80]!r}: not three "
+                                  f"finite numbers")
+
+
+def split_stack(ds) -> tuple[Stack, ...]:
+    """The file as --frames split plans it: its frames as stored, one stack, no order found
+    (each frame is a record of its own; frames that cannot be ordered or are unevenly spaced
+    convert). Positions are checked as plan_stacks checks them."""
+    attrs = frame_attributes(ds)
+    check_positions(attrs)
+    return (Stack(index=0, label="", frames=tuple(range(len(attrs)))),)
+
+
 def plan_stacks(ds, attrs: Optional[Sequence[dict]] = None) -> tuple[Stack, ...]:
     """The file's stacks, each with its frames in record order; raises FRAMES_UNORDERED.
 
@@ -408,6 +433,7 @@ def plan_stacks(ds, attrs: Optional[Sequence[dict]] = None) -> tuple[Stack, ...]
     and any non-spatial Dimension Index Values make the stacks.
     """
     attrs = list(frame_attributes(ds) if attrs is None else attrs)
+    check_positions(attrs)
     pointers = _dimension_pointers(ds)
     old = _groups([_stack_key(frame, pointers) for frame in attrs])
     dimension_keys = [_dimension_key(frame, pointers) for frame in attrs] \

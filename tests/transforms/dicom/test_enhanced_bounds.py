@@ -1,5 +1,5 @@
 """Enhanced multi-frame files cost work linear in their frames, within a documented limit (issue 35,
-item 7).
+item 7), and the advice for the reasons they fail with is true.
 
 Linearity is asserted by counting, never by timing: the whole-header parses
 (``pixels.read_dataset``) and the per-frame functional group lifts (``functional_groups._lift``)
@@ -10,6 +10,7 @@ frame's groups again (N parses, N x N lifts).
 from __future__ import annotations
 
 import io
+import math
 import os
 import warnings
 
@@ -24,8 +25,10 @@ from dcm2tfrecord.transforms.records.build import build_record, decode_record
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.values import SourceFile
-from tests.support import TEST_SALT
+from tests.support import TEST_SALT, run_convert
 from tests.support import enhanced_objects as eo
+
+OPTIONS = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64)
 
 
 def _save(ds, path) -> SourceFile:
@@ -128,3 +131,46 @@ def test_an_enhanced_file_past_the_frame_limit_fails_before_its_groups_are_parse
     seg = _save(_frames_file(limit + 1, 2, sop_class="1.2.840.10008.5.1.4.1.1.66.4"), tmp_path / "seg.dcm")
     assert probe_file(seg, settings=DecodeSettings(id_salt=TEST_SALT)).spec.depth == limit + 1
     assert functional_groups.MAX_FRAMES == limit
+
+
+def _same_position(made) -> None:
+    items = made.PerFrameFunctionalGroupsSequence
+    items[1].PlanePositionSequence[0].ImagePositionPatient = items[0].PlanePositionSequence[0].ImagePositionPatient
+
+
+def _uneven(made) -> None:
+    position = made.PerFrameFunctionalGroupsSequence[3].PlanePositionSequence[0]
+    position.ImagePositionPatient = [position.ImagePositionPatient[0], position.ImagePositionPatient[1],
+                                     float(position.ImagePositionPatient[2]) + 7.0]
+
+
+@pytest.mark.parametrize("edit, reason", [(_same_position, reasons.FRAMES_UNORDERED),
+                                          (_uneven, reasons.FRAMES_UNEVEN_SPACING)])
+def test_the_advice_for_frames_that_cannot_be_stacked_is_true(tmp_path, edit, reason):
+    """docs/CONVERTING.md: "Convert it with `--frames split`": the file fails as a stack, and converts
+    so, one record per frame."""
+    made = eo.legacy_enhanced(eo.slices("advice", 4), "advice")
+    edit(made)
+    os.makedirs(tmp_path / "in")
+    source = _save(made, tmp_path / "in" / "advice.dcm")
+    with pytest.raises(ConversionError) as caught:
+        probe_file(source, settings=DecodeSettings(id_salt=TEST_SALT))
+    assert caught.value.reason == reason
+    split = run_convert(tmp_path / "in", tmp_path / "split", frames="split", **OPTIONS)
+    assert split["failed"] == {} and split["records"] == 4, split
+
+
+@pytest.mark.parametrize("frames", ["stack", "split"])
+@pytest.mark.parametrize("which", ["all", "one"])
+def test_a_nan_position_is_invalid_value_naming_the_attribute(tmp_path, frames, which):
+    made = eo.enhanced_mr_4d(phases=1, slices=4, size=4)
+    items = made.PerFrameFunctionalGroupsSequence
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for item in (items if which == "all" else items[2:3]):
+            item.PlanePositionSequence[0].ImagePositionPatient = [math.nan, 0.0, 0.0]
+    source = _save(made, tmp_path / "nan.dcm")
+    with pytest.raises(ConversionError) as caught:
+        probe_file(source, settings=DecodeSettings(id_salt=TEST_SALT, frames=frames))
+    assert caught.value.reason == reasons.INVALID_VALUE
+    assert "Image Position (Patient) of frame" in str(caught.value) and "nan" in str(caught.value).lower()
