@@ -316,16 +316,21 @@ class _Parsed:
     spec: ImageSpec
     views: Optional[list]
     kept: bool = False        # held in PARSED: its encapsulated frames were checked before
+    cost: int = 0             # estimated bytes of memory held (see PARSED_COST)
 
 
 # An Enhanced file written as several records (--frames split, or one record per stack) is read
-# once per record: the parsed headers of the last few such files are kept, by their exact bytes
-# and the settings, so that a file's records after its first each cost their own frames, not a
-# parse of the whole header and of every frame's functional groups (issue 35, item 7). At most
-# PARSED_FILES files, PARSED_BYTES of file bytes (docs/DICOM.md, "Enhanced multi-frame"); a kept
-# file's records decode their own frames only, so no decoded pixels are kept with it.
-PARSED_FILES = 8
-PARSED_BYTES = 256 << 20
+# once per record: the parsed headers of such files are kept, by their exact bytes and the
+# settings, so that a file's records after its first each cost their own frames, not a parse of
+# the whole header and of every frame's functional groups (issue 35, item 7). The planner
+# interleaves the records of many files in a shard, so many are kept: at most PARSED_FILES, and
+# PARSED_COST bytes of estimated memory, a file's bytes plus PARSED_PER_HEADER_BYTE for each byte
+# of its header (a parsed Per-frame Functional Groups Sequence takes some 60 times its encoded
+# size). A kept file's records decode their own frames only: no decoded pixels are kept with it.
+# (docs/DICOM.md, "Enhanced multi-frame")
+PARSED_FILES = 256
+PARSED_COST = 512 << 20
+PARSED_PER_HEADER_BYTE = 64
 PARSED: list = []
 _PARSED_LOCK = threading.Lock()     # decode threads of one worker (transforms.sources.read.with_timeout)
 
@@ -351,7 +356,9 @@ def _parsed(fileobj: BinaryIO, settings: DecodeSettings, frame: Optional[int],
     views = functional_groups.value_views(ds) if _grayscale(ds) and layout is None else None
     parsed = _Parsed(data or b"", settings, ds, layout, spec, views)
     part = frame is not None or (frames is not None and len(frames) < spec.depth)
-    if data is not None and part and functional_groups.present(ds) and len(data) <= PARSED_BYTES:
+    if data is not None and part and functional_groups.present(ds):
+        parsed.cost = len(data) + PARSED_PER_HEADER_BYTE * _header_bytes(ds, len(data))
+    if parsed.cost and parsed.cost <= PARSED_COST:
         _check_encapsulated(ds)
         parsed.kept = True
         with _PARSED_LOCK:
@@ -360,11 +367,18 @@ def _parsed(fileobj: BinaryIO, settings: DecodeSettings, frame: Optional[int],
     return parsed
 
 
+def _header_bytes(ds: Dataset, size: int) -> int:
+    """The file's bytes other than its pixel data's."""
+    element = ds._dict.get(0x7FE00010)  # type: ignore[call-overload]  # an int tag, as needed.py reads it
+    value = getattr(element, "value", None)
+    return max(size - len(value), 0) if isinstance(value, (bytes, bytearray)) else size
+
+
 def _evict() -> None:
     total = 0
     for n, entry in enumerate(PARSED):
-        total += len(entry.data)
-        if n >= PARSED_FILES or total > PARSED_BYTES:
+        total += entry.cost
+        if n >= PARSED_FILES or total > PARSED_COST:
             del PARSED[n:]
             return
 

@@ -86,6 +86,22 @@ def test_the_stacks_of_a_file_parse_it_once_and_keep_their_values(tmp_path, monk
         assert [int(v) for v in values[:, 0, 0, 0]] == [t * 1000 + s for s in range(slices)]
 
 
+def test_the_records_of_files_interleaved_parse_each_file_once(tmp_path, monkeypatch):
+    """The planner places records by a hash of their ids: a shard holds the frames of many files
+    interleaved. Each file is still parsed once."""
+    settings = DecodeSettings(id_salt=TEST_SALT, frames="split")
+    files = []
+    for n in range(12):
+        made = eo.enhanced_mr_4d(phases=1, slices=6, size=4)
+        made.SOPInstanceUID = made.file_meta.MediaStorageSOPInstanceUID = f"1.2.826.0.1.3680043.10.511.{n + 1}"
+        files.append(expand_frames(probe_file(_save(made, tmp_path / f"f{n}.dcm"), settings=settings), settings))
+    parses = _counting(monkeypatch, pixels, "read_dataset")
+    for k in range(6):
+        for records in files:
+            build_record(records[k], settings=settings)
+    assert len(parses) <= len(files)          # was 72: every record its file's whole header
+
+
 def _frames_file(frames: int, items: int, sop_class: str = "1.2.840.10008.5.1.4.1.1.4.1") -> Dataset:
     """A 1 x 1 8-bit Enhanced MR claiming ``frames`` frames, its pixel data that long, with
     ``items`` Per-frame Functional Groups items."""
