@@ -103,8 +103,9 @@ DOCUMENTED = {
                     "missing or does not parse, or gives no NumberOfImagesInMosaic that tiles its Rows and "
                     "Columns (or a SliceNormalVector not normal to its orientation): its slices cannot be "
                     "told apart",
-    TOO_MANY_FRAMES: "an Enhanced multi-frame image of more than 50,000 frames (docs/DICOM.md): its per-frame "
-                     "functional groups are not read",
+    TOO_MANY_FRAMES: "an Enhanced multi-frame image of more than 50,000 frames, or whose Per-frame Functional "
+                     "Groups Sequence takes more than 64 MiB (docs/DICOM.md): its per-frame functional groups "
+                     "are not read",
     FRAMES_UNEVEN_SPACING: "an Enhanced multi-frame image one of whose stacks is not evenly spaced along the "
                            "slice normal (a gap, missing frames): never stacked as contiguous; --frames split "
                            "converts each frame",

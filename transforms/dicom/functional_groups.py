@@ -86,16 +86,24 @@ def present(ds) -> bool:
 # per-frame functional groups are parsed into some 15 KB of memory per frame, and each of its
 # records reads the whole file; a file of more fails as too_many_frames, before they are parsed
 MAX_FRAMES = 50_000
+# and the most bytes its Per-frame Functional Groups Sequence may take in the file (a Number of
+# Frames may understate the items): 1.3 KB for each of MAX_FRAMES frames, a few GB parsed
+MAX_PER_FRAME_BYTES = 64 << 20
 _NUMBER_OF_FRAMES, _SOP_CLASS = 0x00280008, 0x00080016
 
 
-def check_frame_count(values: dict) -> None:
-    """Raises TOO_MANY_FRAMES for an Enhanced file of more than MAX_FRAMES frames, from
+def check_frame_count(values: dict, per_frame_bytes: int = 0) -> None:
+    """Raises TOO_MANY_FRAMES for an Enhanced file of more than MAX_FRAMES frames, or whose
+    Per-frame Functional Groups Sequence takes ``per_frame_bytes`` > MAX_PER_FRAME_BYTES, from
     ``values`` (int tag -> converted value: transforms.dicom.needed.convert_needed_elements',
-    before it converts the Per-frame Functional Groups Sequence). A Segmentation, whose
-    functional groups are not read, is not counted."""
+    before it converts that sequence). A Segmentation, whose functional groups are not read,
+    is not counted."""
     if str(values.get(_SOP_CLASS, "") or "").strip() in SEGMENTATION_CLASSES:
         return
+    if per_frame_bytes > MAX_PER_FRAME_BYTES:
+        raise ConversionError(reasons.TOO_MANY_FRAMES,
+                              f"Per-frame Functional Groups Sequence of {per_frame_bytes / (1 << 20):.1f} MiB: "
+                              f"one of more than {MAX_PER_FRAME_BYTES >> 20} MiB is not read")
     try:
         frames = int(values.get(_NUMBER_OF_FRAMES) or 1)
     except (TypeError, ValueError):

@@ -172,7 +172,8 @@ def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettin
                     continue
                 if tag == _PER_FRAME_TAG:       # an Enhanced file's frames bounded before they are parsed
                     from dcm2tfrecord.transforms.dicom.functional_groups import check_frame_count
-                    check_frame_count(values)
+                    size = len(elem.value) if isinstance(elem.value, bytes) else elem.length  # deferred: its length
+                    check_frame_count(values, size if size != 0xFFFFFFFF else 0)
                 if encoding is _MISSING:
                     encoding = ds.original_character_set or ds._character_set
                     encoding = tuple(encoding) if isinstance(encoding, list) else encoding

@@ -147,6 +147,15 @@ def test_an_enhanced_file_past_the_frame_limit_fails_before_its_groups_are_parse
     seg = _save(_frames_file(limit + 1, 2, sop_class="1.2.840.10008.5.1.4.1.1.66.4"), tmp_path / "seg.dcm")
     assert probe_file(seg, settings=DecodeSettings(id_salt=TEST_SALT)).spec.depth == limit + 1
     assert functional_groups.MAX_FRAMES == limit
+    # one frame whose Per-frame Functional Groups Sequence takes more than 64 MiB: Number of Frames
+    # may understate what the sequence holds, whose parse costs some 60 times its bytes
+    big = _frames_file(1, 1)
+    lifts.clear()
+    big.PerFrameFunctionalGroupsSequence[0].add_new(0x00420011, "OB", bytes((64 << 20) + 1))
+    with pytest.raises(ConversionError) as caught:
+        probe_file(_save(big, tmp_path / "big.dcm"), settings=DecodeSettings(id_salt=TEST_SALT))
+    assert caught.value.reason == reasons.TOO_MANY_FRAMES and "64 MiB" in str(caught.value)
+    assert lifts == []
 
 
 def _same_position(made) -> None:
