@@ -98,7 +98,8 @@ DOCUMENTED = {
     DECODED_SIZE_MISMATCH: "the decoded pixels differ in size from what the header promised, on which "
                            "the shard's size was planned",
     FRAMES_UNORDERED: "an Enhanced multi-frame image whose frames cannot be put in order: two frames of "
-                      "one stack at the same position, or positions on some frames only",
+                      "one stack at the same position, or positions on some frames only; --frames split "
+                      "converts each frame",
     MOSAIC_INVALID: "a Siemens MOSAIC image (Image Type MOSAIC) whose CSA Image Header Info (0029,xx10) is "
                     "missing or does not parse, or gives no NumberOfImagesInMosaic that tiles its Rows and "
                     "Columns (or a SliceNormalVector not normal to its orientation): its slices cannot be "
