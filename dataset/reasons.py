@@ -40,6 +40,7 @@ RECORD_TOO_LARGE = "record_too_large"            # one record exceeds --max_shar
 DECODED_SIZE_MISMATCH = "decoded_size_mismatch"  # decoded pixels differ in size from the header's plan
 FRAMES_UNORDERED = "frames_unordered"            # Enhanced multi-frame: frames that cannot be put in order
 FRAMES_UNEVEN_SPACING = "frames_uneven_spacing"  # Enhanced multi-frame: a stack's frames not evenly spaced
+TOO_MANY_FRAMES = "too_many_frames"              # Enhanced multi-frame: more than functional_groups.MAX_FRAMES
 MOSAIC_INVALID = "mosaic_invalid"                # a Siemens MOSAIC image whose CSA header does not give its tiling
 SERIES_ENHANCED = "series_enhanced"              # --unit series: Enhanced files, or Enhanced and classic, in one series
 SERIES_MIXED_SHAPES = "series_mixed_shapes"      # --unit series: slices differ in size or dtype
@@ -100,11 +101,15 @@ DOCUMENTED = {
     DECODED_SIZE_MISMATCH: "the decoded pixels differ in size from what the header promised, on which "
                            "the shard's size was planned",
     FRAMES_UNORDERED: "an Enhanced multi-frame image whose frames cannot be put in order: two frames of "
-                      "one stack at the same position, or positions on some frames only",
+                      "one stack at the same position, or positions on some frames only; --frames split "
+                      "converts each frame",
     MOSAIC_INVALID: "a Siemens MOSAIC image (Image Type MOSAIC) whose CSA Image Header Info (0029,xx10) is "
                     "missing or does not parse, or gives no NumberOfImagesInMosaic that tiles its Rows and "
                     "Columns (or a SliceNormalVector not normal to its orientation): its slices cannot be "
                     "told apart",
+    TOO_MANY_FRAMES: "an Enhanced multi-frame image of more than 50,000 frames, or whose Per-frame Functional "
+                     "Groups Sequence takes more than 64 MiB (docs/DICOM.md): its per-frame functional groups "
+                     "are not read",
     FRAMES_UNEVEN_SPACING: "an Enhanced multi-frame image one of whose stacks is not evenly spaced along the "
                            "slice normal (a gap, missing frames): never stacked as contiguous; --frames split "
                            "converts each frame",

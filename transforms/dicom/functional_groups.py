@@ -82,11 +82,49 @@ def present(ds) -> bool:
     return str(ds.get("SOPClassUID", "") or "").strip() not in SEGMENTATION_CLASSES
 
 
+# The most frames an Enhanced file may have (docs/DICOM.md, "Enhanced multi-frame"): its
+# per-frame functional groups are parsed into some 15 KB of memory per frame, and each of its
+# records reads the whole file; a file of more fails as too_many_frames, before they are parsed
+MAX_FRAMES = 50_000
+# and the most bytes its Per-frame Functional Groups Sequence may take in the file (a Number of
+# Frames may understate the items): 1.3 KB for each of MAX_FRAMES frames, a few GB parsed
+MAX_PER_FRAME_BYTES = 64 << 20
+_NUMBER_OF_FRAMES, _SOP_CLASS = 0x00280008, 0x00080016
+
+
+def check_frame_count(values: dict, per_frame_bytes: int = 0) -> None:
+    """Raises TOO_MANY_FRAMES for an Enhanced file of more than MAX_FRAMES frames, or whose
+    Per-frame Functional Groups Sequence takes ``per_frame_bytes`` > MAX_PER_FRAME_BYTES, from
+    ``values`` (int tag -> converted value: transforms.dicom.needed.convert_needed_elements',
+    before it converts that sequence). A Segmentation, whose functional groups are not read,
+    is not counted."""
+    if str(values.get(_SOP_CLASS, "") or "").strip() in SEGMENTATION_CLASSES:
+        return
+    if per_frame_bytes > MAX_PER_FRAME_BYTES:
+        raise ConversionError(reasons.TOO_MANY_FRAMES,
+                              f"Per-frame Functional Groups Sequence of {per_frame_bytes / (1 << 20):.1f} MiB: "
+                              f"one of more than {MAX_PER_FRAME_BYTES >> 20} MiB is not read")
+    try:
+        frames = int(values.get(_NUMBER_OF_FRAMES) or 1)
+    except (TypeError, ValueError):
+        return          # invalid_value, where it is read
+    _check_limit(frames)
+
+
+def _check_limit(frames: int) -> None:
+    if frames > MAX_FRAMES:
+        raise ConversionError(reasons.TOO_MANY_FRAMES,
+                              f"Number of Frames is {frames}: an Enhanced multi-frame image of more than "
+                              f"{MAX_FRAMES} frames is not converted (its per-frame functional groups are not read)")
+
+
 def _frames(ds) -> int:
     try:
-        return int(ds.get("NumberOfFrames", 1) or 1)
+        frames = int(ds.get("NumberOfFrames", 1) or 1)
     except (TypeError, ValueError) as exc:
         raise ConversionError(reasons.INVALID_VALUE, f"NumberOfFrames: {exc}") from exc
+    _check_limit(frames)
+    return frames
 
 
 _MACRO_TAGS = tuple((tag_for_keyword(macro), tuple((keyword, tag_for_keyword(keyword)) for keyword in keywords))
@@ -130,8 +168,10 @@ def _lift(item: Dataset, out: dict) -> None:
         out["ModalityLUTSequence"] = item[_MODALITY_LUT_TAG].value
 
 
-# the last file's (shared sequence, per-frame sequence, frame count) and its result, as one tuple
-_CACHE: list = [(None, None, 0, None)]
+# the frames' attributes are kept on the Per-frame (else the Shared) Functional Groups Sequence
+# they were lifted from, as (shared sequence, frame count, result): they live as long as the
+# parsed header does (transforms.dicom.pixels keeps those of files written as several records)
+_KEPT = "_dcm2tfrecord_frame_attributes"
 
 
 def frame_attributes(ds) -> list[dict]:
@@ -144,12 +184,16 @@ def frame_attributes(ds) -> list[dict]:
     """
     frames = _frames(ds)
     shared, per_frame = ds.get("SharedFunctionalGroupsSequence"), ds.get("PerFrameFunctionalGroupsSequence")
-    cached_shared, cached_per_frame, cached_frames, cached = _CACHE[0]
-    if cached is not None and cached_shared is shared and cached_per_frame is per_frame \
-            and cached_frames == frames:
-        return cached      # the same sequence objects: probe and write read them several times
+    holder = per_frame if per_frame is not None else shared
+    kept = getattr(holder, _KEPT, None)
+    if kept is not None and kept[0] is shared and kept[1] == frames:
+        return kept[2]     # the same sequence objects: probe and write read them several times
     result = _frame_attributes(ds, frames)
-    _CACHE[0] = (shared, per_frame, frames, result)   # holding the sequences keeps their identity theirs
+    if holder is not None:
+        try:
+            setattr(holder, _KEPT, (shared, frames, result))
+        except AttributeError:      # not a pydicom Sequence: not kept
+            pass
     return result
 
 
@@ -359,6 +403,31 @@ def _order(frames: list[int], attrs: list[dict], what: str) -> tuple[tuple[int, 
     return tuple(frames), 0.0
 
 
+def check_positions(attrs: Sequence[dict]) -> None:
+    """Raises INVALID_VALUE for a frame whose Image Position (Patient) is given but is not three
+    finite numbers (a NaN, an infinity, two values): such a frame lies nowhere, and would
+    otherwise be taken for one without a position."""
+    for n, frame in enumerate(attrs):
+        value = frame.get("ImagePositionPatient")
+        if value is not None and not patient_space.floats(value, 3):
+            try:
+                shown = str(value) if isinstance(value, (str, bytes)) else "\\".join(str(v) for v in value)
+            except TypeError:       # one number
+                shown = str(value)
+            raise ConversionError(reasons.INVALID_VALUE,
+                                  f"Image Position (Patient) of frame {n + 1} is {shown[:80]!r}: not three "
+                                  f"finite numbers")
+
+
+def split_stack(ds) -> tuple[Stack, ...]:
+    """The file as --frames split plans it: its frames as stored, one stack, no order found
+    (each frame is a record of its own; frames that cannot be ordered or are unevenly spaced
+    convert). Positions are checked as plan_stacks checks them."""
+    attrs = frame_attributes(ds)
+    check_positions(attrs)
+    return (Stack(index=0, label="", frames=tuple(range(len(attrs)))),)
+
+
 def plan_stacks(ds, attrs: Optional[Sequence[dict]] = None) -> tuple[Stack, ...]:
     """The file's stacks, each with its frames in record order; raises FRAMES_UNORDERED.
 
@@ -372,6 +441,7 @@ def plan_stacks(ds, attrs: Optional[Sequence[dict]] = None) -> tuple[Stack, ...]
     and any non-spatial Dimension Index Values make the stacks.
     """
     attrs = list(frame_attributes(ds) if attrs is None else attrs)
+    check_positions(attrs)
     pointers = _dimension_pointers(ds)
     old = _groups([_stack_key(frame, pointers) for frame in attrs])
     dimension_keys = [_dimension_key(frame, pointers) for frame in attrs] \

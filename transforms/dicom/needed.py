@@ -132,6 +132,9 @@ def converted_element(ds: Dataset, tag: int):
     return ds[tag]
 
 
+_PER_FRAME_TAG = 0x52009230     # Per-frame Functional Groups Sequence
+
+
 def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettings(),
                             values: Optional[dict] = None) -> None:
     """Converts the needed set's elements now (needed_tags), so a mangled one fails here, classified.
@@ -167,6 +170,10 @@ def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettin
                     continue
                 if elem.value is None and elem.length and tag in _PIXEL_TAG_INTS:
                     continue
+                if tag == _PER_FRAME_TAG:       # an Enhanced file's frames bounded before they are parsed
+                    from dcm2tfrecord.transforms.dicom.functional_groups import check_frame_count
+                    size = len(elem.value) if isinstance(elem.value, bytes) else elem.length  # deferred: its length
+                    check_frame_count(values, size if size != 0xFFFFFFFF else 0)
                 if encoding is _MISSING:
                     encoding = ds.original_character_set or ds._character_set
                     encoding = tuple(encoding) if isinstance(encoding, list) else encoding
@@ -186,6 +193,8 @@ def convert_needed_elements(ds: Dataset, settings: DecodeSettings = DecodeSettin
                     values[tag] = value          # the same bytes converted before, or now, to this value
                 else:
                     values[tag] = converted_element(ds, tag).value
+    except ConversionError:
+        raise
     except Exception as exc:
         name = _keyword_of(tag)
         raise ConversionError(reasons.INVALID_VALUE, f"an element does not parse: {name}: "

@@ -12,6 +12,9 @@ imagecodecs' libjpeg-turbo. Then, by ``--dicom_values``:
 """
 from __future__ import annotations
 
+import dataclasses
+import io
+import threading
 import warnings
 from typing import BinaryIO, Optional, Sequence
 
@@ -32,6 +35,7 @@ from dcm2tfrecord.transforms.dicom.syntax import infer_transfer_syntax
 from dcm2tfrecord.transforms.dtypes import fit_integer_dtype
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.values import ImageSpec
 
 _JPEG_FAMILY = {uid.JPEGBaseline8Bit, uid.JPEGExtended12Bit, uid.JPEGLossless, uid.JPEGLosslessSV1}
 
@@ -144,8 +148,9 @@ def _imagecodecs_jpeg(ds: Dataset, frame: Optional[int]) -> Optional[np.ndarray]
     return arr.view(arr.dtype.str.replace("u", "i")) if signed else arr
 
 
-def _decode(ds: Dataset, frame: Optional[int]) -> np.ndarray:
-    _check_encapsulated(ds)
+def _decode(ds: Dataset, frame: Optional[int], checked: bool = False) -> np.ndarray:
+    if not checked:
+        _check_encapsulated(ds)
     try:
         return decode_pixels(ds, index=frame) if frame is not None else ds.pixel_array
     except (KeyboardInterrupt, SystemExit):
@@ -249,18 +254,19 @@ def map_values(arr: np.ndarray, ds: Dataset, settings: DecodeSettings,
 
 def map_frames(decoded: np.ndarray, ds: Dataset, views: list, settings: DecodeSettings,
                frame: Optional[int], frames: Optional[Sequence[int]],
-               target: Optional[str] = None) -> tuple[np.ndarray, list]:
+               target: Optional[str] = None, in_order: bool = False) -> tuple[np.ndarray, list]:
     """An Enhanced image's frames mapped one by one, each through its own functional groups'
     rescale, Modality LUT and VOI (transforms.dicom.functional_groups.value_views), in record
     order: ``frames`` (stored indices), the one ``frame`` decoded, or all as stored.
+    ``in_order``: ``decoded`` holds only the frames of ``frames``, in their order.
     Returns the values and the VOI used per frame."""
     if frame is not None:
         stored, indices = decoded[None], [frame]
         positions = [0]
     else:
-        stored = decoded if len(views) > 1 else decoded[None]
+        stored = decoded if len(views) > 1 or in_order else decoded[None]
         indices = list(range(len(views))) if frames is None else list(frames)
-        positions = indices
+        positions = list(range(len(indices))) if in_order else indices
     mapped, windows = [], []
     for position, index in zip(positions, indices):
         values, window = map_values(stored[position], views[index], settings, target)
@@ -299,6 +305,84 @@ def _tiles(values: np.ndarray, layout: Mosaic, channels: int, frame: Optional[in
     return slices[..., 0] if channels == 1 else slices
 
 
+@dataclasses.dataclass
+class _Parsed:
+    """A file's header as decode_dicom reads it: the dataset, mosaic layout, spec and the
+    functional groups' value views, with the file's bytes they were parsed from."""
+    data: bytes
+    settings: DecodeSettings
+    ds: Dataset
+    layout: Optional[Mosaic]
+    spec: ImageSpec
+    views: Optional[list]
+    kept: bool = False        # held in PARSED: its encapsulated frames were checked before
+    cost: int = 0             # estimated bytes of memory held (see PARSED_COST)
+
+
+# An Enhanced file written as several records (--frames split, or one record per stack) is read
+# once per record: the parsed headers of such files are kept, by their exact bytes and the
+# settings, so that a file's records after its first each cost their own frames, not a parse of
+# the whole header and of every frame's functional groups (issue 35, item 7). The planner
+# interleaves the records of many files in a shard, so many are kept: at most PARSED_FILES, and
+# PARSED_COST bytes of estimated memory, a file's bytes plus PARSED_PER_HEADER_BYTE for each byte
+# of its header (a parsed Per-frame Functional Groups Sequence takes some 60 times its encoded
+# size). A kept file's records decode their own frames only: no decoded pixels are kept with it.
+# (docs/DICOM.md, "Enhanced multi-frame")
+PARSED_FILES = 256
+PARSED_COST = 512 << 20
+PARSED_PER_HEADER_BYTE = 64
+PARSED: list = []
+_PARSED_LOCK = threading.Lock()     # decode threads of one worker (transforms.sources.read.with_timeout)
+
+
+def _parsed(fileobj: BinaryIO, settings: DecodeSettings, frame: Optional[int],
+            frames: Optional[Sequence[int]]) -> _Parsed:
+    """The file's parsed header: a kept one where the same bytes were parsed under the same
+    settings, else parsed now (and kept when the file is an Enhanced one read for a part of
+    its frames: one frame, or one stack of several)."""
+    data = fileobj.getvalue() if isinstance(fileobj, io.BytesIO) else None
+    if data is not None:
+        with _PARSED_LOCK:
+            for n, entry in enumerate(PARSED):
+                if len(entry.data) == len(data) and (entry.settings is settings or entry.settings == settings) \
+                        and entry.data == data:
+                    PARSED.insert(0, PARSED.pop(n))
+                    return entry
+    ds = read_dataset(fileobj, settings)
+    layout = mosaic_layout(ds)
+    spec = image_spec(ds, settings, layout)
+    check_native_length(ds)
+    # the functional groups' rescale and VOI are grayscale's; colour frames are only reordered
+    views = functional_groups.value_views(ds) if _grayscale(ds) and layout is None else None
+    parsed = _Parsed(data or b"", settings, ds, layout, spec, views)
+    part = frame is not None or (frames is not None and len(frames) < spec.depth)
+    if data is not None and part and functional_groups.present(ds):
+        parsed.cost = len(data) + PARSED_PER_HEADER_BYTE * _header_bytes(ds, len(data))
+    if parsed.cost and parsed.cost <= PARSED_COST:
+        _check_encapsulated(ds)
+        parsed.kept = True
+        with _PARSED_LOCK:
+            PARSED.insert(0, parsed)
+            _evict()
+    return parsed
+
+
+def _header_bytes(ds: Dataset, size: int) -> int:
+    """The file's bytes other than its pixel data's."""
+    element = ds._dict.get(0x7FE00010)  # type: ignore[call-overload]  # an int tag, as needed.py reads it
+    value = getattr(element, "value", None)
+    return max(size - len(value), 0) if isinstance(value, (bytes, bytearray)) else size
+
+
+def _evict() -> None:
+    total = 0
+    for n, entry in enumerate(PARSED):
+        total += entry.cost
+        if n >= PARSED_FILES or total > PARSED_COST:
+            del PARSED[n:]
+            return
+
+
 def decode_dicom(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
                  frame: Optional[int] = None, frames: Optional[Sequence[int]] = None,
                  ) -> tuple[np.ndarray, Dataset, dict]:
@@ -311,23 +395,23 @@ def decode_dicom(fileobj: BinaryIO, settings: DecodeSettings = DecodeSettings(),
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ds = read_dataset(fileobj, settings)
-        layout = mosaic_layout(ds)
-        spec = image_spec(ds, settings, layout)
-        check_native_length(ds)
-        # a Siemens mosaic is one stored frame; ``frame`` is then one of its tiles
-        decoded = _decode(ds, None if layout is not None else frame)
-        # the functional groups' rescale and VOI are grayscale's; colour frames are only reordered
-        views = functional_groups.value_views(ds) if _grayscale(ds) and layout is None else None
+        parsed = _parsed(fileobj, settings, frame, frames)
+        ds, layout, spec, views = parsed.ds, parsed.layout, parsed.spec, parsed.views
+        own = parsed.kept and frame is None and frames is not None and layout is None
+        if own and frames is not None:     # one stack of an Enhanced file of several: its own frames, in order
+            decoded = np.stack([_decode(ds, i, checked=True) for i in frames])
+        else:       # a Siemens mosaic is one stored frame; ``frame`` is then one of its tiles
+            decoded = _decode(ds, None if layout is not None else frame, checked=parsed.kept)
         try:
             if views is None:
                 values, window = map_values(decoded, ds, settings, spec.dtype)
                 if layout is not None:
                     values = _tiles(values, layout, spec.channels, frame)
-                elif frames is not None and frame is None:
+                elif frames is not None and frame is None and not own:
                     values = (values if spec.depth > 1 else values[None])[list(frames)]
             else:
-                values, windows = map_frames(decoded, ds, views, settings, frame, frames, spec.dtype)
+                values, windows = map_frames(decoded, ds, views, settings, frame, frames, spec.dtype,
+                                             in_order=own)
                 window = dict(windows[0], frames=windows) if windows[0] else {}
         except ConversionError:
             raise

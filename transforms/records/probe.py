@@ -148,7 +148,8 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
     spec = dicom_spec.image_spec(ds, settings, layout)
     if spec.depth * spec.height * spec.width <= max_pixels:   # else too_many_pixels says it
         integrity.check_frames_fit(ds, fileobj, transfer_syntax(ds))
-    stacks = functional_groups.plan_stacks(ds) if functional_groups.present(ds) else ()
+    stacks = () if not functional_groups.present(ds) else functional_groups.split_stack(ds) \
+        if settings.frames == "split" else functional_groups.plan_stacks(ds)
     native = None
     if raw_pixels is not None and settings.dicom_values == "modality" and not stacks:
         native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size, layout)
