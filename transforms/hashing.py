@@ -2,8 +2,7 @@
 
 Keys are fixed per purpose so that the same input gives the same ids and the
 same order on every run, runner and worker count. A record id is derived
-from the file's path relative to its input root (with several roots, that root's
-folder name too: :func:`id_path`), never from patient data.
+from the file's path relative to its input root, never from patient data.
 """
 from __future__ import annotations
 
