@@ -64,19 +64,16 @@ def check_output_outside_inputs(output: str, patterns: Sequence[str]) -> None:
                              "its own shards as input; choose an --output outside the archive")
 
 
-
 def check_distinct_relative_paths(patterns: Sequence[str]) -> None:
-    """Two different files that would get one record id are a usage error, in one line
-    naming both, before any work.
+    """Two different files found under two --input roots at the same relative path are a
+    usage error, in one line naming both, before any work.
 
-    With more than one --input a record is named by its root's folder name and its path
-    under that root (transforms.hashing.id_path): per-patient roots holding the same layout
-    (``Smith_Jane/CT/1.dcm``, ``Doe_John/CT/1.dcm``) get their own ids. Only two roots of
-    one folder name holding one relative path (``a/scans/1.dcm``, ``b/scans/1.dcm`` for
-    ``--input a/scans --input b/scans``) would still share one, and verify would refuse the
-    dataset. Run only with more than one --input: it lists them once here, as MatchInputs
-    will (a file matched by two patterns is one file, under the smaller relative path)."""
-    from dcm2tfrecord.transforms.hashing import id_path
+    A record is named by its path under its --input root (its id, ``--label_key path``,
+    ``--incremental``'s reuse), so that the same archive gives the same ids wherever it is
+    mounted; two files at one relative path would get one id, and verify would refuse the
+    dataset the run committed. Run only with more than one --input: it lists them once
+    here, as MatchInputs will (a file matched by two patterns is one file, under the
+    smaller of its relative paths)."""
     from dcm2tfrecord.transforms.sources.match import expand_pattern
     roots = sorted({absolute(p) for p in patterns})
     if len(roots) < 2:
@@ -87,18 +84,17 @@ def check_distinct_relative_paths(patterns: Sequence[str]) -> None:
             known = found.get(source.uri)
             if known is None or source.rel_path < known[0]:
                 found[source.uri] = (source.rel_path, root)
-    first: dict = {}        # what an id is a hash of -> the first uri (sorted) named so
+    first: dict = {}        # relative path -> the first uri (sorted) there
     clashes = []
     for uri in sorted(found):
-        name = id_path(uri, found[uri][0], several_roots=True)
-        other = first.setdefault(name, uri)
+        rel, root = found[uri]
+        other = first.setdefault(rel, uri)
         if other != uri:
-            clashes.append((name, other, uri))
+            clashes.append((rel, other, uri))
     if not clashes:
         return
-    name, one, two = clashes[0]
+    rel, one, two = clashes[0]
     more = f"; {len(clashes) - 1} more such path(s)" if len(clashes) > 1 else ""
-    raise UsageError(f"--input {found[one][1]} and --input {found[two][1]} both hold {name!r} ({one} and "
-                     f"{two}{more}): a record is named by its --input's folder name and its path "
-                     "under it, so both would get one id; give the --input folders different names "
-                     "(or their common parent as the one --input)")
+    raise UsageError(f"--input {found[one][1]} and --input {found[two][1]} both hold {rel!r} ({one} and "
+                     f"{two}{more}): a record is named by its path under its --input, so both would "
+                     "get one id; give their common parent folder as the one --input, or rename one")

@@ -495,8 +495,7 @@ class ConvertOptions:
         # each worker reads the file at setup (transforms.settings.with_salt).
         fed: dict[str, dict[str, Any]] = {
             "decode": {"id_salt": "" if self.id_salt_file and not self.id_salt else self.salt(),
-                       "id_salt_file": absolute(self.id_salt_file) if self.id_salt_file else "",
-                       "several_roots": len({absolute(p) for p in self.inputs}) > 1},
+                       "id_salt_file": absolute(self.id_salt_file) if self.id_salt_file else ""},
             "conversion": {}}
         for option in OPTIONS:
             if option.setting:

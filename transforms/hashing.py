@@ -26,18 +26,6 @@ def record_id(rel_path: str, salt: str = "") -> str:
     return digest.hexdigest()[:32]
 
 
-def id_path(uri: str, rel_path: str, several_roots: bool) -> str:
-    """What a source's record id is a keyed hash of: its path under its --input root; with
-    more than one --input, the root's folder name before it (``Smith_Jane/CT/1.dcm``), so
-    that two roots holding one relative path give two ids (those their common parent would
-    give, for sibling folders). One --input: the relative path alone, as always."""
-    if not several_roots:
-        return rel_path
-    root = uri[:len(uri) - len(rel_path)] if rel_path and uri.endswith(rel_path) else uri
-    name = root.rstrip("/").rsplit("/", 1)[-1]
-    return f"{name}/{rel_path}" if name and not name.endswith(":") else rel_path
-
-
 def location_hash(uri: str, salt: str) -> str:
     """32 hex chars standing for an --input or --labels location in dataset.json.
 

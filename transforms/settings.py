@@ -46,7 +46,6 @@ class DecodeSettings:
     missing_mask: str = "skip"          # skip | empty | error: a series no annotation covers
     id_salt: str = ""                   # HMAC key for identifiers; never written
     id_salt_file: str = ""              # where workers read id_salt at setup (--id_salt_file)
-    several_roots: bool = False         # more than one --input: ids name the root too (hashing.id_path)
     keep_tags: tuple[str, ...] = ()
     keep_source_path: bool = False
     allow_burned_in: bool = False

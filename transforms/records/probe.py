@@ -25,7 +25,7 @@ from dcm2tfrecord.transforms.images import raster
 from dcm2tfrecord.transforms.nifti import read as nifti
 from dcm2tfrecord.transforms.sources import sniff
 from dcm2tfrecord.transforms.errors import ConversionError
-from dcm2tfrecord.transforms.hashing import id_path, record_id
+from dcm2tfrecord.transforms.hashing import record_id
 from dcm2tfrecord.transforms.dicom.native import NativePixels, native_layout
 from dcm2tfrecord.transforms.images.geometry import plan_spec
 from dcm2tfrecord.transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile, replaced
@@ -37,9 +37,6 @@ _SOP_INSTANCE_UID = 0x00080018
 _UID_MAX_BYTES = 64
 
 
-def _id_path(source: SourceFile, settings: DecodeSettings) -> str:
-    """What the record ids of ``source`` are keyed hashes of (transforms.hashing.id_path)."""
-    return id_path(source.uri, source.rel_path, settings.several_roots)
 
 
 def _identifiers(ds) -> Identifiers:
@@ -252,7 +249,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     spec, kind, ids, info, native, stacks, volumes, found = _sniff_and_probe(source, settings, opener, max_pixels)
     source = replaced(source, fingerprint=found)     # what the writer checks it reads
     if kind.startswith(masks_annotation.ANNOTATION):
-        return ProbedRecord(source=source, record_id=record_id(_id_path(source, settings), settings.id_salt),
+        return ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
                             kind=masks_annotation.ANNOTATION, spec=spec, ids=ids,
                             annotation=kind.partition(":")[2])
     pixels = spec.depth * spec.height * spec.width
@@ -263,7 +260,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     if pixels == 0:
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     spec = plan_spec(spec, settings.resize, settings.channels)
-    record = ProbedRecord(source=source, record_id=record_id(_id_path(source, settings), settings.id_salt),
+    record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
                           kind=kind, spec=spec, ids=ids, slice_info=info, native=native, stacks=stacks,
                           source_frames=volumes if volumes > 1 else 0)
     largest = max(expand_frames(record, settings), key=lambda r: r.planned_bytes)
@@ -307,7 +304,7 @@ def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[Probed
     are told apart by their label (``path#stack=...``), a 4-D NIfTI's volumes by their index
     (``path#volume=v``, as ``--series_4d split`` does for a series; ``frame`` is the volume).
     """
-    rel = _id_path(record.source, settings)
+    rel = record.source.rel_path
     if record.kind == "nifti":
         if record.source_frames <= 1 or record.frame is not None:
             return [record]

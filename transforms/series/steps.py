@@ -43,8 +43,7 @@ class VolumeOfSeriesFn(beam.DoFn):
             return
         try:
             built = volumes.volume_records(series_uid, slices, self.settings.id_salt,
-                                           self.settings.series_gaps, self.settings.series_4d,
-                                           self.settings.several_roots)
+                                           self.settings.series_gaps, self.settings.series_4d)
         except ConversionError as exc:
             for member in sorted(s.source.uri for s in slices + notes):
                 yield self._outcome(member, reasons.FAILED, exc.reason, f"series of {len(slices)} slices: {exc}")

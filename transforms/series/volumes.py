@@ -30,7 +30,7 @@ import numpy as np
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.errors import ConversionError
-from dcm2tfrecord.transforms.hashing import id_path, record_id
+from dcm2tfrecord.transforms.hashing import record_id
 from dcm2tfrecord.transforms.values import ProbedRecord, SliceInfo
 
 _ORIENTATION_TOLERANCE = 1e-3
@@ -313,7 +313,7 @@ def build_volume_record(series_key: str, volume: Volume, salt: str) -> ProbedRec
                                volumes=volume.volumes, volume_index=volume.volume_index)
 
 
-def stacked_enhanced(stacks: Sequence[ProbedRecord], salt: str, several_roots: bool = False) -> ProbedRecord:
+def stacked_enhanced(stacks: Sequence[ProbedRecord], salt: str) -> ProbedRecord:
     """--series_4d stack: the stack records of one Enhanced file as one record of all its
     volumes, one after the other along depth (their stacks in the file's order), under the file's
     own record id. Stacks that differ in orientation, or in how many frames they hold, are no
@@ -329,14 +329,13 @@ def stacked_enhanced(stacks: Sequence[ProbedRecord], salt: str, several_roots: b
     first = ordered[0]
     frames = tuple(f for r in ordered for f in r.stacks[0].frames)
     stack = dataclasses.replace(first.stacks[0], index=0, label="", frames=frames)
-    name = id_path(first.source.uri, first.source.rel_path, several_roots)
-    return dataclasses.replace(first, record_id=record_id(name, salt),
+    return dataclasses.replace(first, record_id=record_id(first.source.rel_path, salt),
                                spec=dataclasses.replace(first.spec, depth=len(frames)), stacks=(stack,),
                                source_frames=0, volumes=len(ordered), volume_index=-1)
 
 
 def volume_records(series_key: str, slices: Sequence[ProbedRecord], salt: str, gaps: str = "fail",
-                   four_d: str = _SPLIT, several_roots: bool = False) -> list[ProbedRecord]:
+                   four_d: str = _SPLIT) -> list[ProbedRecord]:
     """The records of one series: its single-frame slices stacked into volumes (plan_volumes),
     or the stack records of the one Enhanced multi-frame file that makes the series, unchanged:
     its frames are ordered already (transforms.dicom.functional_groups). Several Enhanced files,
@@ -347,7 +346,7 @@ def volume_records(series_key: str, slices: Sequence[ProbedRecord], salt: str, g
     files = sorted({s.source.rel_path for s in slices})
     if len(enhanced) == len(slices) and len(files) == 1:
         if four_d == _STACK and len(slices) > 1:
-            return [stacked_enhanced(slices, salt, several_roots)]
+            return [stacked_enhanced(slices, salt)]
         return list(slices)
     raise ConversionError(reasons.SERIES_ENHANCED,
                           f"the series holds {len({s.source.rel_path for s in enhanced})} Enhanced multi-frame "
