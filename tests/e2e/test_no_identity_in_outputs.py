@@ -72,8 +72,11 @@ def _write_patient(root: str, name: str, patient_id: str) -> list[str]:
     Converted Enhanced CT (highdicom), whose attributes sit in functional groups too."""
     from tests.support.enhanced_objects import legacy_enhanced
     src = pydicom_test_files()
-    paths = [os.path.join(root, "CT_chest", f"slice_{i:02d}.dcm") for i in range(3)]
-    paths.append(os.path.join(root, "RT_plan", "dose_volume.dcm"))
+    # each patient's own file names: two --input roots holding one relative path are refused
+    # (both files would get one record id), and the names are needles too
+    tag = patient_id[-3:]
+    paths = [os.path.join(root, "CT_chest", f"slice_{tag}_{i:02d}.dcm") for i in range(3)]
+    paths.append(os.path.join(root, "RT_plan", f"dose_volume_{tag}.dcm"))
     slices = []
     for i, path in enumerate(paths):
         ds = pydicom.dcmread(os.path.join(src, "rtdose.dcm" if "RT_plan" in path else "CT_small.dcm"))
@@ -86,7 +89,7 @@ def _write_patient(root: str, name: str, patient_id: str) -> list[str]:
     enhanced = legacy_enhanced(slices, f"phi-{patient_id}")
     _identify(enhanced, name, patient_id, 20)
     # a name no feature name or description holds ("volume" is in dicom/volumes)
-    paths.append(os.path.join(root, "CT_enhanced", "legacy_mf.dcm"))
+    paths.append(os.path.join(root, "CT_enhanced", f"legacy_mf_{tag}.dcm"))
     os.makedirs(os.path.dirname(paths[-1]), exist_ok=True)
     enhanced.save_as(paths[-1])
     return paths
@@ -241,7 +244,7 @@ def test_the_needles_are_the_inputs_own_values(archive):
             "066Y", "St Elsewhere Hospital", "CTSTATION07", "STY12345", "20240229", "134501.250",
             "1.2.826.0.1.3680043.9.7771.12345.4", "PACSNODE9", "NHS67890", "Lothian Health Board",
             "Follow-up for Doe^John", "Lothian_Jones_Mary_labels", "Smith_Jane_12345_findings.csv",
-            "Doe_John_67890_findings.csv", "slice_01.dcm", "dose_volume", "CT_chest", SALT} <= needles
+            "Doe_John_67890_findings.csv", "slice_345_01.dcm", "dose_volume_345", "CT_chest", SALT} <= needles
     assert "1.2.840.10008.1.2.1" not in needles and "ORIGINAL" not in needles
     assert len(needles) > 80
 

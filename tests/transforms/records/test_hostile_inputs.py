@@ -248,6 +248,9 @@ from dcm2tfrecord.transforms.records.probe import probe_file
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.sources.match import expand_pattern
 path, what = sys.argv[1], sys.argv[2]
+def peak_mb():     # this program's own peak (VmHWM starts again at exec; ru_maxrss keeps the parent's)
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith("VmHWM")) // 1024
 record = probe_file(next(expand_pattern(path)))
 os.remove(path)
 if what == "fifo":
@@ -260,7 +263,7 @@ try:
     print("written")
 except ConversionError as exc:
     print(exc.reason, "|", exc, "|", round(time.monotonic() - started, 2), "|",
-          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+          peak_mb())
 """
 
 
