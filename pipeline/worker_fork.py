@@ -270,13 +270,16 @@ def _through(fd: int, folder: str) -> str:
 
 
 def unsafe_parent(folder: str) -> str:
-    """The first of ``folder`` and its parents that others may write without the sticky bit
-    (there anyone can rename a folder of ours away and put their own in its place), or "".
+    """The first of ``folder`` and its parents where someone else could rename a folder of
+    ours away and put their own in its place, or "": one that others (its group included)
+    may write without the sticky bit, or that belongs to another user than root or us.
     """
     path = os.path.realpath(folder)
+    me = os.getuid()
     while True:
-        mode = os.stat(path).st_mode
-        if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        st = os.stat(path)
+        if st.st_uid not in (0, me) or (st.st_mode & (stat.S_IWOTH | stat.S_IWGRP)
+                                        and not st.st_mode & stat.S_ISVTX):
             return path
         parent = os.path.dirname(path)
         if parent == path:

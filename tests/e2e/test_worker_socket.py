@@ -175,8 +175,14 @@ def test_a_temp_folder_others_may_write_without_the_sticky_bit_is_never_used_for
         os.mkdir(inner, 0o700)                         # safe itself, but its parent is not
         assert worker_fork.unsafe_parent(shared) == os.path.realpath(shared)
         assert worker_fork.unsafe_parent(inner) == os.path.realpath(shared)
+        os.chmod(shared, 0o770)                        # the group may write it: as unsafe
+        assert worker_fork.unsafe_parent(inner) == os.path.realpath(shared)
         os.chmod(shared, 0o777 | stat.S_ISVTX)         # sticky: others cannot rename our folders
         assert worker_fork.unsafe_parent(inner) == ""
+        if os.getuid() == 0:                           # a folder of another user: its owner can
+            os.chown(shared, 65534, -1)
+            assert worker_fork.unsafe_parent(inner) == os.path.realpath(shared)
+            os.chown(shared, 0, -1)
         os.chmod(shared, 0o777)
         for unsafe in (shared, inner):
             monkeypatch.setattr(tempfile, "tempdir", unsafe)
