@@ -97,6 +97,7 @@ def _rerun_is_the_in_process_run(archive, output, reference, env, cwd):  # noqa:
     ("worker", "a worker process was killed by SIGKILL"),
     ("server", "the fork server (process"),
     ("client", "a worker process was killed by SIGKILL"),
+    ("spawned", "a worker process was killed by SIGKILL"),
 ])
 def test_a_process_of_the_run_killed_mid_write_ends_it_in_one_line_and_the_rerun_writes_the_same_bytes(
         archive, reference, tmp_path, role, said):  # noqa: F811
@@ -104,7 +105,8 @@ def test_a_process_of_the_run_killed_mid_write_ends_it_in_one_line_and_the_rerun
     pauses.mkdir()
     temp = tempfile.mkdtemp(prefix="fork-test-", dir="/tmp")
     try:
-        env = _env(TMPDIR=temp, **{PAUSE_ENV: f"half_written:{pauses}"})
+        env = _env(TMPDIR=temp, **{PAUSE_ENV: f"half_written:{pauses}"},
+                   **({worker_fork.SPAWN_ENV: "1"} if role == "spawned" else {}))
         output = tmp_path / "out"
         proc, stderr, took = _run_killing(_command(archive, output), env, tmp_path, role, "paused", pauses)
         assert proc.returncode == 1, stderr[-3000:]
