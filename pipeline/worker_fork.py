@@ -504,6 +504,10 @@ class WorkersDied(Dcm2TfrecordError):
     socket: the run stopped (its message is the one line to print)."""
 
 
+class _Interrupted(BaseException):
+    """Raised in the run's thread once a worker died (not an Exception: nothing of Beam's swallows it)."""
+
+
 _EXITED = re.compile(r"Worker subprocess exited with return code (-?\d+)")
 _STOP_SIGNAL = signal.SIGUSR2
 _STOPPED_WAIT_S = 10.0     # for Beam's threads of the workers stopped after a death
@@ -562,7 +566,7 @@ class WorkersWatch:
     def _interrupted(self, signum, frame) -> None:
         if self._running and self.first:
             self._running = False
-            raise WorkersDied(self.first)
+            raise _Interrupted()        # through any ``except Exception`` of Beam's; run() names it
 
     def _hook(self, args) -> None:
         exc = args.exc_value
