@@ -504,10 +504,6 @@ class WorkersDied(Dcm2TfrecordError):
     socket: the run stopped (its message is the one line to print)."""
 
 
-class _Interrupted(BaseException):
-    """Raised in the run's thread once a worker died (not an Exception: nothing of Beam's swallows it)."""
-
-
 _EXITED = re.compile(r"Worker subprocess exited with return code (-?\d+)")
 _STOP_SIGNAL = signal.SIGUSR2
 _STOPPED_WAIT_S = 10.0     # for Beam's threads of the workers stopped after a death
@@ -566,7 +562,8 @@ class WorkersWatch:
     def _interrupted(self, signum, frame) -> None:
         if self._running and self.first:
             self._running = False
-            raise _Interrupted()        # through any ``except Exception`` of Beam's; run() names it
+            # as Ctrl-C would: no ``except Exception`` of Beam's swallows it; run() names the death
+            raise KeyboardInterrupt
 
     def _hook(self, args) -> None:
         exc = args.exc_value
