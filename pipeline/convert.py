@@ -38,7 +38,7 @@ from dcm2tfrecord.pipeline.locations import absolute
 from dcm2tfrecord.pipeline.option_rules import check_options
 from dcm2tfrecord.pipeline.option_table import ConvertOptions
 from dcm2tfrecord.pipeline.usage import UsageError
-from dcm2tfrecord.pipeline.worker_fork import QUIETED_LOGGERS, ForkServer, fork_server, forking_runner
+from dcm2tfrecord.pipeline.worker_fork import QUIETED_LOGGERS, ForkServer, WorkersDied, fork_server, local_runner
 
 from dcm2tfrecord.dataset import versions
 from dcm2tfrecord.dataset.manifest import read_failed_run, read_manifest
@@ -153,10 +153,7 @@ def make_runner(options: PipelineOptions, server: Optional[ForkServer] = None):
     """
     runner = options.view_as(StandardOptions).runner
     if runner in LOCAL_RUNNERS:
-        if server is not None:
-            return forking_runner(server)
-        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-        return FnApiRunner()
+        return local_runner(server)
     return None   # Beam resolves --runner itself (DataflowRunner, ...)
 
 
@@ -447,7 +444,7 @@ def main(argv: Sequence[str]) -> int:
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         run_checked(opts, beam_args)       # parse_convert checked them
-    except ConversionFailed as exc:
+    except (ConversionFailed, WorkersDied) as exc:   # a dead worker: one line naming it (worker_fork)
         print(f"dcm2tfrecord convert: {exc}", file=sys.stderr)
         return 1
     except (UsageError, KeyboardInterrupt):

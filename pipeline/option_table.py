@@ -38,7 +38,8 @@ from dcm2tfrecord.transforms.dicom.voi import PRESETS, parse_window
 from dcm2tfrecord.transforms.images.geometry import parse_resize
 from dcm2tfrecord.transforms.masks.classes import load as load_class_map
 from dcm2tfrecord.transforms.masks.pairing import parse_mask_pattern
-from dcm2tfrecord.transforms.settings import MAX_SALT_BYTES, ConversionSettings, DecodeSettings, ShardBounds
+from dcm2tfrecord.transforms.settings import (MAX_SALT_BYTES, ConversionSettings, DecodeSettings, ShardBounds,
+                                              salt_check)
 from dcm2tfrecord.transforms.splits.assign import parse_splits
 
 _GCS = r"^gs:\/\/[^\n\r]+$"
@@ -493,9 +494,12 @@ class ConvertOptions:
         as their plain values)."""
         # With --id_salt_file the salt stays out of the settings (and so out of the job graph):
         # each worker reads the file at setup (transforms.settings.with_salt).
+        from_file = bool(self.id_salt_file and not self.id_salt)
         fed: dict[str, dict[str, Any]] = {
-            "decode": {"id_salt": "" if self.id_salt_file and not self.id_salt else self.salt(),
-                       "id_salt_file": absolute(self.id_salt_file) if self.id_salt_file else ""},
+            "decode": {"id_salt": "" if from_file else self.salt(),
+                       "id_salt_file": absolute(self.id_salt_file) if self.id_salt_file else "",
+                       # the salt read at the start, named: a worker whose file says otherwise fails
+                       "id_salt_check": salt_check(self.salt()) if from_file else ""},
             "conversion": {}}
         for option in OPTIONS:
             if option.setting:

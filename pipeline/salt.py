@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from dcm2tfrecord.pipeline.beam_args import IN_PROCESS_RUNNERS, is_dataflow, runner_name
 from dcm2tfrecord.pipeline.locations import absolute
 from dcm2tfrecord.pipeline.usage import UsageError
-from dcm2tfrecord.transforms.settings import SaltFileError, read_salt_file
+from dcm2tfrecord.transforms.settings import SaltFileError, read_salt_file, remember_salt
 
 if TYPE_CHECKING:
     from dcm2tfrecord.pipeline.option_table import ConvertOptions
@@ -34,10 +34,13 @@ _SALT_FILES: dict = {}
 
 
 def salt_file_content(uri: str) -> str:
-    """Read once per launcher process (validation asks for the salt several times)."""
+    """Read once per launcher process (validation asks for the salt several times): the one
+    value of the run, for dataset.json's locations and the record ids alike (the workers that
+    share this process's memory use it, others check theirs against it: settings.with_salt)."""
     if uri not in _SALT_FILES:
         try:
             _SALT_FILES[uri] = read_salt_file(uri)
+            remember_salt(uri, _SALT_FILES[uri])
         except SaltFileError as exc:    # not a regular file, missing, empty, too large: one line
             raise UsageError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - storage errors: one line

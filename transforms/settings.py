@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import os
 import socket
 import stat
+import unicodedata
 from typing import TYPE_CHECKING, Optional
 
 from dcm2tfrecord.dataset.errors import OptionError
@@ -46,6 +49,7 @@ class DecodeSettings:
     missing_mask: str = "skip"          # skip | empty | error: a series no annotation covers
     id_salt: str = ""                   # HMAC key for identifiers; never written
     id_salt_file: str = ""              # where workers read id_salt at setup (--id_salt_file)
+    id_salt_check: str = ""             # salt_check of the salt the launcher read from id_salt_file
     keep_tags: tuple[str, ...] = ()
     keep_source_path: bool = False
     allow_burned_in: bool = False
@@ -115,10 +119,12 @@ def _file_kind(mode: int) -> str:
 def read_salt_file(uri: str) -> str:
     """The salt held in a regular file or a storage object (local path or gs://...).
 
-    The whole file is read, as UTF-8 text; surrounding whitespace (spaces, tabs and line
-    ends, such as the newline ``echo`` adds) is removed, whitespace inside is kept.
-    SaltFileError when it is not a regular file (a FIFO, a device, a directory: never
-    opened, so nothing blocks), missing, empty, not UTF-8, or larger than MAX_SALT_BYTES.
+    The whole file is read, as UTF-8 text; a leading byte order mark (U+FEFF, which some
+    editors write) and surrounding whitespace (spaces, tabs and line ends, such as the
+    newline ``echo`` adds) are removed, whitespace inside is kept. SaltFileError when it is
+    not a regular file (a FIFO, a device, a directory: never opened, so nothing blocks),
+    missing, empty, not UTF-8, larger than MAX_SALT_BYTES, or without a visible character
+    (only spaces, byte order marks, zero-width characters: a known constant, no secret).
     """
     from apache_beam.io.filesystems import FileSystems
     if "://" not in uri:
@@ -143,13 +149,42 @@ def read_salt_file(uri: str) -> str:
         raise SaltFileError(f"--id_salt_file {uri} holds more than {MAX_SALT_BYTES} bytes: a salt is a "
                             "short secret (e.g. 32 random bytes as hex); is it the right file?")
     try:
-        salt = b"".join(chunks).decode("utf-8").strip()
+        text = b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError:
         raise SaltFileError(f"--id_salt_file {uri} is not UTF-8 text: write the salt as text "
                             "(e.g. openssl rand -hex 32)") from None
+    salt = text.removeprefix("\ufeff").strip()
     if not salt:
         raise SaltFileError(f"--id_salt_file {uri} is empty")
+    if not any(_visible(c) for c in salt):
+        raise SaltFileError(f"--id_salt_file {uri} holds no visible character (only spaces, byte order "
+                            "marks or zero-width characters: a constant anyone can guess): write a "
+                            "secret salt (e.g. openssl rand -hex 32)")
     return salt
+
+
+def _visible(char: str) -> bool:
+    """Not whitespace, not a format character (zero-width spaces and joiners, U+FEFF), not a control."""
+    return not char.isspace() and unicodedata.category(char) not in ("Cf", "Cc", "Zs", "Zl", "Zp")
+
+
+# The salt the launcher read from each --id_salt_file at the start of the run: the one value
+# the run uses. Forked workers and an in-process run inherit it; a worker elsewhere reads the
+# file and checks it against the settings' id_salt_check (with_salt).
+_READ_AT_START: dict[str, str] = {}
+
+
+def remember_salt(uri: str, salt: str) -> None:
+    """Called by the launcher once it has read ``uri`` (pipeline.salt)."""
+    _READ_AT_START[uri] = salt
+
+
+@functools.lru_cache(maxsize=8)
+def salt_check(salt: str) -> str:
+    """Names a salt without giving it away, for the job graph: a slow keyed digest (PBKDF2,
+    as costly to guess from as the record ids a dataset's readers hold, and slower)."""
+    return hashlib.pbkdf2_hmac("sha256", salt.encode("utf-8"), b"dcm2tfrecord id_salt_file check",
+                               50_000, 16).hex()
 
 
 def with_salt(settings: DecodeSettings) -> DecodeSettings:
@@ -158,11 +193,18 @@ def with_salt(settings: DecodeSettings) -> DecodeSettings:
     it fails in one line naming its host (a secret not mounted on every node)."""
     if settings.id_salt or not settings.id_salt_file:
         return settings
-    try:
-        salt = read_salt_file(settings.id_salt_file)
-    except Exception as exc:  # noqa: BLE001 - missing, unreadable, storage errors: one line
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        if not isinstance(exc, SaltFileError):
-            reason = f"--id_salt_file {settings.id_salt_file}: cannot be read ({reason})"
-        raise SaltFileError(f"on worker host {socket.gethostname()}: {reason}") from None
+    salt = _READ_AT_START.get(settings.id_salt_file)
+    if salt is None:
+        try:
+            salt = read_salt_file(settings.id_salt_file)
+        except Exception as exc:  # noqa: BLE001 - missing, unreadable, storage errors: one line
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if not isinstance(exc, SaltFileError):
+                reason = f"--id_salt_file {settings.id_salt_file}: cannot be read ({reason})"
+            raise SaltFileError(f"on worker host {socket.gethostname()}: {reason}") from None
+    if settings.id_salt_check and salt_check(salt) != settings.id_salt_check:
+        raise SaltFileError(f"on worker host {socket.gethostname()}: --id_salt_file {settings.id_salt_file} "
+                            "holds another salt than at the start of the run (it changed while the run "
+                            "went, or differs on this host): keep it the same everywhere and unchanged "
+                            "during a run, and rerun")
     return dataclasses.replace(settings, id_salt=salt)

@@ -159,17 +159,21 @@ def test_run_portable_with_an_external_worker_pool_writes_the_reference_bytes(ar
         log.close()
 
 
-def test_a_worker_that_cannot_read_the_salt_file_fails_in_one_line_naming_its_host(archive, tmp_path):
+def test_a_worker_that_cannot_read_the_salt_file_fails_in_one_line_naming_its_host(archive, tmp_path,
+                                                                                  monkeypatch):
     """The launcher read the salt file; by the time the workers start it is gone (a secret not
-    mounted on that node): the run fails, its one line names the host and the file."""
+    mounted on that node): the run fails, its one line names the host and the file. The
+    workers are spawned interpreters, which read the file themselves as a remote worker does
+    (a worker sharing the launcher's memory uses the salt it read: issue 35)."""
     _, _, salt, _ = archive
     moved = str(tmp_path / "salt")
     shutil.copyfile(salt, moved)
     opts = _opts(archive, tmp_path / "out").replace(id_salt_file=moved)
     opts.salt()                  # read by the launcher (read once per launcher process)
     os.remove(moved)
+    monkeypatch.setenv("DCM2TFRECORD_SPAWN_WORKERS", "1")
     with pytest.raises(Exception) as caught:
-        convert.run(opts, LOOPBACK, quiet=True)
+        convert.run(opts, ["--direct_num_workers=2", "--direct_running_mode=multi_processing"], quiet=True)
     line = convert.root_cause(caught.value)
     assert f"on worker host {socket.gethostname()}" in line and moved in line and "no such file" in line, line
     assert "\n" not in line

@@ -19,6 +19,7 @@ import pytest
 
 from dcm2tfrecord.pipeline import worker_fork
 from tests.support.hooks import PAUSE_ENV, subprocess_env
+from tests.support.processes import cmdline
 from tests.support.runners import _shards, archive, reference  # noqa: F401 - fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -77,14 +78,6 @@ def _process_table() -> dict:
     return table
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _descendants(pid: int, table: dict) -> dict:
     found, frontier = {}, [pid]
     while frontier:
@@ -124,7 +117,7 @@ def test_a_launcher_killed_outright_leaves_no_worker_and_no_socket(archive, tmp_
         # the fork server, at least one worker held in the writer, Beam's worker commands
         assert len(family) >= 3, family
         assert _sockets_left(temp), "no fork server socket: the workers were not forked"
-        commands = [_cmdline(pid) for pid in family]
+        commands = [cmdline(pid) for pid in family]
         assert not any("sdk_worker_main" in c for c in commands), commands   # none spawned
         launcher.send_signal(signal.SIGKILL)
         launcher.wait(timeout=30)

@@ -148,3 +148,22 @@ def cli(*args, env=None, timeout=600):
 def errors_of(dataset_dir) -> list[dict]:
     with open(os.path.join(dataset_dir, names.ERRORS_NAME)) as handle:
         return [json.loads(line) for line in handle]
+
+
+def cmdline(pid: int) -> str:
+    """Process ``pid``'s command line, its arguments joined by spaces ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    row = _proc_table().get(pid)
+    return row is not None and row[1] not in ("Z", "X")
+
+
+def children(pid: int) -> list[int]:
+    return [p for p, row in _proc_table().items() if row[0] == pid]

@@ -3,7 +3,8 @@ run at an exact moment instead of polling for it.
 
 ``install("POINT:DIR")`` wraps dataset.shard_writer (its ``ShardSink.append`` and the
 ``incomplete_file`` its ``open_shard`` renames through); the product code is unchanged.
-Each writer that stops creates DIR/POINT-<shard file> and waits until DIR/go exists.
+Each writer that stops creates DIR/POINT-<shard file>, holding its process's environment as
+JSON (what a worker was handed), and waits until DIR/go exists.
 POINT is
 
 - ``opened``: the shard's temp file about to be created, before the writer has read any
@@ -19,6 +20,7 @@ workers; spawned workers install them again (sitecustomize).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
@@ -31,7 +33,10 @@ _installed: list[str] = []
 
 def _stop_here(point: str, folder: str, file_name: str, announce: bool = True) -> None:
     if announce:
-        open(os.path.join(folder, f"{point}-{file_name}"), "w").close()
+        partial = os.path.join(folder, f".{point}-{file_name}.partial")   # whole when it appears
+        with open(partial, "w") as handle:
+            json.dump(dict(os.environ), handle)
+        os.replace(partial, os.path.join(folder, f"{point}-{file_name}"))
     while not os.path.exists(os.path.join(folder, "go")):
         time.sleep(POLL_S)
 

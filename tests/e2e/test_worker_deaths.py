@@ -1,0 +1,154 @@
+"""A worker process, its client or the fork server killed outright (SIGKILL, as the
+out-of-memory killer does) during a local run (pipeline/worker_fork.py WorkersWatch,
+issue 35, item 4).
+
+Beam alone printed its threads' tracebacks and ended with the message ``Empty``, or, for a
+worker killed before it connected, waited forever. Expected: one line naming what died and
+what to do, nothing committed, no traceback; and the rerun writes the in-process run's bytes.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.pipeline import worker_fork
+from dcm2tfrecord.pipeline.salt import SALT_ENV
+from tests.support.hooks import PAUSE_ENV, subprocess_env
+from tests.support.processes import _descendants, children, cmdline, our_lines
+from tests.support.runners import _shards, archive, reference  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and forked workers: Linux")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+ENDS_WITHIN_S = 90      # a run whose worker died ends this soon (it waited forever)
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in (worker_fork.SPAWN_ENV, SALT_ENV)}
+    path = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    return {**subprocess_env({**env, "PYTHONPATH": path}), "CUDA_VISIBLE_DEVICES": "-1",
+            "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
+
+
+def _command(archive, output) -> list[str]:  # noqa: F811
+    root, labels, salt, _ = archive
+    return [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", root, "--output", str(output),
+            "--labels", labels, "--id_salt_file", salt, "--splits", "train=0.5,validation=0.5",
+            "--max_failure_ratio", "1.0", "--progress", "none", *WORKERS]
+
+
+def _roles(launcher: int) -> dict[str, list[int]]:
+    """The run's processes by role: the fork server, the worker clients Beam started, the
+    forked workers (children of the fork server), the spawned workers."""
+    mine = children(launcher)
+    clients = [p for p in mine if " -S -c " in cmdline(p)]
+    servers = [p for p in mine if p not in clients and "dcm2tfrecord.pipeline" in cmdline(p)]
+    forked = children(servers[0]) if servers else []
+    # this run's processes only, never another run's
+    spawned = [p for p in _descendants(launcher) - {launcher}
+               if "sdk_worker_main" in cmdline(p) and not cmdline(p).startswith("/bin/sh")]
+    return {"server": servers, "client": clients, "worker": forked, "spawned": spawned}
+
+
+def _run_killing(command, env, cwd, role: str, when: str, pauses=None) -> tuple[subprocess.Popen, str, float]:
+    """Runs ``command``; SIGKILLs one process of ``role`` once ``when`` ("paused": every shard
+    writer holds, then they go on; "at_start": as soon as it exists, before it connected).
+    Returns the finished process, its stderr and the seconds from the kill to its end."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        victim = None
+        while victim is None:
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:]
+            ready = when == "at_start" or any(n.startswith("half_written-") for n in os.listdir(pauses))
+            found = _roles(proc.pid)[role] if ready else []
+            victim = found[0] if found else None
+            time.sleep(0.005 if when == "at_start" else 0.05)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.time()
+        if pauses is not None:
+            time.sleep(0.5)
+            (pauses / "go").touch()
+        _, stderr = proc.communicate(timeout=ENDS_WITHIN_S + 60)
+        return proc, stderr, time.time() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _rerun_is_the_in_process_run(archive, output, reference, env, cwd):  # noqa: F811
+    done = subprocess.run(_command(archive, output), env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _shards(output) == reference[0]
+
+
+@pytest.mark.parametrize("role, said", [
+    ("worker", "a worker process was killed by SIGKILL"),
+    ("server", "the fork server (process"),
+    ("client", "a worker process was killed by SIGKILL"),
+    ("spawned", "a worker process was killed by SIGKILL"),
+])
+def test_a_process_of_the_run_killed_mid_write_ends_it_in_one_line_and_the_rerun_writes_the_same_bytes(
+        archive, reference, tmp_path, role, said):  # noqa: F811
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
+    temp = tempfile.mkdtemp(prefix="fork-test-", dir="/tmp")
+    try:
+        env = _env(TMPDIR=temp, **{PAUSE_ENV: f"half_written:{pauses}"},
+                   **({worker_fork.SPAWN_ENV: "1"} if role == "spawned" else {}))
+        output = tmp_path / "out"
+        proc, stderr, took = _run_killing(_command(archive, output), env, tmp_path, role, "paused", pauses)
+        assert proc.returncode == 1, stderr[-3000:]
+        lines = our_lines(stderr)
+        assert len(lines) == 1 and said in lines[0] and "rerun" in lines[0], stderr[-3000:]
+        if role != "server":
+            assert "SIGKILL (the out-of-memory killer" in lines[0]
+        # nothing but that line: no Beam traceback, no gRPC message, no "Empty"
+        assert stderr.strip().splitlines() == lines, stderr[-3000:]
+        assert not (output / names.MANIFEST_NAME).exists()
+        _rerun_is_the_in_process_run(archive, output, reference, _env(TMPDIR=temp), tmp_path)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("spawn", [False, True], ids=["forked", "spawned"])
+def test_a_worker_killed_before_it_connected_ends_the_run_in_one_line_not_never(archive, tmp_path, spawn):  # noqa: F811
+    """Killed as soon as it exists: Beam waited forever for its connection."""
+    temp = tempfile.mkdtemp(prefix="fork-test-", dir="/tmp")
+    try:
+        env = _env(TMPDIR=temp, **({worker_fork.SPAWN_ENV: "1"} if spawn else {}))
+        output = tmp_path / "out"
+        proc, stderr, took = _run_killing(_command(archive, output), env, tmp_path,
+                                          "spawned" if spawn else "worker", "at_start")
+        assert proc.returncode == 1 and took < ENDS_WITHIN_S, (took, stderr[-3000:])
+        lines = our_lines(stderr)
+        assert len(lines) == 1 and "a worker process was killed by SIGKILL" in lines[0], stderr[-3000:]
+        assert stderr.strip().splitlines() == lines, stderr[-3000:]      # no traceback, no shell's "Killed"
+        assert not (output / names.MANIFEST_NAME).exists()
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_death_lines_name_what_died_and_what_to_do():
+    sigkill = "a worker process was killed by SIGKILL (the out-of-memory killer"
+    assert worker_fork.death_line(-9, None).startswith(sigkill)
+    assert worker_fork.death_line(128 + 9, None).startswith(sigkill)
+    assert "fewer --direct_num_workers" in worker_fork.death_line(137, None)
+    assert worker_fork.death_line(128 + 15, None).startswith("a worker process was killed by SIGTERM;")
+    assert worker_fork.death_line(1, None).startswith("a worker process exited with status 1")
+    for code in (worker_fork.REFUSED_FOLDER, worker_fork.REFUSED_PEER):
+        assert "TMPDIR" in worker_fork.death_line(code, None)
+    for code in (-9, 1, worker_fork.REFUSED_PEER):
+        line = worker_fork.death_line(code, None)
+        assert "\n" not in line and "nothing was committed" in line.lower()
