@@ -30,6 +30,12 @@ import zlib
 from typing import BinaryIO, Iterable, Mapping, Optional
 
 DEFAULT = "none"
+# gzip's deflate level when none is given (--gzip_level's default). Converting 512x512 int16 CT
+# slices, level 1 costs 1.76x the CPU of a plain write for 0.423 of its bytes, level 3 2.05x for
+# 0.413, level 9 (gzip.GzipFile's default, which every gzip shard was written with before
+# --gzip_level) 8.97x for 0.409 (docs/BENCHMARKS.md, "14. Gzip shards at the codec's speed")
+DEFAULT_GZIP_LEVEL = 1
+GZIP_LEVELS = range(1, 10)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,9 +49,10 @@ class FileAdapter:
     # what the index's offsets address, for messages ("byte 1234")
     offset_unit: str = "byte"
 
-    def open_writer(self, raw: BinaryIO) -> BinaryIO:
+    def open_writer(self, raw: BinaryIO, level: Optional[int] = None) -> BinaryIO:
         """The stream records are framed onto; closing it (when it is not ``raw``) finishes
-        the container, and leaves ``raw`` open. ``raw`` itself when nothing wraps it."""
+        the container, and leaves ``raw`` open. ``raw`` itself when nothing wraps it.
+        ``level``: the compressor's level, where the container has one (None: its default)."""
         return raw
 
     def open_reader(self, raw: BinaryIO) -> BinaryIO:
@@ -67,8 +74,12 @@ class GzipAdapter(FileAdapter):
     """One gzip member with a zero timestamp and no file name, so its bytes are
     deterministic too; ``.idx`` offsets address the uncompressed record stream."""
 
-    def open_writer(self, raw: BinaryIO) -> BinaryIO:
-        return gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)  # type: ignore[return-value]
+    def open_writer(self, raw: BinaryIO, level: Optional[int] = None) -> BinaryIO:
+        level = DEFAULT_GZIP_LEVEL if level is None else level
+        if level not in GZIP_LEVELS:
+            raise ValueError(f"gzip level {level!r} is not 1 to 9")
+        return gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,  # type: ignore[return-value]
+                             compresslevel=level)
 
     def open_reader(self, raw: BinaryIO) -> BinaryIO:
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]

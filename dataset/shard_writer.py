@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Optional
 
 from dcm2tfrecord.dataset import file_adapters
 from dcm2tfrecord.dataset.files import create_output, incomplete_file
@@ -42,9 +42,10 @@ class ShardSink:
     """The open shard: ``append`` one encoded record at a time."""
 
     def __init__(self, raw: BinaryIO,
-                 adapter: file_adapters.FileAdapter = file_adapters.ADAPTERS[file_adapters.DEFAULT]):
+                 adapter: file_adapters.FileAdapter = file_adapters.ADAPTERS[file_adapters.DEFAULT],
+                 level: Optional[int] = None):
         self._file = _HashingWriter(raw)
-        self._target = adapter.open_writer(self._file)  # type: ignore[arg-type]
+        self._target = adapter.open_writer(self._file, level)  # type: ignore[arg-type]
         self.offsets: list[tuple[int, int]] = []    # (offset, size) per record, uncompressed stream
         self._stream_offset = 0
 
@@ -80,19 +81,21 @@ class ShardSink:
 
 
 @contextlib.contextmanager
-def open_shard(output_dir: str, file_name: str, compression: str = "none") -> Iterator[ShardSink]:
+def open_shard(output_dir: str, file_name: str, compression: str = "none",
+               level: Optional[int] = None) -> Iterator[ShardSink]:
     """``with open_shard(out, name) as shard: shard.append(record) ...``; on a clean exit the
     ``.idx`` and then the shard are renamed into place, on an exception neither appears.
 
     ``compression`` names the container (dataset/file_adapters.py): with
     ``"gzip"`` the shard is one gzip member with a zero timestamp and no file
     name, so its bytes are deterministic too; index offsets always refer to
-    the uncompressed record stream.
+    the uncompressed record stream. ``level``: gzip's level (--gzip_level; None: the
+    container's default).
     """
     final_path = FileSystems.join(output_dir, file_name)
     with incomplete_file(final_path, output_dir) as tmp:
         with create_output(output_dir, tmp) as raw:
-            shard = ShardSink(raw, file_adapters.adapter(compression))
+            shard = ShardSink(raw, file_adapters.adapter(compression), level)
             yield shard
             shard._finish()
         index_path = FileSystems.join(output_dir, index_file_name(file_name))

@@ -265,7 +265,8 @@ class ConvertArchive(beam.PTransform):
                                                               records_files=self.base is not None,
                                                               tag=self.version_tag,
                                                               storage_retry_s=settings.storage_retry_s,
-                                                              run=self.run),
+                                                              run=self.run,
+                                                              level=settings.gzip_level),
                                                  AsSingleton(plan_recorded)))
         # ShardResult and Outcome on one output, split by type here: no side input reads off a
         # step with several outputs (runners differ in how they keep those apart:

@@ -220,6 +220,11 @@ class ConvertOptions:
         "compression", "gzip writes .tfrecord.gz", _SHARDS,
         Template("Compression", "none (default) or gzip (.tfrecord.gz)."),
         setting="conversion.compression"))
+    gzip_level: int = declare(Option(
+        "gzip_level", "with --compression gzip: deflate level, 1 (fastest) to 9 (smallest)", _SHARDS,
+        Template("Gzip level", "With gzip: deflate level, 1 (fastest) to 9 (smallest). Default 1.",
+                 (r"^[1-9]$",)),
+        setting="conversion.gzip_level", content=False))
     seed: int = declare(Option(
         "seed", "record order seed", _SHARDS,
         Template("Record order seed", "Seed of the record order. Default 0.", (r"^-?[0-9]+$",)),

@@ -11,6 +11,7 @@ import unicodedata
 from typing import TYPE_CHECKING, Optional
 
 from dcm2tfrecord.dataset.errors import OptionError
+from dcm2tfrecord.dataset.file_adapters import DEFAULT_GZIP_LEVEL
 
 if TYPE_CHECKING:
     from dcm2tfrecord.transforms.masks.classes import ClassMap
@@ -64,6 +65,7 @@ class ConversionSettings:
     max_pixels: int = DEFAULT_MAX_PIXELS
     seed: int = 0
     compression: str = "none"          # or "gzip"
+    gzip_level: int = DEFAULT_GZIP_LEVEL   # with "gzip": the deflate level, 1-9
     min_shards: int = 1
     labels_csv: Optional[str] = None
     label_key: str = "path"

@@ -22,7 +22,10 @@ OPTION_SETS = {
     "labels_splits_gzip_window": dict(
         target_shard_mb=2, min_shard_mb=1, max_shard_mb=16, labels="LABELS",
         splits="train=0.6,validation=0.2,test=0.2", compression="gzip", dicom_values="window",
-        resize="48x64", resize_mode="pad", channels="1", seed=7),
+        resize="48x64", resize_mode="pad", channels="1", seed=7,
+        gzip_level=9),   # the level of every gzip shard before --gzip_level: those bytes, unchanged
+    # gzip at --gzip_level's default (1)
+    "gzip_default_level": dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=16, compression="gzip"),
     "series": dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64, unit="series"),
     "frames_split": dict(target_shard_mb=1, min_shard_mb=0.5, max_shard_mb=64, frames="split",
                          split_by="study", splits="train=0.5,test=0.5", min_shards=2),
@@ -95,6 +98,13 @@ PINNED = {
         'train-00002-of-00004.tfrecord.idx': 'aec607a7963b17c5',
         'train-00003-of-00004.tfrecord': '7bd232f721b5f7f8',
         'train-00003-of-00004.tfrecord.idx': '9e531c2b15f0a2a3',
+    },
+    # gzip at --gzip_level's default, 1 (issue 36)
+    'gzip_default_level': {
+        "train-00000-of-00002.tfrecord.gz": "53b9a45d52336855",
+        "train-00000-of-00002.tfrecord.gz.idx": "d9526fe78e1bd690",
+        "train-00001-of-00002.tfrecord.gz": "f9fb7ff233577f3e",
+        "train-00001-of-00002.tfrecord.gz.idx": "95f6126ac1a6278f"
     },
     'labels_splits_gzip_window': {
         'test-00000-of-00001.tfrecord.gz': '5ff7075335a0fa9a',

@@ -36,9 +36,10 @@ class WriteShardFn(ReadsSourcesFn):
 
     def __init__(self, output_dir: str, compression: str = "none",
                  settings: DecodeSettings = DecodeSettings(), records_files: bool = False,
-                 tag: str = "", storage_retry_s: float = 0.0, run: str = ""):
+                 tag: str = "", storage_retry_s: float = 0.0, run: str = "",
+                 level: Optional[int] = None):
         super().__init__(settings, storage_retry_s, run)
-        self.output_dir, self.compression = output_dir, compression
+        self.output_dir, self.compression, self.level = output_dir, compression, level
         self.records_files = records_files   # --incremental: <shard>.records.json beside each shard
         self.tag = tag                       # --incremental: "v0002" in the new shards' names
 
@@ -63,7 +64,7 @@ class WriteShardFn(ReadsSourcesFn):
         try:
             result, outcomes = write_shard(plan, self.output_dir, self.compression, opener=opener,
                                            settings=self.settings, on_written=on_written,
-                                           on_error=on_error)
+                                           on_error=on_error, level=self.level)
             if self.records_files:
                 versions.write_records_file(self.output_dir, result,
                                             [record_fingerprint(r) for r in written])

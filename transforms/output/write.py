@@ -77,7 +77,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
                 settings: DecodeSettings = DecodeSettings(),
                 on_written: Optional[Callable[[ProbedRecord], None]] = None,
                 on_error: Optional[Callable[[ProbedRecord, Exception], None]] = None,
-                ) -> tuple[ShardResult, list[Outcome]]:
+                level: Optional[int] = None) -> tuple[ShardResult, list[Outcome]]:
     """Writes ``plan`` (and its .idx) to ``output_dir``; records that fail are reported, not fatal.
 
     ``on_written`` is called with each record that made it into the shard, ``on_error``
@@ -90,7 +90,7 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
     sources_written = 0
     max_depth = 1
     file_name = shard_file_name(plan.split, plan.index, plan.num_shards, plan.tag, compression)
-    with open_shard(output_dir, file_name, compression) as shard:
+    with open_shard(output_dir, file_name, compression, level) as shard:
         for record in plan.records:
             try:
                 payload, dtype, shape = build_record(record, opener, settings)
