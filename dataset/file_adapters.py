@@ -33,7 +33,7 @@ DEFAULT = "none"
 # gzip's deflate level when none is given (--gzip_level's default). Converting 512x512 int16 CT
 # slices, level 1 costs 1.76x the CPU of a plain write for 0.423 of its bytes, level 3 2.05x for
 # 0.413, level 9 (gzip.GzipFile's default, which every gzip shard was written with before
-# --gzip_level) 8.97x for 0.409 (docs/BENCHMARKS.md, "14. Gzip shards at the codec's speed")
+# --gzip_level) 8.97x for 0.409 (docs/BENCHMARKS.md, "14. Gzip shards at codec speed")
 DEFAULT_GZIP_LEVEL = 1
 GZIP_LEVELS = range(1, 10)
 
@@ -116,6 +116,16 @@ def adapter(name: Optional[str]) -> FileAdapter:
         known = ", ".join(sorted(ADAPTERS))
         raise ValueError(f"compression {name!r} is not a shard container this dcm2tfrecord "
                          f"knows ({known})") from None
+
+
+def level_refusal(compression: str, level: int) -> str:
+    """Why --gzip_level ``level`` cannot go with --compression ``compression`` ("" if it can)."""
+    if level not in GZIP_LEVELS:
+        return f"--gzip_level must be 1 (fastest) to 9 (smallest), not {level}"
+    if compression != GZIP.name and level != DEFAULT_GZIP_LEVEL:
+        return (f"--gzip_level {level} applies to --compression gzip only; add --compression gzip "
+                "or drop --gzip_level")
+    return ""
 
 
 def suffixes() -> tuple[str, ...]:

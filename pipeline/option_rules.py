@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from dcm2tfrecord.dataset.file_adapters import DEFAULT_GZIP_LEVEL, GZIP, GZIP_LEVELS
+from dcm2tfrecord.dataset.file_adapters import level_refusal
 from dcm2tfrecord.pipeline.label_csv_checks import check_label_csv
 from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV, check_salt_stays_out_of_the_job
 from dcm2tfrecord.pipeline.usage import UsageError
@@ -45,11 +45,9 @@ def validate(opts: "ConvertOptions") -> None:
         raise UsageError("--max_pixels must be positive")
     if not 0 <= opts.max_failure_ratio <= 1:
         raise UsageError(f"--max_failure_ratio {opts.max_failure_ratio} must lie in [0, 1]")
-    if opts.gzip_level not in GZIP_LEVELS:
-        raise UsageError(f"--gzip_level must be 1 (fastest) to 9 (smallest), not {opts.gzip_level}")
-    if opts.compression != GZIP.name and opts.gzip_level != DEFAULT_GZIP_LEVEL:
-        raise UsageError(f"--gzip_level {opts.gzip_level} applies to --compression gzip only; add "
-                         "--compression gzip or drop --gzip_level")
+    level_problem = level_refusal(opts.compression, opts.gzip_level)
+    if level_problem:
+        raise UsageError(level_problem)
     if opts.min_shards < 1:
         raise UsageError("--min_shards must be >= 1")
     if opts.gcs_retry_s <= 0:

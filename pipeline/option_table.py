@@ -221,7 +221,7 @@ class ConvertOptions:
         Template("Compression", "none (default) or gzip (.tfrecord.gz)."),
         setting="conversion.compression"))
     gzip_level: int = declare(Option(
-        "gzip_level", "with --compression gzip: deflate level, 1 (fastest) to 9 (smallest)", _SHARDS,
+        "gzip_level", "with --compression gzip: the deflate level, higher is smaller and slower (up to 9)", _SHARDS,
         Template("Gzip level", "With gzip: deflate level, 1 (fastest) to 9 (smallest). Default 1.",
                  (r"^[1-9]$",)),
         setting="conversion.gzip_level", content=False))

@@ -86,7 +86,7 @@ class _ZlibReader:
 
 @dataclasses.dataclass(frozen=True)
 class ZlibAdapter(FileAdapter):
-    def open_writer(self, raw: BinaryIO) -> BinaryIO:
+    def open_writer(self, raw: BinaryIO, level=None) -> BinaryIO:
         return _ZlibWriter(raw)  # type: ignore[return-value]
 
     def open_reader(self, raw: BinaryIO) -> BinaryIO:

@@ -25,7 +25,7 @@ CASES = [
     (["--window", "lung"], "--dicom_values window"),
     (["--max_failure_ratio", "2"], "--max_failure_ratio"),
     (["--split_column", "fold"], "--labels"),
-    (["--gzip_level", "1"], "--compression gzip"),           # a level for a plain shard
+    (["--gzip_level", "5"], "--compression gzip"),           # a level for a plain shard
     (["--compression", "gzip", "--gzip_level", "0"], "--gzip_level"),
     (["--compression", "gzip", "--gzip_level", "10"], "--gzip_level"),
 ]
