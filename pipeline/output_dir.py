@@ -14,9 +14,8 @@ from dcm2tfrecord.dataset.manifest import Manifest, NewerFormatError, read_manif
 from dcm2tfrecord.dataset.files import (create_output, delete_tree, matching, remove_empty_incomplete_dir,
                                         remove_incomplete, remove_output_file, remove_own_files)
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, LOCK_NAME,
-                           MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, VERSIONS_DIR, files_of_shard,
-                           incomplete_name)
-from dcm2tfrecord.dataset.names import UNMATCHED_ROWS_NAME
+                           MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, UNMATCHED_ROWS_NAME, VERSIONS_DIR,
+                           files_of_shard, incomplete_name)
 from dcm2tfrecord.dataset.progress import remove_progress
 from dcm2tfrecord.pipeline.option_table import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions
 from dcm2tfrecord.pipeline.usage import UsageError

@@ -68,6 +68,22 @@ def _paused_run(tmp_path, count: int = 12, *extra: str):
     return proc, pause
 
 
+def _replace_with_link(folder, target) -> None:
+    """``folder`` moved out of the output and a link to ``target`` put in its place."""
+    os.rename(folder, folder.parent.parent / f"real{folder.name}")
+    os.symlink(target, folder)
+
+
+def _resume_failing(proc, pause, victim) -> tuple[list[str], str]:
+    """Lets the paused writers go; the run must end with exit 1 and the victim folder as it
+    was. (dcm2tfrecord's own stderr lines, the whole stderr)."""
+    (pause / "go").touch()
+    stdout, stderr = proc.communicate(timeout=600)
+    _victim_intact(victim)
+    assert proc.returncode == 1, (stdout, stderr)
+    return our_lines(stderr), stderr
+
+
 def test_progress_made_a_link_mid_run_deletes_nothing_behind_it_and_says_what_was_committed(tmp_path):
     """Item 1 (`.progress` swapped for a link once the plan is written: the tidy-up deleted four
     files behind it, then failed in 69 lines) and item 12 (that failure said "committed nothing
@@ -76,13 +92,8 @@ def test_progress_made_a_link_mid_run_deletes_nothing_behind_it_and_says_what_wa
     proc, pause = _paused_run(tmp_path)
     out = tmp_path / "out"
     assert (out / names.PROGRESS_DIR / names.PLAN_NAME).exists()
-    os.rename(out / names.PROGRESS_DIR, tmp_path / "real_progress")
-    os.symlink(victim, out / names.PROGRESS_DIR)
-    (pause / "go").touch()
-    stdout, stderr = proc.communicate(timeout=600)
-    _victim_intact(victim)
-    assert proc.returncode == 1, (stdout, stderr)
-    lines = our_lines(stderr)
+    _replace_with_link(out / names.PROGRESS_DIR, victim)
+    lines, stderr = _resume_failing(proc, pause, victim)
     assert len(lines) == 1, stderr
     assert "the dataset was committed" in lines[0] and "12 records" in lines[0], lines
     assert ".progress is a symbolic link" in lines[0] and "committed nothing" not in lines[0], lines
@@ -269,11 +280,7 @@ def test_incomplete_swapped_for_a_link_mid_write_fails_in_one_line_and_writes_no
     os.symlink(victim, tmp_path / "out" / "decoy")
     _exchange(str(out / names.INCOMPLETE_DIR), str(out / "decoy"))
     assert os.path.islink(out / names.INCOMPLETE_DIR)
-    (pause / "go").touch()
-    stdout, stderr = proc.communicate(timeout=600)
-    _victim_intact(victim)
-    assert proc.returncode == 1, (stdout, stderr)
-    lines = our_lines(stderr)
+    lines, stderr = _resume_failing(proc, pause, victim)
     assert len(lines) == 1 and ".incomplete is a symbolic link" in lines[0], stderr
     assert "committed nothing new" in lines[0], lines
     assert not (out / names.MANIFEST_NAME).exists()
@@ -286,12 +293,7 @@ def test_versions_swapped_for_a_link_mid_run_of_incremental_writes_nothing_behin
     victim = _victim_dir(tmp_path)
     proc, pause = _paused_run(tmp_path, 12, "--incremental")
     out = tmp_path / "out"
-    os.rename(out / names.VERSIONS_DIR, tmp_path / "real_versions")
-    os.symlink(victim, out / names.VERSIONS_DIR)
-    (pause / "go").touch()
-    stdout, stderr = proc.communicate(timeout=600)
-    _victim_intact(victim)
-    assert proc.returncode == 1, (stdout, stderr)
-    lines = our_lines(stderr)
+    _replace_with_link(out / names.VERSIONS_DIR, victim)
+    lines, stderr = _resume_failing(proc, pause, victim)
     assert len(lines) == 1 and "versions is a symbolic link" in lines[0], stderr
     assert not (out / names.LATEST_NAME).exists()
