@@ -507,6 +507,7 @@ class WorkersDied(Dcm2TfrecordError):
 _EXITED = re.compile(r"Worker subprocess exited with return code (-?\d+)")
 _STOP_SIGNAL = signal.SIGUSR2
 _STOPPED_WAIT_S = 10.0     # for Beam's threads of the workers stopped after a death
+_REAP_EVERY_S = 0.1        # spawned workers started after a death are stopped this often
 DEBUG_ENV = "DCM2TFRECORD_DEBUG"    # pipeline.convert's: Beam's tracebacks shown as they come
 
 
@@ -526,6 +527,7 @@ class WorkersWatch:
         self._main: Optional[int] = None
         self._previous_hook: Callable = threading.excepthook
         self._previous_signal: Any = None
+        self._ended = threading.Event()   # the watch is over: the reaper of spawned workers stops
 
     def __enter__(self) -> "WorkersWatch":
         self._previous_hook = threading.excepthook
@@ -543,9 +545,14 @@ class WorkersWatch:
             for thread in threading.enumerate():
                 if thread.name == "run_worker" and thread is not threading.current_thread():
                     thread.join(max(0.0, deadline - time.monotonic()))
+        self._ended.set()
         threading.excepthook = self._previous_hook
         if self._main is not None:
             signal.signal(_STOP_SIGNAL, self._previous_signal)
+
+    def _reap(self) -> None:
+        while not self._ended.wait(_REAP_EVERY_S):
+            _kill_spawned_workers()
 
     def run(self, job: Callable):
         """``job()``, as :class:`WorkersDied` where a worker died while it ran."""
@@ -584,9 +591,12 @@ class WorkersWatch:
             self.first = death_line(code, self.server)
         # the others stop too: Beam's tidy-up then waits on none of them
         if self.server is not None:
-            self.server.close()
+            self.server.close()     # a client started after this finds no server and ends
         else:
+            # a worker Beam starts after this scan (measured: its second, under load) would
+            # keep Beam's tidy-up waiting on it forever: every new one is stopped until the end
             _kill_spawned_workers()
+            threading.Thread(target=self._reap, name="dcm2tfrecord-reaper", daemon=True).start()
         if self._main is not None:
             with contextlib.suppress(OSError, ValueError):
                 signal.pthread_kill(self._main, _STOP_SIGNAL)

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -152,3 +153,33 @@ def test_death_lines_name_what_died_and_what_to_do():
     for code in (-9, 1, worker_fork.REFUSED_PEER):
         line = worker_fork.death_line(code, None)
         assert "\n" not in line and "nothing was committed" in line.lower()
+
+
+def test_a_spawned_worker_started_just_after_a_death_is_stopped_too():
+    """Measured in CI under load: Beam started the second spawned worker after the first
+    one's death had been handled, so the one scan for workers to stop missed it and Beam's
+    tidy-up waited on it forever. Every worker that appears while the watch lasts is stopped."""
+    late: list[subprocess.Popen] = []
+    ended: list = []
+
+    def watched() -> None:   # a thread of its own: no signal to the main thread of pytest
+        with worker_fork.WorkersWatch(None) as watch:
+            watch.died(-signal.SIGKILL)
+            assert "a worker process was killed by SIGKILL" in watch.first
+            started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "sdk_worker_main"])
+            late.append(started)
+            try:
+                ended.append(started.wait(timeout=10))
+            except subprocess.TimeoutExpired:
+                ended.append(None)
+
+    thread = threading.Thread(target=watched)
+    thread.start()
+    thread.join(30)
+    try:
+        assert ended == [-signal.SIGKILL], ended
+    finally:
+        for process in late:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
