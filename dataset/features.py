@@ -10,10 +10,13 @@ from typing import Mapping
 
 import numpy as np
 
+from dcm2tfrecord.dataset import png
 from dcm2tfrecord.dataset.example import encode_example_parts
 
 FORMAT_VERSION = 1        # dataset.json's; a reader refuses a newer one (dataset/manifest.py)
 ENCODING_RAW = "raw"
+ENCODING_PNG = "png"       # --pixel_encoding png: image_raw is one PNG image (dataset/png.py)
+PIXEL_ENCODINGS = (ENCODING_RAW, ENCODING_PNG)
 
 # Feature names: every module spells them through these.
 IMAGE_RAW = "image_raw"
@@ -52,6 +55,17 @@ CORE_FEATURES = {
 SOURCE_PATH_FEATURE = {"dtype": "bytes", "shape": [], "description": "--keep_source_path"}
 
 
+def image_features(encoding: str) -> dict:
+    """dataset.json's ``image_raw`` and ``encoding`` entries for records of ``encoding``
+    (CORE_FEATURES' for raw)."""
+    if encoding == ENCODING_RAW:
+        return {IMAGE_RAW: dict(CORE_FEATURES[IMAGE_RAW]), ENCODING: dict(CORE_FEATURES[ENCODING])}
+    return {IMAGE_RAW: {"dtype": "bytes", "shape": [], "encoding": ENCODING_PNG,
+                        "description": "one PNG image: the [depth, height, width, channels] pixels as "
+                                       "depth * height rows; signed dtypes as their unsigned bits"},
+            ENCODING: {"dtype": "bytes", "shape": [], "description": ENCODING_PNG}}
+
+
 def _label_feature(label):
     """int -> Int64List, float -> FloatList, multi-hot tuple -> Int64List of the vector."""
     if isinstance(label, tuple):
@@ -62,25 +76,26 @@ def _label_feature(label):
 
 
 def serialize_record(pixels: np.ndarray, record_id: str, kind: str, label=-1,
-                     metadata: Mapping[str, object] | None = None) -> bytes:
+                     metadata: Mapping[str, object] | None = None, encoding: str = ENCODING_RAW) -> bytes:
     """One serialized tf.train.Example for a (D, H, W, C) pixel array."""
-    return b"".join(serialize_record_parts(pixels, record_id, kind, label, metadata))
+    return b"".join(serialize_record_parts(pixels, record_id, kind, label, metadata, encoding))
 
 
 def serialize_record_parts(pixels: np.ndarray, record_id: str, kind: str, label=-1,
-                           metadata: Mapping[str, object] | None = None) -> list:
-    """:func:`serialize_record`'s bytes as parts (``encode_example_parts``): the pixels
-    stay a view of ``pixels``, uncopied, for the shard writer to frame and write."""
+                           metadata: Mapping[str, object] | None = None, encoding: str = ENCODING_RAW) -> list:
+    """:func:`serialize_record`'s bytes as parts (``encode_example_parts``): raw pixels
+    stay a view of ``pixels``, uncopied, for the shard writer to frame and write; with
+    ``encoding`` png they are one PNG image (:class:`png.NotEncodable` where they cannot be)."""
     depth, height, width, channels = pixels.shape
     features: dict = {
-        IMAGE_RAW: pixels.data.cast("B"),
+        IMAGE_RAW: pixels.data.cast("B") if encoding == ENCODING_RAW else png.encode(pixels),
         LABEL: _label_feature(label),
         HEIGHT: height,
         WIDTH: width,
         CHANNELS: channels,
         DEPTH: depth,
         DTYPE: pixels.dtype.newbyteorder("=").name,
-        ENCODING: ENCODING_RAW,
+        ENCODING: encoding,
         ID: record_id,
         FORMAT: kind,
     }

@@ -58,6 +58,7 @@ MASK_UNREFERENCED = "mask_unreferenced"          # a mask on slices the image do
 MASK_UNSUPPORTED = "mask_unsupported"            # --class_map: an annotation over images it cannot yet be placed on
 INVALID_NIFTI = "invalid_nifti"                  # a NIfTI whose header does not parse (sizeof_hdr, magic, dims...)
 UNSUPPORTED_NIFTI = "unsupported_nifti"          # a valid NIfTI no record holds (complex voxels, 5-D, .hdr/.img)
+NOT_PNG_ENCODABLE = "not_png_encodable"          # --pixel_encoding png: pixels no PNG holds (float, 32-bit)
 MASK_WITHOUT_IMAGE = "mask_without_image"        # --class_map: an annotation whose series is not among the inputs
 MISSING_MASK = "missing_mask"                    # --class_map: a series with no annotation (--missing_mask)
 MASK_SHARED = "mask_shared"                      # a NIfTI mask named for several images: the first takes it
@@ -153,6 +154,8 @@ DOCUMENTED = {
                    "of no rotation, or a corrupt compressed stream",
     UNSUPPORTED_NIFTI: "a valid NIfTI no record holds: complex, float128 or binary voxels, a 5-D or higher "
                        "image, or the .hdr of a .hdr/.img pair (its voxels are in the .img)",
+    NOT_PNG_ENCODABLE: "--pixel_encoding png: a record whose pixels no PNG image holds: floating-point or "
+                       "32-bit values, or more than 4 channels",
     MASK_WITHOUT_IMAGE: "--class_map: a SEG or RTSTRUCT whose referenced series has no image among the inputs "
                         "(its uri is the annotation); a NIfTI mask --mask_pattern recognises (or an image names) "
                         "that pairs with no image record",

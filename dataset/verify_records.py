@@ -16,9 +16,9 @@ from typing import Optional
 import numpy as np
 
 from dcm2tfrecord.dataset.manifest import MAX_SHAPES, label_count_keys
-from dcm2tfrecord.dataset import file_adapters
-from dcm2tfrecord.dataset.features import (DICOM_PREFIX, DTYPE, ENCODING, FORMAT, IMAGE_RAW, LABEL, MASK_CHANNELS,
-                                           MASK_DTYPE, MASK_RAW, SHAPE_FEATURES)
+from dcm2tfrecord.dataset import file_adapters, png
+from dcm2tfrecord.dataset.features import (DICOM_PREFIX, DTYPE, ENCODING, ENCODING_PNG, FORMAT, IMAGE_RAW, LABEL,
+                                           MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES)
 from dcm2tfrecord.dataset.names import MANIFEST_NAME
 
 
@@ -100,15 +100,23 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
         return [f"dtype {dtype_name!r} is not a numpy dtype"], summary
     if min(dims) <= 0:
         problems.append(f"non-positive shape {dims}")
-    expected = math.prod(dims) * itemsize
-    got = len(features[IMAGE_RAW][1][0])
-    if got != expected:
-        problems.append(f"image_raw holds {got} bytes; shape {dims} of {dtype_name} needs {expected}")
-    if MASK_RAW in features:
-        problems.extend(_check_mask(features, dims))
     encoding = schema.get(IMAGE_RAW, {}).get("encoding")
     if encoding and ENCODING in features and _text(features[ENCODING][1]) != encoding:
         problems.append(f"encoding {_text(features[ENCODING][1])!r}, the schema says {encoding!r}")
+    elif encoding == ENCODING_PNG and min(dims) > 0:
+        try:       # the whole image, CRCs included: its pixels fill the record's shape and dtype
+            png.decode(features[IMAGE_RAW][1][0], dims, dtype_name)
+        except png.ForeignPng:
+            pass   # another tool's valid PNG, which an image library decodes: not this module's to check
+        except ValueError as exc:
+            problems.append(f"image_raw is no PNG image of shape {dims} and {dtype_name}: {exc}")
+    else:
+        expected = math.prod(dims) * itemsize
+        got = len(features[IMAGE_RAW][1][0])
+        if got != expected:
+            problems.append(f"image_raw holds {got} bytes; shape {dims} of {dtype_name} needs {expected}")
+    if MASK_RAW in features:
+        problems.extend(_check_mask(features, dims))
     label_spec = schema.get(LABEL, {})
     label_values = features[LABEL][1]
     if label_spec.get("shape"):

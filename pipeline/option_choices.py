@@ -4,15 +4,16 @@ Each is a ``StrEnum`` (``WindowBits`` an ``IntEnum``): a member equals, prints a
 serialises as its value, so dataset.json records the same strings as before, and
 code comparing with a plain string (``settings.compression == "gzip"``) keeps
 working. The choices that transforms/ owns as tuples (resize modes, label keys,
-split groupings) are checked against those tuples, and the compressions against the
-container adapters' registry, when this module loads.
+split groupings) are checked against those tuples, the compressions against the
+container adapters' registry and the pixel encodings against dataset/features.py's, when
+this module loads.
 """
 from __future__ import annotations
 
 import enum
 import sys
 
-from dcm2tfrecord.dataset import file_adapters
+from dcm2tfrecord.dataset import features, file_adapters
 from dcm2tfrecord.transforms.images.geometry import RESIZE_MODES
 from dcm2tfrecord.transforms.labels.table import LABEL_KEYS
 from dcm2tfrecord.transforms.splits.assign import SPLIT_BY
@@ -61,6 +62,11 @@ class Channels(StrEnum):
     KEEP = "keep"
     ONE = "1"
     THREE = "3"
+
+
+class PixelEncoding(StrEnum):
+    RAW = "raw"
+    PNG = "png"
 
 
 class Frames(StrEnum):
@@ -135,6 +141,6 @@ def values(choices: type[enum.Enum]) -> tuple:
 # the owners of these choices: transforms' tuples, and the container adapters' registry
 # (dataset/file_adapters.py: a new container is an adapter there plus its member here)
 for _enum, _owned in ((ResizeMode, RESIZE_MODES), (LabelKey, LABEL_KEYS), (SplitBy, SPLIT_BY),
-                      (Compression, file_adapters.ADAPTERS)):
+                      (Compression, file_adapters.ADAPTERS), (PixelEncoding, features.PIXEL_ENCODINGS)):
     if values(_enum) != tuple(_owned):
         raise TypeError(f"{_enum.__name__} {values(_enum)} disagrees with its owner's {tuple(_owned)}")

@@ -30,8 +30,8 @@ from typing import Any, Callable, Optional
 from dcm2tfrecord.pipeline.locations import absolute, recorded_location
 from dcm2tfrecord.pipeline.option_choices import (Channels, Compression, DicomValues, Duplicates, Frames,
                                                   LabelKey, LabelKeyCase, MaskLayout, MissingLabel, MissingMask,
-                                                  Progress, ResizeMode, Series4d, SeriesGaps, SplitBy, Unit,
-                                                  WindowBits, values)
+                                                  PixelEncoding, Progress, ResizeMode, Series4d, SeriesGaps, SplitBy,
+                                                  Unit, WindowBits, values)
 from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV, resolve_salt
 from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.transforms.dicom.voi import PRESETS, parse_window
@@ -225,6 +225,12 @@ class ConvertOptions:
         Template("Gzip level", "With gzip: deflate level, 1 (fastest) to 9 (smallest). Default 1.",
                  (r"^[1-9]$",)),
         setting="conversion.gzip_level", content=False))
+    pixel_encoding: PixelEncoding = declare(Option(
+        "pixel_encoding", "image_raw's bytes: raw pixels, or png (one PNG image a record, compressed "
+        "and still randomly addressable; integers of 8 or 16 bits)", _SHARDS,
+        Template("Pixel encoding", "raw (default) or png: each record's pixels as one PNG image "
+                 "(8- or 16-bit integers), compressed and still read at random."),
+        setting="decode.pixel_encoding"))
     seed: int = declare(Option(
         "seed", "record order seed", _SHARDS,
         Template("Record order seed", "Seed of the record order. Default 0.", (r"^-?[0-9]+$",)),

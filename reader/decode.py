@@ -78,24 +78,32 @@ def _fused_conversion(target: str, scale: float) -> Callable:
                        jit_compile=True)
 
 
-def _decode_encoded(raw: tf.Tensor, encoding: str, stored: str) -> tf.Tensor:
-    """A PNG or JPEG record as ``[1, h, w, c]``."""
-    if encoding == "png":
-        image = tf.io.decode_png(raw, channels=0, dtype=tf.as_dtype(stored))
-    else:
-        image = tf.io.decode_jpeg(raw, channels=0)
-    return image[tf.newaxis]
+_PNG_SAMPLES = {"int8": tf.uint8, "int16": tf.uint16}     # signed dtypes: PNG holds their bits unsigned
+
+
+def _decode_png(raw: tf.Tensor, stored: str) -> tf.Tensor:
+    """A PNG record's samples in ``stored`` (dataset/png.py: signed ones bitcast back)."""
+    image = tf.io.decode_png(raw, channels=0, dtype=_PNG_SAMPLES.get(stored, tf.as_dtype(stored)))
+    return tf.bitcast(image, tf.as_dtype(stored)) if stored in _PNG_SAMPLES else image
+
+
+def _decode_pixels(raw: tf.Tensor, encoding: str, stored: str) -> tf.Tensor:
+    """A record's samples, flat or as decoded, in ``stored``."""
+    if encoding == "raw":
+        return decode_raw(raw, stored)
+    if encoding == "png":    # depth * height rows: the reshape below restores [d, h, w, c]
+        return _decode_png(raw, stored)
+    return tf.io.decode_jpeg(raw, channels=0)
 
 
 def _decode_record(layout: Layout, raw, shape, dtype_name) -> tf.Tensor:
     """One record as ``[d, h, w, c]`` in the layout's common dtype."""
     out = tf.as_dtype(layout.dtype)
     stored = list(layout.stored_dtypes)
-    if layout.encoding != "raw":
-        return tf.cast(_decode_encoded(raw, layout.encoding, stored[0]), out)
-    if len(stored) == 1:
-        return tf.reshape(tf.cast(decode_raw(raw, stored[0]), out), shape)
-    branches = [lambda d=d: tf.cast(decode_raw(raw, d), out) for d in stored]
+    if len(stored) == 1 or layout.encoding == "jpeg":
+        return tf.reshape(tf.cast(_decode_pixels(raw, layout.encoding, stored[0]), out), shape)
+    branches = [lambda d=d: tf.cast(tf.reshape(_decode_pixels(raw, layout.encoding, d), [-1]), out)
+                for d in stored]
     index = tf.argmax(tf.cast(tf.equal(tf.constant(stored), dtype_name), tf.int32), output_type=tf.int32)
     return tf.reshape(tf.switch_case(index, branches), shape)
 

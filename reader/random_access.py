@@ -29,9 +29,9 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from dcm2tfrecord.dataset import names
+from dcm2tfrecord.dataset import names, png
 from dcm2tfrecord.dataset.example import decode_example
-from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL, MASK_CHANNELS, MASK_DTYPE, MASK_RAW
+from dcm2tfrecord.dataset.features import DTYPE, ENCODING_PNG, IMAGE_RAW, LABEL, MASK_CHANNELS, MASK_DTYPE, MASK_RAW
 from dcm2tfrecord.dataset.manifest import Manifest, missing_manifest, parse_manifest
 from dcm2tfrecord.dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
 from dcm2tfrecord.dataset.versions import locate_dataset
@@ -249,9 +249,18 @@ class RandomAccess:
                 raise CorruptRecordError(f"{where}: {pixels.size} {stored} values for shape {list(shape)}")
             image = pixels.reshape(shape)
         else:
-            from PIL import Image        # PNG/JPEG records only
-            with Image.open(io.BytesIO(raw)) as decoded:
-                image = np.asarray(decoded).reshape(shape)
+            image = None
+            if layout.encoding == ENCODING_PNG:     # NumPy alone (dataset/png.py): the light install
+                try:
+                    image = png.decode(raw, shape, stored)
+                except png.ForeignPng:                # another tool's PNG: Pillow's, as a JPEG
+                    image = None
+                except ValueError as exc:
+                    raise CorruptRecordError(f"{where}: {exc}") from None
+            if image is None:
+                from PIL import Image        # JPEG records, and PNGs of other writers
+                with Image.open(io.BytesIO(raw)) as decoded:
+                    image = np.asarray(decoded).reshape(shape)
         out = np.dtype(layout.dtype)
         # astype copies: a writable array in native byte order (torch wants one).
         image = image.astype(out) if image.dtype != out or not image.flags.writeable else image

@@ -94,7 +94,7 @@ def split_layout(manifest: Manifest, split: str, entry: SplitEntry) -> Layout:
     stored = entry.dtypes or ("uint8",)
     fixed = tuple(entry.shapes[0]) if entry.fixed_shape and entry.shapes else None
     volume = entry.max_depth > 1
-    if volume and encoding != RAW:
+    if volume and encoding == "jpeg":
         raise ValueError(f"split {split!r} holds volumes, which {encoding} encoding cannot store")
     return Layout(split=split, stored_dtypes=stored, dtype=common_dtype(stored), volume=volume,
                   fixed_shape=fixed, known_dims=_known_dims(entry), encoding=encoding,

@@ -55,6 +55,7 @@ class DecodeSettings:
     keep_source_path: bool = False
     allow_burned_in: bool = False
     decode_timeout_s: float = 300.0
+    pixel_encoding: str = "raw"         # raw | png (dataset/png.py): image_raw's bytes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,6 +27,9 @@ OPTION_SETS = {
     # gzip at --gzip_level's default (1)
     "gzip_default_level": dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=16, compression="gzip"),
     "series": dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64, unit="series"),
+    # --pixel_encoding png (issue 36, item 3): volumes and RGB too, each record one PNG
+    "png_pixels_series": dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64, unit="series",
+                              pixel_encoding="png"),
     "frames_split": dict(target_shard_mb=1, min_shard_mb=0.5, max_shard_mb=64, frames="split",
                          split_by="study", splits="train=0.5,test=0.5", min_shards=2),
 }
@@ -105,6 +108,11 @@ PINNED = {
         "train-00000-of-00002.tfrecord.gz.idx": "d9526fe78e1bd690",
         "train-00001-of-00002.tfrecord.gz": "f9fb7ff233577f3e",
         "train-00001-of-00002.tfrecord.gz.idx": "95f6126ac1a6278f"
+    },
+    # --pixel_encoding png (issue 36, item 3)
+    'png_pixels_series': {
+        "train-00000-of-00001.tfrecord": "24ced446776c1a6b",
+        "train-00000-of-00001.tfrecord.idx": "1f380fec341547c4"
     },
     'labels_splits_gzip_window': {
         'test-00000-of-00001.tfrecord.gz': '5ff7075335a0fa9a',

@@ -5,7 +5,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from dcm2tfrecord.dataset import manifest, reasons
-from dcm2tfrecord.dataset.features import SOURCE_PATH, SOURCE_PATH_FEATURE
+from dcm2tfrecord.dataset.features import ENCODING_RAW, SOURCE_PATH, SOURCE_PATH_FEATURE, image_features
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.dicom import patient_space
@@ -189,6 +189,8 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
     class_map = settings.decode.class_map
     if class_map is not None:
         features.update({k: dict(v) for k, v in masks_annotation.FEATURES.items()})
+    if settings.decode.pixel_encoding != ENCODING_RAW:
+        features.update(image_features(settings.decode.pixel_encoding))
     return manifest.build_manifest(
         results, outcomes, matched, options, version, features,
         labels=labels_entry(space, settings, options.get("labels")),

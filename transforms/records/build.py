@@ -18,7 +18,7 @@ from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
 from dcm2tfrecord.transforms.images import raster
 from dcm2tfrecord.transforms.nifti import read as nifti
-from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset import png, reasons
 from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.sources.read import open_source
@@ -267,5 +267,12 @@ def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_
             return decode_volume(record, opener, settings)
         return decode_record(record, read_unchanged(record.source, opener), settings, opener)
     pixels, metadata = with_timeout(decode, settings.decode_timeout_s, record.source.uri)
-    payload = serialize_record_parts(pixels, record.record_id, record.kind, record.label, metadata)
+    try:
+        payload = serialize_record_parts(pixels, record.record_id, record.kind, record.label, metadata,
+                                         settings.pixel_encoding)
+    except png.NotEncodable as exc:
+        raise ConversionError(reasons.NOT_PNG_ENCODABLE,
+                              f"--pixel_encoding png cannot hold this record: {exc}; convert it with "
+                              "--pixel_encoding raw, or DICOM with --dicom_values "
+                              "stored or window (integers)") from None
     return payload, pixels.dtype.newbyteorder("=").name, tuple(int(d) for d in pixels.shape)
