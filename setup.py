@@ -65,6 +65,9 @@ setup(
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",
                  "grain>=0.2",
+                 # torch's pure-Python dependencies: scripts/ensure_venv.sh installs torch itself
+                 # without its NVIDIA wheels (several GB), for tests/reader/test_loaders.py
+                 "sympy>=1.12", "networkx>=3.0", "jinja2>=3.1", "filelock>=3.12", "fsspec>=2023.1",
                  # run_tests.sh: one worker per core (the suite fits CI's 20 minutes)
                  "pytest-xdist>=3.5",
                  # pytest.ini's per-test timeout: a test that hangs fails instead of stalling the run

@@ -11,7 +11,7 @@ restores (``tf.io.decode_png`` then ``tf.bitcast``; :func:`decode` here). Any PN
 
 Every row carries PNG's filter 2 ("Up": the byte above subtracted): on photo-like images it
 stores 0.68 of the bytes against 0.89 unfiltered, on CT slices about the same as none
-(docs/BENCHMARKS.md, "16. Pixels compressed per record"); and it is undone in NumPy by one
+(docs/BENCHMARKS.md, "17. Pixels compressed per record"); and it is undone in NumPy by one
 running sum down the rows, so :func:`decode` needs neither Pillow nor TensorFlow (the
 reader's light install). The deflate level is :data:`LEVEL`: the same bytes from the same
 pixels, as the zlib of the run (the same rule as gzip shards, dataset/file_adapters.py).

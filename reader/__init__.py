@@ -14,6 +14,7 @@ or Grain, and imports neither TensorFlow nor Beam::
     val = reader.load("/data/ct_tfr", split="train[-10%:]")   # TFDS split slicing (reader.splits)
     for images, labels in reader.as_numpy(val): ...          # NumPy batches
     lps = reader.geometry.affine(records[0])                 # voxel [k, j, i] -> LPS mm
+    loader = reader.torch_loader(records, 32, seed=0)        # or reader.grain_loader(records, 32)
 
 TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn``,
 ``as_numpy`` or ``DatasetInfo``, not by ``from dcm2tfrecord import reader``.
@@ -23,9 +24,13 @@ from dcm2tfrecord.dataset.manifest import ManifestError
 from dcm2tfrecord.dataset.versions import DamagedLatest
 from dcm2tfrecord.reader import geometry
 from dcm2tfrecord.reader.options import ReadOptions
+from dcm2tfrecord.reader.loaders import RecordSampler, grain_loader, numpy_collate, torch_loader
 from dcm2tfrecord.reader.random_access import CorruptIndexError, CorruptRecordError, RandomAccess
 
 __all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "ReadOptions", "RandomAccess",
+           # RandomAccess in PyTorch and Grain without their defaults' costs (import torch or
+           # grain when called, not before)
+           "torch_loader", "numpy_collate", "grain_loader", "RecordSampler",
            "geometry",      # a record's affine in NIfTI's and ITK's conventions, 4-D records' volumes
            # what the readers raise: a dataset.json that does not parse (ManifestError), a
            # LATEST naming no committed version (DamagedLatest), damaged shard or index bytes

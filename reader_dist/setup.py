@@ -50,6 +50,9 @@ setup(
         "tensorflow": ["tensorflow>=2.15"],
         "gcs": ["google-cloud-storage>=2.0"],
         "png": ["pillow>=10.0"],
+        # reader.torch_loader / reader.grain_loader (reader/loaders.py) import them when called
+        "torch": ["torch>=2.0"],
+        "grain": ["grain>=0.2"],
     },
     options={"build": {"build_base": BUILD}, "egg_info": {"egg_base": BUILD}},
 )

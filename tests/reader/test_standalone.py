@@ -29,7 +29,7 @@ PRODUCT = ("dcm2tfrecord", "benchmarks", "tools", "tests")
 FORMAT_THIRD_PARTY = ("numpy", "google.protobuf", "google_crc32c")
 # and the reader, besides those and the format package: TensorFlow for load(), Pillow for
 # PNG/JPEG records and google-cloud-storage for RandomAccess on gs://, each imported on use
-READER_THIRD_PARTY = FORMAT_THIRD_PARTY + ("tensorflow", "PIL", "google.cloud")
+READER_THIRD_PARTY = FORMAT_THIRD_PARTY + ("tensorflow", "PIL", "google.cloud", "torch", "grain")
 
 
 @pytest.fixture(scope="module")
