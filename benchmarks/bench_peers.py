@@ -122,13 +122,14 @@ def decode_rgb(path: str) -> np.ndarray:
 
 def workloads(ct: int, rgb: int) -> list[Workload]:
     out = []
+    workers = None if ct + rgb > 100 else 1      # a few files: no pool of processes to start
     if ct:
-        archive = archives.ct_archive(ct * archives.CT_SLICE_BYTES / archives.MIB)
+        archive = archives.ct_archive(ct * archives.CT_SLICE_BYTES / archives.MIB, workers=workers)
         out.append(Workload(f"{archive.files} CT slices, 512x512 int16", archive, archive.file_paths(),
                             (archives.CT_SIZE, archives.CT_SIZE, 1), "int16", decode_ct))
     if rgb:
         size = archives.PNG_SIZE
-        archive = archives.png_archive(rgb * size * size * 3 / archives.MIB)
+        archive = archives.png_archive(rgb * size * size * 3 / archives.MIB, workers=workers)
         out.append(Workload(f"{archive.files} RGB images, 224x224 uint8", archive, archive.file_paths(),
                             (size, size, 3), "uint8", decode_rgb))
     return out
