@@ -27,7 +27,7 @@ def _bench(tmp_path, *args) -> tuple[list, str]:
     out = tmp_path / "out.json"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_peers", *args, "--work", str(tmp_path / "work"),
                            "--cache", str(tmp_path / "cache"), "--json", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text()), proc.stdout
 
