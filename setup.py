@@ -83,6 +83,11 @@ setup(
                  "scikit-image>=0.21",
                  # scripts/static_checks.sh (ruff.toml, mypy.ini), run by .ci/run
                  "ruff>=0.6", "mypy>=1.10"],
+        # benchmarks/bench_peers.py's peers (docs/BENCHMARKS.md, "18. dcm2tfrecord against its peers"):
+        # WebDataset, and ArrayRecord read by Grain. Mosaic Streaming is installed apart
+        # (--no-deps): mosaicml-streaming 0.13 pins numpy<2.2, google-cloud-storage<3.3 and
+        # transformers<5, and an extra here would downgrade the project's own
+        "bench": ["webdataset>=1.0", "grain>=0.2", "array-record>=0.8"],
     },
     entry_points={"console_scripts": ["dcm2tfrecord=dcm2tfrecord.pipeline.cli:main"]},
 )
