@@ -65,6 +65,10 @@ setup(
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",
                  "grain>=0.2",
+                 # tests/dataset/test_tfds_metadata.py opens the output with TFDS itself
+                 # (tfds.builder_from_directory over dataset_info.json and features.json), and
+                 # tests/reader/test_hf_datasets.py runs docs/READING.md's Hugging Face recipe
+                 "tensorflow-datasets>=4.9", "datasets>=2.14",
                  # run_tests.sh: one worker per core (the suite fits CI's 20 minutes)
                  "pytest-xdist>=3.5",
                  # pytest.ini's per-test timeout: a test that hangs fails instead of stalling the run
