@@ -177,7 +177,8 @@ def test_incremental_versions(tmp_path):
     assert tfds.builder_from_directory(second).info.version == "2.0.0"
     # version 3: new sources beside reused shards
     write_png_archive(archive_dir / "b", 3, 8, 8, seed=2)
-    run_convert(archive_dir, root, **options)
+    summary = run_convert(archive_dir, root, **options)
+    assert any(n.startswith("no TFDS metadata") and "several versions" in n for n in summary["notes"])
     third = root / "versions" / "0003"
     assert _tfds_files(third) == []
     report = verify_dataset(str(root))
@@ -208,5 +209,6 @@ def test_overwrite_with_gzip_leaves_no_tfds_files(archive, tmp_path):  # noqa: F
     before = open(out / TFDS_FEATURES_NAME, "rb").read()
     run_convert(archive, out, labels_from_dirs=True, overwrite=True, **SMALL_SHARDS)
     assert open(out / TFDS_FEATURES_NAME, "rb").read() == before     # the same manifest, the same bytes
-    run_convert(archive, out, labels_from_dirs=True, overwrite=True, compression="gzip", **SMALL_SHARDS)
+    summary = run_convert(archive, out, labels_from_dirs=True, overwrite=True, compression="gzip", **SMALL_SHARDS)
     assert _tfds_files(out) == []
+    assert any(n.startswith("no TFDS metadata") and "uncompressed only" in n for n in summary["notes"])
