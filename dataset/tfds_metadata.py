@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from typing import TYPE_CHECKING, Mapping, Optional
 
+from dcm2tfrecord.dataset.file_adapters import DEFAULT
 from dcm2tfrecord.dataset.features import (CHANNELS, CORE_FEATURES, DEPTH, ENCODING_RAW, HEIGHT, IMAGE_RAW, LABEL,
                                            MASK_CHANNELS, MASK_CLASSES, MASK_DTYPE, MASK_RAW, SOURCE_PATH, WIDTH)
 from dcm2tfrecord.dataset.files import remove_output_file, write_atomically
@@ -221,7 +223,7 @@ def _splits(manifest: Manifest, local: bool) -> tuple[list, str]:
             return [], (f"split {split!r} holds shards of several versions or shard counts ("
                         f"{', '.join(sorted(s.file for s in entry.shards[:4]))}...), and TFDS names all the "
                         "shards of a split with one template")
-        parent, version, count, compression = groups.pop() if groups else ("", "", 0, "none")
+        parent, version, count, compression = groups.pop() if groups else ("", "", 0, DEFAULT)
         if parent and not local:
             return [], (f"split {split!r} reuses shards of version {parent} as {PARENT}{parent}/..., which an "
                         "object store does not resolve")
@@ -271,7 +273,11 @@ def write_tfds_metadata(output_dir: str, manifest: Manifest) -> TfdsMetadata:
     """Writes the TFDS files (each through a temp file and a rename; dataset_info.json last, the
     file TFDS opens first), or nothing when TFDS cannot read the dataset. The commit calls it just
     before dataset.json."""
-    metadata = tfds_metadata(manifest, output_dir)
+    try:
+        metadata = tfds_metadata(manifest, output_dir)
+    except Exception as exc:  # noqa: BLE001 - optional metadata never costs the commit of a dataset
+        logging.warning("TFDS metadata not written: %s", exc)
+        return TfdsMetadata(refusal=f"it could not be built ({exc})")
     for name in sorted(metadata.files, key=lambda n: n == TFDS_INFO_NAME):
         mime = "text/plain" if name.endswith(TFDS_LABELS_SUFFIX) else "application/json"
         write_atomically(output_dir, name, metadata.files[name], mime)
@@ -285,6 +291,20 @@ def remove_tfds_metadata(output_dir: str) -> None:
         path = FileSystems.join(output_dir, name)
         if FileSystems.exists(path):
             remove_output_file(output_dir, path)
+
+
+def _reading_part(name: str, data: bytes):
+    """What TFDS reads the records by: a file's bytes, but dataset_info.json without its splits'
+    ``numBytes`` (shown by TFDS, never used to read; the shards' bytes are verify's own check)."""
+    if name != TFDS_INFO_NAME:
+        return data
+    try:
+        info = json.loads(data)
+        for split in info.get("splits", []):
+            split.pop("numBytes", None)
+        return info
+    except (ValueError, AttributeError, TypeError):
+        return data
 
 
 def check_tfds_metadata(dataset_dir: str, manifest: Manifest) -> tuple[list[tuple[str, str]], list[str]]:
@@ -303,7 +323,7 @@ def check_tfds_metadata(dataset_dir: str, manifest: Manifest) -> tuple[list[tupl
             problems.append((name, "is not what dataset.json gives TFDS: dcm2tfrecord writes none here"
                              + (f" ({expected.refusal})" if expected.refusal else "")
                              + "; remove it"))
-        elif got != want:
+        elif got != want and _reading_part(name, got) != _reading_part(name, want):
             problems.append((name, "does not match dataset.json (TFDS would read other shards or features "
                                    "than dataset.json lists); restore it, or convert again"))
     if expected.files and TFDS_INFO_NAME not in present:

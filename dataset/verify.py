@@ -125,7 +125,10 @@ def verify_dataset(dataset_dir: str) -> Report:
     report.problems.extend(ids.repeats())
     report.problems.extend(manifest_problems)
     report.problems.extend(check_errors_file(dataset_dir, manifest))
-    tfds_problems, tfds_notes = check_tfds_metadata(dataset_dir, manifest)
+    try:
+        tfds_problems, tfds_notes = check_tfds_metadata(dataset_dir, manifest)
+    except Exception as exc:  # noqa: BLE001 - a manifest this code cannot describe: say so, go on
+        tfds_problems, tfds_notes = [], [f"TFDS metadata not checked: {exc}"]
     report.problems.extend(Problem(name, message) for name, message in tfds_problems)
     report.notes.extend(tfds_notes)
     report.notes.extend(stray_files(dataset_dir, manifest))
