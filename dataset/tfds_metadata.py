@@ -271,23 +271,26 @@ def tfds_metadata(manifest: Manifest, output_dir: str) -> TfdsMetadata:
 
 def write_tfds_metadata(output_dir: str, manifest: Manifest) -> TfdsMetadata:
     """Writes the TFDS files (each through a temp file and a rename; dataset_info.json last, the
-    file TFDS opens first), or nothing when TFDS cannot read the dataset. The commit calls it just
-    before dataset.json."""
+    file TFDS opens first), or nothing when TFDS cannot read the dataset; a TFDS file it does not
+    write is removed (one left by a run that died before its commit describes other shards). The
+    commit calls it just before dataset.json."""
     try:
         metadata = tfds_metadata(manifest, output_dir)
     except Exception as exc:  # noqa: BLE001 - optional metadata never costs the commit of a dataset
         logging.warning("TFDS metadata not written: %s", exc)
-        return TfdsMetadata(refusal=f"it could not be built ({exc})")
+        metadata = TfdsMetadata(refusal=f"it could not be built ({exc})")
+    remove_tfds_metadata(output_dir, keep=tuple(metadata.files))
     for name in sorted(metadata.files, key=lambda n: n == TFDS_INFO_NAME):
         mime = "text/plain" if name.endswith(TFDS_LABELS_SUFFIX) else "application/json"
         write_atomically(output_dir, name, metadata.files[name], mime)
     return metadata
 
 
-def remove_tfds_metadata(output_dir: str) -> None:
-    """Removes TFDS files an earlier run wrote (dataset_info.json first: without it TFDS opens nothing),
-    before a run replaces the dataset whose shards they describe."""
-    for name in NAMES:
+def remove_tfds_metadata(output_dir: str, keep: tuple[str, ...] = ()) -> None:
+    """Removes the TFDS files an earlier run wrote but ``keep`` (dataset_info.json first: without it
+    TFDS opens nothing): before a run replaces the dataset whose shards they describe, and at the
+    commit those this one does not write."""
+    for name in (n for n in NAMES if n not in keep):
         path = FileSystems.join(output_dir, name)
         if FileSystems.exists(path):
             remove_output_file(output_dir, path)

@@ -39,8 +39,6 @@ def prepare_output(opts: ConvertOptions) -> None:
         # between the two leaves a committed dataset that TFDS cannot open rather than the reverse
         remove_tfds_metadata(opts.output)
         remove_output_file(opts.output, manifest)
-    else:
-        remove_tfds_metadata(opts.output)     # left by a run that died between them and its commit
 
 
 # what a run writes or removes in its output, by name (shards are renamed into place,

@@ -18,7 +18,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.dataset.names import TFDS_FEATURES_NAME, TFDS_INFO_NAME
+from dcm2tfrecord.dataset.names import TFDS_FEATURES_NAME, TFDS_INFO_NAME, tfds_labels_name
 from dcm2tfrecord.dataset.tfds_metadata import NAMES
 from dcm2tfrecord.dataset.verify import verify_dataset
 from tests.support import mask_datasets, rid, run_convert, write_png_archive
@@ -212,3 +212,20 @@ def test_overwrite_with_gzip_leaves_no_tfds_files(archive, tmp_path):  # noqa: F
     summary = run_convert(archive, out, labels_from_dirs=True, overwrite=True, compression="gzip", **SMALL_SHARDS)
     assert _tfds_files(out) == []
     assert any(n.startswith("no TFDS metadata") and "uncompressed only" in n for n in summary["notes"])
+
+
+def test_tfds_files_left_by_a_run_that_died_before_its_commit_go_at_the_next_commit(archive, tmp_path):  # noqa: F811
+    """A run writes the TFDS files just before dataset.json: killed between the two, it leaves them in an
+    uncommitted directory. The next run replaces them, or removes those it does not write."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in NAMES:
+        (out / name).write_text("left by a run killed before its commit\n")
+    run_convert(archive, out, compression="gzip", **SMALL_SHARDS)
+    assert _tfds_files(out) == [] and verify_dataset(str(out)).ok
+    for name in NAMES:
+        (out / name).write_text("left by a run killed before its commit\n")
+    run_convert(archive, out, overwrite=True, **SMALL_SHARDS)        # no labels: no label.labels.txt
+    assert _tfds_files(out) == sorted(set(NAMES) - {tfds_labels_name("label")})
+    assert verify_dataset(str(out)).ok
+    assert assert_tfds_reads_as_random_access(str(out), "train") == 48
