@@ -68,6 +68,10 @@ setup(
                  # torch's pure-Python dependencies: scripts/ensure_venv.sh installs torch itself
                  # without its NVIDIA wheels (several GB), for tests/reader/test_loaders.py
                  "sympy>=1.12", "networkx>=3.0", "jinja2>=3.1", "filelock>=3.12", "fsspec>=2023.1",
+                 # tests/dataset/test_tfds_metadata.py opens the output with TFDS itself
+                 # (tfds.builder_from_directory over dataset_info.json and features.json), and
+                 # tests/reader/test_hf_datasets.py runs docs/READING.md's Hugging Face recipe
+                 "tensorflow-datasets>=4.9", "datasets>=2.14",
                  # run_tests.sh: one worker per core (the suite fits CI's 20 minutes)
                  "pytest-xdist>=3.5",
                  # pytest.ini's per-test timeout: a test that hangs fails instead of stalling the run

@@ -15,7 +15,9 @@ between containers is an attribute or method of its :class:`FileAdapter`:
 - ``tf_compression_type``: what ``tf.data.TFRecordDataset`` takes for it (the
   reader, reader/tfdata.py; this package imports no TensorFlow);
 - ``random_access``: whether ``reader.RandomAccess`` can enter a shard at an
-  ``.idx`` offset; ``random_access_refusal`` says why not when it cannot.
+  ``.idx`` offset; ``random_access_refusal`` says why not when it cannot;
+- ``tfds_refusal``: why TFDS cannot read its shards ("" when it can), so no TFDS
+  metadata is written beside them (dataset/tfds_metadata.py).
 
 A new container is one adapter registered here (:func:`register`), its
 ``--compression`` choice (pipeline/option_choices.py, held to this registry when it
@@ -46,6 +48,7 @@ class FileAdapter:
     tf_compression_type: str = ""
     random_access: bool = True
     random_access_refusal: str = ""
+    tfds_refusal: str = ""
     # what the index's offsets address, for messages ("byte 1234")
     offset_unit: str = "byte"
 
@@ -95,7 +98,11 @@ GZIP = GzipAdapter(
         "holds gzip shards, which RandomAccess cannot read: their .idx offsets address the "
         "uncompressed stream, and a gzip stream cannot be entered at an offset without "
         "decompressing all that precedes it. Read them with reader.load, or convert with "
-        "--compression none for random access."))
+        "--compression none for random access."),
+    # tensorflow_datasets' TfRecordFileAdapter opens every shard as tf.data.TFRecordDataset(path),
+    # with no compression type, and its dataset_info.json has no field to name one
+    tfds_refusal=("TFDS reads TFRecord shards uncompressed only (it opens them with no compression "
+                  "type): convert with --compression none for tfds.builder_from_directory"))
 
 ADAPTERS: dict[str, FileAdapter] = {DEFAULT: FileAdapter(), GZIP.name: GZIP}
 

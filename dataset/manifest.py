@@ -419,16 +419,20 @@ class CommitConflict(OutputError):
 
 
 def commit(output_dir: str, manifest: Manifest, outcomes: Iterable[Outcome]) -> str:
-    """Writes errors.jsonl, then dataset.json last; returns the manifest path.
+    """Writes errors.jsonl, TFDS's metadata of the shards (dataset/tfds_metadata.py: where TFDS
+    can read them), then dataset.json last; returns the manifest path.
 
     Never over a dataset.json that is already there: the launcher removed an
     earlier one (--overwrite) before the run, so one found now was committed
     by another run meanwhile, and both cannot be right.
     """
+    # imported here: tfds_metadata reads the Manifest this module defines
+    from dcm2tfrecord.dataset.tfds_metadata import write_tfds_metadata
     if FileSystems.exists(FileSystems.join(output_dir, MANIFEST_NAME)):
         raise CommitConflict(f"{FileSystems.join(output_dir, MANIFEST_NAME)} was committed by another "
                              "run while this one ran; this run commits nothing")
     _write_text(output_dir, ERRORS_NAME, errors_jsonl(outcomes))
+    write_tfds_metadata(output_dir, manifest)
     return _write_text(output_dir, MANIFEST_NAME, encode_manifest(manifest))
 
 

@@ -7,6 +7,9 @@ A plain dataset directory::
     unmatched_label_rows.jsonl            one line per labels CSV row that labels nothing
                                           (errors.jsonl holds a bounded sample of them)
     run_failed.json                       instead of dataset.json when a run refused to commit
+    dataset_info.json, features.json      TFDS's metadata of the same shards, written just before
+    label.labels.txt                      dataset.json where TFDS can read them (dataset/tfds_metadata.py;
+                                          the class names, when labels have them)
     {split}-{i:05d}-of-{n:05d}.tfrecord[.gz]      a shard (the suffix after .tfrecord is its
                                           container's: dataset/file_adapters.py)
     {shard}.idx                           its index (DALI tfrecord2idx: "offset size" lines)
@@ -44,6 +47,10 @@ MANIFEST_NAME = "dataset.json"
 ERRORS_NAME = "errors.jsonl"
 UNMATCHED_ROWS_NAME = "unmatched_label_rows.jsonl"    # every labels CSV row that labels nothing
 FAILED_RUN_NAME = "run_failed.json"
+# TFDS's names (tensorflow_datasets: dataset_info.py, features/feature.py, ClassLabel's names file)
+TFDS_INFO_NAME = "dataset_info.json"
+TFDS_FEATURES_NAME = "features.json"
+TFDS_LABELS_SUFFIX = ".labels.txt"
 INCOMPLETE_DIR = ".incomplete"
 PROGRESS_DIR = ".progress"
 LOCK_NAME = ".lock"
@@ -178,6 +185,31 @@ def parse_shard_name(file: str) -> Optional[ShardName]:
     return ShardName(split=match.group("split"), index=int(match.group("index")),
                      num_shards=int(match.group("count")), version=match.group("version") or "",
                      compression=file_adapters.of_suffix(suffix).name, parent=parent)
+
+
+def tfds_labels_name(feature: str) -> str:
+    """Where TFDS's ClassLabel keeps the class names of feature ``feature``: ``label.labels.txt``."""
+    return feature + TFDS_LABELS_SUFFIX
+
+
+def tfds_shard_template(split: str, tag: str = "", compression: str = file_adapters.DEFAULT,
+                        parent: str = "") -> str:
+    """TFDS's ``filepathTemplate`` (dataset_info.json) naming the shards :func:`shard_file_name`
+    gives ``split`` with ``tag``: TFDS formats ``{SPLIT}`` and ``{SHARD_X_OF_Y}``; with ``parent``
+    the shards are ``../{parent}/`` beside the version."""
+    middle = f"-{tag}" if tag else ""
+    folder = f"{PARENT}{parent}/" if parent else ""
+    return (folder + "{SPLIT}" + middle + "-{SHARD_X_OF_Y}" + SHARD_SUFFIX
+            + file_adapters.adapter(compression).suffix)
+
+
+def tfds_shard_file(template: str, split: str, index: int, num_shards: int) -> str:
+    """The file TFDS reads as shard ``index`` of ``num_shards`` under ``template``, as it formats
+    it (tensorflow_datasets naming.ShardedFileTemplate: both numbers padded to the digits of
+    ``num_shards``, at least 5)."""
+    digits = max(len(str(num_shards)), 5)
+    return template.replace("{SPLIT}", split).replace(
+        "{SHARD_X_OF_Y}", f"{index:0{digits}d}-of-{num_shards:0{digits}d}")
 
 
 def index_file_name(shard_file: str) -> str:

@@ -14,9 +14,11 @@ system (dataset/storage.py: local or gs://, gzip or not) and checked for:
 - the ``{shard}.idx`` index (DALI's "offset size" lines) lists the real record
   offsets and sizes, in the uncompressed record stream;
 
-plus the manifest's own arithmetic (split totals, counts) and errors.jsonl's
-per-reason counts. Each problem names the file and, where there is one, the
-record number (0-based, in file order) and the byte offset of the record.
+plus the manifest's own arithmetic (split totals, counts), errors.jsonl's
+per-reason counts, and TFDS's files (dataset_info.json, features.json, label.labels.txt)
+where present: each must hold what dataset.json makes of it (dataset/tfds_metadata.py).
+Each problem names the file and, where there is one, the record number
+(0-based, in file order) and the byte offset of the record.
 
 This module runs the checks in order and reports; they live beside it:
 records (dataset/verify_records.py), shards and indexes
@@ -31,6 +33,7 @@ from typing import Optional
 from dcm2tfrecord.dataset.manifest import Manifest, ManifestError, NewerFormatError, check_format_version, parse_json
 from dcm2tfrecord.dataset.names import MANIFEST_NAME
 from dcm2tfrecord.dataset.storage import FileSystems
+from dcm2tfrecord.dataset.tfds_metadata import check_tfds_metadata
 from dcm2tfrecord.dataset.verify_manifest import (check_errors_file, check_manifest, check_split_stats,
                                                   missing_blocks, stray_files)
 from dcm2tfrecord.dataset.verify_records import Problem, RecordIds, RecordStats
@@ -122,5 +125,11 @@ def verify_dataset(dataset_dir: str) -> Report:
     report.problems.extend(ids.repeats())
     report.problems.extend(manifest_problems)
     report.problems.extend(check_errors_file(dataset_dir, manifest))
+    try:
+        tfds_problems, tfds_notes = check_tfds_metadata(dataset_dir, manifest)
+    except Exception as exc:  # noqa: BLE001 - a manifest this code cannot describe: say so, go on
+        tfds_problems, tfds_notes = [], [f"TFDS metadata not checked: {exc}"]
+    report.problems.extend(Problem(name, message) for name, message in tfds_problems)
+    report.notes.extend(tfds_notes)
     report.notes.extend(stray_files(dataset_dir, manifest))
     return report

@@ -17,6 +17,7 @@ from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE
                            MANIFEST_NAME, PROGRESS_DIR, SHARD_GLOB, UNMATCHED_ROWS_NAME, VERSIONS_DIR,
                            files_of_shard, incomplete_name)
 from dcm2tfrecord.dataset.progress import remove_progress
+from dcm2tfrecord.dataset.tfds_metadata import NAMES as TFDS_NAMES, remove_tfds_metadata
 from dcm2tfrecord.pipeline.option_table import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions
 from dcm2tfrecord.pipeline.usage import UsageError
 
@@ -34,13 +35,16 @@ def prepare_output(opts: ConvertOptions) -> None:
         if not opts.overwrite:
             raise UsageError(f"--output {opts.output} already holds a dataset (dataset.json); "
                              "pass --overwrite to replace it or choose another --output")
+        # TFDS's files first: TFDS must not open shards this run is about to replace, and a crash
+        # between the two leaves a committed dataset that TFDS cannot open rather than the reverse
+        remove_tfds_metadata(opts.output)
         remove_output_file(opts.output, manifest)
 
 
 # what a run writes or removes in its output, by name (shards are renamed into place,
 # which replaces a link rather than writing through it)
 _OWN_NAMES = (LOCK_NAME, INCOMPLETE_DIR, PROGRESS_DIR, MANIFEST_NAME, ERRORS_NAME, FAILED_RUN_NAME,
-              LATEST_NAME, VERSIONS_DIR, UNMATCHED_ROWS_NAME)
+              LATEST_NAME, VERSIONS_DIR, UNMATCHED_ROWS_NAME, *TFDS_NAMES)
 
 
 def refuse_links(output: str) -> None:

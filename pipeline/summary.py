@@ -13,6 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from dcm2tfrecord.dataset.manifest import Manifest
 from dcm2tfrecord.dataset.names import ERRORS_NAME, UNMATCHED_ROWS_NAME
+from dcm2tfrecord.dataset.tfds_metadata import tfds_metadata
 
 MB = 1 << 20
 SHARDS_LISTED = 10   # per split in the table; dataset.json and the JSON summary list all
@@ -41,6 +42,9 @@ def summarize(manifest: Manifest, output_dir: str, wall_seconds: float) -> dict:
     if leaking:   # committed only with --allow_split_leak
         notes.append(f"WARNING: {leaking} group(s) appear in more than one split "
                      f"({', '.join(groups.get('splits_sharing_groups', []))}; --allow_split_leak)")
+    tfds_refusal = tfds_metadata(manifest, output_dir).refusal
+    if tfds_refusal:
+        notes.append(f"no TFDS metadata (dataset_info.json) for tfds.builder_from_directory: {tfds_refusal}")
     return {
         "notes": notes,
         "output": output_dir,

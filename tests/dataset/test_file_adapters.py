@@ -24,6 +24,7 @@ import pytest
 from dcm2tfrecord.dataset import file_adapters, names
 from dcm2tfrecord.dataset.file_adapters import ADAPTERS, FileAdapter
 from dcm2tfrecord.dataset.shard_writer import open_shard
+from dcm2tfrecord.dataset.tfds_metadata import NAMES as TFDS_NAMES
 from dcm2tfrecord.dataset.tfrecord import read_records
 from tests.support import run_convert, write_png_archive
 from tests.support.source import string_literals
@@ -160,6 +161,9 @@ def _as_zlib(plain: str, target: str) -> str:
             entry["num_bytes"] += len(data)
     with open(os.path.join(target, "dataset.json"), "w") as handle:
         json.dump(manifest, handle)
+    for name in TFDS_NAMES:         # TFDS's metadata described the plain shards just replaced
+        if os.path.exists(os.path.join(target, name)):
+            os.remove(os.path.join(target, name))
     return target
 
 

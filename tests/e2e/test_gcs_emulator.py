@@ -18,6 +18,8 @@ from PIL import Image
 
 from dcm2tfrecord import reader
 from tests.support import pydicom_test_files
+from dcm2tfrecord.dataset.names import TFDS_INFO_NAME
+from dcm2tfrecord.dataset.tfds_metadata import NAMES as TFDS_NAMES
 from dcm2tfrecord.pipeline.locations import recorded_location
 from tests.support import IN_MEMORY, TEST_SALT, rid, run_convert, write_png_archive
 from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
@@ -114,6 +116,11 @@ def test_gs_to_gs_same_bytes_as_local(converted):
     shards = [f for f in files if ".tfrecord" in f]
     assert len([f for f in shards if not f.endswith(".idx")]) >= 3, files
     for name in shards:
+        assert _read(os.path.join(local, name)) == _read(os.path.join(copy, name)), name
+    # TFDS's metadata, written through the same FileSystems at the same commit point
+    tfds_files = [f for f in files if f in TFDS_NAMES]
+    assert TFDS_INFO_NAME in tfds_files, files
+    for name in tfds_files:
         assert _read(os.path.join(local, name)) == _read(os.path.join(copy, name)), name
 
     def manifest(root):
