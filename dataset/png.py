@@ -9,8 +9,8 @@ sample of the same width, and the record's ``dtype`` names the signed type the r
 restores (``tf.io.decode_png`` then ``tf.bitcast``; :func:`decode` here). Any PNG decoder
 (tf.io.decode_png, Pillow, DALI's image decoder, torchvision) reads the image.
 
-Every row carries PNG's filter 2 ("Up": the byte above subtracted): on photo-like images it
-stores 0.68 of the bytes against 0.89 unfiltered, on CT slices about the same as none
+Every row carries PNG's filter 2 ("Up": the byte above subtracted): photo-like images then
+take 0.68 of their raw bytes against gzip's 0.88, CT slices what gzip takes
 (docs/BENCHMARKS.md, "17. Pixels compressed per record"); and it is undone in NumPy by one
 running sum down the rows, so :func:`decode` needs neither Pillow nor TensorFlow (the
 reader's light install). The deflate level is :data:`LEVEL`: the same bytes from the same
@@ -25,7 +25,7 @@ import numpy as np
 
 from dcm2tfrecord.dataset.errors import FormatError, InputError
 
-LEVEL = 1           # deflate level: 8.3 ms a 512x512 int16 slice for 0.424 of its bytes (level 6: 54 ms, 0.410)
+LEVEL = 1           # deflate level: the fastest, as --gzip_level's default (dataset/file_adapters.py)
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _COLOR_TYPES = {1: 0, 2: 4, 3: 2, 4: 6}            # channels -> PNG colour type
 _CHANNELS = {v: k for k, v in _COLOR_TYPES.items()}
@@ -138,8 +138,8 @@ def decode(data: bytes, shape, dtype: str) -> np.ndarray:
 
 
 def _undo_up(filtered: np.ndarray) -> np.ndarray:
-    """Each row plus the one above, modulo 256: a row at a time, 0.44 ms for a 512x512 int16
-    slice (np.cumsum down the rows: 2.1 ms)."""
+    """Each row plus the one above, modulo 256: a row at a time (np.cumsum down the rows,
+    the obvious form, took 5x the CPU on CT slices here)."""
     plain = np.empty(filtered.shape, np.uint8)
     plain[0] = filtered[0]
     for row in range(1, len(plain)):

@@ -243,24 +243,23 @@ class RandomAccess:
         layout = self.layout
         shape = tuple(int(features[k]) for k in SHAPE_FEATURES)     # (d, h, w, c)
         stored = features[DTYPE].decode() if isinstance(features[DTYPE], bytes) else features[DTYPE]
+        image: Optional[np.ndarray] = None
         if layout.encoding == RAW:
             pixels = np.frombuffer(raw, dtype=np.dtype(stored).newbyteorder("<"))
             if pixels.size != int(np.prod(shape)):
                 raise CorruptRecordError(f"{where}: {pixels.size} {stored} values for shape {list(shape)}")
             image = pixels.reshape(shape)
-        else:
-            image = None
-            if layout.encoding == ENCODING_PNG:     # NumPy alone (dataset/png.py): the light install
-                try:
-                    image = png.decode(raw, shape, stored)
-                except png.ForeignPng:                # another tool's PNG: Pillow's, as a JPEG
-                    image = None
-                except ValueError as exc:
-                    raise CorruptRecordError(f"{where}: {exc}") from None
-            if image is None:
-                from PIL import Image        # JPEG records, and PNGs of other writers
-                with Image.open(io.BytesIO(raw)) as decoded:
-                    image = np.asarray(decoded).reshape(shape)
+        elif layout.encoding == ENCODING_PNG:     # NumPy alone (dataset/png.py): the light install
+            try:
+                image = png.decode(raw, shape, stored)
+            except png.ForeignPng:                # another tool's PNG: Pillow's, as a JPEG's
+                pass
+            except ValueError as exc:
+                raise CorruptRecordError(f"{where}: {exc}") from None
+        if image is None:
+            from PIL import Image        # JPEG records, and PNGs of other writers
+            with Image.open(io.BytesIO(raw)) as decoded:
+                image = np.asarray(decoded).reshape(shape)
         out = np.dtype(layout.dtype)
         # astype copies: a writable array in native byte order (torch wants one).
         image = image.astype(out) if image.dtype != out or not image.flags.writeable else image
