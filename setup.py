@@ -65,9 +65,10 @@ setup(
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",
                  "grain>=0.2",
-                 # torch's pure-Python dependencies: scripts/ensure_venv.sh installs torch itself
-                 # without its NVIDIA wheels (several GB), for tests/reader/test_loaders.py
-                 "sympy>=1.12", "networkx>=3.0", "jinja2>=3.1", "filelock>=3.12", "fsspec>=2023.1",
+                 # tests/reader/test_loaders.py runs real torch. PyPI's Linux wheel is a CUDA
+                 # build and will not import without its NVIDIA wheels (~1.5 min, ~5 GB here),
+                 # even for CPU tensors; CI failed on a torch installed without them
+                 "torch>=2.2",
                  # tests/dataset/test_tfds_metadata.py opens the output with TFDS itself
                  # (tfds.builder_from_directory over dataset_info.json and features.json), and
                  # tests/reader/test_hf_datasets.py runs docs/READING.md's Hugging Face recipe

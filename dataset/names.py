@@ -15,6 +15,7 @@ A plain dataset directory::
     {shard}.idx                           its index (DALI tfrecord2idx: "offset size" lines)
     .incomplete/{name}.{uuid}             files being written, renamed into place when whole
     .progress/plan.json, {shard}.done     progress of a running job (removed at commit)
+    .progress/{host}-{pid}.worker         an SDK worker process started on the job (removed at commit)
     .lock                                 held by the run writing the directory (dataset/lock.py)
 
 A versioned root (``convert --incremental``)::
@@ -56,6 +57,7 @@ PROGRESS_DIR = ".progress"
 LOCK_NAME = ".lock"
 PLAN_NAME = "plan.json"
 DONE_SUFFIX = ".done"
+WORKER_SUFFIX = ".worker"     # .progress/{host}-{pid}.worker: an SDK worker ran the job's first step
 VERSIONS_DIR = "versions"
 LATEST_NAME = "LATEST"
 PARENT = "../"
@@ -295,3 +297,9 @@ def shard_path(dataset_dir: str, file: str, join: Callable[[str, str], str] = jo
     if file.startswith(PARENT):
         return join(str(dataset_dir).rstrip("/").rsplit("/", 1)[0], strip_parent(file))
     return join(dataset_dir, file)
+
+
+def worker_mark_name(host: str, pid: int) -> str:
+    """``.progress/{host}-{pid}.worker``: the SDK worker process ``pid`` on ``host`` ran the
+    job's first step (pipeline.worker_start); the host is reduced to letters, digits, - and ."""
+    return re.sub(r"[^A-Za-z0-9.-]", "_", host)[:64] + f"-{int(pid)}" + WORKER_SUFFIX

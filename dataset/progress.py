@@ -12,7 +12,8 @@ from typing import Mapping
 from dcm2tfrecord.dataset.storage import FileSystems
 
 from dcm2tfrecord.dataset.files import create_output, remove_own_files
-from dcm2tfrecord.dataset.names import DONE_SUFFIX, INCOMPLETE_DIR, PLAN_NAME, PROGRESS_DIR, done_file_name
+from dcm2tfrecord.dataset.names import (DONE_SUFFIX, INCOMPLETE_DIR, PLAN_NAME, PROGRESS_DIR, WORKER_SUFFIX,
+                                        done_file_name, worker_mark_name)
 
 
 def progress_dir(output_dir: str) -> str:
@@ -66,8 +67,30 @@ def write_done(output_dir: str, result, planned_records: int) -> str:
         "planned_records": planned_records, "planned_bytes": result.planned_bytes})
 
 
+_MARKED: set[str] = set()
+
+
+def write_worker_started(output_dir: str) -> str:
+    """``{host}-{pid}.worker``, once per output and process: this SDK worker process runs the
+    job (pipeline.worker_start waits for the first such mark); "" when written, else why not."""
+    import os
+    import socket
+    if output_dir in _MARKED:
+        return ""
+    _MARKED.add(output_dir)
+    return _write(output_dir, worker_mark_name(socket.gethostname(), os.getpid()), {})
+
+
+def any_worker_started(output_dir: str) -> bool:
+    """Whether some SDK worker left its mark (never raises: False when it cannot tell)."""
+    try:
+        return bool(FileSystems.match(FileSystems.join(output_dir, PROGRESS_DIR, "*" + WORKER_SUFFIX)))
+    except Exception:  # noqa: BLE001 - no progress folder yet, storage hiccup: not yet
+        return False
+
+
 def _is_progress_file(name: str) -> bool:
-    return name == PLAN_NAME or name.endswith(DONE_SUFFIX)
+    return name == PLAN_NAME or name.endswith(DONE_SUFFIX) or name.endswith(WORKER_SUFFIX)
 
 
 def remove_progress(output_dir: str) -> None:

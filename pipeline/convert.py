@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, PortableOptions, StandardOptions
 
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
@@ -39,6 +39,8 @@ from dcm2tfrecord.pipeline.option_rules import check_options
 from dcm2tfrecord.pipeline.option_table import ConvertOptions
 from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.pipeline.worker_fork import QUIETED_LOGGERS, ForkServer, WorkersDied, fork_server, local_runner
+from dcm2tfrecord.pipeline.worker_start import (WorkersNeverStarted, no_worker_message, wait_for_first_worker,
+                                                 watches_worker_start, worker_start_timeout_s)
 
 from dcm2tfrecord.dataset import versions
 from dcm2tfrecord.dataset.manifest import read_failed_run, read_manifest
@@ -200,9 +202,10 @@ class ConvertArchive(beam.PTransform):
     """The whole job: match -> probe -> labels -> splits -> plan -> reshuffle -> write -> commit."""
 
     def __init__(self, settings: ConversionSettings, options: dict, version: str,
-                 base: Optional[BaseVersion] = None, version_name: str = ""):
+                 base: Optional[BaseVersion] = None, version_name: str = "", mark_workers: bool = False):
         super().__init__()
         self.settings, self.options, self.version = settings, options, version
+        self.mark_workers = mark_workers   # each SDK worker marks its start (pipeline.worker_start)
         self.base = base   # --incremental: the version to build on (no shards for the first)
         self.version_tag = version_tag(version_name)
         self.run = uuid.uuid4().hex     # the steps of this run share one outage breaker per process
@@ -210,7 +213,8 @@ class ConvertArchive(beam.PTransform):
     def expand(self, pbegin):
         settings = self.settings
         sources, broken = pbegin | "MatchInputs" >> MatchInputs(list(settings.patterns),
-                                                                settings.storage_retry_s)
+                                                                settings.storage_retry_s,
+                                                                settings.output_dir if self.mark_workers else "")
         # SourceFile; Outcome per broken link
         probed = (sources
                   | "ProbeHeaders" >> beam.ParDo(ProbeHeadersFn(settings.max_pixels,
@@ -297,10 +301,10 @@ class ConvertArchive(beam.PTransform):
 
 
 def build(pipeline: beam.Pipeline, opts: ConvertOptions,
-          base: Optional[BaseVersion] = None, version_name: str = "") -> None:
+          base: Optional[BaseVersion] = None, version_name: str = "", mark_workers: bool = False) -> None:
     _ = pipeline | "ConvertArchive" >> ConvertArchive(
         opts.settings(), options=opts.recorded(), version=tool_version(), base=base,
-        version_name=version_name)
+        version_name=version_name, mark_workers=mark_workers)
 
 
 def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
@@ -357,12 +361,22 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool,
         remove_progress(opts.output)   # left by an interrupted run
     started = time.time()
     pipeline = beam.Pipeline(runner=make_runner(options, server), options=options)
-    build(pipeline, opts, base, version or "")
+    runner = str(options.view_as(StandardOptions).runner or "")
+    on_cluster = not launch_only and watches_worker_start(runner)
+    start_bound = worker_start_timeout_s() if on_cluster else 0.0
+    build(pipeline, opts, base, version or "", mark_workers=on_cluster)
     if launch_only:
         return report_job_not_run(pipeline.run(), options, launch_only, quiet)
     # quiet (library callers, tests): no progress unless --progress asks for it
     with ProgressMonitor(opts.output, "none" if quiet and opts.progress == "auto" else opts.progress):
-        pipeline.run().wait_until_finish()
+        result = pipeline.run()
+        if on_cluster:     # a job whose SDK workers never start ends (pipeline.worker_start)
+            portable = options.view_as(PortableOptions)
+            output = opts.output
+            wait_for_first_worker(output, lambda: result.state, result.cancel, start_bound,
+                                  no_worker_message(start_bound, portable.environment_type or "",
+                                                    portable.environment_config or ""))
+        result.wait_until_finish()
     wall = time.time() - started
     failed_run = read_failed_run(opts.output)
     if failed_run is not None:
@@ -445,6 +459,13 @@ def main(argv: Sequence[str]) -> int:
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         run_checked(opts, beam_args)       # parse_convert checked them
+    except WorkersNeverStarted as exc:
+        print(f"dcm2tfrecord convert: {exc}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # the lock is released and nothing was committed; what still waits for a worker (an
+        # in-process job service's thread, a gRPC stream) would keep the process alive
+        os._exit(1)
     except (ConversionFailed, WorkersDied) as exc:   # a dead worker: one line naming it (worker_fork)
         print(f"dcm2tfrecord convert: {exc}", file=sys.stderr)
         return 1

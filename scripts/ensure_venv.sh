@@ -22,12 +22,6 @@ ensure_venv() {
     # resolve, so pip takes it from reader_dist/ and never looks for it on an index
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
       -e "$root/reader_dist" -e "$spec"
-    if [ "$extras" = "test" ]; then
-      # the torch tests (tests/reader/test_loaders.py) run real torch: PyPI's wheel without
-      # its NVIDIA/CUDA dependencies (several GB; CPU tensors need none of them). Its pure-Python
-      # dependencies (sympy, networkx, jinja2, filelock, fsspec) come with the test extra.
-      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "torch>=2.2"
-    fi
     echo "$want" > "$stamp"
   fi
   export PATH="$venv/bin:$PATH"

@@ -6,8 +6,8 @@ multi_processing modes, BundleBasedDirectRunner, and the portable runner on the
 embedded job service, in LOOPBACK and in EXTERNAL mode with Beam's worker pool as
 a separate process (the way a Flink or Spark sidecar runs it); every shard and
 index must equal the reference's. The graph rule that keeps this so is checked
-on the graph itself. The Java job servers of Flink and Spark cannot be fetched
-here; what they add over the embedded job service is their own scheduling.
+on the graph itself. The Java job servers of Flink and Spark, on real clusters, are
+tests/e2e/test_cluster.py (slow).
 """
 from __future__ import annotations
 
@@ -267,3 +267,57 @@ def test_local_runs_go_straight_to_the_in_process_runner_never_to_prism(beam_arg
     when offline): local runs get FnApiRunner itself."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     assert isinstance(convert.make_runner(convert.make_pipeline_options(beam_args)), FnApiRunner)
+
+
+def test_a_job_whose_sdk_workers_never_start_ends_in_one_line_naming_the_cause_and_the_log(archive, tmp_path):
+    """EXTERNAL: the worker pool starts each worker with the `python` first on its PATH; here
+    that one cannot start Beam (as a Python without this project or Beam would): the job
+    server waits for a worker forever, so the launcher bounds the wait
+    ($DCM2TFRECORD_WORKER_START_TIMEOUT_S), cancels the job and fails in one line; nothing
+    is committed."""
+    port = _free_port()
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "python").write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named apache_beam' >&2\n"
+                                     "exit 1\n")
+    (fake_bin / "python").chmod(0o755)
+    # the project as this test imports it (a checkout's own, not another install's)
+    project = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(convert.__file__))))
+    env = {**os.environ, "PATH": str(fake_bin) + os.pathsep + os.environ["PATH"],
+           "PYTHONPATH": os.pathsep.join((project, ROOT)), "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("DCM2TFRECORD_ID_SALT", None)
+    log = open(tmp_path / "pool.log", "wb")
+    pool = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                             f"--service_port={port}"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert pool.poll() is None and time.time() < deadline, \
+                    (tmp_path / "pool.log").read_text()[-2000:]
+                time.sleep(0.2)
+        root, labels, salt, _ = archive
+        launcher_env = {**env, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+                        "DCM2TFRECORD_PYTHON": sys.executable, "DCM2TFRECORD_WORKER_START_TIMEOUT_S": "15"}
+        started = time.time()
+        proc = subprocess.run([SCRIPT, "--job_endpoint", "embed", "--input", root, "--output", "out",
+                               "--id_salt_file", salt, "--progress", "none",
+                               f"--environment_config=127.0.0.1:{port}"],
+                              env=launcher_env, capture_output=True, text=True, cwd=tmp_path, timeout=240)
+        took = time.time() - started
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("dcm2tfrecord convert:")]
+        assert len(lines) == 1, proc.stderr[-3000:]
+        assert "no Python SDK worker started within 15 s" in lines[0], lines[0]
+        assert f"worker pool at 127.0.0.1:{port}" in lines[0] and "log" in lines[0], lines[0]
+        assert took < 15 + 90, took        # the bound, plus the launcher's own start and the cancel
+        assert not (tmp_path / "out" / names.MANIFEST_NAME).exists()
+        assert "No module named apache_beam" in (tmp_path / "pool.log").read_text()   # where the line points
+    finally:
+        os.killpg(pool.pid, 15)
+        pool.wait(timeout=30)
+        log.close()

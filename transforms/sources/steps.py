@@ -6,6 +6,7 @@ from typing import Iterable
 import apache_beam as beam
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.progress import write_worker_started
 from dcm2tfrecord.transforms.counters import count, count_outcome
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.values import SourceFile
@@ -36,12 +37,15 @@ class ReadsSourcesFn(beam.DoFn):
 class ExpandPatternFn(beam.DoFn):
     """--input pattern -> every file it matches (listing gs:// within the storage retry budget)."""
 
-    def __init__(self, storage_retry_s: float = 0.0):
+    def __init__(self, storage_retry_s: float = 0.0, output_dir: str = ""):
         super().__init__()
         self.storage_retry_s = storage_retry_s
+        self.output_dir = output_dir     # where this worker marks that it started (pipeline.worker_start)
 
     def setup(self):
         configure_storage_retry(self.storage_retry_s)
+        if self.output_dir:
+            write_worker_started(self.output_dir)
 
     def process(self, pattern: str) -> Iterable[SourceFile]:
         for source in expand_pattern(pattern):
@@ -65,10 +69,11 @@ def _first_by_rel_path(sources: Iterable[SourceFile]) -> SourceFile:
 class MatchInputs(beam.PTransform):
     """--input patterns -> (every matched file once, broken links as Outcomes)."""
 
-    def __init__(self, patterns: list[str], storage_retry_s: float = 0.0):
+    def __init__(self, patterns: list[str], storage_retry_s: float = 0.0, output_dir: str = ""):
         super().__init__()
         self.patterns = sorted(set(patterns))
         self.storage_retry_s = storage_retry_s
+        self.output_dir = output_dir
 
     def expand(self, pbegin):
         patterns = pbegin | "ListInputPatterns" >> beam.Create(self.patterns)
@@ -78,7 +83,7 @@ class MatchInputs(beam.PTransform):
                   | "DropRepeatedLinks" >> beam.CombinePerKey(lambda outcomes: min(outcomes, key=lambda o: o.uri))
                   | "DropLinkKey" >> beam.Values())
         return (patterns
-                | "ExpandPatterns" >> beam.ParDo(ExpandPatternFn(self.storage_retry_s))
+                | "ExpandPatterns" >> beam.ParDo(ExpandPatternFn(self.storage_retry_s, self.output_dir))
                 # SourceFile
                 | "KeyByUri" >> beam.Map(lambda s: (uri_key(s.uri), s))
                 | "DropRepeatedMatches" >> beam.CombinePerKey(_first_by_rel_path)
