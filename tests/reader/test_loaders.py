@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from dcm2tfrecord import reader
 from tests.support.reader_datasets import archive, plain  # noqa: F401  (fixtures)
