@@ -20,6 +20,7 @@ import os
 import time
 from typing import Callable, Optional
 
+from dcm2tfrecord.dataset.errors import Dcm2TfrecordError
 from dcm2tfrecord.dataset.progress import any_worker_started
 
 WORKER_START_TIMEOUT_ENV = "DCM2TFRECORD_WORKER_START_TIMEOUT_S"
@@ -28,7 +29,7 @@ POLL_S = 1.0
 TERMINAL = ("DONE", "FAILED", "CANCELLED", "DRAINED", "UPDATED", "STOPPED")
 
 
-class WorkersNeverStarted(Exception):
+class WorkersNeverStarted(Dcm2TfrecordError):
     """No SDK worker ran this job's first step within the bound."""
 
 
