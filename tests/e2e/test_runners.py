@@ -119,6 +119,27 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _start_worker_pool(port: int, env: dict, log_path):
+    """Beam's EXTERNAL worker pool on 127.0.0.1:port, once it listens: (the process, its open log)."""
+    log = open(log_path, "wb")
+    pool = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                             f"--service_port={port}"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.time() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return pool, log
+        except OSError:
+            if pool.poll() is not None or time.time() >= deadline:
+                if pool.poll() is None:
+                    os.killpg(pool.pid, 9)
+                log.close()
+                pytest.fail(log_path.read_text()[-2000:])
+            time.sleep(0.2)
+
+
+
 def test_run_portable_with_an_external_worker_pool_writes_the_reference_bytes(archive, reference,
                                                                              tmp_path):
     """run_portable.sh, EXTERNAL (its default): Beam's worker pool runs as its own process on
@@ -128,20 +149,8 @@ def test_run_portable_with_an_external_worker_pool_writes_the_reference_bytes(ar
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
            "PYTHONPATH": ROOT, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("DCM2TFRECORD_ID_SALT", None)
-    log = open(tmp_path / "pool.log", "wb")
-    pool = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                             f"--service_port={port}"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    pool, log = _start_worker_pool(port, env, tmp_path / "pool.log")
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert pool.poll() is None and time.time() < deadline, \
-                    (tmp_path / "pool.log").read_text()[-2000:]
-                time.sleep(0.2)
         output = tmp_path / "out"        # given relative: the script makes it absolute
         root, labels, salt, _ = archive
         proc = subprocess.run([SCRIPT, "--job_endpoint", "embed", "--input", root, "--output", "out",
@@ -286,20 +295,8 @@ def test_a_job_whose_sdk_workers_never_start_ends_in_one_line_naming_the_cause_a
     env = {**os.environ, "PATH": str(fake_bin) + os.pathsep + os.environ["PATH"],
            "PYTHONPATH": os.pathsep.join((project, ROOT)), "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("DCM2TFRECORD_ID_SALT", None)
-    log = open(tmp_path / "pool.log", "wb")
-    pool = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                             f"--service_port={port}"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    pool, log = _start_worker_pool(port, env, tmp_path / "pool.log")
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert pool.poll() is None and time.time() < deadline, \
-                    (tmp_path / "pool.log").read_text()[-2000:]
-                time.sleep(0.2)
         root, labels, salt, _ = archive
         launcher_env = {**env, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
                         "DCM2TFRECORD_PYTHON": sys.executable, "DCM2TFRECORD_WORKER_START_TIMEOUT_S": "15"}
