@@ -277,4 +277,3 @@ class ShardPlan:
     index: int
     num_shards: int
     records: tuple[ProbedRecord, ...]
-    tag: str = ""        # --incremental: the version writing it, so names never repeat across versions
