@@ -12,6 +12,7 @@ import numpy as np
 
 from dcm2tfrecord.dataset import png
 from dcm2tfrecord.dataset.example import encode_example_parts
+from dcm2tfrecord.dataset.strenum import StrEnum
 
 FORMAT_VERSION = 1        # dataset.json's; a reader refuses a newer one (dataset/manifest.py)
 ENCODING_RAW = "raw"
@@ -38,6 +39,16 @@ MASK_RAW = "mask_raw"
 MASK_DTYPE = "mask_dtype"
 MASK_CHANNELS = "mask_channels"
 MASK_CLASSES = "mask_classes"
+
+
+class RecordKind(StrEnum):
+    """What a record was made from: its FORMAT feature's value, the converter's source kind
+    (transforms/sources/sniff.py tells them apart) and what readers and verify branch on.
+    Members are written as their strings, as the plain strings were before."""
+    DICOM = "dicom"
+    IMAGE = "image"         # a raster image Pillow reads (PNG, JPEG, TIFF, ...)
+    NIFTI = "nifti"         # NIfTI-1 / NIfTI-2, .nii or .nii.gz
+
 
 CORE_FEATURES = {
     IMAGE_RAW: {"dtype": "bytes", "shape": [], "encoding": ENCODING_RAW,

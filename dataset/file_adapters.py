@@ -4,8 +4,8 @@ A shard is a stream of TFRecord-framed records (dataset/tfrecord.py) in a
 container: the plain file, or one gzip member. Everything that differs
 between containers is an attribute or method of its :class:`FileAdapter`:
 
-- ``name``: its ``--compression`` value, recorded in dataset.json's
-  ``options.compression``, and its key in :data:`ADAPTERS`;
+- ``name``: its ``--compression`` value (a :class:`Compression` member), recorded in
+  dataset.json's ``options.compression``, and its key in :data:`ADAPTERS`;
 - ``suffix``: what its shard names add after ``.tfrecord`` (dataset/names.py
   asks for it when it builds and parses shard names);
 - ``open_writer`` / ``open_reader``: the record stream over a raw byte file,
@@ -20,18 +20,29 @@ between containers is an attribute or method of its :class:`FileAdapter`:
   metadata is written beside them (dataset/tfds_metadata.py).
 
 A new container is one adapter registered here (:func:`register`), its
-``--compression`` choice (pipeline/option_choices.py, held to this registry when it
-loads) and its tests; no other consumer names a container
-(tests/dataset/test_file_adapters.py).
+:class:`Compression` member (the ``--compression`` choices, held to this registry when
+this module loads) and its tests; no other consumer names a container
+(tests/dataset/test_file_adapters.py). A run's shards are written through one
+``ShardTarget`` (dataset/shard_target.py) holding its adapter; a dataset's shards are
+read through the adapter its manifest names (``Manifest.adapter``).
 """
 from __future__ import annotations
 
 import dataclasses
 import gzip
 import zlib
-from typing import BinaryIO, Iterable, Mapping, Optional
+from typing import BinaryIO, Iterable, Mapping, Optional, Union
 
-DEFAULT = "none"
+from dcm2tfrecord.dataset.strenum import StrEnum
+
+
+class Compression(StrEnum):
+    """The ``--compression`` choices: one member per adapter of :data:`ADAPTERS` (checked below)."""
+    NONE = "none"
+    GZIP = "gzip"
+
+
+DEFAULT = Compression.NONE
 # gzip's deflate level when none is given (--gzip_level's default). Converting 512x512 int16 CT
 # slices, level 1 costs 1.76x the CPU of a plain write for 0.423 of its bytes, level 3 2.05x for
 # 0.413, level 9 (gzip.GzipFile's default, which every gzip shard was written with before
@@ -93,7 +104,8 @@ class GzipAdapter(FileAdapter):
 
 
 GZIP = GzipAdapter(
-    name="gzip", suffix=".gz", tf_compression_type="GZIP", random_access=False, offset_unit="uncompressed byte",
+    name=Compression.GZIP, suffix=".gz", tf_compression_type="GZIP", random_access=False,
+    offset_unit="uncompressed byte",
     random_access_refusal=(
         "holds gzip shards, which RandomAccess cannot read: their .idx offsets address the "
         "uncompressed stream, and a gzip stream cannot be entered at an offset without "
@@ -105,6 +117,8 @@ GZIP = GzipAdapter(
                   "type): convert with --compression none for tfds.builder_from_directory"))
 
 ADAPTERS: dict[str, FileAdapter] = {DEFAULT: FileAdapter(), GZIP.name: GZIP}
+if tuple(ADAPTERS) != tuple(Compression):
+    raise TypeError(f"Compression {tuple(Compression)} disagrees with the adapters {tuple(ADAPTERS)}")
 
 
 def register(adapter: FileAdapter) -> FileAdapter:
@@ -115,8 +129,10 @@ def register(adapter: FileAdapter) -> FileAdapter:
     return adapter
 
 
-def adapter(name: Optional[str]) -> FileAdapter:
-    """The adapter of ``--compression`` value ``name`` (None: the default)."""
+def adapter(name: Union[FileAdapter, str, None]) -> FileAdapter:
+    """The adapter of ``--compression`` value ``name`` (None: the default; an adapter: itself)."""
+    if isinstance(name, FileAdapter):
+        return name
     try:
         return ADAPTERS[name or DEFAULT]
     except KeyError:

@@ -39,10 +39,11 @@ import dataclasses
 import functools
 import os
 import re
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from dcm2tfrecord.dataset.errors import FormatError
 from dcm2tfrecord.dataset import file_adapters
+from dcm2tfrecord.dataset.file_adapters import FileAdapter
 
 MANIFEST_NAME = "dataset.json"
 ERRORS_NAME = "errors.jsonl"
@@ -161,9 +162,10 @@ class ShardName:
 
 
 def shard_file_name(split: str, index: int, num_shards: int, tag: str = "",
-                    compression: str = file_adapters.DEFAULT) -> str:
+                    compression: Union[FileAdapter, str] = file_adapters.DEFAULT) -> str:
     """``{split}[-{tag}]-{index:05d}-of-{num_shards:05d}.tfrecord{suffix}``, the suffix of
-    the container ``compression`` names (``.gz`` for gzip, none for none).
+    the container ``compression`` (an adapter, or its name: ``.gz`` for gzip, none for none);
+    a run's writer names its shards through its ShardTarget (dataset/shard_target.py).
 
     ``split`` is checked again here (BadName): whatever let an unsafe name
     through upstream, it never becomes a path.
@@ -194,8 +196,8 @@ def tfds_labels_name(feature: str) -> str:
     return feature + TFDS_LABELS_SUFFIX
 
 
-def tfds_shard_template(split: str, tag: str = "", compression: str = file_adapters.DEFAULT,
-                        parent: str = "") -> str:
+def tfds_shard_template(split: str, tag: str = "",
+                        compression: Union[FileAdapter, str] = file_adapters.DEFAULT, parent: str = "") -> str:
     """TFDS's ``filepathTemplate`` (dataset_info.json) naming the shards :func:`shard_file_name`
     gives ``split`` with ``tag``: TFDS formats ``{SPLIT}`` and ``{SHARD_X_OF_Y}``; with ``parent``
     the shards are ``../{parent}/`` beside the version."""

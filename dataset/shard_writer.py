@@ -4,7 +4,8 @@ The writer is handed records already serialized (like Beam's sink, which only
 overrides ``write_encoded_record``, or TFDS's ``ShardWriter``); it decodes
 nothing. Each record is framed by the format's codec (dataset/tfrecord.py)
 onto a file opened through the format's file system (dataset/storage.py), so
-local paths and gs:// behave alike. The shard and its ``.idx`` are written
+local paths and gs:// behave alike, in the container of the run's one
+``ShardTarget`` (dataset/shard_target.py, which also named the shard). The shard and its ``.idx`` are written
 under ``.incomplete/`` and renamed into place only when complete, the index
 first: a file with a final shard name is always whole, and has its index.
 """
@@ -12,12 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Iterator
 
-from dcm2tfrecord.dataset import file_adapters
 from dcm2tfrecord.dataset.files import create_output, incomplete_file
 from dcm2tfrecord.dataset.names import index_file_name
-from dcm2tfrecord.dataset.storage import FileSystems
+from dcm2tfrecord.dataset.shard_target import ShardTarget
 from dcm2tfrecord.dataset.tfrecord import framed_segments, index_lines
 
 
@@ -41,11 +41,9 @@ class _HashingWriter:
 class ShardSink:
     """The open shard: ``append`` one encoded record at a time."""
 
-    def __init__(self, raw: BinaryIO,
-                 adapter: file_adapters.FileAdapter = file_adapters.ADAPTERS[file_adapters.DEFAULT],
-                 level: Optional[int] = None):
+    def __init__(self, raw: BinaryIO, target: ShardTarget):
         self._file = _HashingWriter(raw)
-        self._target = adapter.open_writer(self._file, level)  # type: ignore[arg-type]
+        self._target = target.open_stream(self._file)  # type: ignore[arg-type]
         self.offsets: list[tuple[int, int]] = []    # (offset, size) per record, uncompressed stream
         self._stream_offset = 0
 
@@ -81,24 +79,21 @@ class ShardSink:
 
 
 @contextlib.contextmanager
-def open_shard(output_dir: str, file_name: str, compression: str = "none",
-               level: Optional[int] = None) -> Iterator[ShardSink]:
-    """``with open_shard(out, name) as shard: shard.append(record) ...``; on a clean exit the
-    ``.idx`` and then the shard are renamed into place, on an exception neither appears.
+def open_shard(target: ShardTarget, file_name: str) -> Iterator[ShardSink]:
+    """``with open_shard(target, target.file_name(split, i, n)) as shard: shard.append(record)
+    ...``; on a clean exit the ``.idx`` and then the shard are renamed into place in
+    ``target.output_dir``, on an exception neither appears.
 
-    ``compression`` names the container (dataset/file_adapters.py): with
-    ``"gzip"`` the shard is one gzip member with a zero timestamp and no file
-    name, so its bytes are deterministic too; index offsets always refer to
-    the uncompressed record stream. ``level``: gzip's level (--gzip_level; None: the
-    container's default).
+    The shard is in ``target``'s container (dataset/file_adapters.py) at its level: in
+    gzip, one gzip member with a zero timestamp and no file name, so its bytes are
+    deterministic too; index offsets always refer to the uncompressed record stream.
     """
-    final_path = FileSystems.join(output_dir, file_name)
-    with incomplete_file(final_path, output_dir) as tmp:
+    output_dir = target.output_dir
+    with incomplete_file(target.path(file_name), output_dir) as tmp:
         with create_output(output_dir, tmp) as raw:
-            shard = ShardSink(raw, file_adapters.adapter(compression), level)
+            shard = ShardSink(raw, target)
             yield shard
             shard._finish()
-        index_path = FileSystems.join(output_dir, index_file_name(file_name))
-        with incomplete_file(index_path, output_dir) as index_tmp:
+        with incomplete_file(target.path(index_file_name(file_name)), output_dir) as index_tmp:
             with create_output(output_dir, index_tmp, "text/plain") as handle:
                 handle.write(index_lines(shard.offsets))

@@ -109,11 +109,12 @@ def verify_dataset(dataset_dir: str) -> Report:
         return report
     manifest_problems = missing or check_manifest(manifest)
     schema = dict(manifest.features)
+    adapter = manifest.adapter      # the shards' container, once for the dataset
     ids = RecordIds()
     for split, entry in sorted(manifest.splits.items()):
         stats, complete = RecordStats(), True
         for shard in entry.shards:
-            check = verify_shard(dataset_dir, shard, schema, split)
+            check = verify_shard(dataset_dir, shard, schema, adapter, split)
             ids.add(check.file, bytes(check.ids))
             report.problems.extend(check.problems)
             report.shards += 1

@@ -16,9 +16,9 @@ from typing import Optional
 import numpy as np
 
 from dcm2tfrecord.dataset.manifest import MAX_SHAPES, label_count_keys
-from dcm2tfrecord.dataset import file_adapters, png
+from dcm2tfrecord.dataset import png
 from dcm2tfrecord.dataset.features import (DICOM_PREFIX, DTYPE, ENCODING, ENCODING_PNG, FORMAT, IMAGE_RAW, LABEL,
-                                           MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES)
+                                           MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES, RecordKind)
 from dcm2tfrecord.dataset.names import MANIFEST_NAME
 
 
@@ -29,14 +29,14 @@ class Problem:
     message: str
     record: Optional[int] = None
     offset: Optional[int] = None
+    offset_unit: str = "byte"    # what ``offset`` addresses: its container's (FileAdapter.offset_unit)
 
     def __str__(self) -> str:
         where = self.file
         if self.record is not None:
             where += f": record {self.record}"
         if self.offset is not None:
-            stream = file_adapters.of_file(self.file).offset_unit
-            where += f" at {stream} {self.offset}"
+            where += f" at {self.offset_unit} {self.offset}"
         return f"{where}: {self.message}"
 
 
@@ -66,7 +66,7 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
     too: the schema is the reader's contract.
     """
     problems = []
-    is_dicom = _text(features.get(FORMAT, (None, []))[1]) == "dicom"
+    is_dicom = _text(features.get(FORMAT, (None, []))[1]) == RecordKind.DICOM
     for name, spec in sorted(schema.items()):
         if name not in features:
             if (name.startswith(DICOM_PREFIX) and not is_dicom) or spec.get("optional"):

@@ -6,9 +6,9 @@ import dataclasses
 import hashlib
 from typing import BinaryIO, Optional
 
-from dcm2tfrecord.dataset import file_adapters
 from dcm2tfrecord.dataset.example import ProtoError, decode_example
 from dcm2tfrecord.dataset.features import ID
+from dcm2tfrecord.dataset.file_adapters import FileAdapter
 from dcm2tfrecord.dataset.files import read_json
 from dcm2tfrecord.dataset.manifest import ShardEntry
 from dcm2tfrecord.dataset.names import records_file_name
@@ -50,15 +50,20 @@ class ShardCheck:
     ids: bytearray = dataclasses.field(default_factory=bytearray)   # 16 bytes per record read
 
 
-def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
-    """Reads one shard start to end: framing, CRCs, records against the schema, size and sha256."""
+def read_shard(path: str, name: str, schema: dict, adapter: FileAdapter) -> ShardCheck:
+    """Reads one shard start to end: framing, CRCs, records against the schema, size and sha256;
+    ``adapter`` is the dataset's container (``Manifest.adapter``)."""
     check = ShardCheck(file=name)
+
+    def problem(message: str, record: Optional[int] = None, offset: Optional[int] = None) -> Problem:
+        """A problem in the shard, its offset in the container's unit."""
+        return Problem(name, message, record, offset, adapter.offset_unit)
+
     try:
         raw = FileSystems.open(path)
     except Exception as exc:
         check.problems.append(Problem(name, f"cannot be opened: {exc}"))
         return check
-    adapter = file_adapters.of_file(name)
     with raw:
         hashing = _HashingReader(raw)
         stream = adapter.open_reader(hashing)  # type: ignore[arg-type]
@@ -68,29 +73,28 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
                 check.index.append((framed.offset, framed.size))
                 if not framed.data_crc_ok:
                     first = framed.offset + HEADER_BYTES
-                    check.problems.append(Problem(
-                        name, f"data CRC32C mismatch: the record's data (bytes {first}-"
-                              f"{first + len(framed.data) - 1}) or its CRC was altered",
+                    check.problems.append(problem(
+                        f"data CRC32C mismatch: the record's data (bytes {first}-"
+                        f"{first + len(framed.data) - 1}) or its CRC was altered",
                         framed.index, framed.offset))
                     continue
                 try:
                     features = decode_example(framed.data)
                 except ProtoError as exc:
-                    check.problems.append(Problem(name, f"not a tf.train.Example: {exc}",
-                                                  framed.index, framed.offset))
+                    check.problems.append(problem(f"not a tf.train.Example: {exc}", framed.index, framed.offset))
                     continue
                 messages, summary = check_example(features, schema)
-                check.problems.extend(Problem(name, m, framed.index, framed.offset) for m in messages)
+                check.problems.extend(problem(m, framed.index, framed.offset) for m in messages)
                 kind, values = features.get(ID, (None, []))
                 check.ids.extend(id_bytes(values[0] if kind == "bytes" and len(values) == 1 else b""))
                 if summary:
                     check.stats.add(summary)
         except FramingError as exc:
-            check.problems.append(Problem(name, str(exc), exc.record, exc.offset))
+            check.problems.append(problem(str(exc), exc.record, exc.offset))
         except adapter.stream_errors as exc:   # e.g. gzip: bad header, CRC, truncation
             record = len(check.index)
             offset = check.index[-1][0] + check.index[-1][1] if check.index else 0
-            check.problems.append(Problem(name, f"{adapter.name} stream is corrupt: {exc}", record, offset))
+            check.problems.append(problem(f"{adapter.name} stream is corrupt: {exc}", record, offset))
         try:
             hashing.drain()
         except OSError as exc:
@@ -115,16 +119,18 @@ def check_index(path: str, name: str, actual: list[tuple[int, int]]) -> list[Pro
     return []
 
 
-def verify_shard(dataset_dir: str, entry: ShardEntry, schema: dict, split: Optional[str] = None) -> ShardCheck:
+def verify_shard(dataset_dir: str, entry: ShardEntry, schema: dict, adapter: FileAdapter,
+                 split: Optional[str] = None) -> ShardCheck:
     """One dataset.json shard entry against the files: shard, then its index (and, in a
-    versioned dataset, the split its records file says it was written for)."""
+    versioned dataset, the split its records file says it was written for); ``adapter`` is
+    the container the dataset's manifest names (``Manifest.adapter``), found once per dataset."""
     name = entry.file
     path = shard_uri(dataset_dir, name)
     if not FileSystems.exists(path):
         check = ShardCheck(file=name)
         check.problems.append(Problem(name, "listed in dataset.json but missing"))
         return check
-    check = read_shard(path, name, schema)
+    check = read_shard(path, name, schema, adapter)
     if check.records != entry.num_records:
         check.problems.append(Problem(name, f"holds {check.records} readable records, dataset.json "
                                             f"says {entry.num_records}"))

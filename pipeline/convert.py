@@ -58,6 +58,7 @@ from dcm2tfrecord.transforms.masks.pair_steps import PairMasks
 from dcm2tfrecord.transforms.masks.slice_steps import AttachSliceMasks, SettleUnmasked
 from dcm2tfrecord.transforms.output.commit import CommitInputs
 from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_step, record_plan
+from dcm2tfrecord.transforms.output.write import shard_target
 from dcm2tfrecord.transforms.planning.shards import for_planning
 from dcm2tfrecord.transforms.planning.steps import PlanShards, ReuseShards
 from dcm2tfrecord.transforms.records.steps import DropDuplicates, ProbeHeadersFn
@@ -264,13 +265,11 @@ class ConvertArchive(beam.PTransform):
                          # "plan.json", written under {output}/.progress/
         written = (plans
                    | "DistributeShards" >> beam.Reshuffle()
-                   | "WriteShards" >> beam.ParDo(WriteShardFn(settings.output_dir,
-                                                              settings.compression, settings.decode,
+                   | "WriteShards" >> beam.ParDo(WriteShardFn(shard_target(settings, self.version_tag),
+                                                              settings.decode,
                                                               records_files=self.base is not None,
-                                                              tag=self.version_tag,
                                                               storage_retry_s=settings.storage_retry_s,
-                                                              run=self.run,
-                                                              level=settings.gzip_level),
+                                                              run=self.run),
                                                  AsSingleton(plan_recorded)))
         # ShardResult and Outcome on one output, split by type here: no side input reads off a
         # step with several outputs (runners differ in how they keep those apart:

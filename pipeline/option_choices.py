@@ -4,16 +4,17 @@ Each is a ``StrEnum`` (``WindowBits`` an ``IntEnum``): a member equals, prints a
 serialises as its value, so dataset.json records the same strings as before, and
 code comparing with a plain string (``settings.compression == "gzip"``) keeps
 working. The choices that transforms/ owns as tuples (resize modes, label keys,
-split groupings) are checked against those tuples, the compressions against the
-container adapters' registry and the pixel encodings against dataset/features.py's, when
-this module loads.
+split groupings) are checked against those tuples and the pixel encodings against
+dataset/features.py's, when this module loads; ``Compression`` is defined beside the
+container adapters (dataset/file_adapters.py), which hold it to their registry.
 """
 from __future__ import annotations
 
 import enum
 import sys
 
-from dcm2tfrecord.dataset import features, file_adapters
+from dcm2tfrecord.dataset import features
+from dcm2tfrecord.dataset.file_adapters import Compression  # noqa: F401 - beside its adapters, re-exported
 from dcm2tfrecord.transforms.images.geometry import RESIZE_MODES
 from dcm2tfrecord.transforms.labels.table import LABEL_KEYS
 from dcm2tfrecord.transforms.splits.assign import SPLIT_BY
@@ -34,11 +35,6 @@ else:   # the converter supports 3.10 (setup.py): enum.StrEnum as 3.11 defines i
 class Duplicates(StrEnum):
     SKIP = "skip"
     KEEP = "keep"
-
-
-class Compression(StrEnum):
-    NONE = "none"
-    GZIP = "gzip"
 
 
 class DicomValues(StrEnum):
@@ -138,9 +134,8 @@ def values(choices: type[enum.Enum]) -> tuple:
     return tuple(member.value for member in choices)
 
 
-# the owners of these choices: transforms' tuples, and the container adapters' registry
-# (dataset/file_adapters.py: a new container is an adapter there plus its member here)
+# the owners of these choices: transforms' tuples, and dataset/features.py's
 for _enum, _owned in ((ResizeMode, RESIZE_MODES), (LabelKey, LABEL_KEYS), (SplitBy, SPLIT_BY),
-                      (Compression, file_adapters.ADAPTERS), (PixelEncoding, features.PIXEL_ENCODINGS)):
+                      (PixelEncoding, features.PIXEL_ENCODINGS)):
     if values(_enum) != tuple(_owned):
         raise TypeError(f"{_enum.__name__} {values(_enum)} disagrees with its owner's {tuple(_owned)}")

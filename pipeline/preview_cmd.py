@@ -24,7 +24,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from dcm2tfrecord.dataset.features import FORMAT, LABEL, SHAPE_FEATURES
+from dcm2tfrecord.dataset.features import FORMAT, LABEL, SHAPE_FEATURES, RecordKind
 from dcm2tfrecord.pipeline.inspect_cmd import default_split, load_info
 from dcm2tfrecord.pipeline.usage import UsageError
 from dcm2tfrecord.transforms.images.display import display_image, text as _text
@@ -138,7 +138,7 @@ def caption(record: Mapping, class_names: Sequence[str]) -> list[str]:
     second = f"{modality or kind} {shape} {_text(record.get('dtype', b''))}"
     if depth > 1:
         third = f"slice {depth // 2} of {depth}"
-    elif kind == "dicom":
+    elif kind == RecordKind.DICOM:
         spacing = np.asarray(record.get("dicom/pixel_spacing", [])).ravel()
         photometric = _text(record.get("dicom/photometric_interpretation", b""))
         third = photometric + (f" {spacing[0]:.3g}mm" if spacing.size and spacing[0] > 0 else "")
@@ -254,7 +254,7 @@ def render(dataset_dir: str, split: Optional[str] = None, count: int = 16, seed:
     mask_classes = info.mask_classes if outlines and info.has_masks else []
     windowed = (manifest.options or {}).get("dicom_values") == "window"
     records = sample_records(dataset_dir, split, count, seed, masks=bool(mask_classes))
-    tiles = [Tile(display_image(r["image"], r, windowed and _text(r.get(FORMAT, b"")) == "dicom"),
+    tiles = [Tile(display_image(r["image"], r, windowed and _text(r.get(FORMAT, b"")) == RecordKind.DICOM),
                   caption(r, class_names),
                   class_regions(r["mask"], r, len(mask_classes)) if mask_classes else None)
              for r in records]

@@ -11,6 +11,7 @@ import unicodedata
 from typing import TYPE_CHECKING, Optional
 
 from dcm2tfrecord.dataset.errors import OptionError
+from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.dataset.file_adapters import DEFAULT_GZIP_LEVEL
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class ConversionSettings:
     def split_by_for(self, kind: str) -> str:
         if self.split_by:
             return self.split_by
-        return "patient" if kind == "dicom" else "record"
+        return "patient" if kind == RecordKind.DICOM else "record"
 
 
 # Inputs in a row that storage does not answer for (each after storage_retry_s of retries)

@@ -156,7 +156,7 @@ class ProbedRecord:
     """A source file that will become one record, planned from its header."""
     source: SourceFile
     record_id: str       # keyed hash of rel_path: stable, carries no identity
-    kind: str            # "dicom", "image" or "nifti" (or an annotation's, --class_map)
+    kind: str            # a RecordKind (dataset/features.py), or an annotation's (--class_map)
     spec: ImageSpec
     split: str = "train"
     label: object = -1   # int, float, or a multi-hot tuple; see transforms.labels.table
@@ -277,4 +277,3 @@ class ShardPlan:
     index: int
     num_shards: int
     records: tuple[ProbedRecord, ...]
-    tag: str = ""        # --incremental: the version writing it, so names never repeat across versions

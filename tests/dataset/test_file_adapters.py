@@ -23,6 +23,7 @@ import pytest
 
 from dcm2tfrecord.dataset import file_adapters, names
 from dcm2tfrecord.dataset.file_adapters import ADAPTERS, FileAdapter
+from dcm2tfrecord.dataset.shard_target import ShardTarget
 from dcm2tfrecord.dataset.shard_writer import open_shard
 from dcm2tfrecord.dataset.tfds_metadata import NAMES as TFDS_NAMES
 from dcm2tfrecord.dataset.tfrecord import read_records
@@ -110,10 +111,13 @@ def zlib_adapter():
 
 
 def test_the_shard_writer_writes_through_a_registered_adapter(zlib_adapter, tmp_path):
-    name = names.shard_file_name("train", 0, 1, "", "zlib")
+    assert names.shard_file_name("train", 0, 1, "", "zlib") == "train-00000-of-00001.tfrecord.zz"
+    target = ShardTarget.of(str(tmp_path), "zlib")
+    assert target.adapter is zlib_adapter
+    name = target.file_name("train", 0, 1)
     assert name == "train-00000-of-00001.tfrecord.zz"
-    assert names.parse_shard_name(name).compression == "zlib"
-    with open_shard(str(tmp_path), name, "zlib") as shard:
+    assert names.parse_shard_name(name).compression == "zlib" and target.parse(name).index == 0
+    with open_shard(target, name) as shard:
         for payload in (b"one", b"two" * 100):
             shard.append(payload)
     with open(tmp_path / name, "rb") as handle:
@@ -123,6 +127,27 @@ def test_the_shard_writer_writes_through_a_registered_adapter(zlib_adapter, tmp_
     records = [bytes(r.data) for r in read_records(zlib_adapter.open_reader(io.BytesIO(data)))]
     assert records == [b"one", b"two" * 100]
     assert (tmp_path / (name + ".idx")).read_text() == "0 19\n19 316\n"
+
+
+def test_the_converters_writer_writes_a_registered_container_through_its_target(zlib_adapter, tmp_path):
+    """write_shard (transforms/output/write.py), unchanged, names and writes a shard in a container
+    registered in this test, from the one target it is handed."""
+    import io
+    from dcm2tfrecord.transforms.output.write import write_shard
+    from dcm2tfrecord.transforms.records.probe import probe_file
+    from dcm2tfrecord.transforms.values import ShardPlan, SourceFile
+    paths = write_png_archive(tmp_path / "archive", 3, 8, 8, channels=1)
+    probed = tuple(probe_file(SourceFile(p, os.path.basename(p), os.path.getsize(p), os.path.getmtime(p)))
+                   for p in paths)
+    out = tmp_path / "out"
+    os.makedirs(out)
+    result, outcomes = write_shard(ShardPlan("train", 1, 2, probed), ShardTarget.of(str(out), "zlib", "v0004"))
+    assert outcomes == [] and result.file == "train-v0004-00001-of-00002.tfrecord.zz"
+    data = (out / result.file).read_bytes()
+    records = list(read_records(zlib_adapter.open_reader(io.BytesIO(data))))
+    assert len(records) == result.num_records == 3
+    assert result.sha256 == hashlib.sha256(data).hexdigest() and result.num_bytes == len(data)
+    assert (out / (result.file + ".idx")).exists()
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +267,7 @@ def test_the_compression_choices_are_the_adapters():
     """--compression's enum is checked against the registry when it loads: an adapter added
     without its choice (or a choice without its adapter) fails at import, not in a run."""
     from dcm2tfrecord.pipeline.option_choices import Compression, values
+    assert Compression is file_adapters.Compression          # defined beside the adapters
     assert values(Compression) == tuple(file_adapters.ADAPTERS)
 
 
@@ -251,7 +277,7 @@ def test_the_compression_choices_are_the_adapters():
 def _gzip_shard(tmp_path, level, records):
     from dcm2tfrecord.dataset.shard_writer import open_shard
     out = tmp_path / f"level{level}"
-    with open_shard(str(out), "train-00000-of-00001.tfrecord.gz", "gzip", level) as shard:
+    with open_shard(ShardTarget.of(str(out), "gzip", level=level), "train-00000-of-00001.tfrecord.gz") as shard:
         for record in records:
             shard.append(record)
     return (out / "train-00000-of-00001.tfrecord.gz").read_bytes()

@@ -15,6 +15,7 @@ import os
 import pytest
 import tensorflow as tf
 
+from dcm2tfrecord.dataset.shard_target import ShardTarget
 from dcm2tfrecord.dataset.shard_writer import open_shard
 from dcm2tfrecord.dataset.tfrecord import parse_index
 from dcm2tfrecord.transforms.output.write import write_shard
@@ -37,7 +38,7 @@ def test_a_record_whose_decoded_size_differs_from_its_plan_is_refused(tmp_path):
     small = dataclasses.replace(small, spec=dataclasses.replace(small.spec, width=3))
     out = tmp_path / "out"
     os.makedirs(out)
-    result, outcomes = write_shard(ShardPlan("train", 0, 1, (good, lying, small)), str(out))
+    result, outcomes = write_shard(ShardPlan("train", 0, 1, (good, lying, small)), ShardTarget.of(str(out)))
     assert [(o.uri, o.status, o.reason) for o in outcomes] == [
         (paths[1], reasons.FAILED, reasons.DECODED_SIZE_MISMATCH),
         (paths[2], reasons.FAILED, reasons.DECODED_SIZE_MISMATCH)]
@@ -60,7 +61,7 @@ def test_shards_are_standard_tfrecord_files_read_by_tf_data_and_beam(tmp_path, c
 
     records = [b"", b"x", os.urandom(300), os.urandom(70000)]
     name = "train-00000-of-00001.tfrecord" + (".gz" if compression == "gzip" else "")
-    with open_shard(str(tmp_path), name, compression) as shard:
+    with open_shard(ShardTarget.of(str(tmp_path), compression), name) as shard:
         for record in records:
             shard.append(memoryview(record))
     path = str(tmp_path / name)
@@ -80,7 +81,7 @@ def test_shards_are_standard_tfrecord_files_read_by_tf_data_and_beam(tmp_path, c
 
 def test_a_shard_that_fails_midway_leaves_no_file_under_its_name(tmp_path):
     with pytest.raises(RuntimeError):
-        with open_shard(str(tmp_path), "train-00000-of-00001.tfrecord") as shard:
+        with open_shard(ShardTarget.of(str(tmp_path)), "train-00000-of-00001.tfrecord") as shard:
             shard.append(b"a record")
             raise RuntimeError("the source vanished")
     assert not [n for n in os.listdir(tmp_path) if not n.startswith(".")]

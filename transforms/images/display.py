@@ -11,7 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
-from dcm2tfrecord.dataset.features import CHANNELS, DTYPE, FORMAT, SHAPE_FEATURES
+from dcm2tfrecord.dataset.features import CHANNELS, DTYPE, FORMAT, SHAPE_FEATURES, RecordKind
 
 PERCENTILES = (1.0, 99.0)
 
@@ -35,7 +35,7 @@ def display_image(image: np.ndarray, record: Mapping, windowed: bool = False) ->
     else:
         pixels = pixels[..., :1]
     stored = text(record.get(DTYPE, pixels.dtype.name)) or pixels.dtype.name
-    grayscale_dicom = text(record.get(FORMAT, b"")) == "dicom" and pixels.shape[-1] == 1
+    grayscale_dicom = text(record.get(FORMAT, b"")) == RecordKind.DICOM and pixels.shape[-1] == 1
     if stored == "uint8" and (windowed or not grayscale_dicom):
         out = pixels.astype(np.uint8)
     elif windowed and stored == "uint16":

@@ -10,6 +10,7 @@ import io
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.counters import OUTCOMES, emit
 from dcm2tfrecord.transforms.labels import table as labels_lib
 from dcm2tfrecord.transforms.masks import pairing
@@ -81,7 +82,7 @@ class PairMasks(beam.PTransform):
     def expand(self, records):
         settings, decode = self.settings, self.settings.decode
         nifti, others = records | "NiftiOrOther" >> beam.Partition(
-            lambda r, _: 0 if r.kind == pairing.NIFTI else 1, 2)  # type: ignore[arg-type]  # Beam: a callable
+            lambda r, _: 0 if r.kind == RecordKind.NIFTI else 1, 2)  # type: ignore[arg-type]  # Beam: a callable
         if settings.mask_pattern is not None:
             named = nifti | "NameMasksByPattern" >> beam.FlatMap(
                 lambda r, pattern: _emit_all([pairing.named_by_pattern(r, pattern)]),

@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence, Union
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.masks import annotation, rtstruct, seg
@@ -48,7 +49,7 @@ STAGE = "group"
 def part_key(record: ProbedRecord) -> str:
     """The raw Series Instance UID a DICOM image record is part of, or the one an annotation
     references ("" for the others: they pass by without a mask)."""
-    if record.ids is None or record.kind not in ("dicom", annotation.ANNOTATION):
+    if record.ids is None or record.kind not in (RecordKind.DICOM, annotation.ANNOTATION):
         return ""
     return record.ids.series_uid
 

@@ -5,7 +5,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from dcm2tfrecord.dataset import manifest, reasons
-from dcm2tfrecord.dataset.features import ENCODING_RAW, SOURCE_PATH, SOURCE_PATH_FEATURE, image_features
+from dcm2tfrecord.dataset.features import (ENCODING_RAW, SOURCE_PATH, SOURCE_PATH_FEATURE, RecordKind,
+                                           image_features)
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.dicom import patient_space
@@ -180,9 +181,9 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
     settings, options, version, base = inputs.settings, inputs.options, inputs.version, inputs.base
     if base is not None:   # a version never lists a shard that holds nothing
         results = [r for r in results if r.num_records > 0]
-    has_dicom = any("dicom" in r.kinds for r in results)
+    has_dicom = any(RecordKind.DICOM in r.kinds for r in results)
     features = dicom_metadata.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
-    if any("nifti" in r.kinds for r in results):      # a NIfTI record's geometry, under DICOM's names
+    if any(RecordKind.NIFTI in r.kinds for r in results):      # a NIfTI record's geometry, under DICOM's names
         features.update({k: dict(v) for k, v in patient_space.FEATURES.items() if k not in features})
     if settings.decode.keep_source_path:
         features[SOURCE_PATH] = dict(SOURCE_PATH_FEATURE)

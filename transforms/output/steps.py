@@ -6,6 +6,7 @@ from typing import Any, Mapping, Optional
 
 from dcm2tfrecord.dataset import progress, versions
 from dcm2tfrecord.dataset.manifest import commit, refuse_commit
+from dcm2tfrecord.dataset.shard_target import ShardTarget
 from dcm2tfrecord.transforms.counters import count, count_outcome
 from dcm2tfrecord.transforms.labels.unmatched import commit_unmatched, with_unmatched
 from dcm2tfrecord.transforms.output.commit import (CommitInputs, accounting_verdict, empty_verdict,
@@ -34,19 +35,15 @@ class WriteShardFn(ReadsSourcesFn):
     the one output (the graph splits them by type: no side input reads off a step with
     several outputs, which runners keep apart differently)."""
 
-    def __init__(self, output_dir: str, compression: str = "none",
-                 settings: DecodeSettings = DecodeSettings(), records_files: bool = False,
-                 tag: str = "", storage_retry_s: float = 0.0, run: str = "",
-                 level: Optional[int] = None):
+    def __init__(self, target: ShardTarget, settings: DecodeSettings = DecodeSettings(),
+                 records_files: bool = False, storage_retry_s: float = 0.0, run: str = ""):
         super().__init__(settings, storage_retry_s, run)
-        self.output_dir, self.compression, self.level = output_dir, compression, level
+        self.target = target                 # the run's one: directory, version tag, container, level
+        self.output_dir = target.output_dir
         self.records_files = records_files   # --incremental: <shard>.records.json beside each shard
-        self.tag = tag                       # --incremental: "v0002" in the new shards' names
 
     def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None):
         # plan_recorded: a side input that only orders this step after record_plan
-        if self.tag:
-            plan = dataclasses.replace(plan, tag=self.tag)
         written: list = []
 
         def on_written(record):
@@ -62,9 +59,8 @@ class WriteShardFn(ReadsSourcesFn):
 
         self.breaker.check()
         try:
-            result, outcomes = write_shard(plan, self.output_dir, self.compression, opener=opener,
-                                           settings=self.settings, on_written=on_written,
-                                           on_error=on_error, level=self.level)
+            result, outcomes = write_shard(plan, self.target, opener=opener, settings=self.settings,
+                                           on_written=on_written, on_error=on_error)
             if self.records_files:
                 versions.write_records_file(self.output_dir, result,
                                             [record_fingerprint(r) for r in written])

@@ -2,7 +2,8 @@
 
 The decode loop lives here, on the converter's side; the format's shard
 writer (dataset/shard_writer.py) only frames, indexes and commits the
-encoded records it is given. A record that fails to decode, or decodes to
+encoded records it is given, named and contained by the run's one ShardTarget
+(dataset/shard_target.py), which the caller builds once from the settings. A record that fails to decode, or decodes to
 another size than its header promised, is reported as an Outcome and left
 out; it never takes the shard down.
 """
@@ -15,14 +16,15 @@ from typing import BinaryIO, Callable, Optional
 import numpy as np
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.dataset.manifest import MAX_SHAPES, label_count_keys
-from dcm2tfrecord.dataset.names import shard_file_name
 from dcm2tfrecord.dataset.results import Outcome, ShardResult
+from dcm2tfrecord.dataset.shard_target import ShardTarget
 from dcm2tfrecord.dataset.shard_writer import open_shard
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.build import build_record
 from dcm2tfrecord.transforms.values import ProbedRecord, ShardPlan
-from dcm2tfrecord.transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings
 from dcm2tfrecord.transforms.sources.read import open_source
 
 
@@ -61,24 +63,30 @@ def _outcomes(record: ProbedRecord, status: str, reason: str, message: str) -> l
     """A record that did not convert, one Outcome per input it is made of (each slice of a
     volume); a frame's says which of how many (one per file at commit), a volume's or a
     multi-frame file's how many slices or frames it has."""
-    part, index = ("volume" if record.kind == "nifti" else "frame"), record.frame
+    part, index = ("volume" if record.kind == RecordKind.NIFTI else "frame"), record.frame
     if record.frame is None and record.stacks and record.source_frames > 1:
         part, index = "stack", record.stacks[0].index
     if record.frame is None and record.spec.depth > 1:
         what = f"series of {len(record.members)} slices" if record.members else \
-            f"{record.spec.depth} {'slices' if record.kind == 'nifti' else 'frames'}"
+            f"{record.spec.depth} {'slices' if record.kind == RecordKind.NIFTI else 'frames'}"
         message = f"{what}: {message}"
     return [Outcome(source.uri, status, "decode", reason, message, frame=index,
                     frames=record.source_frames, part=part) for source in record.sources]
 
 
-def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
+def shard_target(settings: ConversionSettings, tag: str = "") -> ShardTarget:
+    """The run's one ShardTarget: its output directory and ``--compression`` container at
+    ``--gzip_level``, and ``tag`` (--incremental: "v0002") in the new shards' names."""
+    return ShardTarget.of(settings.output_dir, settings.compression, tag, settings.gzip_level)
+
+
+def write_shard(plan: ShardPlan, target: ShardTarget,
                 opener: Callable[[str], BinaryIO] = open_source,
                 settings: DecodeSettings = DecodeSettings(),
                 on_written: Optional[Callable[[ProbedRecord], None]] = None,
-                on_error: Optional[Callable[[ProbedRecord, Exception], None]] = None,
-                level: Optional[int] = None) -> tuple[ShardResult, list[Outcome]]:
-    """Writes ``plan`` (and its .idx) to ``output_dir``; records that fail are reported, not fatal.
+                on_error: Optional[Callable[[ProbedRecord, Exception], None]] = None
+                ) -> tuple[ShardResult, list[Outcome]]:
+    """Writes ``plan`` (and its .idx) to ``target``; records that fail are reported, not fatal.
 
     ``on_written`` is called with each record that made it into the shard, ``on_error``
     with each that did not and why (it may raise to stop the shard: a storage outage).
@@ -89,8 +97,8 @@ def write_shard(plan: ShardPlan, output_dir: str, compression: str = "none",
     labels: dict = {}
     sources_written = 0
     max_depth = 1
-    file_name = shard_file_name(plan.split, plan.index, plan.num_shards, plan.tag, compression)
-    with open_shard(output_dir, file_name, compression, level) as shard:
+    file_name = target.file_name(plan.split, plan.index, plan.num_shards)
+    with open_shard(target, file_name) as shard:
         for record in plan.records:
             try:
                 payload, dtype, shape = build_record(record, opener, settings)

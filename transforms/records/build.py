@@ -22,7 +22,7 @@ from dcm2tfrecord.dataset import png, reasons
 from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.sources.read import open_source
-from dcm2tfrecord.dataset.features import SOURCE_PATH, serialize_record_parts
+from dcm2tfrecord.dataset.features import SOURCE_PATH, RecordKind, serialize_record_parts
 from dcm2tfrecord.transforms.values import ProbedRecord
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.sources.read import read_unchanged, with_timeout
@@ -35,11 +35,11 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
     native = record.native
     nifti_spec: Optional[nifti.NiftiSpec] = None
     header = None                       # the parsed DICOM header, where the decode parsed one
-    if isinstance(native, native_dicom.NativePixels) and record.kind == "dicom" and not record.members \
+    if isinstance(native, native_dicom.NativePixels) and record.kind == RecordKind.DICOM and not record.members \
             and settings.dicom_values == "modality":
         pixels = native_dicom.decode_native(native_dicom.file_bytes(fileobj), native, record.frame)
         metadata = native_dicom.unpack_metadata(native.metadata, dicom_metadata.metadata_keys(settings))
-    elif record.kind == "dicom":
+    elif record.kind == RecordKind.DICOM:
         order = record.stacks[0].frames if record.stacks and record.frame is None else None
         pixels, ds, window = decode_dicom(fileobj, settings, record.frame, order)
         header = ds
@@ -55,20 +55,20 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
             elif record.frame is not None:                 # --frames split: the frame's own encoding
                 attrs = functional_groups.frame_attributes(ds)[record.frame]
                 metadata.update(volume_features.features([dicom_diffusion.frame_diffusion(attrs)]))
-    elif record.kind == "nifti":
+    elif record.kind == RecordKind.NIFTI:
         pixels, metadata, nifti_spec = _decode_nifti(record, fileobj, settings)
     else:
         pixels, metadata = raster.decode_image(fileobj), {}
-    if record.kind == "dicom" and record.frame is not None and patient_space.POSITION in metadata:
+    if record.kind == RecordKind.DICOM and record.frame is not None and patient_space.POSITION in metadata:
         metadata.update(patient_space.one_slice(metadata, record.frame))
-    if record.kind == "dicom":
+    if record.kind == RecordKind.DICOM:
         metadata[SLICE_SPACING] = _slice_spacing(metadata)
     mask: Optional[np.ndarray]
-    if settings.class_map is not None and record.mask_bytes and record.kind == "nifti":
+    if settings.class_map is not None and record.mask_bytes and record.kind == RecordKind.NIFTI:
         mask = _file_mask(record, nifti_spec, pixels.shape, opener, settings)
     else:
         frame = _frame_of_reference(header if header is not None else fileobj, record, settings) \
-            if record.kind == "dicom" else ""
+            if record.kind == RecordKind.DICOM else ""
         mask = _mask(record, metadata, pixels.shape, (), opener, settings, frame)
     return _geometry_and_path(pixels, metadata, record, settings, mask)
 
@@ -215,7 +215,8 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
     if settings.resize is not None:
         size = pixels.shape[1:3]
         pixels = geometry.resize(pixels, settings.resize, settings.resize_mode)
-        if record.kind in ("dicom", "nifti") and patient_space.AFFINE in metadata:   # the affine of its voxels
+        # the affine of its voxels
+        if record.kind in (RecordKind.DICOM, RecordKind.NIFTI) and patient_space.AFFINE in metadata:
             scaled, offset = geometry.placement(size, settings.resize, settings.resize_mode)
             metadata.update(patient_space.resized(metadata, size, scaled, offset))
     if settings.keep_source_path:

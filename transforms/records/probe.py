@@ -12,6 +12,7 @@ from typing import BinaryIO, Callable, Optional
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.dataset.errors import Dcm2TfrecordError
+from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
 from dcm2tfrecord.transforms.dicom import functional_groups, patient_space
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
@@ -184,11 +185,11 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                                   skipped=True)
         try:
             if kind == sniff.IMAGE:
-                return (_probe_image(fileobj), "image", None, None, None, (), 0,
+                return (_probe_image(fileobj), RecordKind.IMAGE, None, None, None, (), 0,
                         _fingerprint(fileobj, head, source.size))
             if kind == sniff.NIFTI:
                 spec, volumes = _probe_nifti(fileobj, max_pixels)
-                return spec, "nifti", None, None, None, (), volumes, _fingerprint(fileobj, head, source.size)
+                return spec, RecordKind.NIFTI, None, None, None, (), volumes, _fingerprint(fileobj, head, source.size)
             try:
                 spec, ids, info, native, stacks, uid_end = _probe_dicom(fileobj, kind, settings, source.size,
                                                                         max_pixels)
@@ -196,7 +197,8 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                 return (_ANNOTATION_SPEC, f"{masks_annotation.ANNOTATION}:{found.kind}",
                         _annotation_identifiers(fileobj, found.kind), None, None, (), 0,
                         _fingerprint(fileobj, head, source.size))
-            return spec, "dicom", ids, info, native, stacks, 0, _fingerprint(fileobj, head, source.size, uid_end)
+            return (spec, RecordKind.DICOM, ids, info, native, stacks, 0,
+                    _fingerprint(fileobj, head, source.size, uid_end))
         except ConversionError as exc:
             if fileobj.error is not None:      # a read failed underneath the parser
                 raise fileobj.checked(exc) from exc
@@ -305,12 +307,12 @@ def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[Probed
     (``path#volume=v``, as ``--series_4d split`` does for a series; ``frame`` is the volume).
     """
     rel = record.source.rel_path
-    if record.kind == "nifti":
+    if record.kind == RecordKind.NIFTI:
         if record.source_frames <= 1 or record.frame is not None:
             return [record]
         return [dataclasses.replace(record, frame=v, record_id=record_id(f"{rel}#volume={v}", settings.id_salt))
                 for v in range(record.source_frames)]
-    if settings.frames == "split" and record.kind == "dicom" and record.spec.depth > 1:
+    if settings.frames == "split" and record.kind == RecordKind.DICOM and record.spec.depth > 1:
         spec = dataclasses.replace(record.spec, depth=1)
         return [dataclasses.replace(record, spec=spec, frame=i, stacks=(), source_frames=record.spec.depth,
                                     record_id=record_id(f"{rel}#frame={i}", settings.id_salt))

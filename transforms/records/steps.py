@@ -7,6 +7,7 @@ import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.counters import OUTCOMES, count, count_outcome
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
@@ -55,7 +56,7 @@ def sop_key(record: ProbedRecord) -> str:
     frames of a duplicate file (rtdose.dcm, and rtdose_1frame.dcm holding the
     same instance) go with it.
     """
-    if record.kind != "dicom" or not record.ids or not record.ids.sop_uid:
+    if record.kind != RecordKind.DICOM or not record.ids or not record.ids.sop_uid:
         return ""
     return record.ids.sop_uid
 

@@ -5,6 +5,7 @@ import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.counters import OUTCOMES, count_outcome, emit
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.dataset.results import Outcome
@@ -20,7 +21,7 @@ def series_key(record: ProbedRecord) -> str:
     references (--class_map) ("" for the others)."""
     if record.kind == annotation.ANNOTATION and record.ids:
         return record.ids.series_uid
-    return record.ids.series_uid if record.kind == "dicom" and record.ids and record.frame is None else ""
+    return record.ids.series_uid if record.kind == RecordKind.DICOM and record.ids and record.frame is None else ""
 
 
 class VolumeOfSeriesFn(beam.DoFn):

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import posixpath
 
+from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.nifti import read as nifti
 
-DICOM = "dicom"
-IMAGE = "image"
-NIFTI = "nifti"               # NIfTI-1 / NIfTI-2, .nii or .nii.gz (transforms.nifti.read)
+# the record kinds a source may be (dataset/features.py's RecordKind), and the two verdicts that are not
+DICOM = RecordKind.DICOM
+IMAGE = RecordKind.IMAGE
+NIFTI = RecordKind.NIFTI      # NIfTI-1 / NIfTI-2, .nii or .nii.gz (transforms.nifti.read)
 MAYBE_DICOM = "maybe_dicom"   # no preamble: try pydicom with force=True
 OTHER = "other"
 

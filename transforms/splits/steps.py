@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.values import ProbedRecord, replaced
 from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.splits import assign
@@ -11,7 +12,7 @@ from dcm2tfrecord.transforms.splits import assign
 def group_of(record: ProbedRecord, settings: ConversionSettings) -> str:
     """The raw group key (patient, study, series or record) a record's split follows; the
     volumes of a 4-D NIfTI (no identifiers: split by record) follow their file, together."""
-    if record.kind == "nifti" and record.frame is not None:
+    if record.kind == RecordKind.NIFTI and record.frame is not None:
         return f"file:{record.source.rel_path}"
     return assign.group_key(settings.split_by_for(record.kind), record.ids, record.record_id)
 
