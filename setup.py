@@ -1,7 +1,67 @@
-"""dcm2tfrecord: DICOM and image archives -> size-bounded TFRecord shards, and back."""
+"""dcm2tfrecord: DICOM and image archives -> size-bounded TFRecord shards, and back.
+
+The converter requires dcm2tfrecord-reader (the format and the reader, ./reader_dist) of
+exactly its version. No package index holds it, so when this file is built from the
+repository (./reader_dist beside it) the requirement names that folder as a PEP 508 direct
+reference, and ``pip install .`` installs both; an sdist (Beam's stager builds one for
+--setup_file) and an install from it keep the plain ``==VERSION`` requirement, met by the
+reader wheel staged beside it (run_dataflow.sh). tests/e2e/test_install.py holds both.
+"""
+import os
+import sys
+from pathlib import Path
+
 from setuptools import setup
 
 VERSION = "0.1.0"
+READER = "dcm2tfrecord-reader"
+READER_DIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reader_dist")
+
+
+def reader_requirement(argv: list) -> str:
+    """The reader requirement: ./reader_dist by direct reference when it is beside this file
+    (a checkout), except in an sdist, whose metadata must not name a path of this machine."""
+    if os.path.isfile(os.path.join(READER_DIST, "setup.py")) and "sdist" not in argv[1:]:
+        return f"{READER} @ {Path(READER_DIST).as_uri()}"
+    return f"{READER}=={VERSION}"
+
+
+def with_reader_from_checkout(requires: list) -> list:
+    return [reader_requirement(sys.argv) if r == f"{READER}=={VERSION}" else r for r in requires]
+
+
+INSTALL_REQUIRES = [
+    # the format and the reader: reader_dist/ of this repository, its VERSION (by direct
+    # reference from a checkout: with_reader_from_checkout)
+    "dcm2tfrecord-reader==0.1.0",
+    "apache-beam[gcp]>=2.60",
+    "tensorflow>=2.15",
+    "numpy>=1.24",
+    "pydicom>=3.0",
+    "pillow>=10.0",
+    "pylibjpeg>=2.0",
+    "pylibjpeg-libjpeg>=2.1",
+    "pylibjpeg-openjpeg>=2.3",
+    "pylibjpeg-rle>=2.0",
+    "tqdm>=4.60",
+    "imagecodecs>=2024.1",
+    # reader.RandomAccess reads shards without TensorFlow: the Example parser and
+    # the TFRecord CRC (both came with TensorFlow and Beam before; named now
+    # because reader/ imports them itself).
+    "protobuf>=4.21",
+    "google-crc32c>=1.5",
+    # Siemens CSA headers (mosaic tile count, slice normal, diffusion b-value and
+    # gradient): nibabel's nicom.csareader is the kept, tested parser of that private
+    # binary format; ours would be a second one (docs/DICOM.md, "Geometry").
+    "nibabel>=5.0",
+    # DICOM Segmentation masks (transforms/masks/seg.py): highdicom decodes and indexes SEG
+    # frames by source image (binary, fractional, label map); the tests also build their
+    # independent Enhanced multi-frame objects with it
+    "highdicom>=0.28",
+    # --class_map's YAML form (transforms/masks/classes.py); Beam depends on it too, named
+    # here because we import it ourselves
+    "pyyaml>=5.4",
+]
 
 setup(
     name="dcm2tfrecord",
@@ -14,7 +74,7 @@ setup(
     # One import name, dcm2tfrecord (README, "Migrating"). The converter ships the two
     # packages whose folders the design puts at the top of the repository; the format
     # (dcm2tfrecord.dataset) and the reader come from dcm2tfrecord-reader (reader_dist/),
-    # installed first, never a second copy (scripts/ensure_venv.sh, run_dataflow.sh).
+    # which it requires, never a second copy (INSTALL_REQUIRES, reader_requirement).
     packages=[
         "dcm2tfrecord.pipeline",
         "dcm2tfrecord.transforms",
@@ -31,37 +91,7 @@ setup(
         "dcm2tfrecord.transforms.splits",
     ],
     package_dir={"dcm2tfrecord.pipeline": "pipeline", "dcm2tfrecord.transforms": "transforms"},
-    install_requires=[
-        # the format and the reader: reader_dist/ of this repository, its VERSION
-        "dcm2tfrecord-reader==0.1.0",
-        "apache-beam[gcp]>=2.60",
-        "tensorflow>=2.15",
-        "numpy>=1.24",
-        "pydicom>=3.0",
-        "pillow>=10.0",
-        "pylibjpeg>=2.0",
-        "pylibjpeg-libjpeg>=2.1",
-        "pylibjpeg-openjpeg>=2.3",
-        "pylibjpeg-rle>=2.0",
-        "tqdm>=4.60",
-        "imagecodecs>=2024.1",
-        # reader.RandomAccess reads shards without TensorFlow: the Example parser and
-        # the TFRecord CRC (both came with TensorFlow and Beam before; named now
-        # because reader/ imports them itself).
-        "protobuf>=4.21",
-        "google-crc32c>=1.5",
-        # Siemens CSA headers (mosaic tile count, slice normal, diffusion b-value and
-        # gradient): nibabel's nicom.csareader is the kept, tested parser of that private
-        # binary format; ours would be a second one (docs/DICOM.md, "Geometry").
-        "nibabel>=5.0",
-        # DICOM Segmentation masks (transforms/masks/seg.py): highdicom decodes and indexes SEG
-        # frames by source image (binary, fractional, label map); the tests also build their
-        # independent Enhanced multi-frame objects with it
-        "highdicom>=0.28",
-        # --class_map's YAML form (transforms/masks/classes.py); Beam depends on it too, named
-        # here because we import it ourselves
-        "pyyaml>=5.4",
-    ],
+    install_requires=with_reader_from_checkout(INSTALL_REQUIRES),
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80", "gcp-storage-emulator>=2024.0",
                  "grain>=0.2",

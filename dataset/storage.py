@@ -5,9 +5,10 @@ imports nothing heavier than numpy, protobuf and crc32c, and never Beam. Its
 modules make their file calls through :data:`FileSystems` here, which
 forwards them to the installed backend:
 
-- the converter installs Beam's FileSystems (``transforms/beam_files.py``,
-  imported by ``transforms``), so local paths, ``gs://`` and every scheme Beam
-  knows behave as they do for the rest of the job;
+- the converter installs Beam's FileSystems by one explicit call
+  (``transforms/beam_files.py`` ``install_beam_storage``: at launch and in each
+  worker's steps), so local paths, ``gs://`` and every scheme Beam knows behave
+  as they do for the rest of the job, the salt file and the class map included;
 - without one (the reader's own distribution, a script) :class:`LocalFiles`
   serves local paths with ``os``, and refuses a URL with a message saying what
   is missing.
@@ -42,7 +43,8 @@ class LocalFiles:
         if "://" in path:
             scheme = path.split("://", 1)[0]
             raise OSError(f"{path}: no file system for {scheme}:// is installed here; the converter "
-                          "installs Beam's (import transforms), the reader reads through its own")
+                          "installs Beam's (transforms.beam_files.install_beam_storage), the reader "
+                          "reads through its own")
         return path
 
     def join(self, base: str, *parts: str) -> str:

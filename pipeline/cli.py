@@ -39,6 +39,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Local worker processes relay every SDK warning through the job service (e.g. "No
     # semi_persistent_directory found" once per worker); errors still come through.
     logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
+    # every subcommand reads and writes gs:// (and any scheme Beam knows) through the format
+    # package's storage facade: Beam's FileSystems go under it here, before any option is read
+    from dcm2tfrecord.transforms.beam_files import install_beam_storage
+    install_beam_storage()
     try:
         if command in COMMANDS:
             module, function = COMMANDS[command]

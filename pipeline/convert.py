@@ -50,6 +50,7 @@ from dcm2tfrecord.dataset.versions import BaseVersion
 from dcm2tfrecord.pipeline.output_dir import check_writable, prepare_output, prepare_version, remove_stale_files
 from dcm2tfrecord.pipeline.progress import ProgressMonitor
 from dcm2tfrecord.pipeline.summary import print_summary, summarize, write_summary_json
+from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.sources.read import configure_storage_retry
 from dcm2tfrecord.transforms.counters import OUTCOMES
@@ -309,6 +310,7 @@ def build(pipeline: beam.Pipeline, opts: ConvertOptions,
 def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
     """Checks the options (pipeline.option_rules), then converts; returns the run summary
     (see pipeline.summary)."""
+    install_beam_storage()      # the checks read the salt file and the class map through it
     check_runner(beam_args)
     check_options(opts, beam_args)
     return run_checked(opts, beam_args, quiet)
@@ -316,6 +318,7 @@ def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> 
 
 def run_checked(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
     """:func:`run` for options already checked: those ``parse_convert`` returns."""
+    install_beam_storage()      # the launcher's dataset files: lock, output, dataset.json
     assert opts.output is not None      # check_options refuses options without one
     opts = opts.replace(output=absolute(opts.output))
     assert opts.output is not None
@@ -450,6 +453,7 @@ def main(argv: Sequence[str]) -> int:
     # Beam, numpy, pydicom and this project are imported by now and live as long as the run:
     # the collector need not scan them again in every full collection (~0.1 s of CPU)
     gc.freeze()
+    install_beam_storage()      # parse_convert's checks read the salt file and the class map
     opts, beam_args = parse_convert(argv)
     debug = bool(os.environ.get(DEBUG_ENV))
     if not debug:   # a failed step is reported below in one line, not as Beam's ERROR traceback

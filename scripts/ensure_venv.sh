@@ -18,10 +18,13 @@ ensure_venv() {
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
     local spec="$root"
     [ -n "$extras" ] && spec="$root[$extras]"
-    # the converter requires dcm2tfrecord-reader (the format and the reader): both in one
-    # resolve, so pip takes it from reader_dist/ and never looks for it on an index
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-      -e "$root/reader_dist" -e "$spec"
+    # the converter requires dcm2tfrecord-reader (the format and the reader) by direct
+    # reference to reader_dist/ (setup.py), so pip never looks for it on an index; then the
+    # reader made editable over that copy (pip refuses -e reader_dist and the direct
+    # reference in one resolve), so edits to dataset/ and reader/ count at once
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+      -e "$root/reader_dist"
     echo "$want" > "$stamp"
   fi
   export PATH="$venv/bin:$PATH"

@@ -1,5 +1,6 @@
 """Registers the shared fixtures (defined in tests/support) and the markers: nothing else."""
-from tests.support import SLOW_TEST_TIMEOUT_S, sample_archive, sample_dataset  # noqa: F401  (fixtures)
+from tests.support import (SLOW_TEST_TIMEOUT_S, launcher_storage, sample_archive,  # noqa: F401  (fixtures)
+                           sample_dataset)
 
 
 def pytest_configure(config):

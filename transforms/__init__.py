@@ -4,6 +4,7 @@ One package per concern (sources, dicom, images, records, labels, splits,
 series, planning, output). In each, plain modules hold pure functions that
 the tests call without Beam; ``steps.py`` holds the thin Beam shells (DoFns
 and composite PTransforms) that pipeline/convert.py wires into the job graph.
+Importing it changes nothing elsewhere: Beam's FileSystems go under the format
+package's storage facade by an explicit call (beam_files.install_beam_storage),
+at launch and in each worker.
 """
-
-from dcm2tfrecord.transforms import beam_files  # noqa: E402,F401 - the format package writes through Beam's FileSystems

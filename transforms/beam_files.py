@@ -1,9 +1,12 @@
-"""Beam's FileSystems under the format package (dataset/storage.py), installed on import.
+"""Beam's FileSystems put under the format package's facade (dataset/storage.py) by one call.
 
-``transforms`` imports this module, so every process of a conversion (the
-launcher and each worker, which imports the DoFns' modules) writes and reads
-the dataset through Beam's FileSystems: local paths, ``gs://`` and any scheme
-Beam knows, with Beam's retries and credentials.
+:func:`install_beam_storage` is called explicitly, never on import: at launch
+(``pipeline/cli.py`` for every subcommand, ``pipeline/convert.py`` for a library
+caller) and in each worker, where the steps' code starts (the DoFns' ``setup``,
+the first line of the plain functions the graph maps: ``transforms/*/steps.py``).
+From then on that process writes and reads the dataset, the salt file and the class
+map through Beam's FileSystems: local paths, ``gs://`` and any scheme Beam knows,
+with Beam's retries and credentials.
 """
 from __future__ import annotations
 
@@ -40,4 +43,8 @@ class BeamFiles:
         return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
-storage.install(BeamFiles())
+def install_beam_storage() -> None:
+    """Routes this process's file calls through dataset.storage to Beam's FileSystems (once:
+    a second call, in a worker's next step, keeps the backend installed)."""
+    if not isinstance(storage.installed(), BeamFiles):
+        storage.install(BeamFiles())

@@ -129,8 +129,10 @@ def read_salt_file(uri: str) -> str:
     not a regular file (a FIFO, a device, a directory: never opened, so nothing blocks),
     missing, empty, not UTF-8, larger than MAX_SALT_BYTES, or without a visible character
     (only spaces, byte order marks, zero-width characters: a known constant, no secret).
+    Read through the format package's storage facade (Beam's FileSystems once installed:
+    transforms/beam_files.py), as the dataset is.
     """
-    from apache_beam.io.filesystems import FileSystems
+    from dcm2tfrecord.dataset.storage import FileSystems
     if "://" not in uri:
         try:
             mode = os.stat(uri).st_mode

@@ -38,9 +38,15 @@ OPTIONS = ["--target_shard_mb=0.02", "--min_shard_mb=0.01", "--max_shard_mb=1"]
 
 
 def _setup_argument(name: str):
-    """A literal keyword argument of the setup() call in setup.py."""
+    """A literal keyword argument of the setup() call in setup.py; install_requires is the
+    module-level literal INSTALL_REQUIRES (setup() takes it with the reader's requirement
+    pointed at ./reader_dist in a checkout: tests/e2e/test_install.py)."""
     with open(os.path.join(ROOT, "setup.py")) as handle:
         tree = ast.parse(handle.read())
+    if name == "install_requires":
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["INSTALL_REQUIRES"]:
+                return ast.literal_eval(node.value)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setup":
             for keyword in node.keywords:

@@ -61,6 +61,16 @@ def write_png_archive(root, count: int, height: int, width: int, channels: int =
     return paths
 
 
+@pytest.fixture(scope="session", autouse=True)
+def launcher_storage():
+    """Each test process stands for a launcher: its dataset, salt and class map files go
+    through Beam's FileSystems under the format package's facade, installed explicitly as
+    pipeline/cli.py does (importing the converter no longer does it). Every test sees the
+    same backend, whichever ran before it in the process."""
+    from dcm2tfrecord.transforms.beam_files import install_beam_storage
+    install_beam_storage()
+
+
 @pytest.fixture(scope="session")
 def sample_archive(tmp_path_factory) -> str:
     return build_sample_archive(str(tmp_path_factory.mktemp("sample") / "archive"))

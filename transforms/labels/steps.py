@@ -12,6 +12,7 @@ from dcm2tfrecord.transforms.counters import OUTCOMES, count, emit
 from dcm2tfrecord.transforms.labels import join
 from dcm2tfrecord.transforms.labels import table as labels_lib
 from dcm2tfrecord.transforms.labels import unmatched as unmatched_lib
+from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.splits.steps import group_of
 from dcm2tfrecord.transforms.sources.match import uri_key
@@ -37,6 +38,7 @@ def _read_label_rows(uri: str, bits: bytes, settings: ConversionSettings):
     rows' part file (transforms.labels.unmatched), counted, and goes no further; the others
     go on as (loose key, row) without a shuffle."""
     import array
+    install_beam_storage()      # a worker's step: the unmatched rows' part file through Beam's FileSystems
     fold = settings.label_key_case == "fold"
     hashes = array.array("Q")
     raw, items = _parse(uri, settings)

@@ -138,8 +138,10 @@ MAX_MAPPING_BYTES = 1 << 20
 
 
 def load(uri: str) -> ClassMap:
-    """The mapping file at ``uri`` (local or gs://), parsed; MappingError naming it otherwise."""
-    from apache_beam.io.filesystems import FileSystems
+    """The mapping file at ``uri`` (local or gs://), parsed; MappingError naming it otherwise.
+    Read through the format package's storage facade (Beam's FileSystems once installed:
+    transforms/beam_files.py), as the dataset is."""
+    from dcm2tfrecord.dataset.storage import FileSystems
     try:
         with FileSystems.open(uri) as handle:
             data = handle.read(MAX_MAPPING_BYTES + 1)

@@ -7,6 +7,7 @@ from typing import Any, Mapping, Optional
 from dcm2tfrecord.dataset import progress, versions
 from dcm2tfrecord.dataset.manifest import commit, refuse_commit
 from dcm2tfrecord.dataset.shard_target import ShardTarget
+from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.counters import count, count_outcome
 from dcm2tfrecord.transforms.labels.unmatched import commit_unmatched, with_unmatched
 from dcm2tfrecord.transforms.output.commit import (CommitInputs, accounting_verdict, empty_verdict,
@@ -22,6 +23,7 @@ from dcm2tfrecord.transforms.sources.steps import ReadsSourcesFn
 
 def record_plan(_, layouts: Mapping, output_dir: str) -> str:
     """{output}/.progress/plan.json, for the launcher's progress display."""
+    install_beam_storage()      # a worker's step: the plan file through Beam's FileSystems
     return progress.write_plan(output_dir, layouts)
 
 
@@ -89,6 +91,7 @@ class WriteShardFn(ReadsSourcesFn):
 def commit_step(_: Any, run: CommitInputs, **produced: Any) -> str:
     """CommitDataset's function: ``run`` holds the run's constants, ``produced`` the step's
     side inputs by name (CommitInputs.PRODUCED); together they are the one CommitInputs."""
+    install_beam_storage()      # a worker's step: dataset.json and the rest through Beam's FileSystems
     return commit_dataset(dataclasses.replace(run, **produced))
 
 

@@ -27,6 +27,7 @@ from dcm2tfrecord.transforms.planning.shards import (ORDER, PLANNED_BYTES, PLANN
                                         assign_entries, bucket_of_order, bucket_starts, dense_index, entry_record,
                                         layout, occupied_cuts, over_max, planning_entry)
 from dcm2tfrecord.transforms.settings import ShardBounds
+from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.values import ProbedRecord, ShardPlan
 
 RESULTS = "results"
@@ -37,6 +38,7 @@ def _read_base_shard(shard: PreviousShard):
     """(fingerprint, shard file) per record of a base shard; its ShardResult on ``results``. A
     records file of fingerprints made otherwise (an earlier FINGERPRINTS_VERSION) holds none
     a current record matches: none are yielded, and the shard is not reused."""
+    install_beam_storage()      # a worker's step: the records file through Beam's FileSystems
     content = read_records_file(shard.records_uri)
     if fingerprints_version(content) == FINGERPRINTS_VERSION:
         for fingerprint in content["fingerprints"]:

@@ -13,6 +13,7 @@ from dcm2tfrecord.transforms.values import ProbedRecord, replaced
 from dcm2tfrecord.transforms.masks import annotation
 from dcm2tfrecord.transforms.masks import slices as mask_slices
 from dcm2tfrecord.transforms.series import volumes
+from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.settings import DecodeSettings, with_salt
 
 
@@ -32,6 +33,7 @@ class VolumeOfSeriesFn(beam.DoFn):
         self.settings = settings       # for the salt of the volume's record id
 
     def setup(self):
+        install_beam_storage()      # the salt file: Beam's FileSystems
         self.settings = with_salt(self.settings)
 
     def process(self, keyed):

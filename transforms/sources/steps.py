@@ -7,6 +7,7 @@ import apache_beam as beam
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.dataset.progress import write_worker_started
+from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.counters import count, count_outcome
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.values import SourceFile
@@ -28,6 +29,7 @@ class ReadsSourcesFn(beam.DoFn):
         self.run = run      # which run's breaker: the steps of one run share it in each process
 
     def setup(self):
+        install_beam_storage()      # the salt file, the progress files, the shards: Beam's FileSystems
         silence_pydicom()
         configure_storage_retry(self.storage_retry_s)
         self.settings = with_salt(self.settings)
@@ -43,6 +45,7 @@ class ExpandPatternFn(beam.DoFn):
         self.output_dir = output_dir     # where this worker marks that it started (pipeline.worker_start)
 
     def setup(self):
+        install_beam_storage()      # the worker-started mark: Beam's FileSystems
         configure_storage_retry(self.storage_retry_s)
         if self.output_dir:
             write_worker_started(self.output_dir)
