@@ -16,6 +16,8 @@ import sys
 from dcm2tfrecord.dataset import features, file_adapters
 from dcm2tfrecord.transforms.images.geometry import RESIZE_MODES
 from dcm2tfrecord.transforms.labels.table import LABEL_KEYS
+# defined beside the masks they shape, referred to here
+from dcm2tfrecord.transforms.masks.settings import MaskLayout, MissingMask  # noqa: F401
 from dcm2tfrecord.transforms.splits.assign import SPLIT_BY
 
 if sys.version_info >= (3, 11):
@@ -82,17 +84,6 @@ class Unit(StrEnum):
 class SeriesGaps(StrEnum):
     FAIL = "fail"
     SPLIT = "split"
-
-
-class MaskLayout(StrEnum):
-    LABEL_MAP = "label_map"
-    BINARY = "binary"
-
-
-class MissingMask(StrEnum):
-    SKIP = "skip"
-    EMPTY = "empty"
-    ERROR = "error"
 
 
 class Series4d(StrEnum):
