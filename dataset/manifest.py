@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from dcm2tfrecord.dataset import file_adapters, reasons
 from dcm2tfrecord.dataset.errors import FormatError, OutputError
-from dcm2tfrecord.dataset.features import CORE_FEATURES, FORMAT_VERSION, LABEL, MASK_CLASSES
+from dcm2tfrecord.dataset.features import CORE_FEATURES, FORMAT_VERSION, LABEL, MASK_CLASSES, MASK_RAW
 from dcm2tfrecord.dataset.files import read_json, write_atomically
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, UNMATCHED_ROWS_NAME,
                                         index_file_name)
@@ -232,8 +232,8 @@ class Manifest:
     @property
     def mask_layout(self) -> Optional[str]:
         """The ``--mask_layout`` its masks were written in (``options.mask_layout``; dataset/masks.py),
-        None when not recorded."""
-        value = (self.options or {}).get("mask_layout")
+        None when its records hold no masks (no ``mask_raw`` feature) or it is not recorded."""
+        value = (self.options or {}).get("mask_layout") if MASK_RAW in self.features else None
         return value if isinstance(value, str) else None
 
     @property

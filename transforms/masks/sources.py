@@ -14,10 +14,11 @@ the parse cache and the record builder ask the registry and never name a kind:
 - **place on a grid** (``join_header``, ``place``): with ``--unit file``, where the annotation lies
   on the probed records of its series, checked once per series, and each record's part of it
   (transforms.masks.slices);
-- **draw classes** (``parse``, ``draw``): at write time the annotation parsed (once per worker where
-  ``cached``: transforms.masks.annotation_cache) and its classes drawn on the record's canvas
-  (transforms.masks.classes.Canvas), on the record's ``Grid`` (transforms.masks.grid) where
-  ``on_grid``, else against the image it was paired with (``MaskTarget.image``).
+- **draw classes** (``parse``, ``draw``): at write time the annotation parsed and its classes drawn
+  on the record's canvas (transforms.masks.classes.Canvas): where ``on_grid``, on the record's
+  ``Grid`` (transforms.masks.grid), parsed once per worker and reused by its series' records
+  (transforms.masks.annotation_cache); else against the image it was paired with
+  (``MaskTarget.image``), read with each record (one mask per image: nothing to reuse).
 
 ``SOURCES`` holds SEG, RTSTRUCT and NIfTI. A fourth source (a NRRD label map, a DICOM Parametric
 Map) is one module implementing the protocol and one ``register`` call; its tests register it
@@ -55,7 +56,6 @@ class MaskSource(Protocol):
     name: str                        # the kind recorded on records: "seg", "rtstruct", "nifti", ...
     sop_classes: tuple[str, ...]     # the DICOM objects it claims at probe; () when paired by path
     on_grid: bool                    # drawn on the record's Grid (else against the paired image)
-    cached: bool                     # parsed once per worker and reused by a series' records
     thread_bound: bool               # its parsed form is usable only in the thread that parsed it
 
     def parse(self, fileobj: BinaryIO) -> Any:
@@ -160,7 +160,6 @@ class SegSource:
     name = "seg"
     sop_classes: tuple[str, ...] = seg.SOP_CLASSES
     on_grid = True
-    cached = True
     thread_bound = True      # highdicom's frame index is an SQLite connection of the thread that built it
 
     def probe_header(self, fileobj: BinaryIO) -> pydicom.Dataset:
@@ -221,7 +220,6 @@ class RtstructSource:
     name = "rtstruct"
     sop_classes: tuple[str, ...] = (rtstruct.RT_STRUCTURE_SET_STORAGE,)
     on_grid = True
-    cached = True
     thread_bound = False     # a pydicom Dataset is any thread's
 
     def probe_header(self, fileobj: BinaryIO) -> pydicom.Dataset:
@@ -273,7 +271,6 @@ class NiftiSource:
     name = "nifti"
     sop_classes: tuple[str, ...] = ()
     on_grid = False
-    cached = False           # one mask per image: nothing to reuse, and a volume not to hold
     thread_bound = False
 
     def parse(self, fileobj: BinaryIO) -> Any:
