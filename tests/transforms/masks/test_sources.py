@@ -118,7 +118,7 @@ def labelled(tmp_path_factory):
 
 def test_the_registry_holds_seg_rtstruct_and_nifti():
     assert {"seg", "rtstruct", "nifti"} <= set(sources.SOURCES)
-    assert sources.claiming(seg.SEG_STORAGE) is sources.SEG and sources.claiming(seg.LABEL_MAP_SEG_STORAGE) is sources.SEG
+    assert all(sources.claiming(uid) is sources.SEG for uid in (seg.SEG_STORAGE, seg.LABEL_MAP_SEG_STORAGE))
     assert sources.claiming(rtstruct.RT_STRUCTURE_SET_STORAGE) is sources.RTSTRUCT
     assert sources.claiming(PARAMETRIC_MAP_STORAGE) is None and sources.claiming("") is None
     assert sources.NIFTI.sop_classes == () and not sources.NIFTI.on_grid       # paired by path, never probed
