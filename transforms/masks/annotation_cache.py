@@ -1,5 +1,6 @@
-"""Annotations parsed once per worker thread and reused: one SEG or RTSTRUCT serves every record
-of its series.
+"""Annotations parsed once per worker thread and reused by every record of their series: a small LRU cache.
+
+One SEG or RTSTRUCT serves every record of its series.
 
 With ``--unit file`` each slice (or frame) of an annotated series is its own record, and each is
 given its part of the series' masks at write time (transforms.records.build). Parsing the

@@ -1,5 +1,8 @@
-"""AttachSliceMasks (--class_map with --unit file): the SEG and RTSTRUCT files among the inputs
-joined to the records of the series they reference, by key (transforms.masks.slices)."""
+"""The Beam shells of the mask joins: AttachSliceMasks (--unit file) and SettleUnmasked (--missing_mask).
+
+AttachSliceMasks (--class_map with --unit file): the annotations among the inputs (SEG, RTSTRUCT:
+transforms.masks.sources) joined to the records of the series they reference, by key
+(transforms.masks.slices)."""
 from __future__ import annotations
 
 import apache_beam as beam

@@ -1,5 +1,6 @@
-"""Annotations joined to the records of the series they reference when each slice (or frame) is a
-record of its own (``--class_map`` with ``--unit file``).
+"""Annotations joined to the slice (or frame) records of the series they reference (``--unit file``).
+
+With ``--class_map`` and ``--unit file`` each slice (or frame) is a record of its own.
 
 The graph groups, by raw Series Instance UID, the probed image records of a series with the SEG
 and RTSTRUCT files that reference it (transforms.masks.slice_steps.AttachSliceMasks: metadata only,
