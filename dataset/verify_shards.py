@@ -14,7 +14,7 @@ from dcm2tfrecord.dataset.manifest import ShardEntry
 from dcm2tfrecord.dataset.names import records_file_name
 from dcm2tfrecord.dataset.storage import FileSystems
 from dcm2tfrecord.dataset.tfrecord import HEADER_BYTES, FramingError, parse_index, read_records
-from dcm2tfrecord.dataset.verify_records import Problem, RecordStats, check_example, id_bytes
+from dcm2tfrecord.dataset.verify_records import MaskRule, Problem, RecordStats, check_example, id_bytes
 from dcm2tfrecord.dataset.versions import shard_uri
 
 _READ_CHUNK = 16 << 20      # bytes read at a time to finish a shard's sha256
@@ -50,8 +50,9 @@ class ShardCheck:
     ids: bytearray = dataclasses.field(default_factory=bytearray)   # 16 bytes per record read
 
 
-def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
-    """Reads one shard start to end: framing, CRCs, records against the schema, size and sha256."""
+def read_shard(path: str, name: str, schema: dict, mask_rule: Optional[MaskRule] = None) -> ShardCheck:
+    """Reads one shard start to end: framing, CRCs, records against the schema (and their masks
+    against ``mask_rule``), size and sha256."""
     check = ShardCheck(file=name)
     try:
         raw = FileSystems.open(path)
@@ -79,7 +80,7 @@ def read_shard(path: str, name: str, schema: dict) -> ShardCheck:
                     check.problems.append(Problem(name, f"not a tf.train.Example: {exc}",
                                                   framed.index, framed.offset))
                     continue
-                messages, summary = check_example(features, schema)
+                messages, summary = check_example(features, schema, mask_rule)
                 check.problems.extend(Problem(name, m, framed.index, framed.offset) for m in messages)
                 kind, values = features.get(ID, (None, []))
                 check.ids.extend(id_bytes(values[0] if kind == "bytes" and len(values) == 1 else b""))
@@ -115,7 +116,8 @@ def check_index(path: str, name: str, actual: list[tuple[int, int]]) -> list[Pro
     return []
 
 
-def verify_shard(dataset_dir: str, entry: ShardEntry, schema: dict, split: Optional[str] = None) -> ShardCheck:
+def verify_shard(dataset_dir: str, entry: ShardEntry, schema: dict, split: Optional[str] = None,
+                 mask_rule: Optional[MaskRule] = None) -> ShardCheck:
     """One dataset.json shard entry against the files: shard, then its index (and, in a
     versioned dataset, the split its records file says it was written for)."""
     name = entry.file
@@ -124,7 +126,7 @@ def verify_shard(dataset_dir: str, entry: ShardEntry, schema: dict, split: Optio
         check = ShardCheck(file=name)
         check.problems.append(Problem(name, "listed in dataset.json but missing"))
         return check
-    check = read_shard(path, name, schema)
+    check = read_shard(path, name, schema, mask_rule)
     if check.records != entry.num_records:
         check.problems.append(Problem(name, f"holds {check.records} readable records, dataset.json "
                                             f"says {entry.num_records}"))
