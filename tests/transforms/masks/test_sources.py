@@ -182,3 +182,25 @@ def test_without_its_source_the_label_dicom_is_no_annotation(labelled, tmp_path)
                           **OPTIONS)
     # the CT slices: no annotation; the label map: an image of its own (a series without positions)
     assert summary["records"] == 0 and summary["failed"] == {"missing_mask": 4, "series_unordered": 1}, summary
+
+
+def test_no_product_module_tells_masks_on_or_a_kind_apart_but_through_the_seam():
+    """'Masks on' is ``settings.masks is not None`` (transforms.masks.settings.MaskSettings), never a
+    test of a settings' class map (the option itself, ``--class_map`` given or not, is what the
+    option checks and ``ConvertOptions.mask_settings`` read); an annotation kind is told apart by
+    the registry, never by its name."""
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    rules = {"class map tested for masks on": re.compile(r"class_map\s+is\s+(not\s+)?None"),
+             "a kind compared by name": re.compile(r"""[=!]=\s*["'](seg|rtstruct)["']|annotation\.(SEG|RTSTRUCT)\b""")}
+    found = []
+    for package in ("dataset", "reader", "pipeline", "transforms"):
+        for folder, _, files in os.walk(os.path.join(root, package)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    with open(path) as handle:
+                        text = handle.read()
+                    found += [f"{os.path.relpath(path, root)}: {what}" for what, rule in rules.items()
+                              if rule.search(text)]
+    assert found == [], found
