@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from dcm2tfrecord.dataset import file_adapters, reasons
 from dcm2tfrecord.dataset.errors import FormatError, OutputError
-from dcm2tfrecord.dataset.features import CORE_FEATURES, FORMAT_VERSION, LABEL
+from dcm2tfrecord.dataset.features import CORE_FEATURES, FORMAT_VERSION, LABEL, MASK_CLASSES, MASK_RAW
 from dcm2tfrecord.dataset.files import read_json, write_atomically
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, UNMATCHED_ROWS_NAME,
                                         index_file_name)
@@ -73,6 +73,14 @@ def _list(value: Json, what: str) -> list:
 def _extra(data: Mapping[str, Json], known: tuple[str, ...]) -> dict:
     """The keys this code does not know (an older or newer writer's), kept to be written back."""
     return {k: v for k, v in data.items() if k not in known}
+
+
+def _mask_classes(value: Json) -> Optional[tuple[str, ...]]:
+    """``mask_classes`` as the class names, or None when absent or not a list of strings (then kept
+    in ``extra`` as written, for ``verify`` to name)."""
+    if isinstance(value, list) and all(isinstance(c, str) for c in value):
+        return tuple(value)
+    return None
 
 
 def _present(**fields: Json) -> dict:
@@ -200,6 +208,7 @@ class Manifest:
     groups: Optional[Mapping[str, Json]] = None
     min_shards: Optional[Mapping[str, Json]] = None
     incremental: Optional[Mapping[str, Json]] = None
+    mask_classes: Optional[tuple[str, ...]] = None    # with masks: the class names, index 1 first
     extra: Mapping[str, Json] = dataclasses.field(default_factory=dict)
 
     KEYS = ("splits", "features", "format_version", "tool", "counts", "errors_file", "options", "labels",
@@ -219,6 +228,13 @@ class Manifest:
     def adapter(self) -> file_adapters.FileAdapter:
         """The container its shards are in (dataset/file_adapters.py)."""
         return file_adapters.of_dataset(self.options, [s.file for e in self.splits.values() for s in e.shards])
+
+    @property
+    def mask_layout(self) -> Optional[str]:
+        """The ``--mask_layout`` its masks were written in (``options.mask_layout``; dataset/masks.py),
+        None when its records hold no masks (no ``mask_raw`` feature) or it is not recorded."""
+        value = (self.options or {}).get("mask_layout") if MASK_RAW in self.features else None
+        return value if isinstance(value, str) else None
 
     @property
     def class_names(self) -> list[str]:
@@ -247,6 +263,7 @@ class Manifest:
             optional = {key: None if data.get(key) is None else _object(data[key], repr(key))
                         for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
                                     "incremental")}
+            classes = _mask_classes(data.get(MASK_CLASSES))
             return cls(
                 splits={str(name): SplitEntry.from_json(entry, f"split {name!r}")
                         for name, entry in data["splits"].items()},
@@ -254,14 +271,16 @@ class Manifest:
                           for k, v in _object(data.get("features") or {}, "'features'").items()},
                 format_version=data.get("format_version"),
                 errors_file=None if data.get("errors_file") is None else _text(data["errors_file"], "errors_file"),
-                extra=_extra(data, cls.KEYS), **optional)
+                mask_classes=classes,
+                extra=_extra(data, cls.KEYS + (() if classes is None else (MASK_CLASSES,))), **optional)
         except _Bad as exc:
             raise ManifestError(path, f"is not a readable dcm2tfrecord manifest: {exc}; restore it, "
                                       "or convert again") from None
 
     def to_json(self) -> dict:
         """The object dataset.json holds (:func:`encode_manifest` writes it with sorted keys)."""
-        return {**self.extra, "splits": {name: entry.to_json() for name, entry in self.splits.items()},
+        classes = {} if self.mask_classes is None else {MASK_CLASSES: list(self.mask_classes)}
+        return {**self.extra, **classes, "splits": {name: entry.to_json() for name, entry in self.splits.items()},
                 "features": {k: dict(v) for k, v in self.features.items()},
                 **_present(format_version=self.format_version, errors_file=self.errors_file,
                            **{key: None if getattr(self, key) is None else dict(getattr(self, key))
@@ -395,7 +414,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         options=dict(options),
         labels=extra.get("labels"), groups=extra.get("groups"), min_shards=extra.get("min_shards"),
         incremental=extra.get("incremental"),
-        extra={} if mask_classes is None else {"mask_classes": list(mask_classes)})
+        mask_classes=None if mask_classes is None else tuple(mask_classes))
 
 
 def encode_manifest(manifest: Manifest | Mapping) -> str:

@@ -34,9 +34,10 @@ import json
 import logging
 from typing import TYPE_CHECKING, Mapping, Optional
 
+from dcm2tfrecord.dataset import masks
 from dcm2tfrecord.dataset.file_adapters import DEFAULT
 from dcm2tfrecord.dataset.features import (CHANNELS, CORE_FEATURES, DEPTH, ENCODING_RAW, HEIGHT, IMAGE_RAW, LABEL,
-                                           MASK_CHANNELS, MASK_CLASSES, MASK_DTYPE, MASK_RAW, SOURCE_PATH, WIDTH)
+                                           MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SOURCE_PATH, WIDTH)
 from dcm2tfrecord.dataset.files import remove_output_file, write_atomically
 from dcm2tfrecord.dataset.names import (PARENT, TFDS_FEATURES_NAME, TFDS_INFO_NAME, TFDS_LABELS_SUFFIX,
                                         parse_shard_name, tfds_labels_name, tfds_shard_file, tfds_shard_template,
@@ -193,13 +194,11 @@ def _features(manifest: Manifest, files: dict, notes: list) -> dict:
     else:
         flat[IMAGE_RAW] = _pixels(manifest, IMAGE_RAW, "dtype", dtypes, _OWN, notes)
     if MASK_RAW in manifest.features:
-        classes = manifest.extra.get(MASK_CLASSES)
-        count = len(classes) if isinstance(classes, list) else 256
-        layout = (manifest.options or {}).get("mask_layout")
-        channels = 1 if layout == "label_map" else count if layout == "binary" else None
-        # label maps of 256 classes or more may be uint16 (reader/schema.py mask_dtype)
-        flat[MASK_RAW] = _pixels(manifest, MASK_RAW, MASK_DTYPE, {"uint8"} if count < 256 else {"uint8", "uint16"},
-                                 channels, notes)
+        classes = manifest.mask_classes
+        count = len(classes) if classes is not None else masks.LABEL_MAP_LIMIT
+        # the mask format rule (dataset/masks.py): label maps of 256 classes or more may be uint16
+        flat[MASK_RAW] = _pixels(manifest, MASK_RAW, MASK_DTYPE, masks.stored_dtypes(count),
+                                 masks.known_channels(manifest.mask_layout, count), notes)
     flat[LABEL] = _label(manifest, files, notes)
     for name, spec in sorted(manifest.features.items()):
         if name not in flat:

@@ -36,7 +36,7 @@ from dcm2tfrecord.dataset.storage import FileSystems
 from dcm2tfrecord.dataset.tfds_metadata import check_tfds_metadata
 from dcm2tfrecord.dataset.verify_manifest import (check_errors_file, check_manifest, check_split_stats,
                                                   missing_blocks, stray_files)
-from dcm2tfrecord.dataset.verify_records import Problem, RecordIds, RecordStats
+from dcm2tfrecord.dataset.verify_records import MaskRule, Problem, RecordIds, RecordStats
 from dcm2tfrecord.dataset.verify_shards import verify_shard
 from dcm2tfrecord.dataset.versions import resolve_dataset_dir
 
@@ -110,11 +110,12 @@ def verify_dataset(dataset_dir: str) -> Report:
     manifest_problems = missing or check_manifest(manifest)
     schema = dict(manifest.features)
     adapter = manifest.adapter      # the shards' container, once for the dataset
+    mask_rule = MaskRule.of(manifest)
     ids = RecordIds()
     for split, entry in sorted(manifest.splits.items()):
         stats, complete = RecordStats(), True
         for shard in entry.shards:
-            check = verify_shard(dataset_dir, shard, schema, adapter, split)
+            check = verify_shard(dataset_dir, shard, schema, adapter, split, mask_rule)
             ids.add(check.file, bytes(check.ids))
             report.problems.extend(check.problems)
             report.shards += 1

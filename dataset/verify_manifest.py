@@ -51,8 +51,8 @@ def check_manifest(manifest: Manifest) -> list[Problem]:
                 bad(f"split {split!r}: shard {position} is named {shard.file!r}, expected "
                     f"{split}-{position:05d}-of-{len(shards):05d}{SHARD_SUFFIX}[{'|'.join(suffixes())}]")
     if any(name in manifest.features for name in (MASK_RAW, MASK_DTYPE, MASK_CHANNELS)):
-        classes = manifest.extra.get(MASK_CLASSES)
-        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        if manifest.mask_classes is None:     # absent, or not class names: kept as written in extra
+            classes = manifest.extra.get(MASK_CLASSES)
             found = "missing" if classes is None else f"{classes!r:.60}"
             bad(f"declares mask features ({MASK_RAW}), but its {MASK_CLASSES!r} is {found}, not a list of "
                 "class names (strings)")

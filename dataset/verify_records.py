@@ -15,8 +15,9 @@ from typing import Optional
 
 import numpy as np
 
-from dcm2tfrecord.dataset.manifest import MAX_SHAPES, label_count_keys
+from dcm2tfrecord.dataset.manifest import MAX_SHAPES, Manifest, label_count_keys
 from dcm2tfrecord.dataset import png
+from dcm2tfrecord.dataset import masks as mask_format
 from dcm2tfrecord.dataset.features import (DICOM_PREFIX, DTYPE, ENCODING, ENCODING_PNG, FORMAT, IMAGE_RAW, LABEL,
                                            MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES, RecordKind)
 from dcm2tfrecord.dataset.names import MANIFEST_NAME
@@ -40,6 +41,24 @@ class Problem:
         return f"{where}: {self.message}"
 
 
+@dataclasses.dataclass(frozen=True)
+class MaskRule:
+    """What dataset.json says every record's mask is, by the mask format's rule (dataset/masks.py):
+    the dtypes ``classes`` classes are stored in, and the channels where the layout is recorded."""
+    classes: int
+    dtypes: frozenset
+    channels: Optional[int]
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> Optional["MaskRule"]:
+        """The rule of a dataset with masks whose classes dataset.json names, else None."""
+        if manifest.mask_classes is None:
+            return None
+        count = len(manifest.mask_classes)
+        return cls(count, frozenset(mask_format.stored_dtypes(count)),
+                   mask_format.known_channels(manifest.mask_layout, count))
+
+
 def _count_fits(count: int, shape: list) -> bool:
     """Whether ``count`` values fill ``shape``; a -1 dimension is variable (a VarLenFeature)."""
     fixed = int(np.prod([d for d in shape if d != -1] or [1]))
@@ -55,7 +74,7 @@ def _text(values: list) -> str:
     return bytes(values[0]).decode("utf-8", "replace")
 
 
-def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
+def check_example(features: dict, schema: dict, mask_rule: Optional[MaskRule] = None) -> tuple[list[str], dict]:
     """Problems of one parsed record against dataset.json's ``features``; also its summary.
 
     Every declared feature must be present with its declared kind and value
@@ -116,7 +135,7 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
         if got != expected:
             problems.append(f"image_raw holds {got} bytes; shape {dims} of {dtype_name} needs {expected}")
     if MASK_RAW in features:
-        problems.extend(_check_mask(features, dims))
+        problems.extend(_check_mask(features, dims, mask_rule))
     label_spec = schema.get(LABEL, {})
     label_values = features[LABEL][1]
     if label_spec.get("shape"):
@@ -131,9 +150,10 @@ def check_example(features: dict, schema: dict) -> tuple[list[str], dict]:
     return problems, summary
 
 
-def _check_mask(features: dict, dims: list) -> list[str]:
+def _check_mask(features: dict, dims: list, rule: Optional[MaskRule] = None) -> list[str]:
     """A --class_map record's mask: ``mask_raw`` fills [depth, height, width, mask_channels] of
-    ``mask_dtype``, an integer dtype."""
+    ``mask_dtype``, an integer dtype; with ``rule``, the dtype and channels the mask format gives
+    its classes and layout."""
     kinds = {MASK_RAW: "bytes", MASK_DTYPE: "bytes", MASK_CHANNELS: "int64"}
     if any(features.get(k, (None, []))[0] != kind or len(features[k][1]) != 1 for k, kind in kinds.items()):
         return ["mask_raw, mask_dtype and mask_channels are not single values of their standard kinds"]
@@ -147,6 +167,11 @@ def _check_mask(features: dict, dims: list) -> list[str]:
     channels = int(features[MASK_CHANNELS][1][0])
     if channels <= 0:
         return [f"mask_channels {channels} is not positive"]
+    if rule is not None and name not in rule.dtypes:
+        return [f"mask_dtype {name!r}: masks of {rule.classes} classes are stored in "
+                f"{' or '.join(sorted(rule.dtypes))}"]
+    if rule is not None and rule.channels is not None and channels != rule.channels:
+        return [f"mask_channels {channels}: masks of {rule.classes} classes in its layout have {rule.channels}"]
     shape = [*dims[:3], channels]
     expected = math.prod(shape) * dtype.itemsize
     got = len(features[MASK_RAW][1][0])

@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 from dcm2tfrecord.pipeline import tool_version
-from dcm2tfrecord.dataset.errors import Dcm2TfrecordError, StorageError
+from dcm2tfrecord.dataset.errors import Dcm2TfrecordError, OptionError, StorageError
 from dcm2tfrecord.dataset.lock import LockUnavailable, OutputBusy, OutputLock
 from dcm2tfrecord.pipeline.arguments import parse_convert
 from dcm2tfrecord.pipeline.beam_args import LOCAL_RUNNERS, check_runner
@@ -56,6 +56,7 @@ from dcm2tfrecord.transforms.sources.read import configure_storage_retry
 from dcm2tfrecord.transforms.counters import OUTCOMES
 from dcm2tfrecord.transforms.labels.steps import AttachLabels
 from dcm2tfrecord.transforms.masks.pair_steps import PairMasks
+from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.masks.slice_steps import AttachSliceMasks, SettleUnmasked
 from dcm2tfrecord.transforms.output.commit import CommitInputs
 from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_step, record_plan
@@ -230,18 +231,19 @@ class ConvertArchive(beam.PTransform):
         if settings.duplicates == "skip":
             records, duplicates = records | "DropDuplicates" >> DropDuplicates()
             outcome_parts.append(duplicates)
-        if settings.mask_pattern is not None or settings.mask_column:
+        masks = settings.masks
+        if masks is not None and masks.pairs_files:
             records, mask_outcomes = records | "PairMasks" >> PairMasks(settings)
             outcome_parts.append(mask_outcomes)
         if settings.unit == "series":
             records, series_outcomes = records | "BuildVolumes" >> BuildVolumes(settings.decode)
             outcome_parts.append(series_outcomes)
-        elif settings.decode.class_map is not None:
+        elif masks is not None:
             records, mask_outcomes = records | "AttachSliceMasks" >> AttachSliceMasks(
                 settings.decode, settings.storage_retry_s, run=self.run)
             outcome_parts.append(mask_outcomes)
-        if settings.decode.class_map is not None:
-            records, unmasked = records | "SettleUnmasked" >> SettleUnmasked(settings.decode)
+        if masks is not None:
+            records, unmasked = records | "SettleUnmasked" >> SettleUnmasked(masks)
             outcome_parts.append(unmasked)
         space = unmatched = slice_splits = None
         if settings.labels_csv or settings.labels_from_dirs:
@@ -301,10 +303,23 @@ class ConvertArchive(beam.PTransform):
 
 
 def build(pipeline: beam.Pipeline, opts: ConvertOptions,
-          base: Optional[BaseVersion] = None, version_name: str = "", mark_workers: bool = False) -> None:
+          base: Optional[BaseVersion] = None, version_name: str = "", mark_workers: bool = False,
+          masks: Optional[MaskSettings] = None) -> None:
+    """The job's graph on ``pipeline``; ``masks``: the mask settings the run read before any work
+    (read_masks), else read here."""
     _ = pipeline | "ConvertArchive" >> ConvertArchive(
-        opts.settings(), options=opts.recorded(), version=tool_version(), base=base,
+        opts.settings(masks), options=opts.recorded(), version=tool_version(), base=base,
         version_name=version_name, mark_workers=mark_workers)
+
+
+def read_masks(opts: ConvertOptions) -> Optional[MaskSettings]:
+    """The mask settings, the --class_map file read and parsed with them: before any work, so that a
+    class map that cannot be used is refused in one line (UsageError, exit code 2) before the
+    output is touched, locked or a worker forked. None without --class_map."""
+    try:
+        return opts.mask_settings()
+    except OptionError as exc:      # MappingError, PatternError: each one line naming the option
+        raise UsageError(str(exc)) from None
 
 
 def run(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = False) -> dict:
@@ -320,6 +335,7 @@ def run_checked(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = Fa
     """:func:`run` for options already checked: those ``parse_convert`` returns."""
     install_beam_storage()      # the launcher's dataset files: lock, output, dataset.json
     assert opts.output is not None      # check_options refuses options without one
+    masks = read_masks(opts)
     opts = opts.replace(output=absolute(opts.output))
     assert opts.output is not None
     options = make_pipeline_options(beam_args, opts.inputs)
@@ -328,7 +344,7 @@ def run_checked(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = Fa
     if opts.labels:
         scan_label_csv(opts.labels)
     if launch_only == "dry_run":   # a dry run touches no output: no lock either
-        return _run(opts, options, launch_only, quiet)
+        return _run(opts, options, launch_only, quiet, masks=masks)
     check_distinct_relative_paths(opts.inputs)
     check_writable(opts.output)
     failed = False
@@ -336,7 +352,7 @@ def run_checked(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = Fa
         # forked before the lock's heartbeat or any other thread starts
         with fork_server(forks_workers(options)) as server, OutputLock(opts.output):
             try:
-                return _run(opts, options, launch_only, quiet, server)
+                return _run(opts, options, launch_only, quiet, server, masks)
             except BaseException:
                 # tidying up after a failed run (the lock's release) never waits a whole retry
                 # budget: in an outage that would add one more --gcs_retry_s to the run's end
@@ -351,7 +367,7 @@ def run_checked(opts: ConvertOptions, beam_args: Sequence[str], quiet: bool = Fa
 
 
 def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool,
-         server: Optional[ForkServer] = None) -> dict:
+         server: Optional[ForkServer] = None, masks: Optional[MaskSettings] = None) -> dict:
     assert opts.output is not None      # run refuses options without one
     root, version, base = opts.output, None, None
     if opts.incremental:
@@ -366,7 +382,7 @@ def _run(opts: ConvertOptions, options, launch_only: str, quiet: bool,
     runner = str(options.view_as(StandardOptions).runner or "")
     on_cluster = not launch_only and watches_worker_start(runner)
     start_bound = worker_start_timeout_s() if on_cluster else 0.0
-    build(pipeline, opts, base, version or "", mark_workers=on_cluster)
+    build(pipeline, opts, base, version or "", mark_workers=on_cluster, masks=masks)
     if launch_only:
         return report_job_not_run(pipeline.run(), options, launch_only, quiet)
     # quiet (library callers, tests): no progress unless --progress asks for it

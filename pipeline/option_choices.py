@@ -17,6 +17,8 @@ from dcm2tfrecord.dataset import features
 from dcm2tfrecord.dataset.file_adapters import Compression  # noqa: F401 - beside its adapters, re-exported
 from dcm2tfrecord.transforms.images.geometry import RESIZE_MODES
 from dcm2tfrecord.transforms.labels.table import LABEL_KEYS
+# defined beside the masks they shape, referred to here
+from dcm2tfrecord.transforms.masks.settings import MaskLayout, MissingMask  # noqa: F401
 from dcm2tfrecord.transforms.splits.assign import SPLIT_BY
 
 if sys.version_info >= (3, 11):
@@ -78,17 +80,6 @@ class Unit(StrEnum):
 class SeriesGaps(StrEnum):
     FAIL = "fail"
     SPLIT = "split"
-
-
-class MaskLayout(StrEnum):
-    LABEL_MAP = "label_map"
-    BINARY = "binary"
-
-
-class MissingMask(StrEnum):
-    SKIP = "skip"
-    EMPTY = "empty"
-    ERROR = "error"
 
 
 class Series4d(StrEnum):

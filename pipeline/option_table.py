@@ -38,6 +38,7 @@ from dcm2tfrecord.transforms.dicom.voi import PRESETS, parse_window
 from dcm2tfrecord.transforms.images.geometry import parse_resize
 from dcm2tfrecord.transforms.masks.classes import load as load_class_map
 from dcm2tfrecord.transforms.masks.pairing import parse_mask_pattern
+from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.settings import (MAX_SALT_BYTES, ConversionSettings, DecodeSettings, ShardBounds,
                                               salt_check)
 from dcm2tfrecord.transforms.splits.assign import parse_splits
@@ -45,6 +46,9 @@ from dcm2tfrecord.transforms.splits.assign import parse_splits
 _GCS = r"^gs:\/\/[^\n\r]+$"
 _NUMBER = r"^[0-9]+(\.[0-9]+)?$"
 _BOOL = r"^(true|false|True|False)$"
+
+
+_SETTINGS: dict[str, type] = {"decode": DecodeSettings, "conversion": ConversionSettings, "masks": MaskSettings}
 
 
 def _setting_default(cls: type, name: str) -> Any:
@@ -74,7 +78,8 @@ def choices_regex(choices: tuple) -> tuple[str, ...]:
 class Option:
     """One ``convert`` option.
 
-    ``setting`` is ``"decode.<field>"`` or ``"conversion.<field>"``: the settings
+    ``setting`` is ``"decode.<field>"``, ``"conversion.<field>"`` or ``"masks.<field>"``
+    (transforms.masks.settings.MaskSettings, built only with --class_map): the settings
     field the value feeds (through ``to_setting``), and whose default it takes.
     ``recorded``: written to dataset.json's ``options``. ``content``: a change
     between two --incremental versions means their records differ.
@@ -117,7 +122,7 @@ class Option:
         value = self.default
         if self.setting:
             target, name = self.setting.split(".")
-            value = _setting_default(DecodeSettings if target == "decode" else ConversionSettings, name)
+            value = _setting_default(_SETTINGS[target], name)
         return self.coerce(value)
 
     def parse(self, text: Any) -> Any:
@@ -404,20 +409,19 @@ class ConvertOptions:
                  "(or NIfTI mask values) to mask classes; with it the annotations become the mask_raw of "
                  "their images' records.",
                  (_GCS,)),
-        metavar="FILE", setting="decode.class_map",
-        to_setting=lambda v: load_class_map(absolute(v)) if v else None))
+        metavar="FILE"))     # the switch of the mask settings (mask_settings)
     mask_layout: MaskLayout = declare(Option(
         "mask_layout", "--class_map: label_map (one class index per voxel, the first-listed class winning an "
         "overlap) or binary (one 0/1 channel per class)", _LABELS,
         Template("Mask layout", "label_map (default: class indices, 0 background) or binary (one binary "
                  "channel per class)."),
-        setting="decode.mask_layout"))
+        setting="masks.layout"))
     missing_mask: MissingMask = declare(Option(
         "missing_mask", "--class_map, a series no annotation covers: skip, error, or empty (an all-background "
         "mask)", _LABELS,
         Template("Series without a mask", "skip (default), error (counted as failed) or empty (written with "
                  "an all-background mask)."),
-        setting="decode.missing_mask"))
+        setting="masks.missing"))
     mask_pattern: Optional[str] = declare(Option(
         "mask_pattern", "--class_map, NIfTI masks paired with NIfTI images by path: IMAGE_REGEX=MASK_PATH, a "
         "regex matching an image's whole path relative to its --input root and the mask's path there, \\1 "
@@ -426,14 +430,14 @@ class ConvertOptions:
                  "IMAGE_REGEX=MASK_PATH (a regex matching the image's whole path relative to the input root, "
                  "and the mask's path with \\1 for its first group), e.g. "
                  "imagesTr/(.*)_0000\\.nii\\.gz=labelsTr/\\1.nii.gz."),
-        metavar="REGEX=PATH", setting="conversion.mask_pattern",
+        metavar="REGEX=PATH", setting="masks.pattern",
         to_setting=lambda v: parse_mask_pattern(v) if v else None))
     mask_column: Optional[str] = declare(Option(
         "mask_column", "--class_map, NIfTI masks paired with NIfTI images by this --labels column: each "
         "image's mask path, relative to the --input root (--label_key path)", _LABELS,
         Template("Mask column", "Optional, with class_map and labels: the labels CSV column naming each NIfTI "
                  "image's NIfTI mask, relative to the input root."),
-        metavar="COLUMN", setting="conversion.mask_column"))
+        metavar="COLUMN", setting="masks.column"))
     labels_from_dirs: bool = declare(Option(
         "labels_from_dirs", "class = parent folder name (ImageNet layout)", _LABELS,
         Template("Labels from folders", "true: the class is the parent folder name (ImageNet layout). "
@@ -500,9 +504,24 @@ class ConvertOptions:
     def bounds(self) -> ShardBounds:
         return ShardBounds.from_mb(self.target_shard_mb, self.min_shard_mb, self.max_shard_mb)
 
-    def settings(self) -> ConversionSettings:
+    def mask_settings(self) -> Optional[MaskSettings]:
+        """The mask settings (transforms.masks.settings), fed by the ``masks.*`` options, the class
+        map read and parsed (MappingError naming it when it cannot be); None without --class_map:
+        masks off."""
+        if not self.class_map:
+            return None
+        fed: dict[str, Any] = {}
+        for option in OPTIONS:
+            target, _, name = option.setting.partition(".")
+            if target == "masks":
+                value = option.plain(getattr(self, option.name))
+                fed[name] = option.to_setting(value) if option.to_setting else value
+        return MaskSettings(class_map=load_class_map(absolute(self.class_map)), **fed)
+
+    def settings(self, masks: Optional[MaskSettings] = None) -> ConversionSettings:
         """The settings the job graph is built from, fed by each option's ``setting`` (choices
-        as their plain values)."""
+        as their plain values). ``masks``: the mask settings already read (mask_settings, which
+        the run calls before any work), else read here."""
         # With --id_salt_file the salt stays out of the settings (and so out of the job graph):
         # each worker reads the file at setup (transforms.settings.with_salt).
         from_file = bool(self.id_salt_file and not self.id_salt)
@@ -513,10 +532,11 @@ class ConvertOptions:
                        "id_salt_check": salt_check(self.salt()) if from_file else ""},
             "conversion": {}}
         for option in OPTIONS:
-            if option.setting:
+            if option.setting and not option.setting.startswith("masks."):
                 target, name = option.setting.split(".")
                 value = option.plain(getattr(self, option.name))
                 fed[target][name] = option.to_setting(value) if option.to_setting else value
+        fed["decode"]["masks"] = masks if masks is not None else self.mask_settings()
         return ConversionSettings(bounds=self.bounds, splits=parse_splits(self.splits),
                                   decode=DecodeSettings(**fed["decode"]), **fed["conversion"])
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Mapping, Optional
 
+from dcm2tfrecord.dataset import masks as mask_format
 from dcm2tfrecord.reader.tfquiet import tf
 
 from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL, MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES
@@ -178,8 +179,8 @@ def batch_parser(manifest: Manifest, layout: Layout, output: str = "tuple", dtyp
     convert = conversion(layout.dtype, dtype, scale, fuse=layout.vectorized)
     image_shape = layout.image_shape()
     mask_out = mask_dtype(manifest)
-    # one class: one channel in either --mask_layout
-    mask_shape = image_shape[:-1] + [1 if len(mask_classes(manifest)) == 1 else None]
+    # one class: one channel in either --mask_layout (dataset/masks.py)
+    mask_shape = image_shape[:-1] + [mask_format.shared_channels(len(mask_classes(manifest)))]
 
     def parse(serialized):
         features = tf.io.parse_example(serialized, spec)

@@ -13,6 +13,7 @@ import math
 import operator
 from typing import Optional
 
+from dcm2tfrecord.dataset import masks as mask_format
 from dcm2tfrecord.reader.tfquiet import tf
 
 from dcm2tfrecord.dataset import names
@@ -177,7 +178,7 @@ class DatasetInfo(dict):
         labels = tf.TensorSpec([None] + list(label.shape), label.dtype)
         if not masks:
             return images, labels
-        channels = 1 if len(self.mask_classes) == 1 else None
+        channels = mask_format.shared_channels(len(self.mask_classes))
         return images, tf.TensorSpec([None] + layout.image_shape()[:-1] + [channels],
                                      tf.as_dtype(mask_dtype(self.manifest))), labels
 

@@ -11,8 +11,9 @@ from typing import Optional
 
 import numpy as np
 
+from dcm2tfrecord.dataset import masks
 from dcm2tfrecord.dataset.features import (CHANNELS, DEPTH, DTYPE, ENCODING_RAW, HEIGHT, IMAGE_RAW, LABEL,
-                                           MASK_CHANNELS, MASK_CLASSES, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES,
+                                           MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES,
                                            WIDTH)
 from dcm2tfrecord.dataset.manifest import Manifest, SplitEntry
 
@@ -104,8 +105,7 @@ def split_layout(manifest: Manifest, split: str, entry: SplitEntry) -> Layout:
 def mask_classes(manifest: Manifest) -> list[str]:
     """dataset.json's ``mask_classes``, index 1 first: label_map value ``i`` is ``mask_classes[i - 1]``
     (0 background), binary channel ``c`` is ``mask_classes[c]``; empty without masks."""
-    classes = manifest.extra.get(MASK_CLASSES)
-    return [str(c) for c in classes] if isinstance(classes, list) else []
+    return list(manifest.mask_classes or ())
 
 
 def require_masks(manifest: Manifest, dataset_dir: str) -> None:
@@ -117,5 +117,5 @@ def require_masks(manifest: Manifest, dataset_dir: str) -> None:
 
 def mask_dtype(manifest: Manifest) -> str:
     """The dtype masks come out in: uint8, unless 256 classes or more may make label maps uint16
-    (binary masks of so many classes, uint8 as stored, then read as uint16 too)."""
-    return "uint8" if len(mask_classes(manifest)) < 256 else "uint16"
+    (binary masks of so many classes, uint8 as stored, then read as uint16 too; dataset/masks.py)."""
+    return masks.read_dtype(len(mask_classes(manifest)))

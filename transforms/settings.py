@@ -15,8 +15,7 @@ from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.dataset.file_adapters import DEFAULT_GZIP_LEVEL
 
 if TYPE_CHECKING:
-    from dcm2tfrecord.transforms.masks.classes import ClassMap
-    from dcm2tfrecord.transforms.masks.pairing import MaskPattern
+    from dcm2tfrecord.transforms.masks.settings import MaskSettings
 
 DEFAULT_MAX_PIXELS = 1 << 28
 MB = 1 << 20
@@ -46,9 +45,8 @@ class DecodeSettings:
     frames: str = "stack"               # stack | split
     series_gaps: str = "fail"           # fail | split (transforms.series.volumes)
     series_4d: str = "split"            # split | stack (transforms.series.volumes)
-    class_map: Optional["ClassMap"] = None   # with --class_map: masks on (transforms.masks.classes)
-    mask_layout: str = "label_map"      # label_map | channels (transforms.masks.classes)
-    missing_mask: str = "skip"          # skip | empty | error: a series no annotation covers
+    # --class_map and the options that come with it; None, and only None, is "masks off"
+    masks: Optional["MaskSettings"] = None
     id_salt: str = ""                   # HMAC key for identifiers; never written
     id_salt_file: str = ""              # where workers read id_salt at setup (--id_salt_file)
     id_salt_check: str = ""             # salt_check of the salt the launcher read from id_salt_file
@@ -79,10 +77,6 @@ class ConversionSettings:
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
     split_by: Optional[str] = None     # None: patient for DICOM, record otherwise
     split_column: Optional[str] = None
-    # NIfTI masks paired with NIfTI images (transforms.masks.pairing): by a path pattern, or by a
-    # column of the labels CSV
-    mask_pattern: Optional["MaskPattern"] = None
-    mask_column: Optional[str] = None
     decode: DecodeSettings = DecodeSettings()
     unit: str = "file"                 # file | series
     max_failure_ratio: float = 0.05
@@ -91,6 +85,11 @@ class ConversionSettings:
     storage_retry_s: float = 60.0      # how long one gs:// request is retried (Beam's default: 120)
     allow_empty: bool = False          # commit a dataset of no records (inputs matched, none written)
     allow_split_leak: bool = False     # commit although --split_column put a group in several splits
+
+    @property
+    def masks(self) -> Optional["MaskSettings"]:
+        """The mask settings (transforms.masks.settings), held by ``decode``: None without --class_map."""
+        return self.decode.masks
 
     def split_by_for(self, kind: str) -> str:
         if self.split_by:

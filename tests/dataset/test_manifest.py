@@ -82,6 +82,27 @@ def test_a_hand_written_manifest_keeps_what_it_leaves_out():
     assert manifest.to_json() == data
 
 
+def test_mask_classes_and_layout_are_typed_and_written_back_to_the_same_keys(dataset):
+    data = json.loads(_bytes(dataset))
+    assert "mask_classes" not in data
+    plain = Manifest.from_json(data)
+    assert plain.mask_classes is None and plain.mask_layout is None and "mask_classes" not in plain.to_json()
+    assert data["options"]["mask_layout"] == "label_map"          # recorded as every option is
+    data["mask_classes"] = ["Liver", "Tumour"]
+    data["options"]["mask_layout"] = "binary"
+    data["features"]["mask_raw"] = {"dtype": "bytes", "shape": [], "encoding": "raw"}
+    manifest = Manifest.from_json(data)
+    assert manifest.mask_classes == ("Liver", "Tumour") and manifest.mask_layout == "binary"
+    assert manifest.extra == {}                                   # owned by a field, not kept in extra
+    assert manifest.to_json() == data
+    assert encode_manifest(manifest) == json.dumps(data, indent=2, sort_keys=True) + "\n"
+    assert Manifest.from_json(json.loads(encode_manifest(manifest))) == manifest
+    # not a list of names: not typed, kept as written for verify to name (dataset/verify_manifest.py)
+    data["mask_classes"] = ["Liver", 2]
+    odd = Manifest.from_json(data)
+    assert odd.mask_classes is None and odd.extra == {"mask_classes": ["Liver", 2]} and odd.to_json() == data
+
+
 @pytest.mark.parametrize("edit,named", [
     (lambda m: m["splits"]["train"].update(num_records="6"), "split 'train': num_records is '6'"),
     (lambda m: m["splits"]["train"]["shards"][0].pop("file"), "split 'train': shard 0 has no 'file'"),

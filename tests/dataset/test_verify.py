@@ -454,3 +454,25 @@ def test_a_float_mask_dtype_and_bad_mask_classes_are_named(mask_dataset, tmp_pat
     messages = " | ".join(str(p) for p in verify_dataset(path).problems)
     assert "record 0 at byte 0: mask_dtype 'float32' is not an integer dtype" in messages, messages
     assert "'mask_classes' is ['Liver', 2], not a list of class names" in messages, messages
+
+
+def test_a_mask_against_the_mask_format_rule_is_named(mask_dataset, tmp_path):
+    """dataset/masks.py's rule, asked by verify: binary masks of 2 classes are uint8, 2 channels."""
+    path = _copy(mask_dataset, tmp_path)
+
+    def wider(feature):      # the right byte count for uint16: only the rule tells it is wrong
+        raw = feature["mask_raw"].bytes_list.value[0]
+        feature["mask_raw"].bytes_list.value[0] = raw + raw
+        feature["mask_dtype"].bytes_list.value[0] = b"uint16"
+
+    def one_channel(feature):
+        raw = feature["mask_raw"].bytes_list.value[0]
+        feature["mask_raw"].bytes_list.value[0] = raw[:len(raw) // 2]
+        feature["mask_channels"].int64_list.value[0] = 1
+    _edit_mask(path, 0, wider)
+    _edit_mask(path, 1, one_channel)
+    messages = [str(p) for p in verify_dataset(path).problems]
+    assert len(messages) == 2, messages
+    assert "record 0 at byte 0: mask_dtype 'uint16': masks of 2 classes are stored in uint8" in messages[0], messages
+    assert "record 1 at byte" in messages[1] and \
+        "mask_channels 1: masks of 2 classes in its layout have 2" in messages[1], messages

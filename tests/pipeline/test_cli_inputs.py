@@ -113,3 +113,26 @@ def test_two_inputs_holding_one_relative_path_are_refused_in_one_line_before_any
     # the common parent as the one --input: the same files, told apart
     run_convert(tmp_path / "x", tmp_path / "out2")
     assert os.path.exists(tmp_path / "out2" / names.MANIFEST_NAME)
+
+
+@pytest.mark.parametrize("name,text,message", [
+    ("classes.yaml", 'Liver: ["liver"\n', "is not YAML"),
+    ("classes.csv", "roi,label\nliver,Liver\n", "the header must name the columns name,class[,match]"),
+    ("missing.yaml", None, "cannot be read"),
+])
+def test_a_class_map_that_cannot_be_used_is_refused_before_any_work(tmp_path, capsys, name, text, message):
+    """Read and checked with the other options (pipeline.convert.read_masks): exit code 2 in one line,
+    before the output is created or locked, or a worker forked."""
+    from dcm2tfrecord.pipeline.cli import main
+    write_png_archive(tmp_path / "in", 1, 8, 8)
+    class_map = tmp_path / name
+    if text is not None:
+        class_map.write_text(text)
+    for out in (tmp_path / "new", tmp_path / "empty"):
+        if out.name == "empty":
+            os.makedirs(out)
+        code = main(["convert", "--input", str(tmp_path / "in"), "--output", str(out), "--id_salt", "a-test-salt",
+                     "--class_map", str(class_map), "--direct_num_workers=1", "--direct_running_mode=in_memory"])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and message in err and str(class_map) in err and "\n" not in err, err
+        assert not out.exists() if out.name == "new" else os.listdir(out) == []    # nothing written, no lock

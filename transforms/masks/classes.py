@@ -15,7 +15,8 @@ spaces. A name takes the class of the first rule (in file order) it matches; one
 none is no class (the caller decides what that means). Class indices are 1..N in the order of
 the classes; 0 is background.
 
-Layouts (``--mask_layout``): ``label_map``, one class per voxel (uint8, uint16 past 255
+Layouts (``--mask_layout``, ``MaskLayout``; dataset/masks.py owns the dtype and channel rule):
+``label_map``, one class per voxel (uint8, uint16 past 255
 classes) where overlapping classes resolve to the one listed FIRST (list the specific
 structure, a tumour, before the organ around it); ``binary``, one binary uint8 channel per
 class, overlaps kept.
@@ -30,11 +31,13 @@ from typing import Optional
 
 import numpy as np
 
+from dcm2tfrecord.dataset import masks as mask_format
 from dcm2tfrecord.dataset.errors import OptionError
+from dcm2tfrecord.transforms.masks.settings import MaskLayout
 
-LABEL_MAP = "label_map"
-BINARY = "binary"
-LAYOUTS = (LABEL_MAP, BINARY)
+LABEL_MAP = MaskLayout.LABEL_MAP
+BINARY = MaskLayout.BINARY
+LAYOUTS = tuple(MaskLayout)
 
 
 class MappingError(OptionError, ValueError):
@@ -156,16 +159,6 @@ def load(uri: str) -> ClassMap:
     return parse_mapping(text, uri)
 
 
-def mask_dtype(how: str, class_count: int) -> str:
-    """The numpy dtype of a record's mask: label_map class indices in uint8 (uint16 past 255
-    classes), binary channels in uint8."""
-    return "uint16" if how == LABEL_MAP and class_count >= 256 else "uint8"
-
-
-def mask_channels(how: str, class_count: int) -> int:
-    return 1 if how == LABEL_MAP else class_count
-
-
 class Canvas:
     """A record's mask ``[k, j, i, channels]`` in layout ``how``, drawn one region at a time:
     ``add`` a class's region (a slice or the whole volume) as it is rasterised or decoded, in
@@ -177,7 +170,8 @@ class Canvas:
         if how not in LAYOUTS:
             raise ValueError(f"mask layout {how!r}: give one of {', '.join(LAYOUTS)}")
         self.how = how
-        self.array = np.zeros(tuple(shape) + (mask_channels(how, class_count),), mask_dtype(how, class_count))
+        self.array = np.zeros(tuple(shape) + (mask_format.mask_channels(how, class_count),),
+                              mask_format.mask_dtype(how, class_count))
 
     def add(self, index: int, region: np.ndarray, k: Optional[int] = None,
             window: tuple[slice, slice] = (slice(None), slice(None))) -> None:

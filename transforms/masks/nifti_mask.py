@@ -84,6 +84,15 @@ def record_mask(image: NiftiSpec, mask: NiftiSpec, voxels: np.ndarray, volume: O
     (None: a 3-D image) from the mask file's spec and voxels (``[(t,) k, j, i, channels]``, as
     transforms.nifti.read gives them); ConversionError(mask_grid_mismatch / mask_invalid) when it
     is not a label map on the image's grid."""
+    canvas = classes.Canvas((image.depth, image.height, image.width), len(class_map.classes), layout)
+    draw_record(image, mask, voxels, volume, class_map, canvas)
+    return canvas.array
+
+
+def draw_record(image: NiftiSpec, mask: NiftiSpec, voxels: np.ndarray, volume: Optional[int],
+                class_map: classes.ClassMap, canvas: classes.Canvas) -> None:
+    """The mask of volume ``volume`` of the image drawn on ``canvas`` (of the image's ``[k, j, i]``):
+    record_mask's checks, then draw."""
     why = grid_mismatch(image, mask)
     if why:
         raise ConversionError(reasons.MASK_GRID_MISMATCH, why)
@@ -93,9 +102,7 @@ def record_mask(image: NiftiSpec, mask: NiftiSpec, voxels: np.ndarray, volume: O
     values = voxels[..., 0]
     if mask.volumes > 1:
         values = values[volume or 0]
-    canvas = classes.Canvas(values.shape, len(class_map.classes), layout)
     draw(values, class_map, canvas)
-    return canvas.array
 
 
 def empty_mask(shape: tuple, class_map: classes.ClassMap, layout: str) -> np.ndarray:

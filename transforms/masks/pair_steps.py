@@ -33,10 +33,10 @@ def _mask_rows(uri: str, settings: ConversionSettings):
     """(loose path key, LabelRow whose value is the --mask_column cell) per row naming a mask;
     malformed rows are the labels join's to report."""
     fold = settings.label_key_case == "fold"
-    assert settings.mask_column is not None
+    assert settings.masks is not None and settings.masks.column is not None
     with FileSystems.open(uri) as raw:
         lines = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        for item in labels_lib.parse_label_csv(lines, uri, settings.label_key, settings.mask_column):
+        for item in labels_lib.parse_label_csv(lines, uri, settings.label_key, settings.masks.column):
             if isinstance(item, labels_lib.LabelRow) and item.value:
                 yield uri_key(labels_lib.loose_key(item.key, fold)), item
 
@@ -80,13 +80,14 @@ class PairMasks(beam.PTransform):
         self.settings = settings
 
     def expand(self, records):
-        settings, decode = self.settings, self.settings.decode
+        settings, masks = self.settings, self.settings.masks
+        assert masks is not None        # PairMasks runs with --class_map only
         nifti, others = records | "NiftiOrOther" >> beam.Partition(
             lambda r, _: 0 if r.kind == RecordKind.NIFTI else 1, 2)  # type: ignore[arg-type]  # Beam: a callable
-        if settings.mask_pattern is not None:
+        if masks.pattern is not None:
             named = nifti | "NameMasksByPattern" >> beam.FlatMap(
                 lambda r, pattern: _emit_all([pairing.named_by_pattern(r, pattern)]),
-                settings.mask_pattern).with_outputs(OUTCOMES, main="named")
+                masks.pattern).with_outputs(OUTCOMES, main="named")
         else:
             fold = settings.label_key_case == "fold"
             rows = (records.pipeline
@@ -108,7 +109,7 @@ class PairMasks(beam.PTransform):
         attached = ({"images": resolved.images, "offers": resolved[OFFERS]}
                     | "JoinImagesToMasks" >> beam.CoGroupByKey()
                     # (image path, {"images": [Named] of its volumes, "offers": [Offer]})
-                    | "AttachMasks" >> beam.FlatMap(_attach, decode).with_outputs(OUTCOMES, main="records"))
+                    | "AttachMasks" >> beam.FlatMap(_attach, masks).with_outputs(OUTCOMES, main="records"))
         parts, outcomes = [attached.records, others], [named[OUTCOMES], resolved[OUTCOMES], attached[OUTCOMES]]
         return (tuple(parts) | "PairedAndOthers" >> beam.Flatten(),
                 tuple(outcomes) | "PairingOutcomes" >> beam.Flatten())

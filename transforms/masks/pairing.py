@@ -32,10 +32,11 @@ from dcm2tfrecord.dataset.file_adapters import GZIP
 from dcm2tfrecord.dataset.names import BadName, check_relative_path
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.labels import join, table
-from dcm2tfrecord.transforms.masks import annotation
+from dcm2tfrecord.transforms.masks import annotation, sources
+from dcm2tfrecord.transforms.masks.settings import MaskSettings, MissingMask
 from dcm2tfrecord.transforms.values import ProbedRecord, SourceFile, replaced
 
-NIFTI = "nifti"                   # the annotation kind of a NIfTI mask (ProbedRecord.annotations)
+NIFTI = "nifti"                   # the ProbedRecord.kind of a NIfTI image
 STAGE = "masks"                   # the Outcome stage of pairing
 
 
@@ -235,7 +236,7 @@ def named_by_rows(records: Iterable[ProbedRecord], rows: Iterable, settings) -> 
             out.append(Named(match.record))
         else:
             out.append(_named(match.record, row.value,
-                              f"--mask_column {settings.mask_column} on line {row.line} of --labels"))
+                              f"--mask_column {settings.masks.column} on line {row.line} of --labels"))
     return out
 
 
@@ -283,10 +284,10 @@ def resolve_mask_file(files: Sequence[Named], claims: Iterable[Claim],
     return [], offers, []
 
 
-def _with_mask(record: ProbedRecord, settings, mask: Optional[SourceFile]) -> ProbedRecord:
+def _with_mask(record: ProbedRecord, masks: MaskSettings, mask: Optional[SourceFile]) -> ProbedRecord:
     """The record with its mask file (None: an all-background mask) and the mask's planned bytes."""
-    return replaced(record, annotations=((mask, NIFTI),) if mask is not None else (),
-                    mask_bytes=annotation.planned_mask_bytes(record.spec, settings))
+    return replaced(record, annotations=((mask, sources.NIFTI.name),) if mask is not None else (),
+                    mask_bytes=annotation.planned_mask_bytes(record.spec, masks))
 
 
 def outcomes(records: Sequence[ProbedRecord], status: str, reason: str, message: str) -> list[Outcome]:
@@ -294,12 +295,12 @@ def outcomes(records: Sequence[ProbedRecord], status: str, reason: str, message:
     return [Outcome(uri, status, STAGE, reason, message) for uri in dict.fromkeys(r.source.uri for r in records)]
 
 
-def attach(images: Sequence[Named], offers: Sequence[Offer], settings) -> tuple[list[ProbedRecord], list[Outcome]]:
+def attach(images: Sequence[Named], offers: Sequence[Offer],
+           masks: MaskSettings) -> tuple[list[ProbedRecord], list[Outcome]]:
     """One image's group: its records (one per volume, with the mask path they name) and the
     offers made to it. With a mask: the records carry it and its planned bytes. Without:
     --missing_mask (skip, error, or empty: an all-background mask). An offer without records
-    (the image is itself another's mask) leaves its mask without an image. ``settings``: the
-    DecodeSettings (class_map, mask_layout, missing_mask)."""
+    (the image is itself another's mask) leaves its mask without an image."""
     offered = [o.mask for o in offers if o.mask is not None]
     if not images:
         return [], [Outcome(mask.uri, reasons.FAILED, STAGE, reasons.MASK_WITHOUT_IMAGE,
@@ -308,21 +309,22 @@ def attach(images: Sequence[Named], offers: Sequence[Offer], settings) -> tuple[
     records = sorted((n.record for n in images), key=lambda r: (r.frame or 0))
     path, named = records[0].source.rel_path, images[0].mask_path
     if offered:
-        return [_with_mask(r, settings, offered[0]) for r in records], []
+        return [_with_mask(r, masks, offered[0]) for r in records], []
     taken = [o for o in offers if o.owner]
     if taken:
         return [], outcomes(records, reasons.FAILED, reasons.MASK_SHARED,
                             f"the image {path} names the mask {taken[0].mask_path}, which the image "
                             f"{taken[0].owner} names too and takes: give each image its own mask file")
-    return missing(records, settings, f"the image {path} names the mask {named}, which is not among the "
+    return missing(records, masks, f"the image {path} names the mask {named}, which is not among the "
                                       f"converted inputs (absent, or it failed: see its own line)"
                    if named else f"no NIfTI mask pairs with the image {path}")
 
 
-def missing(records: Sequence[ProbedRecord], settings, why: str) -> tuple[list[ProbedRecord], list[Outcome]]:
+def missing(records: Sequence[ProbedRecord], masks: MaskSettings,
+            why: str) -> tuple[list[ProbedRecord], list[Outcome]]:
     """Records without a mask file, as --missing_mask says: an all-background mask (empty), or
     skipped or failed as missing_mask."""
-    if settings.missing_mask == "empty":
-        return [_with_mask(r, settings, None) for r in records], []
-    status = reasons.SKIPPED if settings.missing_mask == "skip" else reasons.FAILED
-    return [], outcomes(records, status, reasons.MISSING_MASK, f"{why} (--missing_mask {settings.missing_mask})")
+    if masks.missing == MissingMask.EMPTY:
+        return [_with_mask(r, masks, None) for r in records], []
+    status = reasons.SKIPPED if masks.missing == MissingMask.SKIP else reasons.FAILED
+    return [], outcomes(records, status, reasons.MISSING_MASK, f"{why} (--missing_mask {masks.missing})")

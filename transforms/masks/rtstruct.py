@@ -72,6 +72,7 @@ from pydicom.filereader import data_element_generator
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.masks.grid import Grid
 from dcm2tfrecord.transforms.masks import polygons as polygons_
 
 RT_STRUCTURE_SET_STORAGE = "1.2.840.10008.5.1.4.1.1.481.3"
@@ -102,19 +103,6 @@ class Referenced:
     frame_of_reference_uid: str        # the (first) Referenced Frame of Reference Sequence item's
     sop_instance_uids: tuple[str, ...]  # the images named by Contour Image Sequences, first seen first
     study_uids: tuple[str, ...] = ()   # RT Referenced Study Sequence's Referenced SOP Instance UIDs
-
-
-@dataclasses.dataclass(frozen=True)
-class Grid:
-    """An image volume's grid: its slices in record order (k), rows (j) and columns (i)."""
-    positions: Sequence[Sequence[float]]   # Image Position (Patient) of each slice, record order, LPS mm
-    orientation: Sequence[float]           # Image Orientation (Patient): row then column cosines
-    pixel_spacing: Sequence[float]         # Pixel Spacing: (row spacing, column spacing), mm
-    rows: int
-    columns: int
-    sop_instance_uids: Sequence[str] = ()  # each slice's SOP Instance UID, record order (optional)
-    frame_of_reference_uid: str = ""       # the image's Frame of Reference UID (optional: checked when given)
-    slice_spacing: float = 0.0             # mm, for a grid of one slice (more: measured from positions)
 
 
 def _text(value: Any) -> str:
@@ -246,7 +234,7 @@ def _plane(grid: Grid, in_plane: bool = True) -> _Plane:
                                                      "(x, y, z) per slice, at least one")
     if in_plane and (rows <= 0 or columns <= 0):
         raise ConversionError(reasons.INVALID_VALUE, f"image grid: {rows} rows x {columns} columns")
-    uids = [_text(u) for u in grid.sop_instance_uids]
+    uids = [_text(u) for u in grid.instance_uids]
     if uids and len(uids) != len(positions):
         raise ConversionError(reasons.INVALID_VALUE, f"image grid: {len(uids)} SOP Instance UIDs for "
                                                      f"{len(positions)} slice positions")

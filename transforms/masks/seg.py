@@ -13,7 +13,7 @@ Three pure functions, no Beam:
   algorithm type, from the header alone (no pixel data is read or decoded);
 - ``referenced``: the Series and SOP Instance UIDs the SEG references and its Frame of
   Reference UID: what a pipeline joins the SEG to its image series on (header alone);
-- ``masks_on_grid``: the masks, ``[segments, k, j, i]``, on a ``Grid``: the image volume as
+- ``masks_on_grid``: the masks, ``[segments, k, j, i]``, on a ``Grid`` (transforms.masks.grid): the image volume as
   a record holds it (its slices in record order, transforms.series.volumes; rows j,
   columns i, as docs/DICOM.md "Geometry" and transforms.dicom.patient_space describe).
 
@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Sequence, Union
+from typing import Any, BinaryIO, Optional, Sequence, Union
 
 import numpy as np
 import pydicom
@@ -56,9 +56,7 @@ from pydicom.errors import InvalidDicomError
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.errors import ConversionError
-
-if TYPE_CHECKING:
-    from dcm2tfrecord.transforms.values import ProbedRecord
+from dcm2tfrecord.transforms.masks.grid import Grid
 
 SEG_STORAGE = "1.2.840.10008.5.1.4.1.1.66.4"
 LABEL_MAP_SEG_STORAGE = "1.2.840.10008.5.1.4.1.1.66.7"
@@ -99,61 +97,6 @@ class Referenced:
     instance_uids: tuple[str, ...]    # the SOP Instance UIDs it references (series list and frames)
     frame_of_reference_uid: str       # "" when absent
     study_uid: str = ""               # the SEG's Study Instance UID (its images')
-
-
-@dataclasses.dataclass(frozen=True)
-class Grid:
-    """The image volume a mask must lie on, its slices in record order (k).
-
-    ``instance_uids`` (one per slice) and/or ``positions`` (Image Position (Patient), LPS mm,
-    one per slice) are required; ``orientation`` (6 cosines), ``pixel_spacing`` (DICOM's
-    row spacing, column spacing) and ``frame_of_reference_uid`` are checked against the
-    SEG where both have them.
-    """
-    rows: int
-    columns: int
-    instance_uids: tuple[str, ...] = ()
-    positions: tuple[tuple[float, float, float], ...] = ()
-    orientation: tuple[float, ...] = ()
-    pixel_spacing: tuple[float, ...] = ()
-    frame_of_reference_uid: str = ""
-
-    def __post_init__(self) -> None:
-        if self.rows < 1 or self.columns < 1:
-            raise ValueError(f"a grid of {self.rows} x {self.columns} pixels")
-        if not self.instance_uids and not self.positions:
-            raise ValueError("a grid needs its slices' SOP Instance UIDs or positions")
-        if self.instance_uids and self.positions and len(self.instance_uids) != len(self.positions):
-            raise ValueError(f"{len(self.instance_uids)} UIDs for {len(self.positions)} positions")
-        if any(len(p) != 3 for p in self.positions):
-            raise ValueError("a position is 3 numbers")
-        if self.orientation and len(self.orientation) != 6:
-            raise ValueError("an orientation is 6 direction cosines")
-        if self.pixel_spacing and len(self.pixel_spacing) != 2:
-            raise ValueError("a pixel spacing is 2 numbers (row spacing, column spacing)")
-
-    @property
-    def depth(self) -> int:
-        return len(self.instance_uids or self.positions)
-
-    @classmethod
-    def of_slices(cls, slices: Sequence["ProbedRecord"], pixel_spacing: Sequence[float] = (),
-                  frame_of_reference_uid: str = "") -> "Grid":
-        """The grid of a series volume's probed slices in record order
-        (transforms.series.volumes.Volume.members): UIDs, positions and orientation from
-        their headers; Pixel Spacing is not probed, so the caller passes it where known."""
-        first = slices[0]
-        uids = tuple(s.ids.sop_uid if s.ids else "" for s in slices)
-        infos = [s.slice_info for s in slices]
-        positions = tuple(tuple(float(v) for v in i.position) for i in infos if i is not None and
-                          len(i.position) == 3)
-        orientation = tuple(float(v) for v in (infos[0].orientation if infos[0] is not None else ()))
-        return cls(rows=first.spec.height, columns=first.spec.width,
-                   instance_uids=uids if all(uids) else (),
-                   positions=positions if len(positions) == len(slices) else (),  # type: ignore[arg-type]
-                   orientation=orientation if len(orientation) == 6 else (),
-                   pixel_spacing=tuple(float(v) for v in pixel_spacing),
-                   frame_of_reference_uid=frame_of_reference_uid)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -486,7 +429,7 @@ def _by_position(seg: Any, kind: str, frames: Sequence[_Frame], slices: Sequence
 def load(fileobj: BinaryIO) -> Any:
     """A SEG file parsed whole, as the highdicom Segmentation ``masks_on_grid`` reads (its frame
     index built once): for a caller that places one SEG on many grids (the records of one
-    series, transforms.masks.parsed). highdicom's index is an SQLite connection, usable only
+    series, transforms.masks.annotation_cache). highdicom's index is an SQLite connection, usable only
     in the thread that built it."""
     try:
         ds = pydicom.dcmread(fileobj, force=True)        # the probe found it a SEG: no preamble needed
@@ -523,6 +466,7 @@ def masks_on_grid(source: Source, grid: Grid, segment_numbers: Optional[Sequence
     one frame of a split file), whose placement the caller checked (check_placement): frames
     on slices outside it are left out, not refused.
     """
+    grid.check()
     owned = not isinstance(source, pydicom.Dataset)
     ds = _dataset(source, header_only=False)
     if "PixelData" not in ds:

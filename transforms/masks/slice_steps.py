@@ -1,13 +1,15 @@
-"""AttachSliceMasks (--class_map with --unit file): the SEG and RTSTRUCT files among the inputs
-joined to the records of the series they reference, by key (transforms.masks.slices)."""
+"""The Beam shells of the mask joins: AttachSliceMasks (--unit file) and SettleUnmasked (--missing_mask).
+
+AttachSliceMasks (--class_map with --unit file): the annotations among the inputs (SEG, RTSTRUCT:
+transforms.masks.sources) joined to the records of the series they reference, by key
+(transforms.masks.slices)."""
 from __future__ import annotations
 
 import apache_beam as beam
 
-from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.counters import OUTCOMES, emit
-from dcm2tfrecord.transforms.errors import ConversionError
-from dcm2tfrecord.transforms.masks import annotation, parsed, slices
+from dcm2tfrecord.transforms.masks import annotation_cache, slices, sources
+from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.sources.read import open_source, read_unchanged
 from dcm2tfrecord.transforms.sources.steps import ReadsSourcesFn
@@ -15,15 +17,13 @@ from dcm2tfrecord.transforms.values import ProbedRecord
 
 
 def read_header(note: ProbedRecord):
-    """An annotation's header as the join reads it: a SEG's without its pixels; an RTSTRUCT, all
-    header, through the parsed cache the writers of this process share (transforms.masks.parsed)."""
-    if note.annotation == annotation.RTSTRUCT:
-        return parsed.CACHE.get(note.source, note.annotation, lambda: read_unchanged(note.source, open_source))
-    data = read_unchanged(note.source, open_source)
-    try:
-        return annotation.probe_header(data, note.annotation)
-    except Exception as exc:
-        raise ConversionError(reasons.INVALID_DICOM, f"the SEG does not parse ({type(exc).__name__})") from exc
+    """An annotation's header as the join reads it, as its source says (transforms.masks.sources): a
+    SEG's without its pixels; an RTSTRUCT, all header, through the parsed cache the writers of this
+    process share (transforms.masks.annotation_cache)."""
+    def read():
+        return read_unchanged(note.source, open_source)
+    return sources.series_source(note.annotation).join_header(
+        read, lambda: annotation_cache.CACHE.get(note.source, note.annotation, read))
 
 
 class SliceMasksFn(ReadsSourcesFn):
@@ -32,7 +32,8 @@ class SliceMasksFn(ReadsSourcesFn):
 
     def process(self, keyed):
         _, records = keyed
-        for result in slices.join(list(records), read_header, self.settings):
+        assert self.settings.masks is not None      # AttachSliceMasks runs with --class_map only
+        for result in slices.join(list(records), read_header, self.settings.masks):
             yield from emit(result)
 
 
@@ -60,12 +61,12 @@ class AttachSliceMasks(beam.PTransform):
 class SettleUnmasked(beam.PTransform):
     """--class_map: the records no mask join covered, as --missing_mask says (slices.unmasked)."""
 
-    def __init__(self, settings: DecodeSettings):
+    def __init__(self, masks: MaskSettings):
         super().__init__()
-        self.settings = settings
+        self.masks = masks
 
     def expand(self, records):
         settled = records | "Unmasked" >> beam.FlatMap(
-            lambda r, settings: (x for result in slices.unmasked(r, settings) for x in emit(result)),
-            self.settings).with_outputs(OUTCOMES, main="records")
+            lambda r, masks: (x for result in slices.unmasked(r, masks) for x in emit(result)),
+            self.masks).with_outputs(OUTCOMES, main="records")
         return settled.records, settled[OUTCOMES]

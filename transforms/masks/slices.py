@@ -1,5 +1,6 @@
-"""Annotations joined to the records of the series they reference when each slice (or frame) is a
-record of its own (``--class_map`` with ``--unit file``).
+"""Annotations joined to the slice (or frame) records of the series they reference (``--unit file``).
+
+With ``--class_map`` and ``--unit file`` each slice (or frame) is a record of its own.
 
 The graph groups, by raw Series Instance UID, the probed image records of a series with the SEG
 and RTSTRUCT files that reference it (transforms.masks.slice_steps.AttachSliceMasks: metadata only,
@@ -25,7 +26,7 @@ series can tell, and hands each record its part:
 At write time each record's mask is made from its annotations on its own grid
 (transforms.records.build ``_mask``, annotation.volume_mask with ``parts``): the SEG's frames on
 it, the RTSTRUCT contours placed on it, each annotation parsed once per worker
-(transforms.masks.parsed). RTSTRUCT contours are placed on single-frame slices only: a series
+(transforms.masks.annotation_cache). RTSTRUCT contours are placed on single-frame slices only: a series
 with multi-frame images (``--frames split`` frames, Enhanced stacks) and an RTSTRUCT is refused
 with ``mask_unsupported`` (their frames' positions are not probed; a SEG places its frames by
 the frame's own position at write time instead). Pure functions; the Beam shell is
@@ -33,14 +34,14 @@ transforms.masks.slice_steps.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.errors import ConversionError
-from dcm2tfrecord.transforms.masks import annotation, rtstruct, seg
-from dcm2tfrecord.transforms.settings import DecodeSettings
+from dcm2tfrecord.transforms.masks import annotation, sources
+from dcm2tfrecord.transforms.masks.settings import MaskSettings, MissingMask
 from dcm2tfrecord.transforms.values import MaskPart, ProbedRecord, replaced
 
 STAGE = "group"
@@ -73,29 +74,23 @@ def missing(uris: Sequence[str], what: str, missing_mask: str) -> list[Outcome]:
             for uri in sorted(set(uris))]
 
 
-def unmasked(record: ProbedRecord, settings: DecodeSettings) -> Iterator[Union[ProbedRecord, Outcome]]:
+def unmasked(record: ProbedRecord, masks: Optional[MaskSettings]) -> Iterator[Union[ProbedRecord, Outcome]]:
     """After the mask joins (--class_map): a record none of them gave a mask (a PNG or JPEG, a
     NIfTI without --mask_pattern or --mask_column, a DICOM file without a Series Instance UID)
     follows --missing_mask as an unannotated series does, so that every record of the dataset
     holds a mask: all background (empty), else an outcome."""
-    if record.mask_bytes or settings.class_map is None:
+    if record.mask_bytes or masks is None:
         yield record
         return
     what = f"{record.source.rel_path}"
-    if settings.missing_mask != "empty":
-        status = reasons.SKIPPED if settings.missing_mask == "skip" else reasons.FAILED
+    if masks.missing != MissingMask.EMPTY:
+        status = reasons.SKIPPED if masks.missing == MissingMask.SKIP else reasons.FAILED
         yield Outcome(record.source.uri, status, STAGE, reasons.MISSING_MASK,
                       f"{what}: no mask source covers it (SEG and RTSTRUCT annotate DICOM series; NIfTI masks "
                       f"pair NIfTI images by --mask_pattern or --mask_column) (--missing_mask "
-                      f"{settings.missing_mask})")
+                      f"{masks.missing})")
         return
-    yield replaced(record, annotations=(), mask_bytes=annotation.planned_mask_bytes(record.spec, settings))
-
-
-def _single_slice(record: ProbedRecord) -> bool:
-    info = record.slice_info
-    return (record.frame is None and not record.stacks and record.spec.depth == 1 and info is not None
-            and len(info.position) == 3 and len(info.orientation) == 6)
+    yield replaced(record, annotations=(), mask_bytes=annotation.planned_mask_bytes(record.spec, masks))
 
 
 def _order(record: ProbedRecord) -> tuple:
@@ -109,61 +104,24 @@ def _what(parts: Sequence[ProbedRecord]) -> str:
 
 
 def _placements(parts: Sequence[ProbedRecord], notes: Sequence[tuple[ProbedRecord, Any]]) -> list[tuple]:
-    """Per annotation, per part, the RTSTRUCT contours on it (() for a SEG); ConversionError
-    when an annotation does not lie on the series (module docstring)."""
-    single = all(_single_slice(p) for p in parts)
-    first = parts[0]
-    uids = tuple(p.ids.sop_uid if p.ids else "" for p in parts)
-    positions = tuple(tuple(float(v) for v in p.slice_info.position) for p in parts
-                      if p.slice_info is not None) if single else ()
-    orientation = tuple(float(v) for v in first.slice_info.orientation) if single and first.slice_info else ()
-    out = []
-    for note, ds in notes:
-        if note.annotation == annotation.RTSTRUCT:
-            if not single:
-                raise ConversionError(reasons.MASK_UNSUPPORTED,
-                                      "an RTSTRUCT over a series with multi-frame images (frames of --frames split, "
-                                      "Enhanced stacks): with --unit file its contours are placed on single-frame "
-                                      "slices only")
-            grid = rtstruct.Grid(positions, orientation, (), first.spec.height, first.spec.width, uids)
-            on = rtstruct.assign_contours(ds, grid)
-            out.append(tuple(on.get(k, ()) for k in range(len(parts))))
-        else:
-            grid = _seg_grid(parts, uids, positions, orientation)
-            if grid is not None:
-                seg.check_placement(ds, grid)
-            out.append(((),) * len(parts))
-    return out
-
-
-def _seg_grid(parts: Sequence[ProbedRecord], uids: tuple, positions: tuple, orientation: tuple):
-    """The series as the SEG check sees it: one slice per single-frame file (its UID and
-    position); for multi-frame files, their UIDs alone (each frame is placed at write time, by
-    its own position); None when neither is known. Rows and columns are each record's to check."""
-    if not positions:
-        files = tuple(dict.fromkeys(uids))
-        uids = files if all(files) and len(files) == len({p.source.uri for p in parts}) else ()
-    elif not all(uids):
-        uids = ()
-    if not uids and not positions:
-        return None
-    return seg.Grid(rows=max(parts[0].spec.height, 1), columns=max(parts[0].spec.width, 1), instance_uids=uids,
-                    positions=positions, orientation=orientation)
+    """Per annotation, per part, its placement on it (the RTSTRUCT contours on it, () for a SEG),
+    as its source places it (transforms.masks.sources); ConversionError when an annotation does
+    not lie on the series (module docstring)."""
+    return [sources.series_source(note.annotation).place(header, parts) for note, header in notes]
 
 
 def join(records: Sequence[ProbedRecord], read: Callable[[ProbedRecord], Any],
-         settings: DecodeSettings) -> Iterator[Union[ProbedRecord, Outcome]]:
+         masks: MaskSettings) -> Iterator[Union[ProbedRecord, Outcome]]:
     """One series' records and annotations (grouped by part_key) -> each record with its part of
     the masks, or Outcomes (module docstring). ``read(note)`` parses an annotation's header (a
     SEG's header alone; an RTSTRUCT is all header), raising ConversionError when it cannot."""
-    assert settings.class_map is not None
     notes = sorted((r for r in records if r.kind == annotation.ANNOTATION), key=lambda r: r.source.uri)
     parts = sorted((r for r in records if r.kind != annotation.ANNOTATION), key=_order)
     if not parts:
         yield from without_image(notes)
         return
     if not notes:
-        outcomes = missing([p.source.uri for p in parts], _what(parts), settings.missing_mask)
+        outcomes = missing([p.source.uri for p in parts], _what(parts), masks.missing)
         if outcomes:
             yield from outcomes
             return
@@ -178,7 +136,7 @@ def join(records: Sequence[ProbedRecord], read: Callable[[ProbedRecord], Any],
     for k, part in enumerate(parts):
         spec = part.spec
         single = part.frame is None and not part.stacks and spec.depth == 1
-        yield replaced(part, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(spec, settings),
+        yield replaced(part, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(spec, masks),
                        mask_part=MaskPart(uid=part.ids.sop_uid if part.ids and single else "",
                                           contours=tuple(on[k] for on in placed),
                                           counts_annotations=part is counting))

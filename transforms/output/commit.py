@@ -187,8 +187,8 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
         features.update({k: dict(v) for k, v in patient_space.FEATURES.items() if k not in features})
     if settings.decode.keep_source_path:
         features[SOURCE_PATH] = dict(SOURCE_PATH_FEATURE)
-    class_map = settings.decode.class_map
-    if class_map is not None:
+    masks = settings.masks
+    if masks is not None:
         features.update({k: dict(v) for k, v in masks_annotation.FEATURES.items()})
     if settings.decode.pixel_encoding != ENCODING_RAW:
         features.update(image_features(settings.decode.pixel_encoding))
@@ -201,4 +201,4 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
                     for split, lay in layouts.items()},
         base_version=None if base is None else (base.name, base.rebuild_reason),
         written_also_failed=written_also_failed,
-        mask_classes=None if class_map is None else list(class_map.classes))
+        mask_classes=None if masks is None else list(masks.class_map.classes))

@@ -11,8 +11,10 @@ from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
 from dcm2tfrecord.transforms.dicom import functional_groups, patient_space, volume_features
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
 from dcm2tfrecord.transforms.masks import nifti_mask
-from dcm2tfrecord.transforms.masks import pairing as masks_pairing
-from dcm2tfrecord.transforms.masks import parsed as masks_parsed
+from dcm2tfrecord.transforms.masks import sources as mask_sources
+from dcm2tfrecord.transforms.masks.grid import Grid
+from dcm2tfrecord.transforms.masks.settings import MaskSettings
+from dcm2tfrecord.transforms.masks import annotation_cache
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
@@ -63,13 +65,9 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
         metadata.update(patient_space.one_slice(metadata, record.frame))
     if record.kind == RecordKind.DICOM:
         metadata[SLICE_SPACING] = _slice_spacing(metadata)
-    mask: Optional[np.ndarray]
-    if settings.class_map is not None and record.mask_bytes and record.kind == RecordKind.NIFTI:
-        mask = _file_mask(record, nifti_spec, pixels.shape, opener, settings)
-    else:
-        frame = _frame_of_reference(header if header is not None else fileobj, record, settings) \
-            if record.kind == RecordKind.DICOM else ""
-        mask = _mask(record, metadata, pixels.shape, (), opener, settings, frame)
+    frame = _frame_of_reference(header if header is not None else fileobj, record, settings) \
+        if record.kind == RecordKind.DICOM else ""
+    mask = _mask(record, metadata, pixels.shape, (), opener, settings, frame, nifti_spec)
     return _geometry_and_path(pixels, metadata, record, settings, mask)
 
 
@@ -142,7 +140,7 @@ def _frame_of_reference(source, record: ProbedRecord, settings: DecodeSettings) 
     """The image's Frame of Reference UID when its mask is drawn from annotations (checked against
     theirs: transforms.masks.rtstruct, seg), from its parsed header ``source`` or, on the native
     path that parsed none, read from the file object's header; "" otherwise."""
-    if settings.class_map is None or not record.mask_bytes or not record.annotations:
+    if settings.masks is None or not record.mask_bytes or not record.annotations:
         return ""
     if not isinstance(source, pydicom.Dataset):
         source.seek(0)
@@ -151,54 +149,51 @@ def _frame_of_reference(source, record: ProbedRecord, settings: DecodeSettings) 
 
 
 def _mask(record: ProbedRecord, metadata: dict, shape: tuple, uids: tuple, opener: Callable[[str], BinaryIO],
-          settings: DecodeSettings, frame_of_reference: str = "") -> Optional[np.ndarray]:
-    """--class_map: the record's mask ``[k, j, i, c]`` from its annotations on its grid (its slices'
-    positions, orientation and pixel spacing as its features say; ``uids`` its slices' SOP
-    Instance UIDs where known; its Frame of Reference UID, checked against the annotations'),
-    all background without one (--missing_mask empty)."""
-    if settings.class_map is None or not record.mask_bytes:
+          settings: DecodeSettings, frame_of_reference: str = "", image: object = None) -> Optional[np.ndarray]:
+    """--class_map: the record's mask ``[k, j, i, c]`` from its annotations, each drawn by its source
+    (transforms.masks.sources): on the record's grid (its slices' positions, orientation and pixel
+    spacing as its features say; ``uids`` its slices' SOP Instance UIDs where known; its Frame of
+    Reference UID, checked against the annotations'), or, for the files paired with it by path,
+    against the image's own header ``image``; all background without one (--missing_mask empty)."""
+    masks = settings.masks
+    if masks is None or not record.mask_bytes:
         return None
     part = record.mask_part
     if not record.annotations and part is None:      # --missing_mask empty: no annotation covers it
-        return nifti_mask.empty_mask(shape, settings.class_map, settings.mask_layout)
+        return nifti_mask.empty_mask(shape, masks.class_map, masks.layout)
+    if not all(mask_sources.source(kind).on_grid for _, kind in record.annotations):
+        return _paired_mask(record, image, shape, opener, masks)
     if part is not None:      # one part of its series (masks.slices): its own UID, a single-frame file's
         uids = (part.uid,) if part.uid and shape[0] == 1 else ()
     positions = np.asarray(metadata.get(patient_space.POSITION, ()), dtype=np.float64).reshape(-1, 3)
-    grid = masks_annotation.VolumeGrid(
+    if len(positions) != shape[0] and len(uids) != shape[0]:
+        raise ConversionError(reasons.MASK_GRID_MISMATCH,
+                              f"the image's {shape[0]} slices have no position each (and no SOP Instance UIDs): "
+                              f"a mask cannot be placed on them")
+    grid = Grid(
         rows=int(shape[1]), columns=int(shape[2]), positions=tuple(tuple(p) for p in positions.tolist()),
         orientation=tuple(np.asarray(metadata.get(patient_space.ORIENTATION, ()), np.float64)[:6].tolist()),
         pixel_spacing=tuple(np.asarray(metadata.get("dicom/pixel_spacing", ()), np.float64)[:2].tolist()),
         instance_uids=uids, frame_of_reference_uid=frame_of_reference)
-    if len(grid.positions) != shape[0] and len(uids) != shape[0]:
-        raise ConversionError(reasons.MASK_GRID_MISMATCH,
-                              f"the image's {shape[0]} slices have no position each (and no SOP Instance UIDs): "
-                              f"a mask cannot be placed on them")
-    notes = [(masks_parsed.CACHE.get(source, kind, functools.partial(read_unchanged, source, opener)), kind)
+    notes = [(annotation_cache.CACHE.get(source, kind, functools.partial(read_unchanged, source, opener)), kind)
              for source, kind in record.annotations]
-    return masks_annotation.volume_mask(notes, grid, settings.class_map, settings.mask_layout,
-                                        None if part is None else part.contours)
+    return masks_annotation.volume_mask(notes, grid, masks, None if part is None else part.contours)
 
 
-def _file_mask(record: ProbedRecord, image: Optional[nifti.NiftiSpec], shape: tuple,
-               opener: Callable[[str], BinaryIO], settings: DecodeSettings) -> np.ndarray:
-    """A file record's mask (--mask_pattern, --mask_column): its NIfTI mask read on its grid
-    (transforms.masks.nifti_mask), or all background (--missing_mask empty); a mask that does not
-    fit fails the record in one line naming both files."""
-    assert settings.class_map is not None
-    masks = [source for source, kind in record.annotations if kind == masks_pairing.NIFTI]
-    if not masks:
-        return nifti_mask.empty_mask(shape, settings.class_map, settings.mask_layout)
+def _paired_mask(record: ProbedRecord, image: object, shape: tuple, opener: Callable[[str], BinaryIO],
+                 masks: MaskSettings) -> np.ndarray:
+    """A file record's mask from the files paired with it by path (--mask_pattern, --mask_column: a
+    NIfTI mask, transforms.masks.nifti_mask), each read and drawn against the image's own header;
+    a mask that does not fit fails the record in one line naming both files."""
     assert image is not None        # only a NIfTI record pairs with a NIfTI mask
     try:
-        data = read_unchanged(masks[0], opener)
-        found = nifti.probe(data)
-        why = nifti_mask.grid_mismatch(image, found)
-        if why:
-            raise ConversionError(reasons.MASK_GRID_MISMATCH, why)
-        found, voxels = nifti.read(data, found.num_pixels)
-        return nifti_mask.record_mask(image, found, voxels, record.frame, settings.class_map, settings.mask_layout)
+        notes = [(mask_sources.source(kind).parse(read_unchanged(source, opener)), kind)
+                 for source, kind in record.annotations]
+        return masks_annotation.record_mask(notes, tuple(shape[:3]), masks,
+                                            lambda n: mask_sources.MaskTarget(image=image, volume=record.frame))
     except ConversionError as exc:
-        raise ConversionError(exc.reason, f"mask {masks[0].rel_path} of image {record.source.rel_path}: {exc}",
+        files = ", ".join(source.rel_path for source, _ in record.annotations)
+        raise ConversionError(exc.reason, f"mask {files} of image {record.source.rel_path}: {exc}",
                               skipped=exc.skipped, outage=exc.outage) from exc
 
 

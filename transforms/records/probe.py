@@ -131,7 +131,7 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
     # every keyword read below, each element converted once (HeaderValues stands in for the Dataset)
     ds = header  # type: ignore[assignment]
     uid_end = _uid_end(header, file_size)
-    if settings.class_map is not None:
+    if settings.masks is not None:
         kind = masks_annotation.kind_of(str(ds.get("SOPClassUID", "") or ""))
         if kind is not None:
             raise _Annotation(kind)
@@ -277,7 +277,8 @@ _ANNOTATION_SPEC = ImageSpec(1, 1, 1, 1, "uint8")     # an annotation plans no p
 
 
 class _Annotation(Dcm2TfrecordError):
-    """The header is a SEG's or an RTSTRUCT's and --class_map is on (control flow only: caught
+    """The header is an annotation's (a SEG's, an RTSTRUCT's: a mask source claims its SOP class,
+    transforms.masks.sources) and --class_map is on (control flow only: caught
     in _sniff_and_probe, never raised past it)."""
 
     def __init__(self, kind: str):

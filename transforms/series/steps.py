@@ -12,6 +12,7 @@ from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.values import ProbedRecord, replaced
 from dcm2tfrecord.transforms.masks import annotation
 from dcm2tfrecord.transforms.masks import slices as mask_slices
+from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.series import volumes
 from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.settings import DecodeSettings, with_salt
@@ -51,15 +52,16 @@ class VolumeOfSeriesFn(beam.DoFn):
             for member in sorted(s.source.uri for s in slices + notes):
                 yield self._outcome(member, reasons.FAILED, exc.reason, f"series of {len(slices)} slices: {exc}")
             return
-        if self.settings.class_map is None:
+        masks = self.settings.masks
+        if masks is None:
             yield from built
             return
         missing = [] if notes else mask_slices.missing([s.source.uri for s in slices],
-                                                       f"series of {len(slices)} slices", self.settings.missing_mask)
+                                                       f"series of {len(slices)} slices", masks.missing)
         if missing:
             yield from emit(tuple(missing))
             return
-        yield from masked_records(built, notes, self.settings)
+        yield from masked_records(built, notes, masks)
 
     @staticmethod
     def _outcome(uri: str, status: str, reason: str, message: str):
@@ -68,12 +70,11 @@ class VolumeOfSeriesFn(beam.DoFn):
         return TaggedOutput(OUTCOMES, outcome)
 
 
-def masked_records(built, notes, settings: DecodeSettings):
+def masked_records(built, notes, masks: MaskSettings):
     """Volume records with their annotations and their mask's planned bytes (--class_map)."""
     pairs = tuple(sorted(((n.source, n.annotation) for n in notes), key=lambda p: p[0].uri))
-    assert settings.class_map is not None
     for record in built:
-        yield replaced(record, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(record.spec, settings))
+        yield replaced(record, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(record.spec, masks))
 
 
 class BuildVolumes(beam.PTransform):

@@ -7,6 +7,7 @@ import pytest
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.transforms.labels.table import LabelRow
 from dcm2tfrecord.transforms.masks import classes, pairing
+from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings, ShardBounds
 from dcm2tfrecord.transforms.values import ImageSpec, ProbedRecord, SourceFile
 
@@ -19,8 +20,8 @@ def _record(uri: str, rel: str, frame=None, shape=(4, 5, 6)) -> ProbedRecord:
                         spec=ImageSpec(*shape, 1, "int16"), frame=frame)
 
 
-def _decode(**changes) -> DecodeSettings:
-    return DecodeSettings(class_map=CLASS_MAP, **changes)
+def _masks(**changes) -> MaskSettings:
+    return MaskSettings(class_map=CLASS_MAP, **changes)
 
 
 # ---------------------------------------------------------------- the pattern
@@ -105,7 +106,7 @@ def test_by_pattern_a_mask_side_path_is_a_mask_whatever_the_image_side_says():
 
 def test_by_rows_the_first_line_of_a_path_names_the_mask_and_a_bad_path_fails_the_image():
     settings = ConversionSettings(patterns=("/in",), output_dir="/out", bounds=ShardBounds(1, 1, 1),
-                                  labels_csv="/l.csv", mask_column="mask")
+                                  labels_csv="/l.csv", decode=DecodeSettings(masks=_masks(column="mask")))
     a, b, c = (_record(f"/in/{n}.nii", f"{n}.nii") for n in "abc")
     rows = [LabelRow("a.nii", "seg/a.nii", None, 3), LabelRow("a.nii", "seg/other.nii", None, 2),
             LabelRow("b.nii", "../b.nii", None, 4)]
@@ -143,7 +144,7 @@ def test_an_image_carries_its_mask_and_its_planned_bytes_on_every_volume():
     volumes = [pairing.Named(_record("/in/a.nii", "a.nii", frame=v), "/in/m.nii", "m.nii") for v in (1, 0)]
     mask = SourceFile("/in/m.nii", "m.nii", 50, 2.0)
     records, outcomes = pairing.attach(volumes, [pairing.Offer("/in/a.nii", mask=mask, mask_path="m.nii")],
-                                       _decode(mask_layout="binary"))
+                                       _masks(layout="binary"))
     assert outcomes == [] and [r.frame for r in records] == [0, 1]
     assert all(r.annotations == ((mask, "nifti"),) and r.mask_bytes == 4 * 5 * 6 * 2 for r in records)
     assert records[0].sources == (records[0].source, mask)          # written: the mask is accounted for
@@ -152,7 +153,7 @@ def test_an_image_carries_its_mask_and_its_planned_bytes_on_every_volume():
 @pytest.mark.parametrize("missing_mask", ["skip", "error", "empty"])
 def test_an_image_without_its_mask_follows_missing_mask_once_per_file(missing_mask):
     volumes = [pairing.Named(_record("/in/a.nii", "a.nii", frame=v), "/in/m.nii", "m.nii") for v in (0, 1)]
-    records, outcomes = pairing.attach(volumes, [], _decode(missing_mask=missing_mask))
+    records, outcomes = pairing.attach(volumes, [], _masks(missing=missing_mask))
     if missing_mask == "empty":
         assert outcomes == [] and all(r.annotations == () and r.mask_bytes == 4 * 5 * 6 for r in records)
         return
@@ -164,8 +165,8 @@ def test_an_image_without_its_mask_follows_missing_mask_once_per_file(missing_ma
 
 def test_a_taken_mask_fails_the_image_and_an_offer_to_no_image_fails_the_mask():
     image = [pairing.Named(_record("/in/z.nii", "z.nii"), "/in/m.nii", "m.nii")]
-    _, [shared] = pairing.attach(image, [pairing.Offer("/in/z.nii", mask_path="m.nii", owner="a.nii")], _decode())
+    _, [shared] = pairing.attach(image, [pairing.Offer("/in/z.nii", mask_path="m.nii", owner="a.nii")], _masks())
     assert shared.reason == "mask_shared" and "a.nii names too and takes" in shared.message
     mask = SourceFile("/in/m.nii", "m.nii", 50, 2.0)
-    _, [orphan] = pairing.attach([], [pairing.Offer("/in/x.nii", mask=mask, mask_path="m.nii")], _decode())
+    _, [orphan] = pairing.attach([], [pairing.Offer("/in/x.nii", mask=mask, mask_path="m.nii")], _masks())
     assert (orphan.uri, orphan.reason) == ("/in/m.nii", "mask_without_image")

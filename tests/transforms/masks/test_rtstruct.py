@@ -27,6 +27,7 @@ from scipy import ndimage
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.masks import rtstruct
+from dcm2tfrecord.transforms.masks.grid import Grid
 from tests.support import series_builders as sb
 
 # rt-utils 1.2.7 saves through pydicom attributes pydicom 3 deprecates
@@ -68,13 +69,13 @@ class Written:
         self.frame = str(headers[0].FrameOfReferenceUID)
         self.ds = pydicom.dcmread(rt_path)
 
-    def grid(self, uids: bool = True, **changes) -> rtstruct.Grid:
+    def grid(self, uids: bool = True, **changes) -> Grid:
         """The series' grid in build order (the record order of transforms.series.volumes)."""
         fields = dict(positions=self.series.positions, orientation=self.series.orientation,
                       pixel_spacing=self.series.pixel_spacing, rows=SIZE, columns=SIZE,
-                      sop_instance_uids=self.uids if uids else (), frame_of_reference_uid=self.frame)
+                      instance_uids=self.uids if uids else (), frame_of_reference_uid=self.frame)
         fields.update(changes)
-        return rtstruct.Grid(**fields)
+        return Grid(**fields)
 
     def ascending(self) -> np.ndarray:
         """Build index of each slice in rt-utils' order: ascending position along the normal
@@ -309,21 +310,21 @@ def test_circles_in_patient_space_on_anisotropic_grids(build, tmp_path):
         distance = np.linalg.norm(_pixel_centres(series, k, shape) - centre, axis=-1)
         expected[0, k] = distance <= 14.0
         expected[1, k] = (distance <= 20.0) & (distance > 9.0)
-    grid = rtstruct.Grid(series.positions, series.orientation, series.pixel_spacing, *shape,
-                         frame_of_reference_uid=frame)
+    grid = Grid(*shape, positions=series.positions, orientation=series.orientation,
+                pixel_spacing=series.pixel_spacing, frame_of_reference_uid=frame)
     ours = rtstruct.rasterise(_structure_set(frame, contours, 2), grid)
     for r in range(2):
         assert _dice(ours[r], expected[r]) >= 0.99
         assert not ((ours[r] ^ expected[r]) & ~_band(expected[r])).any()
     # the swapped spacings (rt-utils' reading) would be an ellipse: rows 0.9 mm, columns 0.7 mm
-    swapped = rtstruct.Grid(series.positions, series.orientation, ps[::-1], *shape)
+    swapped = Grid(*shape, positions=series.positions, orientation=series.orientation, pixel_spacing=ps[::-1])
     assert _dice(rtstruct.rasterise(_structure_set(frame, contours, 2), swapped)[0], expected[0]) < 0.95
 
 
 def test_a_grid_of_one_slice_takes_its_spacing(axial):
     k = 3
     alone = _only_slice(axial, k)
-    one = axial.grid(positions=axial.series.positions[k:k + 1], sop_instance_uids=[axial.uids[k]])
+    one = axial.grid(positions=axial.series.positions[k:k + 1], instance_uids=[axial.uids[k]])
     assert np.array_equal(rtstruct.rasterise(alone, one)[:, 0], rtstruct.rasterise(axial.ds, axial.grid())[:, k])
     # 1 mm off its slice: within half of a given 2.5 mm spacing, not of the 1 mm default
     off = _moved(alone, 0, np.array([0.0, 0.0, 1.0]))
@@ -369,7 +370,7 @@ def test_each_slice_drawn_alone_is_that_slice_of_the_volume(which, request):
     closed = sum(len(item.ContourSequence) for item in written.ds.ROIContourSequence)
     assert len(every) == len(set(every)) == closed
     for k, position in enumerate(written.series.positions):
-        one = written.grid(positions=[position], sop_instance_uids=[written.uids[k]])
+        one = written.grid(positions=[position], instance_uids=[written.uids[k]])
         alone = rtstruct.rasterise(written.ds, one, on_slice=placed.get(k, ()))
         np.testing.assert_array_equal(alone[:, 0], volume[:, k])
     assert set(placed) == {k for k in range(len(written.uids)) if volume[:, k].any()}

@@ -23,6 +23,7 @@ from pydicom.uid import generate_uid
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.masks import seg as mseg
+from dcm2tfrecord.transforms.masks.grid import Grid
 from dcm2tfrecord.transforms.records.probe import probe_file
 from dcm2tfrecord.transforms.series.volumes import plan_volumes
 from dcm2tfrecord.transforms.values import SourceFile
@@ -46,7 +47,7 @@ ALGORITHM = hd.AlgorithmIdentificationSequence(
 class Series:
     written: sb.WrittenSeries
     datasets: dict[str, pydicom.Dataset]       # by SOP Instance UID
-    grid: mseg.Grid                            # the pipeline's record order
+    grid: Grid                            # the pipeline's record order
 
 
 def _series(folder: str, **kwargs) -> Series:
@@ -59,7 +60,7 @@ def _series(folder: str, **kwargs) -> Series:
         stat = os.stat(path)
         probed.append(probe_file(SourceFile(path, os.path.basename(path), stat.st_size, stat.st_mtime)))
     [volume] = plan_volumes(probed)
-    grid = mseg.Grid.of_slices(volume.members, written.pixel_spacing,
+    grid = Grid.of_slices(volume.members, written.pixel_spacing,
                                str(next(iter(datasets.values())).FrameOfReferenceUID))
     return Series(written, datasets, grid)
 
@@ -115,15 +116,15 @@ def _truth(ct: Series, segments: int, seed: int, empty: dict[int, list[int]] | N
     return out
 
 
-def _on_grid(truth: dict[str, np.ndarray], grid: mseg.Grid) -> np.ndarray:
+def _on_grid(truth: dict[str, np.ndarray], grid: Grid) -> np.ndarray:
     return np.moveaxis(np.stack([truth[uid] for uid in grid.instance_uids]), 3, 0)
 
 
-def _positions_only(grid: mseg.Grid) -> mseg.Grid:
+def _positions_only(grid: Grid) -> Grid:
     return dataclasses.replace(grid, instance_uids=())
 
 
-def _uids_only(grid: mseg.Grid) -> mseg.Grid:
+def _uids_only(grid: Grid) -> Grid:
     return dataclasses.replace(grid, positions=(), orientation=(), pixel_spacing=())
 
 
@@ -321,7 +322,7 @@ def test_not_a_segmentation_is_mask_invalid(ct):
 # ---------------------------------------------------------------- one slice at a time (--unit file)
 
 
-def _one_slice(grid: mseg.Grid, k: int) -> mseg.Grid:
+def _one_slice(grid: Grid, k: int) -> Grid:
     return dataclasses.replace(grid, instance_uids=grid.instance_uids[k:k + 1], positions=grid.positions[k:k + 1])
 
 

@@ -20,7 +20,7 @@ import pytest
 from pydicom.uid import generate_uid
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.transforms.masks import parsed
+from dcm2tfrecord.transforms.masks import annotation_cache
 from tests.support import mask_datasets as md
 from tests.support import run_convert, write_png_archive
 from tests.support.processes import errors_of
@@ -86,7 +86,7 @@ def seg_archive(tmp_path_factory):
 @pytest.mark.parametrize("layout,frames", [("label_map", "stack"), ("binary", "stack"), ("label_map", "split")])
 def test_seg_each_slice_record_holds_its_slice_of_the_known_masks(seg_archive, tmp_path, layout, frames):
     root, series, known, class_map = seg_archive
-    parsed.CACHE.clear()
+    annotation_cache.CACHE.clear()
     out = tmp_path / "out"
     summary = run_convert(root / "in", out, class_map=class_map, mask_layout=layout, frames=frames, **OPTIONS)
     assert summary["failed"] == {} and summary["skipped"] == {}, summary
@@ -101,8 +101,9 @@ def test_seg_each_slice_record_holds_its_slice_of_the_known_masks(seg_archive, t
         np.testing.assert_array_equal(_mask(record, channels), expected[k])
     assert not expected[1].any() and expected[0].any()      # an empty slice is all background, written
     seg_uri = str(root / "in" / "seg.dcm")
-    assert parsed.CACHE.parses[seg_uri] == 1, dict(parsed.CACHE.parses)     # one parse for the 6 records
-    assert parsed.CACHE.hits[seg_uri] == series.depth - 1, dict(parsed.CACHE.hits)
+    # one parse for the 6 records
+    assert annotation_cache.CACHE.parses[seg_uri] == 1, dict(annotation_cache.CACHE.parses)
+    assert annotation_cache.CACHE.hits[seg_uri] == series.depth - 1, dict(annotation_cache.CACHE.hits)
     _assert_no_raw_names(out)
 
 
@@ -170,7 +171,7 @@ def test_rtstruct_slice_records_equal_the_volume_slices(rt_archive, tmp_path, la
     summary = run_convert(root / "in", volume_out, class_map=class_map, mask_layout=layout, unit="series", **OPTIONS)
     assert summary["records"] == 1 and summary["failed"] == {}, summary
     [volume] = _records(volume_out)
-    parsed.CACHE.clear()
+    annotation_cache.CACHE.clear()
     summary = run_convert(root / "in", slices_out, class_map=class_map, mask_layout=layout, **OPTIONS)
     assert summary["failed"] == {} and summary["skipped"] == {}, summary
     assert summary["records"] == series.depth, summary
@@ -180,7 +181,7 @@ def test_rtstruct_slice_records_equal_the_volume_slices(rt_archive, tmp_path, la
     for k, position in enumerate(_positions(series.datasets)):
         np.testing.assert_array_equal(_mask(by_position[position], channels), volume_mask[k])
     assert volume_mask[2].any() and not volume_mask[0].any() and not volume_mask[6].any()
-    assert parsed.CACHE.parses[str(root / "in" / "rt.dcm")] == 1, dict(parsed.CACHE.parses)
+    assert annotation_cache.CACHE.parses[str(root / "in" / "rt.dcm")] == 1, dict(annotation_cache.CACHE.parses)
     _assert_no_raw_names(slices_out)
 
 

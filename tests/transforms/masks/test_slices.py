@@ -1,5 +1,5 @@
 """The join of annotations to a series' slice records (transforms/masks/slices.py) and the parsed
-annotation cache (transforms/masks/parsed.py), on real probed files: CT slices
+annotation cache (transforms/masks/annotation_cache.py), on real probed files: CT slices
 (tests/support/series_builders), a highdicom SEG and an rt-utils RTSTRUCT of them."""
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.dataset.results import Outcome
-from dcm2tfrecord.transforms.masks import classes, parsed, slices
+from dcm2tfrecord.transforms.masks import annotation_cache, classes, slices
+from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.records.probe import probe_file
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.values import ProbedRecord, SourceFile
@@ -22,7 +23,8 @@ from tests.support import mask_datasets as md
 pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarning")
 
 CLASS_MAP = classes.parse_mapping(md.CLASS_MAP_YAML, "classes.yaml")
-SETTINGS = DecodeSettings(class_map=CLASS_MAP)
+MASKS = MaskSettings(class_map=CLASS_MAP)
+SETTINGS = DecodeSettings(masks=MASKS)
 
 
 def _source(path) -> SourceFile:
@@ -55,7 +57,7 @@ def archive(tmp_path_factory):
 
 def test_each_record_gets_its_part_and_one_accounts_for_the_annotations(archive):
     series, parts, seg_note, rt_note = archive
-    joined = list(slices.join(parts + [rt_note, seg_note], _read, SETTINGS))
+    joined = list(slices.join(parts + [rt_note, seg_note], _read, MASKS))
     assert all(isinstance(r, ProbedRecord) for r in joined) and len(joined) == series.depth
     assert [s.uri for s, _ in joined[0].annotations] == sorted([seg_note.source.uri, rt_note.source.uri])
     counting = [r for r in joined if r.mask_part.counts_annotations]
@@ -75,8 +77,8 @@ def test_each_record_gets_its_part_and_one_accounts_for_the_annotations(archive)
 @pytest.mark.parametrize("missing_mask", ["skip", "error", "empty"])
 def test_an_unannotated_series(archive, missing_mask):
     series, parts, _, _ = archive
-    settings = dataclasses.replace(SETTINGS, missing_mask=missing_mask)
-    joined = list(slices.join(parts, _read, settings))
+    masks = dataclasses.replace(MASKS, missing=missing_mask)
+    joined = list(slices.join(parts, _read, masks))
     if missing_mask == "empty":
         assert [type(r) for r in joined] == [ProbedRecord] * series.depth
         assert all(r.annotations == () and r.mask_bytes and r.mask_part.contours == () for r in joined)
@@ -88,14 +90,14 @@ def test_an_unannotated_series(archive, missing_mask):
 
 def test_an_annotation_without_its_series(archive):
     _, _, seg_note, rt_note = archive
-    joined = list(slices.join([seg_note, rt_note], _read, SETTINGS))
+    joined = list(slices.join([seg_note, rt_note], _read, MASKS))
     assert [(o.uri, o.reason) for o in joined] == sorted((n.source.uri, reasons.MASK_WITHOUT_IMAGE)
                                                          for n in (seg_note, rt_note))
 
 
 def test_a_seg_of_slices_not_among_the_records_fails_the_series_once(archive):
     series, parts, seg_note, _ = archive
-    joined = list(slices.join(parts[1:] + [seg_note], _read, SETTINGS))      # one slice's file left out
+    joined = list(slices.join(parts[1:] + [seg_note], _read, MASKS))      # one slice's file left out
     assert {o.reason for o in joined} == {reasons.MASK_UNREFERENCED}
     assert sorted(o.uri for o in joined) == sorted([p.source.uri for p in parts[1:]] + [seg_note.source.uri])
     assert all("\n" not in o.message and o.message.startswith("series of 4 files") for o in joined)
@@ -104,13 +106,13 @@ def test_a_seg_of_slices_not_among_the_records_fails_the_series_once(archive):
 def test_an_rtstruct_over_frames_is_unsupported(archive):
     _, parts, _, rt_note = archive
     framed = [dataclasses.replace(p, frame=0, source_frames=2) for p in parts]
-    joined = list(slices.join(framed + [rt_note], _read, SETTINGS))
+    joined = list(slices.join(framed + [rt_note], _read, MASKS))
     assert {o.reason for o in joined} == {reasons.MASK_UNSUPPORTED}
 
 
 def test_the_cache_parses_once_and_holds_a_few(archive, tmp_path):
     _, _, seg_note, rt_note = archive
-    cache = parsed.ParsedAnnotations(capacity=2)
+    cache = annotation_cache.ParsedAnnotations(capacity=2)
     reads = []
 
     def reader(note):
