@@ -58,7 +58,7 @@ class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.Argum
 def _argparse_type(option: Option) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
-            return option.parse(text)
+            return option.from_text(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return parse

@@ -1,87 +1,35 @@
-"""The fixed choices of convert options, one enum each.
+"""The fixed choices of convert options: each enum is defined beside the code that implements it,
+and named here for the option table (pipeline.option_table).
 
-Each is a ``StrEnum`` (``WindowBits`` an ``IntEnum``): a member equals, prints and
-serialises as its value, so dataset.json records the same strings as before, and
-code comparing with a plain string (``settings.compression == "gzip"``) keeps
-working. The choices that transforms/ owns as tuples (resize modes, label keys,
-split groupings) are checked against those tuples, the compressions against the
-container adapters' registry and the pixel encodings against dataset/features.py's, when
-this module loads.
+Each is a ``StrEnum`` (dataset/choices.py; ``WindowBits`` an ``IntEnum``): a member equals,
+prints and serialises as its value, so dataset.json and the Flex Template record the same
+strings as before, and code comparing with a plain string keeps working. The container
+choice is checked against the container adapters' registry when this module loads.
 """
 from __future__ import annotations
 
-import enum
-import sys
+from dcm2tfrecord.dataset import file_adapters
+from dcm2tfrecord.dataset.choices import StrEnum, values
+from dcm2tfrecord.dataset.features import PixelEncoding
+from dcm2tfrecord.pipeline.progress import Progress
+from dcm2tfrecord.transforms.dicom.spec import DicomValues
+from dcm2tfrecord.transforms.dicom.voi import WindowBits
+from dcm2tfrecord.transforms.images.geometry import Channels, ResizeMode
+from dcm2tfrecord.transforms.labels.join import MissingLabel
+from dcm2tfrecord.transforms.labels.table import LabelKey, LabelKeyCase
+from dcm2tfrecord.transforms.records.probe import Frames
+from dcm2tfrecord.transforms.records.steps import Duplicates
+from dcm2tfrecord.transforms.series.volumes import Series4d, SeriesGaps, Unit
+from dcm2tfrecord.transforms.splits.assign import SplitBy
 
-from dcm2tfrecord.dataset import features, file_adapters
-from dcm2tfrecord.transforms.images.geometry import RESIZE_MODES
-from dcm2tfrecord.transforms.labels.table import LABEL_KEYS
-from dcm2tfrecord.transforms.splits.assign import SPLIT_BY
-
-if sys.version_info >= (3, 11):
-    from enum import StrEnum
-else:   # the converter supports 3.10 (setup.py): enum.StrEnum as 3.11 defines it
-    class StrEnum(str, enum.Enum):
-        """Members are strings, and print and format as their value."""
-
-        def __str__(self) -> str:
-            return str.__str__(self)
-
-        def __format__(self, spec: str) -> str:
-            return str.__format__(str(self), spec)
-
-
-class Duplicates(StrEnum):
-    SKIP = "skip"
-    KEEP = "keep"
+__all__ = ["Channels", "Compression", "DicomValues", "Duplicates", "Frames", "LabelKey", "LabelKeyCase",
+           "MaskLayout", "MissingLabel", "MissingMask", "PixelEncoding", "Progress", "ResizeMode", "Series4d",
+           "SeriesGaps", "SplitBy", "Unit", "WindowBits", "values"]
 
 
 class Compression(StrEnum):
     NONE = "none"
     GZIP = "gzip"
-
-
-class DicomValues(StrEnum):
-    MODALITY = "modality"
-    STORED = "stored"
-    WINDOW = "window"
-
-
-class WindowBits(enum.IntEnum):
-    EIGHT = 8
-    SIXTEEN = 16
-
-
-class ResizeMode(StrEnum):
-    STRETCH = "stretch"
-    PAD = "pad"
-    CROP = "crop"
-
-
-class Channels(StrEnum):
-    KEEP = "keep"
-    ONE = "1"
-    THREE = "3"
-
-
-class PixelEncoding(StrEnum):
-    RAW = "raw"
-    PNG = "png"
-
-
-class Frames(StrEnum):
-    STACK = "stack"
-    SPLIT = "split"
-
-
-class Unit(StrEnum):
-    FILE = "file"
-    SERIES = "series"
-
-
-class SeriesGaps(StrEnum):
-    FAIL = "fail"
-    SPLIT = "split"
 
 
 class MaskLayout(StrEnum):
@@ -95,52 +43,7 @@ class MissingMask(StrEnum):
     ERROR = "error"
 
 
-class Series4d(StrEnum):
-    SPLIT = "split"
-    STACK = "stack"
-
-
-class LabelKey(StrEnum):
-    PATH = "path"
-    SOP_INSTANCE_UID = "sop_instance_uid"
-    SERIES_INSTANCE_UID = "series_instance_uid"
-    STUDY_INSTANCE_UID = "study_instance_uid"
-    PATIENT_ID = "patient_id"
-
-
-class LabelKeyCase(StrEnum):
-    EXACT = "exact"
-    FOLD = "fold"
-
-
-class MissingLabel(StrEnum):
-    SKIP = "skip"
-    ERROR = "error"
-    UNLABELED = "unlabeled"
-
-
-class SplitBy(StrEnum):
-    PATIENT = "patient"
-    STUDY = "study"
-    SERIES = "series"
-    RECORD = "record"
-
-
-class Progress(StrEnum):
-    AUTO = "auto"
-    BAR = "bar"
-    LOG = "log"
-    NONE = "none"
-
-
-def values(choices: type[enum.Enum]) -> tuple:
-    """The plain values of an enum's members, in declaration order."""
-    return tuple(member.value for member in choices)
-
-
-# the owners of these choices: transforms' tuples, and the container adapters' registry
-# (dataset/file_adapters.py: a new container is an adapter there plus its member here)
-for _enum, _owned in ((ResizeMode, RESIZE_MODES), (LabelKey, LABEL_KEYS), (SplitBy, SPLIT_BY),
-                      (Compression, file_adapters.ADAPTERS), (PixelEncoding, features.PIXEL_ENCODINGS)):
-    if values(_enum) != tuple(_owned):
-        raise TypeError(f"{_enum.__name__} {values(_enum)} disagrees with its owner's {tuple(_owned)}")
+# the container adapters' registry owns the containers (dataset/file_adapters.py: a new
+# container is an adapter there plus its member here)
+if values(Compression) != tuple(file_adapters.ADAPTERS):
+    raise TypeError(f"Compression {values(Compression)} disagrees with its owner's {tuple(file_adapters.ADAPTERS)}")
