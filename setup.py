@@ -17,6 +17,9 @@ setup(
     # installed first, never a second copy (scripts/ensure_venv.sh, run_dataflow.sh).
     packages=[
         "dcm2tfrecord.pipeline",
+        "dcm2tfrecord.pipeline.commands",
+        "dcm2tfrecord.pipeline.launch",
+        "dcm2tfrecord.pipeline.options",
         "dcm2tfrecord.transforms",
         "dcm2tfrecord.transforms.dicom",
         "dcm2tfrecord.transforms.images",

@@ -20,7 +20,7 @@ between containers is an attribute or method of its :class:`FileAdapter`:
   metadata is written beside them (dataset/tfds_metadata.py).
 
 A new container is one adapter registered here (:func:`register`), its
-``--compression`` choice (pipeline/option_choices.py, held to this registry when it
+``--compression`` choice (pipeline/options/choices.py, held to this registry when it
 loads) and its tests; no other consumer names a container
 (tests/dataset/test_file_adapters.py).
 """

@@ -195,7 +195,7 @@ _READ_AT_START: dict[str, str] = {}
 
 
 def remember_salt(uri: str, salt: str) -> None:
-    """Called by the launcher once it has read ``uri`` (pipeline.salt)."""
+    """Called by the launcher once it has read ``uri`` (pipeline.options.salt)."""
     _READ_AT_START[uri] = salt
 
 

@@ -8,13 +8,13 @@ import typing
 
 import pytest
 
-from dcm2tfrecord.pipeline import option_choices
-from dcm2tfrecord.pipeline.option_table import OPTIONS
+from dcm2tfrecord.pipeline.options import choices as option_choices
+from dcm2tfrecord.pipeline.options.table import OPTIONS
 from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PRODUCT = ("dataset", "reader", "pipeline", "transforms")
-# Held in pipeline/option_choices.py until their owners' own changes move them: the container
+# Held in pipeline/options/choices.py until their owners' own changes move them: the container
 # (beside the adapters, with the shard target), the mask layout and missing-mask policy (with
 # the mask settings).
 NOT_MOVED_YET = {"compression", "mask_layout", "missing_mask"}
@@ -90,7 +90,7 @@ def test_the_settings_field_a_choice_feeds_is_typed_with_its_enum(option):
 
 @pytest.mark.parametrize("name, text", [("window", "40,400"), ("resize", "64x32"), ("splits", "train=0.5,test=0.5")])
 def test_a_structured_option_is_parsed_once_and_the_settings_copy_the_parsed_value(name, text):
-    from dcm2tfrecord.pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.pipeline.options.table import ConvertOptions
     opts = ConvertOptions(inputs=("/in",), output="/out", id_salt="choices-salt", **{name: text},
                           **({"dicom_values": "window"} if name == "window" else {}))
     assert getattr(opts, name) == text          # the text, as dataset.json records it
@@ -102,8 +102,8 @@ def test_a_structured_option_is_parsed_once_and_the_settings_copy_the_parsed_val
 
 
 def test_a_bad_structured_option_is_refused_when_the_options_are_made():
-    from dcm2tfrecord.pipeline.option_table import ConvertOptions
-    from dcm2tfrecord.pipeline.usage import UsageError
+    from dcm2tfrecord.pipeline.options.table import ConvertOptions
+    from dcm2tfrecord.pipeline.options.usage import UsageError
     with pytest.raises(UsageError, match="--resize"):
         ConvertOptions(inputs=("/in",), output="/out", resize="512by512")
 

@@ -8,9 +8,10 @@ import re
 
 import pytest
 
-from dcm2tfrecord.pipeline import arguments, convert, option_rules
-from dcm2tfrecord.pipeline.option_table import OPTIONS, ConvertOptions
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline.options import arguments, rules as option_rules
+from dcm2tfrecord.pipeline.options.table import OPTIONS, ConvertOptions
+from dcm2tfrecord.pipeline.options.usage import UsageError
 
 TEST_SALT = "options-once-salt"
 

@@ -6,13 +6,13 @@ records it, whether it changes record content (else an --incremental run may
 change it and still reuse shards), which settings field it feeds, how its text
 is parsed, and its Flex Template parameter. The field's type says the rest:
 ``bool`` is a switch, ``tuple[str, ...]`` a list, an enum (defined beside the
-code that implements it, named in pipeline.option_choices) the fixed choices,
+code that implements it, named in pipeline.options.choices) the fixed choices,
 ``int``/``float`` the number parsed. ``OPTIONS`` is the table read back off the
 fields. From it come the argparse parser and its help, defaults shown by
-argparse (pipeline.arguments), the settings the graph is built from
+argparse (pipeline.options.arguments), the settings the graph is built from
 (:meth:`ConvertOptions.settings`), the options recorded in dataset.json
 (:meth:`ConvertOptions.recorded`) and the Flex Template's ``metadata.json``
-(pipeline.template_metadata; ``python -m dcm2tfrecord.pipeline.template_metadata --metadata``
+(pipeline.options.template_metadata; ``python -m dcm2tfrecord.pipeline.options.template_metadata --metadata``
 prints it, and a test keeps the committed file equal to it), whose help texts
 are the rows' own (:func:`template_help`), not written a second time.
 
@@ -24,7 +24,7 @@ dataset.json records.
 
 Adding an option: one typed field below, ``= declare(Option(...))``, plus the
 code that uses the value; a rule relating it to other options goes in
-pipeline.option_rules. Defaults of options that feed a settings field are those
+pipeline.options.rules. Defaults of options that feed a settings field are those
 fields' defaults in transforms/settings.py (one owner), not restated here; help
 texts do not restate defaults either (``--help`` shows them).
 """
@@ -36,13 +36,13 @@ import re
 import typing
 from typing import Any, Callable, Optional
 
-from dcm2tfrecord.pipeline.locations import absolute, recorded_location
-from dcm2tfrecord.pipeline.option_choices import (Channels, Compression, DicomValues, Duplicates, Frames,
+from dcm2tfrecord.pipeline.options.locations import absolute, recorded_location
+from dcm2tfrecord.pipeline.options.choices import (Channels, Compression, DicomValues, Duplicates, Frames,
                                                   LabelKey, LabelKeyCase, MaskLayout, MissingLabel, MissingMask,
                                                   PixelEncoding, Progress, ResizeMode, Series4d, SeriesGaps, SplitBy,
                                                   Unit, WindowBits, values)
-from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV, resolve_salt
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.salt import RANDOM_SALT, SALT_ENV, resolve_salt
+from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.transforms.dicom.voi import PRESETS, parse_window
 from dcm2tfrecord.transforms.images.geometry import parse_resize
 from dcm2tfrecord.transforms.masks.classes import load as load_class_map

@@ -1,11 +1,11 @@
 """The Flex Template's metadata.json, one parameter per option of the table, its help the option's own
-(``python -m dcm2tfrecord.pipeline.template_metadata --metadata > metadata.json``)."""
+(``python -m dcm2tfrecord.pipeline.options.template_metadata --metadata > metadata.json``)."""
 from __future__ import annotations
 
 import json
 import sys
 
-from dcm2tfrecord.pipeline.option_table import OPTIONS, Option, choices_regex, template_help
+from dcm2tfrecord.pipeline.options.table import OPTIONS, Option, choices_regex, template_help
 
 
 def _regexes(option: Option) -> list[str]:
@@ -30,7 +30,7 @@ def template_metadata() -> dict:
     }
 
 
-if __name__ == "__main__":   # python -m dcm2tfrecord.pipeline.template_metadata --metadata > metadata.json
+if __name__ == "__main__":   # python -m dcm2tfrecord.pipeline.options.template_metadata --metadata > metadata.json
     if sys.argv[1:] != ["--metadata"]:
-        sys.exit("usage: python -m dcm2tfrecord.pipeline.template_metadata --metadata")
+        sys.exit("usage: python -m dcm2tfrecord.pipeline.options.template_metadata --metadata")
     print(json.dumps(template_metadata(), indent=2))

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from dcm2tfrecord.dataset.file_adapters import level_refusal
-from dcm2tfrecord.pipeline.label_csv_checks import check_label_csv
-from dcm2tfrecord.pipeline.option_table import OPTIONS, ConvertOptions
-from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV, check_salt_stays_out_of_the_job
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.label_csv_checks import check_label_csv
+from dcm2tfrecord.pipeline.options.table import OPTIONS, ConvertOptions
+from dcm2tfrecord.pipeline.options.salt import RANDOM_SALT, SALT_ENV, check_salt_stays_out_of_the_job
+from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.transforms.dicom.spec import DicomValues
 from dcm2tfrecord.transforms.labels.table import LabelKey
 from dcm2tfrecord.transforms.masks.pairing import PatternError, parse_mask_pattern

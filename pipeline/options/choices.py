@@ -1,5 +1,5 @@
 """The fixed choices of convert options: each enum is defined beside the code that implements it,
-and named here for the option table (pipeline.option_table).
+and named here for the option table (pipeline.options.table).
 
 Each is a ``StrEnum`` (dataset/choices.py; ``WindowBits`` an ``IntEnum``): a member equals,
 prints and serialises as its value, so dataset.json and the Flex Template record the same
