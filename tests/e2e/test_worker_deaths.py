@@ -1,5 +1,5 @@
 """A worker process, its client or the fork server killed outright (SIGKILL, as the
-out-of-memory killer does) during a local run (pipeline/launch/fork_server.py WorkersWatch,
+out-of-memory killer does) during a local run (pipeline/launch/worker_watch.py WorkersWatch,
 issue 35, item 4).
 
 Beam alone printed its threads' tracebacks and ended with the message ``Empty``, or, for a

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from dcm2tfrecord.dataset import names
-from dcm2tfrecord.pipeline.launch import fork_server, peer_checks
+from dcm2tfrecord.pipeline.launch import fork_server as forking, peer_checks   # fork_server: a fixture below
 from dcm2tfrecord.pipeline.options.salt import SALT_ENV
 from tests.support.hooks import PAUSE_ENV, subprocess_env
 from tests.support.processes import children, our_lines, running
@@ -39,7 +39,7 @@ WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in (fork_server.SPAWN_ENV, SALT_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (forking.SPAWN_ENV, SALT_ENV)}
     path = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     return {**subprocess_env({**env, "PYTHONPATH": path}), "CUDA_VISIBLE_DEVICES": "-1",
             "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
@@ -214,7 +214,7 @@ def test_no_worker_is_handed_the_salt_in_its_environment(archive, tmp_path, spaw
     pauses.mkdir()
     temp = tempfile.mkdtemp(prefix="fork-test-", dir="/tmp")
     env = _env(TMPDIR=temp, **{SALT_ENV: SECRET, PAUSE_ENV: f"half_written:{pauses}"},
-               **({fork_server.SPAWN_ENV: "1"} if spawn else {}))
+               **({forking.SPAWN_ENV: "1"} if spawn else {}))
     command = [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", root, "--output",
                str(tmp_path / "out"), "--labels", labels, "--splits", "train=0.5,validation=0.5",
                "--max_failure_ratio", "1.0", "--progress", "none", *WORKERS]
