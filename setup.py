@@ -77,6 +77,9 @@ setup(
     # which it requires, never a second copy (INSTALL_REQUIRES, reader_requirement).
     packages=[
         "dcm2tfrecord.pipeline",
+        "dcm2tfrecord.pipeline.commands",
+        "dcm2tfrecord.pipeline.launch",
+        "dcm2tfrecord.pipeline.options",
         "dcm2tfrecord.transforms",
         "dcm2tfrecord.transforms.dicom",
         "dcm2tfrecord.transforms.images",

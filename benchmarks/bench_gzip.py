@@ -29,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from benchmarks.archives import ct_archive                              # noqa: E402
 from benchmarks.proc_monitor import machine_description, tfrecord_bytes  # noqa: E402
 from dcm2tfrecord.pipeline import convert                               # noqa: E402
-from dcm2tfrecord.pipeline.option_table import ConvertOptions           # noqa: E402
+from dcm2tfrecord.pipeline.options.table import ConvertOptions           # noqa: E402
 
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 

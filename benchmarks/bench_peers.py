@@ -84,7 +84,7 @@ DCM2TFRECORD_VARIANTS: list[tuple[str, dict]] = [
 
 def _pixel_encoding_variants() -> list[tuple[str, dict]]:
     """``--pixel_encoding png`` (issue 36, item 3) once ConvertOptions has it."""
-    from dcm2tfrecord.pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.pipeline.options.table import ConvertOptions
     if "pixel_encoding" not in {f.name for f in dataclasses.fields(ConvertOptions)}:
         return []
     return [("dcm2tfrecord --pixel_encoding png", {"compression": "none", "pixel_encoding": "png"})]
@@ -168,7 +168,7 @@ class Format:
 def dcm2tfrecord_format(name: str, changes: dict) -> Format:
     def write(work: Workload, out: str) -> None:
         from dcm2tfrecord.pipeline import convert
-        from dcm2tfrecord.pipeline.option_table import ConvertOptions
+        from dcm2tfrecord.pipeline.options.table import ConvertOptions
         opts = ConvertOptions(inputs=(work.archive.path,), output=out, id_salt="bench-peers",
                               progress="none", **changes)
         summary = convert.run(opts, IN_MEMORY, quiet=True)

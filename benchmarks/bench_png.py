@@ -31,7 +31,7 @@ from benchmarks.archives import ct_archive, png_archive                 # noqa: 
 from benchmarks.proc_monitor import machine_description, tfrecord_bytes  # noqa: E402
 from dcm2tfrecord import reader                                         # noqa: E402
 from dcm2tfrecord.pipeline import convert                               # noqa: E402
-from dcm2tfrecord.pipeline.option_table import ConvertOptions           # noqa: E402
+from dcm2tfrecord.pipeline.options.table import ConvertOptions           # noqa: E402
 
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 # name -> convert options: the raw plain form first (the baseline)

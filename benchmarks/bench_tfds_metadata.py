@@ -33,7 +33,7 @@ from dcm2tfrecord.dataset.files import write_atomically                 # noqa: 
 from dcm2tfrecord.dataset.manifest import ShardEntry, encode_manifest, read_manifest  # noqa: E402
 from dcm2tfrecord.dataset.names import MANIFEST_NAME, shard_file_name   # noqa: E402
 from dcm2tfrecord.pipeline import convert                               # noqa: E402
-from dcm2tfrecord.pipeline.option_table import ConvertOptions           # noqa: E402
+from dcm2tfrecord.pipeline.options.table import ConvertOptions           # noqa: E402
 
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 

@@ -8,7 +8,7 @@ keeps the builtin base callers rely on (``ValueError``, ``OSError``,
 
     Dcm2TfrecordError
     ├── OptionError          a bad option, argument, or file an option names (exit code 2)
-    │     UsageError (pipeline.usage), LabelFileError, SaltFileError, SplitSpecError
+    │     UsageError (pipeline.options.usage), LabelFileError, SaltFileError, SplitSpecError
     ├── FormatError          an output that does not hold what the format says
     │   │ ManifestError, DamagedLatest, BadName
     │   └── CorruptDataError bytes of a shard, index or record that are damaged

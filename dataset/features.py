@@ -11,13 +11,21 @@ from typing import Mapping
 import numpy as np
 
 from dcm2tfrecord.dataset import png
+from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.example import encode_example_parts
-from dcm2tfrecord.dataset.strenum import StrEnum
+from dcm2tfrecord.dataset.choices import StrEnum
 
 FORMAT_VERSION = 1        # dataset.json's; a reader refuses a newer one (dataset/manifest.py)
-ENCODING_RAW = "raw"
-ENCODING_PNG = "png"       # --pixel_encoding png: image_raw is one PNG image (dataset/png.py)
-PIXEL_ENCODINGS = (ENCODING_RAW, ENCODING_PNG)
+
+
+class PixelEncoding(StrEnum):
+    """``--pixel_encoding``: image_raw's bytes, raw pixels or one PNG image (dataset/png.py)."""
+    RAW = "raw"
+    PNG = "png"
+
+
+ENCODING_RAW: str = PixelEncoding.RAW.value
+ENCODING_PNG: str = PixelEncoding.PNG.value
 
 # Feature names: every module spells them through these.
 IMAGE_RAW = "image_raw"

@@ -33,7 +33,7 @@ import gzip
 import zlib
 from typing import BinaryIO, Iterable, Mapping, Optional, Union
 
-from dcm2tfrecord.dataset.strenum import StrEnum
+from dcm2tfrecord.dataset.choices import StrEnum
 
 
 class Compression(StrEnum):

@@ -303,5 +303,5 @@ def shard_path(dataset_dir: str, file: str, join: Callable[[str, str], str] = jo
 
 def worker_mark_name(host: str, pid: int) -> str:
     """``.progress/{host}-{pid}.worker``: the SDK worker process ``pid`` on ``host`` ran the
-    job's first step (pipeline.worker_start); the host is reduced to letters, digits, - and ."""
+    job's first step (pipeline.launch.worker_start); the host is reduced to letters, digits, - and ."""
     return re.sub(r"[^A-Za-z0-9.-]", "_", host)[:64] + f"-{int(pid)}" + WORKER_SUFFIX

@@ -72,7 +72,7 @@ _MARKED: set[str] = set()
 
 def write_worker_started(output_dir: str) -> str:
     """``{host}-{pid}.worker``, once per output and process: this SDK worker process runs the
-    job (pipeline.worker_start waits for the first such mark); "" when written, else why not."""
+    job (pipeline.launch.worker_start waits for the first such mark); "" when written, else why not."""
     import os
     import socket
     if output_dir in _MARKED:

@@ -202,7 +202,7 @@ def changed_options(old: Mapping, new: Mapping, placement: frozenset = frozenset
     """Options that change record content between two versions' recorded options.
 
     ``placement``: options that decide where records go, not what they hold
-    (pipeline.option_table.PLACEMENT_OPTIONS: shard sizes, the input and labels
+    (pipeline.options.table.PLACEMENT_OPTIONS: shard sizes, the input and labels
     paths); a change of those leaves earlier shards reusable.
     """
     names = (set(old) | set(new)) - placement

@@ -6,7 +6,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.usage import UsageError
 
 USAGE = """usage: dcm2tfrecord COMMAND [options]
 
@@ -24,9 +24,9 @@ run 'dcm2tfrecord COMMAND --help' for a command's options."""
 
 # command -> (module under pipeline/, its entry point); imported on use, so that
 # e.g. `inspect` does not pay for Beam's imports
-COMMANDS = {"convert": ("convert", "main"), "demo": ("demo", "main"), "verify": ("verify_cmd", "main"),
-            "inspect": ("inspect_cmd", "main"), "preview": ("preview_cmd", "main"),
-            "versions": ("versions_cmd", "versions_main"), "rollback": ("versions_cmd", "rollback_main")}
+COMMANDS = {"convert": ("convert", "main"), "demo": ("commands.demo", "main"), "verify": ("commands.verify", "main"),
+            "inspect": ("commands.inspect", "main"), "preview": ("commands.preview", "main"),
+            "versions": ("commands.versions", "versions_main"), "rollback": ("commands.versions", "rollback_main")}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -18,8 +18,8 @@ from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, INCOMPLETE
                            files_of_shard, incomplete_name)
 from dcm2tfrecord.dataset.progress import remove_progress
 from dcm2tfrecord.dataset.tfds_metadata import NAMES as TFDS_NAMES, remove_tfds_metadata
-from dcm2tfrecord.pipeline.option_table import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.table import OPTIONS, PLACEMENT_OPTIONS, ConvertOptions
+from dcm2tfrecord.pipeline.options.usage import UsageError
 
 
 def prepare_output(opts: ConvertOptions) -> None:

@@ -30,9 +30,18 @@ from typing import Optional, TextIO
 
 from apache_beam.io.filesystems import FileSystems
 
+from dcm2tfrecord.dataset.choices import StrEnum, values
 from dcm2tfrecord.dataset.progress import done_pattern, incomplete_pattern, plan_path, progress_dir
 
-MODES = ("auto", "bar", "log", "none")
+
+class Progress(StrEnum):
+    """``--progress``: how :class:`ProgressMonitor` shows a run."""
+    AUTO = "auto"       # a bar on a terminal, a line every log_s otherwise
+    BAR = "bar"
+    LOG = "log"
+    NONE = "none"
+
+
 POLL_ENV = "DCM2TFRECORD_PROGRESS_POLL_S"
 LOG_ENV = "DCM2TFRECORD_PROGRESS_LOG_S"
 DEFAULT_POLL_S = 1.0
@@ -235,14 +244,14 @@ class ProgressMonitor:
     $DCM2TFRECORD_PROGRESS_LOG_S change them. Nothing here can fail the run.
     """
 
-    def __init__(self, output_dir: str, mode: str = "auto", stream: Optional[TextIO] = None,
+    def __init__(self, output_dir: str, mode: str = Progress.AUTO, stream: Optional[TextIO] = None,
                  poll_s: Optional[float] = None, log_s: Optional[float] = None):
-        if mode not in MODES:
-            raise ValueError(f"progress mode must be one of {MODES}, not {mode!r}")
+        if mode not in values(Progress):
+            raise ValueError(f"progress mode must be one of {values(Progress)}, not {mode!r}")
         self.stream = stream or sys.stderr
-        if mode == "auto":
-            mode = "bar" if _isatty(self.stream) else "log"
-        self.mode = mode
+        if mode == Progress.AUTO:
+            mode = Progress.BAR if _isatty(self.stream) else Progress.LOG
+        self.mode = Progress(mode)
         remote = "://" in output_dir
         default_poll = DEFAULT_REMOTE_POLL_S if remote else DEFAULT_POLL_S
         self.poll_s = poll_s or _env_seconds(POLL_ENV, default_poll)
@@ -256,11 +265,11 @@ class ProgressMonitor:
         self._last = Snapshot()
 
     def __enter__(self) -> "ProgressMonitor":
-        if self.mode == "none":
+        if self.mode == Progress.NONE:
             return self
         self._started = time.monotonic()
         try:
-            self.renderer = (BarRenderer(self.stream) if self.mode == "bar"
+            self.renderer = (BarRenderer(self.stream) if self.mode == Progress.BAR
                              else LineRenderer(self.stream, self.log_s))
         except Exception:  # noqa: BLE001 - no bar is better than no run
             self.renderer = LineRenderer(self.stream, self.log_s)

@@ -7,7 +7,7 @@
   emulator, fresh virtual environments) live in tests/e2e/. This file is the only test
   at the top.
 - No test file imports another test file, nor any tests module but tests.support.
-- The product's sample archive (pipeline/sample_archive.py) and the benchmarks' archives
+- The product's sample archive (pipeline/commands/sample_archive.py) and the benchmarks' archives
   are imported by tests/support/__init__.py alone.
 - tests/conftest.py only registers: imports from tests.support and pytest_* hooks.
 """
@@ -20,7 +20,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
 PRODUCT = ("dataset", "reader", "pipeline", "transforms")
 END_TO_END = "e2e"
-FIXTURE_MODULES = ("dcm2tfrecord.pipeline.sample_archive", "benchmarks")
+FIXTURE_MODULES = ("dcm2tfrecord.pipeline.commands.sample_archive", "benchmarks")
 
 
 def _python_files(folder: str) -> list[str]:

@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 import pydicom
 
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.pipeline.commands.sample_archive import pydicom_test_files
 from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.settings import DecodeSettings

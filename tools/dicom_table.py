@@ -11,7 +11,7 @@ import warnings
 
 import pydicom
 
-from dcm2tfrecord.pipeline.sample_archive import pydicom_test_files
+from dcm2tfrecord.pipeline.commands.sample_archive import pydicom_test_files
 from dcm2tfrecord.transforms.records.build import build_record
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import probe_file

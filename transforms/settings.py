@@ -8,14 +8,23 @@ import os
 import socket
 import stat
 import unicodedata
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from dcm2tfrecord.dataset.errors import OptionError
-from dcm2tfrecord.dataset.features import RecordKind
+from dcm2tfrecord.dataset.features import PixelEncoding, RecordKind
 from dcm2tfrecord.dataset.file_adapters import DEFAULT_GZIP_LEVEL
 
 if TYPE_CHECKING:
+    from dcm2tfrecord.transforms.dicom.spec import DicomValues
+    from dcm2tfrecord.transforms.dicom.voi import WindowBits
+    from dcm2tfrecord.transforms.images.geometry import Channels, ResizeMode
+    from dcm2tfrecord.transforms.labels.join import MissingLabel
+    from dcm2tfrecord.transforms.labels.table import LabelKey, LabelKeyCase
     from dcm2tfrecord.transforms.masks.settings import MaskSettings
+    from dcm2tfrecord.transforms.records.probe import Frames
+    from dcm2tfrecord.transforms.records.steps import Duplicates
+    from dcm2tfrecord.transforms.series.volumes import Series4d, SeriesGaps, Unit
+    from dcm2tfrecord.transforms.splits.assign import SplitBy
 
 DEFAULT_MAX_PIXELS = 1 << 28
 MB = 1 << 20
@@ -33,18 +42,25 @@ class ShardBounds:
         return cls(int(target_mb * MB), int(min_mb * MB), int(max_mb * MB))
 
 
+def _choice(value: str | int) -> Any:
+    """A choice field's default: the plain value of its enum's member, which equals the member.
+    The enums live beside the code that implements them, in packages of transforms/ this module
+    does not import (it is what they stand on); ConvertOptions.settings() hands the members."""
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeSettings:
     """What a record's pixels and features look like (see transforms.records.build)."""
-    dicom_values: str = "modality"      # modality | stored | window
-    window: object = None               # None, (center, width) or a preset name
-    window_bits: int = 8
+    dicom_values: DicomValues = _choice("modality")
+    window: Optional[Union[tuple[float, float], str]] = None   # (center, width) or a preset name
+    window_bits: WindowBits = _choice(8)
     resize: Optional[tuple[int, int]] = None
-    resize_mode: str = "stretch"
-    channels: str = "keep"              # keep | 1 | 3
-    frames: str = "stack"               # stack | split
-    series_gaps: str = "fail"           # fail | split (transforms.series.volumes)
-    series_4d: str = "split"            # split | stack (transforms.series.volumes)
+    resize_mode: ResizeMode = _choice("stretch")
+    channels: Channels = _choice("keep")
+    frames: Frames = _choice("stack")
+    series_gaps: SeriesGaps = _choice("fail")
+    series_4d: Series4d = _choice("split")
     # --class_map and the options that come with it; None, and only None, is "masks off"
     masks: Optional["MaskSettings"] = None
     id_salt: str = ""                   # HMAC key for identifiers; never written
@@ -54,7 +70,7 @@ class DecodeSettings:
     keep_source_path: bool = False
     allow_burned_in: bool = False
     decode_timeout_s: float = 300.0
-    pixel_encoding: str = "raw"         # raw | png (dataset/png.py): image_raw's bytes
+    pixel_encoding: PixelEncoding = PixelEncoding.RAW   # image_raw's bytes (dataset/png.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,20 +84,20 @@ class ConversionSettings:
     gzip_level: int = DEFAULT_GZIP_LEVEL   # with "gzip": the deflate level, 1-9
     min_shards: int = 1
     labels_csv: Optional[str] = None
-    label_key: str = "path"
-    label_key_case: str = "exact"      # exact | fold (see transforms.labels.table.exact_key)
+    label_key: LabelKey = _choice("path")
+    label_key_case: LabelKeyCase = _choice("exact")    # see transforms.labels.table.exact_key
     label_column: str = "label"
     multi_label: bool = False
     labels_from_dirs: bool = False
-    missing_label: str = "skip"        # skip | error | unlabeled
+    missing_label: MissingLabel = _choice("skip")
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
-    split_by: Optional[str] = None     # None: patient for DICOM, record otherwise
+    split_by: Optional[SplitBy] = None     # None: patient for DICOM, record otherwise
     split_column: Optional[str] = None
     decode: DecodeSettings = DecodeSettings()
-    unit: str = "file"                 # file | series
+    unit: Unit = _choice("file")
     max_failure_ratio: float = 0.05
     max_failures: Optional[int] = None
-    duplicates: str = "skip"           # skip | keep: files sharing a SOPInstanceUID
+    duplicates: Duplicates = _choice("skip")   # files sharing a SOPInstanceUID
     storage_retry_s: float = 60.0      # how long one gs:// request is retried (Beam's default: 120)
     allow_empty: bool = False          # commit a dataset of no records (inputs matched, none written)
     allow_split_leak: bool = False     # commit although --split_column put a group in several splits
@@ -180,7 +196,7 @@ _READ_AT_START: dict[str, str] = {}
 
 
 def remember_salt(uri: str, salt: str) -> None:
-    """Called by the launcher once it has read ``uri`` (pipeline.salt)."""
+    """Called by the launcher once it has read ``uri`` (pipeline.options.salt)."""
     _READ_AT_START[uri] = salt
 
 

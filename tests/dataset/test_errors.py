@@ -74,7 +74,7 @@ def test_every_product_exception_class_derives_from_the_base():
 
 
 @pytest.mark.parametrize("module, name, group, builtin", [
-    ("dcm2tfrecord.pipeline.usage", "UsageError", OptionError, None),
+    ("dcm2tfrecord.pipeline.options.usage", "UsageError", OptionError, None),
     ("dcm2tfrecord.transforms.labels.table", "LabelFileError", OptionError, ValueError),
     ("dcm2tfrecord.transforms.settings", "SaltFileError", OptionError, ValueError),
     ("dcm2tfrecord.transforms.splits.assign", "SplitSpecError", OptionError, ValueError),
@@ -139,7 +139,7 @@ def test_one_except_clause_catches_every_error_of_the_project():
 def test_root_cause_names_a_storage_outage_by_its_type():
     """An outage raised in this process says so whatever its message (before: only a text
     naming it, as Beam relays a worker's, was recognised)."""
-    from dcm2tfrecord.pipeline.convert import root_cause
+    from dcm2tfrecord.pipeline.root_cause import root_cause
     from dcm2tfrecord.transforms.errors import StorageOutage
     try:
         try:

@@ -236,11 +236,12 @@ def test_random_access_refuses_gzip_through_its_adapter(tmp_path):
 # ---------------------------------------------------------------- no container spelled elsewhere
 
 
-# The --compression option's help (pipeline/option_table.py) and its enum (pipeline/option_choices.py,
+# The --compression option's help (pipeline/options/table.py) and its enum (pipeline/options/choices.py,
 # checked against ADAPTERS when it loads), and the sample archive's list of non-DICOM input
 # extensions (".gz" inputs, not shards) name gzip for other reasons.
-ALLOWED = {os.path.join("dataset", "file_adapters.py"), os.path.join("pipeline", "option_table.py"),
-           os.path.join("pipeline", "option_choices.py"), os.path.join("pipeline", "sample_archive.py"),
+ALLOWED = {os.path.join("dataset", "file_adapters.py"), os.path.join("pipeline", "options", "table.py"),
+           os.path.join("pipeline", "options", "choices.py"),
+           os.path.join("pipeline", "commands", "sample_archive.py"),
            # NIfTI inputs (.nii.gz): an input format's own compression, not a shard container
            os.path.join("transforms", "nifti", "read.py")}
 
@@ -266,7 +267,7 @@ def test_no_product_module_but_the_adapters_spells_a_container():
 def test_the_compression_choices_are_the_adapters():
     """--compression's enum is checked against the registry when it loads: an adapter added
     without its choice (or a choice without its adapter) fails at import, not in a run."""
-    from dcm2tfrecord.pipeline.option_choices import Compression, values
+    from dcm2tfrecord.pipeline.options.choices import Compression, values
     assert Compression is file_adapters.Compression          # defined beside the adapters
     assert values(Compression) == tuple(file_adapters.ADAPTERS)
 

@@ -200,12 +200,12 @@ def test_core_feature_names_are_spelled_only_in_dataset_features():
             stray += [f"{rel}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
                       if isinstance(node, ast.Constant) and node.value in core]
     # "channels" is also the --channels option's name
-    stray = [s for s in stray if not s.startswith(os.path.join("pipeline", "option_table.py"))]
+    stray = [s for s in stray if not s.startswith(os.path.join("pipeline", "options", "table.py"))]
     assert not stray, f"feature names spelled outside dataset/features.py: {stray}"
 
 
 def test_an_incremental_run_refuses_to_build_on_a_newer_version(tmp_path):
-    from dcm2tfrecord.pipeline.usage import UsageError
+    from dcm2tfrecord.pipeline.options.usage import UsageError
     write_png_archive(tmp_path / "archive", 3, 8, 8)
     root = tmp_path / "root"
     run_convert(tmp_path / "archive", root, incremental=True)

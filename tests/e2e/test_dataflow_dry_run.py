@@ -270,7 +270,7 @@ def _metadata() -> dict:
 
 def _convert_parser():
     import argparse
-    from dcm2tfrecord.pipeline.arguments import add_convert_arguments
+    from dcm2tfrecord.pipeline.options.arguments import add_convert_arguments
     parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False)
     add_convert_arguments(parser)
     return parser
@@ -317,10 +317,10 @@ def test_flex_template_parameters_are_convert_options():
 
 
 def test_flex_template_metadata_is_generated_from_the_option_table_and_lists_every_option():
-    from dcm2tfrecord.pipeline.option_table import OPTIONS
-    from dcm2tfrecord.pipeline.template_metadata import template_metadata
+    from dcm2tfrecord.pipeline.options.table import OPTIONS
+    from dcm2tfrecord.pipeline.options.template_metadata import template_metadata
     assert _metadata() == template_metadata(), \
-        "metadata.json is stale: python -m dcm2tfrecord.pipeline.template_metadata --metadata > metadata.json"
+        "metadata.json is stale: python -m dcm2tfrecord.pipeline.options.template_metadata --metadata > metadata.json"
     parser = _convert_parser()
     flags = {s[2:] for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"help"}
     assert flags == {o.flag for o in OPTIONS}

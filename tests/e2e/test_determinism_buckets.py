@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import RUNNER_MODES, run_convert, write_png_archive
 from tests.support.pinned import shard_hashes
-from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline import graph
 from dcm2tfrecord.transforms.planning.steps import PlanShards
 
 BUCKETS = 3
@@ -59,7 +59,7 @@ def test_many_records_per_bucket_give_the_same_bytes(archive, reference, tmp_pat
         built.append(PlanShards(*args, buckets=BUCKETS, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(convert, "PlanShards", few_buckets)
+    monkeypatch.setattr(graph, "PlanShards", few_buckets)
     got = shard_hashes(_convert(archive, tmp_path / "out", MODES[mode], OPTION_SETS[options]))
     assert [step.buckets for step in built] == [BUCKETS]
     assert len(got) >= 6 and got == reference[options]

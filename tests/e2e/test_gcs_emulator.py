@@ -20,7 +20,7 @@ from dcm2tfrecord import reader
 from tests.support import pydicom_test_files
 from dcm2tfrecord.dataset.names import TFDS_INFO_NAME
 from dcm2tfrecord.dataset.tfds_metadata import NAMES as TFDS_NAMES
-from dcm2tfrecord.pipeline.locations import recorded_location
+from dcm2tfrecord.pipeline.options.locations import recorded_location
 from tests.support import IN_MEMORY, TEST_SALT, rid, run_convert, write_png_archive
 from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 

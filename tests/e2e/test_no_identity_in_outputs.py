@@ -275,7 +275,7 @@ def test_no_input_value_or_path_in_any_written_byte(archive, tmp_path, case):
 
 def test_locations_are_recorded_as_a_keyed_hash_unless_asked_for():
     from dcm2tfrecord.dataset.versions import changed_options
-    from dcm2tfrecord.pipeline.option_table import PLACEMENT_OPTIONS, ConvertOptions
+    from dcm2tfrecord.pipeline.options.table import PLACEMENT_OPTIONS, ConvertOptions
     from dcm2tfrecord.transforms.hashing import location_hash
     inputs = ("gs://hospital-archive/Smith_Jane_12345/ct", "/archive/Doe_John_67890")
     labels = "gs://hospital-archive/Smith_Jane_12345_labels.csv"

@@ -4,7 +4,7 @@ import argparse
 import os
 import re
 
-from dcm2tfrecord.pipeline.arguments import add_convert_arguments
+from dcm2tfrecord.pipeline.options.arguments import add_convert_arguments
 from dcm2tfrecord.dataset import reasons
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")

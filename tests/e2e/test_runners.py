@@ -25,11 +25,13 @@ from apache_beam.pipeline import PipelineVisitor
 
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.dataset.versions import BaseVersion, PreviousShard
-from dcm2tfrecord.pipeline import convert
-from dcm2tfrecord.pipeline.arguments import parse_convert
-from dcm2tfrecord.pipeline.beam_args import unknown_beam_args
-from dcm2tfrecord.pipeline.salt import check_salt_stays_out_of_the_job
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline import convert, graph
+from dcm2tfrecord.pipeline.launch import runner
+from dcm2tfrecord.pipeline.root_cause import root_cause
+from dcm2tfrecord.pipeline.options.arguments import parse_convert
+from dcm2tfrecord.pipeline.launch.beam_args import unknown_beam_args
+from dcm2tfrecord.pipeline.options.salt import check_salt_stays_out_of_the_job
+from dcm2tfrecord.pipeline.options.usage import UsageError
 from tests.support import TEST_SALT
 from tests.support.runners import _byte_strings, _opts, _shards, archive, reference  # noqa: F401  (fixtures)
 
@@ -65,7 +67,7 @@ def test_no_side_input_is_read_off_a_step_with_several_outputs(archive, tmp_path
                                                   str(tmp_path / "x.records.json"), 1, 10),))
         extra = {}
     pipeline = beam.Pipeline(options=PipelineOptions([]))
-    convert.build(pipeline, _opts(archive, tmp_path / "out", **extra), base)
+    graph.build(pipeline, _opts(archive, tmp_path / "out", **extra), base)
     visitor = _SideInputsOffMultiOutputSteps()
     pipeline.visit(visitor)
     assert visitor.found == []
@@ -183,7 +185,7 @@ def test_a_worker_that_cannot_read_the_salt_file_fails_in_one_line_naming_its_ho
     monkeypatch.setenv("DCM2TFRECORD_SPAWN_WORKERS", "1")
     with pytest.raises(Exception) as caught:
         convert.run(opts, ["--direct_num_workers=2", "--direct_running_mode=multi_processing"], quiet=True)
-    line = convert.root_cause(caught.value)
+    line = root_cause(caught.value)
     assert f"on worker host {socket.gethostname()}" in line and moved in line and "no such file" in line, line
     assert "\n" not in line
     assert not (tmp_path / "out" / names.MANIFEST_NAME).exists()
@@ -208,7 +210,7 @@ def test_options_of_every_beam_runner_are_known_and_typos_still_refused():
 
 def test_a_runner_module_that_cannot_be_imported_breaks_nothing(monkeypatch):
     """Runner modules are imported for their options, each guarded (the Dask runner's needs dask)."""
-    from dcm2tfrecord.pipeline import beam_args
+    from dcm2tfrecord.pipeline.launch import beam_args
     monkeypatch.setattr(beam_args, "RUNNER_OPTION_MODULES",
                         ("apache_beam.runners.no_such_runner",) + beam_args.RUNNER_OPTION_MODULES)
     assert unknown_beam_args(["--flink_master=x", "--typo_option=1"]) == ["--typo_option=1"]
@@ -275,7 +277,7 @@ def test_local_runs_go_straight_to_the_in_process_runner_never_to_prism(beam_arg
     """Beam's DirectRunner would first try to download and start Prism (waiting on the network
     when offline): local runs get FnApiRunner itself."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    assert isinstance(convert.make_runner(convert.make_pipeline_options(beam_args)), FnApiRunner)
+    assert isinstance(runner.make_runner(runner.make_pipeline_options(beam_args)), FnApiRunner)
 
 
 def test_a_job_whose_sdk_workers_never_start_ends_in_one_line_naming_the_cause_and_the_log(archive, tmp_path):

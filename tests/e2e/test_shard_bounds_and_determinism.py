@@ -86,7 +86,7 @@ def test_in_memory_and_multi_process_runs_are_byte_identical(sample_archive, sam
 
 
 def test_existing_dataset_is_not_replaced_without_overwrite(rgb_archive, tmp_path):
-    from dcm2tfrecord.pipeline.usage import UsageError
+    from dcm2tfrecord.pipeline.options.usage import UsageError
     small = dict(target_shard_mb=8, min_shard_mb=1, max_shard_mb=64)
     run_convert(rgb_archive, tmp_path / "out", **small)
     with pytest.raises(UsageError, match="--overwrite"):

@@ -1,5 +1,5 @@
 """A worker process, its client or the fork server killed outright (SIGKILL, as the
-out-of-memory killer does) during a local run (pipeline/worker_fork.py WorkersWatch,
+out-of-memory killer does) during a local run (pipeline/launch/worker_watch.py WorkersWatch,
 issue 35, item 4).
 
 Beam alone printed its threads' tracebacks and ended with the message ``Empty``, or, for a
@@ -20,8 +20,8 @@ import time
 import pytest
 
 from dcm2tfrecord.dataset import names
-from dcm2tfrecord.pipeline import worker_fork
-from dcm2tfrecord.pipeline.salt import SALT_ENV
+from dcm2tfrecord.pipeline.launch import fork_server, peer_checks, worker_watch
+from dcm2tfrecord.pipeline.options.salt import SALT_ENV
 from tests.support.hooks import PAUSE_ENV, subprocess_env
 from tests.support.processes import _descendants, children, cmdline, our_lines
 from tests.support.runners import _shards, archive, reference  # noqa: F401 - fixtures
@@ -34,7 +34,7 @@ ENDS_WITHIN_S = 90      # a run whose worker died ends this soon (it waited fore
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in (worker_fork.SPAWN_ENV, SALT_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (fork_server.SPAWN_ENV, SALT_ENV)}
     path = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     return {**subprocess_env({**env, "PYTHONPATH": path}), "CUDA_VISIBLE_DEVICES": "-1",
             "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
@@ -107,7 +107,7 @@ def test_a_process_of_the_run_killed_mid_write_ends_it_in_one_line_and_the_rerun
     temp = tempfile.mkdtemp(prefix="fork-test-", dir="/tmp")
     try:
         env = _env(TMPDIR=temp, **{PAUSE_ENV: f"half_written:{pauses}"},
-                   **({worker_fork.SPAWN_ENV: "1"} if role == "spawned" else {}))
+                   **({fork_server.SPAWN_ENV: "1"} if role == "spawned" else {}))
         output = tmp_path / "out"
         proc, stderr, took = _run_killing(_command(archive, output), env, tmp_path, role, "paused", pauses)
         assert proc.returncode == 1, stderr[-3000:]
@@ -128,7 +128,7 @@ def test_a_worker_killed_before_it_connected_ends_the_run_in_one_line_not_never(
     """Killed as soon as it exists: Beam waited forever for its connection."""
     temp = tempfile.mkdtemp(prefix="fork-test-", dir="/tmp")
     try:
-        env = _env(TMPDIR=temp, **({worker_fork.SPAWN_ENV: "1"} if spawn else {}))
+        env = _env(TMPDIR=temp, **({fork_server.SPAWN_ENV: "1"} if spawn else {}))
         output = tmp_path / "out"
         proc, stderr, took = _run_killing(_command(archive, output), env, tmp_path,
                                           "spawned" if spawn else "worker", "at_start")
@@ -143,15 +143,15 @@ def test_a_worker_killed_before_it_connected_ends_the_run_in_one_line_not_never(
 
 def test_death_lines_name_what_died_and_what_to_do():
     sigkill = "a worker process was killed by SIGKILL (the out-of-memory killer"
-    assert worker_fork.death_line(-9, None).startswith(sigkill)
-    assert worker_fork.death_line(128 + 9, None).startswith(sigkill)
-    assert "fewer --direct_num_workers" in worker_fork.death_line(137, None)
-    assert worker_fork.death_line(128 + 15, None).startswith("a worker process was killed by SIGTERM;")
-    assert worker_fork.death_line(1, None).startswith("a worker process exited with status 1")
-    for code in (worker_fork.REFUSED_FOLDER, worker_fork.REFUSED_PEER):
-        assert "TMPDIR" in worker_fork.death_line(code, None)
-    for code in (-9, 1, worker_fork.REFUSED_PEER):
-        line = worker_fork.death_line(code, None)
+    assert worker_watch.death_line(-9, None).startswith(sigkill)
+    assert worker_watch.death_line(128 + 9, None).startswith(sigkill)
+    assert "fewer --direct_num_workers" in worker_watch.death_line(137, None)
+    assert worker_watch.death_line(128 + 15, None).startswith("a worker process was killed by SIGTERM;")
+    assert worker_watch.death_line(1, None).startswith("a worker process exited with status 1")
+    for code in (peer_checks.REFUSED_FOLDER, peer_checks.REFUSED_PEER):
+        assert "TMPDIR" in worker_watch.death_line(code, None)
+    for code in (-9, 1, peer_checks.REFUSED_PEER):
+        line = worker_watch.death_line(code, None)
         assert "\n" not in line and "nothing was committed" in line.lower()
 
 
@@ -163,7 +163,7 @@ def test_a_spawned_worker_started_just_after_a_death_is_stopped_too():
     ended: list = []
 
     def watched() -> None:   # a thread of its own: no signal to the main thread of pytest
-        with worker_fork.WorkersWatch(None) as watch:
+        with worker_watch.WorkersWatch(None) as watch:
             watch.died(-signal.SIGKILL)
             assert "a worker process was killed by SIGKILL" in watch.first
             started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "sdk_worker_main"])

@@ -1,4 +1,4 @@
-"""Local worker processes forked from the launcher (pipeline/worker_fork.py, issue 27).
+"""Local worker processes forked from the launcher (pipeline/launch/fork_server.py, issue 27).
 
 The command line is run as a user runs it (a subprocess: a single-threaded launcher, which
 is when workers are forked); forked and spawned workers must write the in-process run's
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from dcm2tfrecord.pipeline import worker_fork
+from dcm2tfrecord.pipeline.launch import fork_server
 from tests.support.hooks import PAUSE_ENV, subprocess_env
 from tests.support.processes import cmdline
 from tests.support.runners import _shards, archive, reference  # noqa: F401 - fixtures
@@ -34,7 +34,7 @@ def _command(archive, output) -> list[str]:
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in (worker_fork.SPAWN_ENV, "DCM2TFRECORD_ID_SALT")}
+    env = {k: v for k, v in os.environ.items() if k not in (fork_server.SPAWN_ENV, "DCM2TFRECORD_ID_SALT")}
     path = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     # tests/support/hooks on the path too: a pause point, when ``extra`` sets one (PAUSE_ENV)
     return {**subprocess_env({**env, "PYTHONPATH": path}), "CUDA_VISIBLE_DEVICES": "-1",
@@ -47,7 +47,7 @@ def test_forked_and_spawned_workers_write_the_in_process_bytes(archive, referenc
     # a temp folder too deep for a Unix socket's name: the fork server's goes to /tmp
     temp = tmp_path / ("deep" * 30)
     temp.mkdir()
-    env = _env(TMPDIR=str(temp), **({worker_fork.SPAWN_ENV: "1"} if spawn else {}))
+    env = _env(TMPDIR=str(temp), **({fork_server.SPAWN_ENV: "1"} if spawn else {}))
     proc = subprocess.run(_command(archive, output), env=env, capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -134,25 +134,25 @@ def test_a_launcher_killed_outright_leaves_no_worker_and_no_socket(archive, tmp_
 
 
 def test_workers_are_spawned_where_forking_is_unsafe_or_turned_off(monkeypatch):
-    monkeypatch.delenv(worker_fork.SPAWN_ENV, raising=False)
+    monkeypatch.delenv(fork_server.SPAWN_ENV, raising=False)
     single = threading.active_count() == 1
-    assert worker_fork.can_fork() == (single and sys.platform.startswith("linux"))
+    assert fork_server.can_fork() == (single and sys.platform.startswith("linux"))
     held = threading.Event()
     thread = threading.Thread(target=held.wait)
     thread.start()
     try:   # a launcher already running threads: a fork would copy their locks mid-use
-        assert not worker_fork.can_fork()
+        assert not fork_server.can_fork()
     finally:
         held.set()
         thread.join()
-    monkeypatch.setenv(worker_fork.SPAWN_ENV, "1")
-    assert not worker_fork.can_fork()
+    monkeypatch.setenv(fork_server.SPAWN_ENV, "1")
+    assert not fork_server.can_fork()
 
 
 _RACE = r'''
 import json, os, socket, sys, time
 sys.path.insert(0, sys.argv[1])
-from dcm2tfrecord.pipeline import worker_fork
+from dcm2tfrecord.pipeline.launch import fork_server, peer_checks
 
 def client(path, hold_s):
     """A client whose worker dies at once (no Beam environment), closed ``hold_s`` later:
@@ -164,8 +164,8 @@ def client(path, hold_s):
     time.sleep(hold_s)
     s.close()
 
-server = worker_fork.ForkServer()
-path = os.path.join(server._dir, worker_fork._SOCKET_NAME)
+server = fork_server.ForkServer()
+path = os.path.join(server._dir, peer_checks.SOCKET_NAME)
 for n in range(8):
     client(path, 0.05 + 0.04 * n)
     time.sleep(0.05)
@@ -185,7 +185,7 @@ server.close()
 def test_the_fork_server_outlives_workers_dying_as_their_clients_go(tmp_path):
     """Issue 35: _reap closed a dead worker's connection and the same pass then read it (EBADF),
     stopping the server and every other worker; a client that sent nothing blocked it."""
-    env = {**_env(), worker_fork.SPAWN_ENV: ""}
+    env = {**_env(), fork_server.SPAWN_ENV: ""}
     done = subprocess.run([sys.executable, "-c", _RACE, ROOT], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""The forked workers' socket trusts no one (pipeline/worker_fork.py, issue 35, item 3).
+"""The forked workers' socket trusts no one (pipeline/launch/peer_checks.py, issue 35, item 3).
 
 Where another user may write the folder above the socket's (a world-writable TMPDIR
 without the sticky bit), they can rename the 0700 socket folder away and put their own,
@@ -25,8 +25,8 @@ import time
 import pytest
 
 from dcm2tfrecord.dataset import names
-from dcm2tfrecord.pipeline import worker_fork
-from dcm2tfrecord.pipeline.salt import SALT_ENV
+from dcm2tfrecord.pipeline.launch import fork_server as forking, peer_checks   # fork_server: a fixture below
+from dcm2tfrecord.pipeline.options.salt import SALT_ENV
 from tests.support.hooks import PAUSE_ENV, subprocess_env
 from tests.support.processes import children, our_lines, running
 from tests.support.runners import archive  # noqa: F401 - fixture
@@ -39,7 +39,7 @@ WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in (worker_fork.SPAWN_ENV, SALT_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (forking.SPAWN_ENV, SALT_ENV)}
     path = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     return {**subprocess_env({**env, "PYTHONPATH": path}), "CUDA_VISIBLE_DEVICES": "-1",
             "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
@@ -85,9 +85,9 @@ class Impostor:
 _SERVER = r'''
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from dcm2tfrecord.pipeline import worker_fork
-from dcm2tfrecord.pipeline.salt import SALT_ENV
-server = worker_fork.ForkServer()
+from dcm2tfrecord.pipeline.launch import fork_server
+from dcm2tfrecord.pipeline.options.salt import SALT_ENV
+server = fork_server.ForkServer()
 print(json.dumps({"folder": server.folder, "command": server.command, "pid": server.pid}), flush=True)
 sys.stdin.readline()
 server.close()
@@ -128,7 +128,7 @@ def test_an_impostor_folder_in_the_socket_folders_place_is_refused_and_sent_noth
         os.rename(folder + ".moved", folder)
     assert impostor.connections == 0 and not impostor.received
     assert SECRET not in done.stdout + done.stderr
-    assert done.returncode == worker_fork.REFUSED_FOLDER, (done.returncode, done.stderr)
+    assert done.returncode == peer_checks.REFUSED_FOLDER, (done.returncode, done.stderr)
 
 
 def test_an_impostor_socket_in_the_real_folder_is_refused_by_its_credentials(fork_server):
@@ -145,7 +145,7 @@ def test_an_impostor_socket_in_the_real_folder_is_refused_by_its_credentials(for
         os.unlink(path)
         os.rename(path + ".real", path)
     assert impostor.connections == 1 and impostor.received == [b""]
-    assert done.returncode == worker_fork.REFUSED_PEER, (done.returncode, done.stderr)
+    assert done.returncode == peer_checks.REFUSED_PEER, (done.returncode, done.stderr)
 
 
 def test_the_real_fork_server_passes_the_clients_checks(fork_server):
@@ -160,11 +160,11 @@ def test_the_real_fork_server_passes_the_clients_checks(fork_server):
 
 def test_peer_credentials_must_name_this_user_and_for_the_client_the_fork_server():
     me = os.getuid()
-    assert worker_fork.peer_refusal((1234, me, 0), me) == ""
-    assert worker_fork.peer_refusal((1234, me, 0), me, 1234) == ""
-    assert "uid" in worker_fork.peer_refusal((1234, me + 1, 0), me)
-    assert "uid" in worker_fork.peer_refusal((1234, me + 1, 0), me, 1234)     # the right pid, another user
-    assert "not the fork server" in worker_fork.peer_refusal((999, me, 0), me, 1234)
+    assert peer_checks.peer_refusal((1234, me, 0), me) == ""
+    assert peer_checks.peer_refusal((1234, me, 0), me, 1234) == ""
+    assert "uid" in peer_checks.peer_refusal((1234, me + 1, 0), me)
+    assert "uid" in peer_checks.peer_refusal((1234, me + 1, 0), me, 1234)     # the right pid, another user
+    assert "not the fork server" in peer_checks.peer_refusal((999, me, 0), me, 1234)
 
 
 def test_a_temp_folder_others_may_write_without_the_sticky_bit_is_never_used_for_the_socket(monkeypatch):
@@ -173,20 +173,20 @@ def test_a_temp_folder_others_may_write_without_the_sticky_bit_is_never_used_for
         os.chmod(shared, 0o777)                        # world-writable, no sticky bit
         inner = os.path.join(shared, "mine")
         os.mkdir(inner, 0o700)                         # safe itself, but its parent is not
-        assert worker_fork.unsafe_parent(shared) == os.path.realpath(shared)
-        assert worker_fork.unsafe_parent(inner) == os.path.realpath(shared)
+        assert peer_checks.unsafe_parent(shared) == os.path.realpath(shared)
+        assert peer_checks.unsafe_parent(inner) == os.path.realpath(shared)
         os.chmod(shared, 0o770)                        # the group may write it: as unsafe
-        assert worker_fork.unsafe_parent(inner) == os.path.realpath(shared)
+        assert peer_checks.unsafe_parent(inner) == os.path.realpath(shared)
         os.chmod(shared, 0o777 | stat.S_ISVTX)         # sticky: others cannot rename our folders
-        assert worker_fork.unsafe_parent(inner) == ""
+        assert peer_checks.unsafe_parent(inner) == ""
         if os.getuid() == 0:                           # a folder of another user: its owner can
             os.chown(shared, 65534, -1)
-            assert worker_fork.unsafe_parent(inner) == os.path.realpath(shared)
+            assert peer_checks.unsafe_parent(inner) == os.path.realpath(shared)
             os.chown(shared, 0, -1)
         os.chmod(shared, 0o777)
         for unsafe in (shared, inner):
             monkeypatch.setattr(tempfile, "tempdir", unsafe)
-            folder = worker_fork._socket_folder()
+            folder = peer_checks.socket_folder()
             try:
                 assert not os.path.realpath(folder).startswith(os.path.realpath(shared) + os.sep), folder
                 assert os.path.dirname(folder) == "/tmp"
@@ -214,7 +214,7 @@ def test_no_worker_is_handed_the_salt_in_its_environment(archive, tmp_path, spaw
     pauses.mkdir()
     temp = tempfile.mkdtemp(prefix="fork-test-", dir="/tmp")
     env = _env(TMPDIR=temp, **{SALT_ENV: SECRET, PAUSE_ENV: f"half_written:{pauses}"},
-               **({worker_fork.SPAWN_ENV: "1"} if spawn else {}))
+               **({forking.SPAWN_ENV: "1"} if spawn else {}))
     command = [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", root, "--output",
                str(tmp_path / "out"), "--labels", labels, "--splits", "train=0.5,validation=0.5",
                "--max_failure_ratio", "1.0", "--progress", "none", *WORKERS]

@@ -76,7 +76,7 @@ def test_the_readme_reading_example_runs_as_written_on_the_demo_dataset(tmp_path
     """./run_local.sh writes out/sample-uniform; the README's snippet and docs/READING.md's
     first example train on it as written, and READING.md's slices example runs on it."""
     import tensorflow as tf
-    from dcm2tfrecord.pipeline.demo import UNIFORM_OPTIONS
+    from dcm2tfrecord.pipeline.commands.demo import UNIFORM_OPTIONS
     from tests.support import build_sample_archive
     archive = build_sample_archive(str(tmp_path / "archive"))
     run_convert(archive, tmp_path / "out" / "sample-uniform", **UNIFORM_OPTIONS)

@@ -96,7 +96,7 @@ def test_two_inputs_holding_one_relative_path_are_refused_in_one_line_before_any
     (issue 35, item 10)."""
     from dcm2tfrecord.dataset import names
     from dcm2tfrecord.dataset.verify import verify_dataset
-    from dcm2tfrecord.pipeline.usage import UsageError    # the command line: exit 2, this line
+    from dcm2tfrecord.pipeline.options.usage import UsageError    # the command line: exit 2, this line
     write_png_archive(tmp_path / "x" / "a", count=2, height=8, width=8, seed=1)
     write_png_archive(tmp_path / "x" / "b", count=1, height=8, width=8, seed=2)
     out = tmp_path / "out"

@@ -8,7 +8,7 @@ import pytest
 from apache_beam.coders.coders import FastPrimitivesCoder
 from apache_beam.options.pipeline_options import DirectOptions
 
-from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline.launch import runner
 from tests.support import pydicom_test_files
 from tests.support import TEST_SALT, run_convert, write_png_archive
 from dcm2tfrecord.transforms.planning.shards import for_planning
@@ -38,22 +38,22 @@ def test_survey_counts_local_inputs_and_stops_past_a_limit(tmp_path):
 def test_small_local_archives_run_in_one_process(tmp_path, monkeypatch):
     write_png_archive(tmp_path / "in", 3, 8, 8)
     patterns = [str(tmp_path / "in")]
-    assert _direct(convert.make_pipeline_options([], patterns)) == (1, "in_memory")
+    assert _direct(runner.make_pipeline_options([], patterns)) == (1, "in_memory")
     cores = os.cpu_count() or 1
-    monkeypatch.setattr(convert, "IN_PROCESS_MAX_FILES", 2)
-    many = convert.make_pipeline_options([], patterns)
+    monkeypatch.setattr(runner, "IN_PROCESS_MAX_FILES", 2)
+    many = runner.make_pipeline_options([], patterns)
     assert _direct(many) == (cores, "multi_processing" if cores != 1 else "in_memory")
     # the user's choice always wins
-    assert _direct(convert.make_pipeline_options(["--direct_num_workers=3"], patterns)) == \
+    assert _direct(runner.make_pipeline_options(["--direct_num_workers=3"], patterns)) == \
         (3, "multi_processing")
-    monkeypatch.setattr(convert, "IN_PROCESS_MAX_FILES", 256)
-    assert _direct(convert.make_pipeline_options(["--direct_running_mode=multi_processing"],
+    monkeypatch.setattr(runner, "IN_PROCESS_MAX_FILES", 256)
+    assert _direct(runner.make_pipeline_options(["--direct_running_mode=multi_processing"],
                                                  patterns)) == (cores, "multi_processing")
-    assert convert.local_execution(convert.make_pipeline_options([], patterns)) == "one process"
-    assert convert.local_execution(convert.make_pipeline_options(
+    assert runner.local_execution(runner.make_pipeline_options([], patterns)) == "one process"
+    assert runner.local_execution(runner.make_pipeline_options(
         ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])) == \
         "2 worker processes (multi_processing)"
-    assert convert.local_execution(convert.make_pipeline_options(
+    assert runner.local_execution(runner.make_pipeline_options(
         ["--direct_num_workers=2", "--direct_running_mode=multi_threading"])) == \
         "2 worker threads (multi_threading)"
 
@@ -244,10 +244,10 @@ def test_drop_duplicates_groups_records_without_a_uid_by_their_own_file():
 
 
 def test_pipeline_options_build_each_view_once_and_views_stay_shared():
-    """convert's options hand out one view per options class (Beam builds a parser on each
+    """the run's options (pipeline.launch.runner) hand out one view per options class (Beam builds a parser on each
     view_as); a value set through one view shows in every view and in the options."""
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
-    options = convert.make_pipeline_options(["--direct_num_workers=3"])
+    options = runner.make_pipeline_options(["--direct_num_workers=3"])
     assert options.view_as(DirectOptions) is options.view_as(DirectOptions)
     options.view_as(StandardOptions).runner = "FnApiRunner"
     assert options.view_as(StandardOptions).runner == "FnApiRunner"
@@ -255,4 +255,4 @@ def test_pipeline_options_build_each_view_once_and_views_stay_shared():
     assert options.view_as(DirectOptions).direct_num_workers == 3
     # the same options as Beam's own class parses from the same flags
     plain = PipelineOptions(["--direct_num_workers=3"]).get_all_options()
-    assert set(convert.make_pipeline_options(["--direct_num_workers=3"]).get_all_options()) == set(plain)
+    assert set(runner.make_pipeline_options(["--direct_num_workers=3"]).get_all_options()) == set(plain)

@@ -13,7 +13,7 @@ import pytest
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.dataset import names
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.usage import UsageError
 from tests.support import IN_MEMORY, TEST_SALT, run_convert, write_png_archive
 from tests.support.processes import cli, errors_of, our_lines
 
@@ -151,7 +151,7 @@ def test_duplicate_label_rows_are_counted_as_rows_and_do_not_make_classes(tmp_pa
 
 def test_a_run_whose_counts_do_not_add_up_commits_nothing(tmp_path):
     """The commit step itself refuses when matched != written + skipped + failed."""
-    from dcm2tfrecord.pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.pipeline.options.table import ConvertOptions
     from dcm2tfrecord.transforms.output.commit import CommitInputs
     from dcm2tfrecord.transforms.output.steps import commit_dataset
     from dcm2tfrecord.transforms.planning.shards import layout
@@ -175,19 +175,19 @@ def test_a_record_lost_between_steps_is_caught_by_the_accounting_and_nothing_is_
     a record as a runner bug would, drops it silently (the graph is built in this process;
     the product has no such step, nor a switch for one)."""
     import apache_beam as beam
-    from dcm2tfrecord.pipeline import convert
+    from dcm2tfrecord.pipeline import graph
     from dcm2tfrecord.pipeline.convert import ConversionFailed
     from tests.support import rid
     lost = frozenset({rid("img_0003.png")})
 
-    class LosingDropDuplicates(convert.DropDuplicates):
+    class LosingDropDuplicates(graph.DropDuplicates):
         def expand(self, records):
             kept, duplicates = super().expand(records)
             return kept | "TestOnlyLoseRecords" >> beam.Filter(
                 lambda record, ids: record.record_id not in ids, lost), duplicates
 
     write_png_archive(tmp_path / "in", 5, 8, 8)
-    monkeypatch.setattr(convert, "DropDuplicates", LosingDropDuplicates)
+    monkeypatch.setattr(graph, "DropDuplicates", LosingDropDuplicates)
     out = tmp_path / "out"
     with pytest.raises(ConversionFailed, match=r"5 inputs matched, 4 written, 0 skipped, 0 failed "
                                                r"\(\+1 unaccounted\)"):
@@ -369,7 +369,7 @@ def test_a_salt_file_that_is_not_a_regular_file_is_refused_at_once_in_one_line(t
                           env={**os.environ, "PYTHONPATH": ROOT, "CUDA_VISIBLE_DEVICES": "-1"})
     assert proc.returncode == 2 and "is a FIFO" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "pipe-salt-Sx9" not in proc.stderr
-    from dcm2tfrecord.pipeline.arguments import parse_convert
+    from dcm2tfrecord.pipeline.options.arguments import parse_convert
     for path, kind in (("/dev/null", "a device"), (str(tmp_path), "a directory")):
         with pytest.raises(UsageError, match=f"--id_salt_file {path} is {kind}: give a regular file"):
             parse_convert(["--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),

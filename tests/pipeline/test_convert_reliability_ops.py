@@ -17,7 +17,7 @@ from dcm2tfrecord import reader
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.dataset.files import OutputLinkError, create_output
 from dcm2tfrecord.dataset.lock import LockUnavailable, OutputBusy, OutputLock
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.usage import UsageError
 from tests.support import IN_MEMORY, TEST_SALT, run_convert, write_png_archive
 from tests.support.processes import cli, errors_of, our_lines
 
@@ -370,7 +370,7 @@ def test_an_outage_mid_write_ends_the_run_within_twice_the_retry_budget(tmp_path
 def test_an_outage_mid_write_at_default_settings_ends_within_twice_the_default_budget(tmp_path):
     """The same at default settings (--gcs_retry_s 60, the default local runner), with more
     shards than a run could write in the budget one at a time: about 1 to 2 minutes."""
-    from dcm2tfrecord.pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.pipeline.options.table import ConvertOptions
     default_retry = ConvertOptions(inputs=("x",), output="y").gcs_retry_s
     code, elapsed, stderr, listed = _outage_run(tmp_path, 240, [], names.DONE_SUFFIX)
     _assert_failed_cleanly(code, stderr, listed)
@@ -474,7 +474,7 @@ def test_a_version_written_before_an_option_existed_counts_it_at_its_default():
     """--label_key_case is new: a version that did not record it used its default, so the
     next --incremental run reuses its shards instead of rebuilding everything."""
     from dcm2tfrecord.dataset.versions import changed_options
-    from dcm2tfrecord.pipeline.option_table import OPTIONS, ConvertOptions
+    from dcm2tfrecord.pipeline.options.table import OPTIONS, ConvertOptions
     from dcm2tfrecord.dataset.manifest import Manifest
     from dcm2tfrecord.pipeline.output_dir import with_new_options
     now = ConvertOptions(inputs=("/in",), output="/out", id_salt=TEST_SALT).recorded()

@@ -7,7 +7,7 @@ from PIL import Image
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline import cli
-from dcm2tfrecord.pipeline import preview_cmd
+from dcm2tfrecord.pipeline.commands import preview as preview_cmd
 from dcm2tfrecord.transforms.images import display
 from tests.support import run_convert, write_png_archive
 

@@ -15,7 +15,7 @@ import json
 import os
 
 from tests.support import run_convert, write_png_archive
-from dcm2tfrecord.pipeline.option_table import ConvertOptions
+from dcm2tfrecord.pipeline.options.table import ConvertOptions
 
 SALTS = ("first salt", "second salt")
 

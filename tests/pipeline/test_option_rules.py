@@ -64,7 +64,7 @@ def test_library_options_without_output_are_a_usage_error(archive):
     # convert.run(ConvertOptions(...)) with no output (the command line requires --output)
     # raised TypeError from absolute(None); found by mypy (scripts/static_checks.sh)
     from dcm2tfrecord.pipeline import convert
-    from dcm2tfrecord.pipeline.option_table import ConvertOptions
-    from dcm2tfrecord.pipeline.usage import UsageError
+    from dcm2tfrecord.pipeline.options.table import ConvertOptions
+    from dcm2tfrecord.pipeline.options.usage import UsageError
     with pytest.raises(UsageError, match="--output is required"):
         convert.run(ConvertOptions(inputs=(str(archive / "in"),)), [])

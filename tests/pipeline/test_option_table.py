@@ -8,9 +8,10 @@ import re
 
 import pytest
 
-from dcm2tfrecord.pipeline import arguments, convert, option_rules
-from dcm2tfrecord.pipeline.option_table import OPTIONS, ConvertOptions
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline import convert
+from dcm2tfrecord.pipeline.options import arguments, rules as option_rules
+from dcm2tfrecord.pipeline.options.table import OPTIONS, ConvertOptions
+from dcm2tfrecord.pipeline.options.usage import UsageError
 
 TEST_SALT = "options-once-salt"
 
@@ -58,15 +59,25 @@ def test_every_option_with_fixed_choices_is_an_enum():
             assert option.choices is not None and issubclass(option.choices, enum.Enum), option.name
 
 
-def test_recorded_options_and_settings_hold_plain_values():
+def test_recorded_options_hold_plain_values_and_settings_the_enum_members():
     opts = ConvertOptions(inputs=("/in",), output="/out", id_salt=TEST_SALT, compression="gzip")
     recorded = opts.recorded()
     for name, value in recorded.items():
         assert not isinstance(value, enum.Enum), name
     assert json.dumps(recorded["compression"]) == '"gzip"' and type(recorded["window_bits"]) is int
     settings = opts.settings()
-    assert type(settings.compression) is str and type(settings.decode.window_bits) is int
-    assert type(settings.decode.resize_mode) is str and type(settings.unit) is str
+    # the settings copy the typed values: each choice its enum member, equal to its plain value
+    assert settings.compression == "gzip" and settings.decode.window_bits == 8
+    assert settings.decode.resize_mode == "stretch" and settings.unit == "file"
+    for option in OPTIONS:
+        if option.choices and option.setting:
+            target, name = option.setting.split(".")
+            held = getattr(settings.decode if target == "decode" else settings, name)
+            if held is None:            # --split_by unset: its absence means something (see its help)
+                assert option.default_value is None, option.name
+                continue
+            assert type(held) is option.choices, option.name
+            assert json.dumps(held) == json.dumps(option.plain(held)), option.name
 
 
 def test_no_help_text_restates_a_default_and_help_shows_every_default():
@@ -105,3 +116,29 @@ def test_library_runs_still_check_the_rules(tmp_path):
                           min_shard_mb=600.0)
     with pytest.raises(UsageError, match="--min_shard_mb 600 must be <= --max_shard_mb 500"):
         convert.run(opts, [], quiet=True)
+
+
+def test_each_template_parameter_help_is_its_argparse_help():
+    """metadata.json's helpText of each parameter says the option's --help text (the launcher's
+    parameter names standing for the flags), then the default --help shows, then the template's
+    note: one text, not two."""
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "metadata.json")) as handle:
+        params = {p["name"]: p for p in json.load(handle)["parameters"]}
+    rows = {o.flag: o for o in OPTIONS if o.template is not None}
+    assert set(params) == set(rows)
+    for flag, param in params.items():
+        option = rows[flag]
+        said = re.sub(r"--([a-z0-9_]+)", r"\1", option.help)
+        text = param["helpText"]
+        assert said.lower() in text.lower(), (flag, said, text)
+        default = option.default_value
+        if option.required or default is None or default == ():
+            assert "Default:" not in text, flag
+        else:
+            shown = (str(default.value) if isinstance(default, enum.Enum) else str(default).lower()
+                     if isinstance(default, bool) else f"{default:g}" if isinstance(default, float)
+                     else str(default))
+            assert f"Default: {shown}." in text, (flag, text)
+        assert text.endswith(option.template.note), flag

@@ -16,7 +16,8 @@ from PIL import Image
 from scipy import ndimage
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline import cli, preview_cmd
+from dcm2tfrecord.pipeline import cli
+from dcm2tfrecord.pipeline.commands import preview as preview_cmd
 from dcm2tfrecord.transforms.images.outlines import class_colour
 from tests.support import mask_datasets, run_convert, write_png_archive
 from tests.support import series_builders as sb

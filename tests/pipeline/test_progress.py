@@ -12,8 +12,9 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline import convert
-from dcm2tfrecord.pipeline.option_table import ConvertOptions
+from dcm2tfrecord.pipeline import graph
+from dcm2tfrecord.pipeline.launch import runner
+from dcm2tfrecord.pipeline.options.table import ConvertOptions
 from dcm2tfrecord.pipeline.progress import LineRenderer, ProgressMonitor, ProgressReader, RateMeter, describe
 from tests.support import IN_MEMORY, TEST_SALT, write_png_archive
 from tests.support.hooks import subprocess_env
@@ -172,9 +173,9 @@ def test_counters_have_the_stable_names_the_issue_lists(tmp_path):
     out = tmp_path / "out"
     opts = ConvertOptions(inputs=(str(archive),), output=str(out), id_salt=TEST_SALT,
                           target_shard_mb=1, min_shard_mb=0.5, max_shard_mb=2, max_failure_ratio=1.0)
-    options = convert.make_pipeline_options(IN_MEMORY)
-    pipeline = beam.Pipeline(runner=convert.make_runner(options), options=options)
-    convert.build(pipeline, opts)
+    options = runner.make_pipeline_options(IN_MEMORY)
+    pipeline = beam.Pipeline(runner=runner.make_runner(options), options=options)
+    graph.build(pipeline, opts)
     result = pipeline.run()
     result.wait_until_finish()
     counters = {c.key.metric.name: c.committed

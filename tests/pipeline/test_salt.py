@@ -1,4 +1,4 @@
-"""Salt files (pipeline/salt.py, transforms/settings.py read_salt_file and with_salt; issue 35, minor).
+"""Salt files (pipeline/options/salt.py, transforms/settings.py read_salt_file and with_salt; issue 35, minor).
 
 A file of only invisible characters is a constant anyone can guess, not a secret; a byte order
 mark before the salt changed every id; a file changed early in a run keyed the record ids with
@@ -13,10 +13,10 @@ import pytest
 
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.pipeline import convert
-from dcm2tfrecord.pipeline.arguments import parse_convert
-from dcm2tfrecord.pipeline.option_rules import check_options
-from dcm2tfrecord.pipeline.option_table import ConvertOptions
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.arguments import parse_convert
+from dcm2tfrecord.pipeline.options.rules import check_options
+from dcm2tfrecord.pipeline.options.table import ConvertOptions
+from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.transforms.settings import DecodeSettings, SaltFileError, read_salt_file, with_salt
 from tests.support import IN_MEMORY, run_convert, write_png_archive
 

@@ -1,4 +1,4 @@
-"""The bound on a cluster job whose SDK workers never start (pipeline.worker_start): the
+"""The bound on a cluster job whose SDK workers never start (pipeline.launch.worker_start): the
 pure part. The whole, through a job service and a worker pool whose `python` cannot start
 Beam, is tests/e2e/test_runners.py (test_a_job_whose_sdk_workers_never_start_ends_...)."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.dataset.progress import any_worker_started, remove_progress, write_worker_started
-from dcm2tfrecord.pipeline.usage import UsageError
-from dcm2tfrecord.pipeline.worker_start import (WORKER_START_TIMEOUT_ENV, WORKER_START_TIMEOUT_S,
+from dcm2tfrecord.pipeline.options.usage import UsageError
+from dcm2tfrecord.pipeline.launch.worker_start import (WORKER_START_TIMEOUT_ENV, WORKER_START_TIMEOUT_S,
                                                 WorkersNeverStarted, no_worker_message, wait_for_first_worker,
                                                 watches_worker_start, worker_start_timeout_s)
 

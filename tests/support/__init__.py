@@ -1,7 +1,7 @@
 """Shared fixtures and helpers of the tests: real archives (pydicom's test files, generated
 images), real runs.
 
-The one place the tests import the product's sample archive (pipeline/sample_archive.py,
+The one place the tests import the product's sample archive (pipeline/commands/sample_archive.py,
 also ``dcm2tfrecord demo``'s) and the benchmarks' generated CT slices (benchmarks/archives.py):
 test files take them from here (tests/test_suite_layout.py holds them to it).
 tests/conftest.py registers the fixtures defined here and the markers."""
@@ -17,9 +17,9 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from dcm2tfrecord.pipeline import convert  # noqa: E402
-from dcm2tfrecord.pipeline.option_table import ConvertOptions  # noqa: E402
+from dcm2tfrecord.pipeline.options.table import ConvertOptions  # noqa: E402
 from benchmarks.archives import ct_file_bytes, ct_vendor_file_bytes  # noqa: E402,F401
-from dcm2tfrecord.pipeline.sample_archive import (  # noqa: E402,F401
+from dcm2tfrecord.pipeline.commands.sample_archive import (  # noqa: E402,F401
     build_sample_archive, pydicom_test_files, synthetic_image)
 
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]

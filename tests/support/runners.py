@@ -11,7 +11,7 @@ import pytest
 
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.pipeline import convert
-from dcm2tfrecord.pipeline.option_table import ConvertOptions
+from dcm2tfrecord.pipeline.options.table import ConvertOptions
 from tests.support import TEST_SALT, pydicom_test_files, write_png_archive
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dcm2tfrecord.pipeline.option_table import ConvertOptions
+from dcm2tfrecord.pipeline.options.table import ConvertOptions
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.labels import join
 from dcm2tfrecord.transforms.labels.table import LabelRow, LabelSpaceAccumulator

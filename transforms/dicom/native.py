@@ -36,6 +36,7 @@ from pydicom import uid
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.dicom.mosaic import Mosaic, unmosaic
+from dcm2tfrecord.transforms.dicom.spec import DicomValues
 from dcm2tfrecord.transforms.dtypes import fit_range
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.values import field_names
@@ -99,7 +100,7 @@ def native_layout(ds, raw_pixel_element, value_dtype: str,
 
 def _native_layout(ds, raw, value_dtype: str, settings, file_size: int,
                    mosaic: Optional[Mosaic] = None) -> Optional[NativePixels]:
-    if raw is None or settings.dicom_values != "modality":
+    if raw is None or settings.dicom_values != DicomValues.MODALITY:
         return None
     meta = getattr(ds, "file_meta", None)
     syntax = str(meta.get("TransferSyntaxUID", "") or "") if meta is not None else ""

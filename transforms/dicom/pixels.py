@@ -30,7 +30,7 @@ from dcm2tfrecord.transforms.dicom import functional_groups, voi
 from dcm2tfrecord.transforms.dicom.integrity import check_native_length
 from dcm2tfrecord.transforms.dicom.mosaic import Mosaic, mosaic_layout, unmosaic
 from dcm2tfrecord.transforms.dicom.needed import convert_needed_elements
-from dcm2tfrecord.transforms.dicom.spec import image_spec
+from dcm2tfrecord.transforms.dicom.spec import DicomValues, image_spec
 from dcm2tfrecord.transforms.dicom.syntax import infer_transfer_syntax
 from dcm2tfrecord.transforms.dtypes import fit_integer_dtype
 from dcm2tfrecord.transforms.errors import ConversionError
@@ -240,14 +240,14 @@ def map_values(arr: np.ndarray, ds: Dataset, settings: DecodeSettings,
     """Decoded pixels -> values by --dicom_values; returns the values and the VOI used.
     ``target``: the record's planned dtype (see modality_lut), for --dicom_values modality."""
     photometric = str(ds.get("PhotometricInterpretation", "")).upper()
-    if settings.dicom_values == "stored":
+    if settings.dicom_values == DicomValues.STORED:
         return _stored(arr, ds), {}
     if photometric == "PALETTE COLOR":
         return apply_color_lut(arr, ds), {}
     if not _grayscale(ds):
         return arr, {}
-    values = modality_lut(arr, ds, target if settings.dicom_values == "modality" else None)
-    if settings.dicom_values == "window":
+    values = modality_lut(arr, ds, target if settings.dicom_values == DicomValues.MODALITY else None)
+    if settings.dicom_values == DicomValues.WINDOW:
         return voi.apply_window(values, ds, settings.window, settings.window_bits)
     return values, {}
 

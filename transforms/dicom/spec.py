@@ -12,9 +12,11 @@ import math
 from pydicom.dataset import Dataset
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.transforms.dicom import functional_groups, mosaic
 from dcm2tfrecord.transforms.dicom.content import has_float_pixels
 from dcm2tfrecord.transforms.dicom.elements import float_value, int_value
+from dcm2tfrecord.transforms.dicom.voi import WindowBits
 from dcm2tfrecord.transforms.dtypes import smallest_integer_dtype
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.values import ImageSpec
@@ -137,18 +139,26 @@ def _palette_dtype(ds: Dataset) -> str:
     return "uint8" if bits <= 8 else "uint16"
 
 
+class DicomValues(StrEnum):
+    """``--dicom_values``: which values a DICOM record holds (:func:`value_dtype_and_channels`,
+    mapped by transforms.dicom.pixels.map_values)."""
+    MODALITY = "modality"   # the modality LUT (e.g. Hounsfield units), exact dtype
+    STORED = "stored"       # the raw stored values
+    WINDOW = "window"       # a VOI window, to uint8 or uint16 (--window_bits)
+
+
 def value_dtype_and_channels(ds: Dataset, settings: DecodeSettings) -> tuple[str, int]:
     """(dtype, channels) of the mapped values, by --dicom_values, before geometry."""
     samples = int_value(ds, "SamplesPerPixel", 1)
     photometric = str(ds.get("PhotometricInterpretation", "") or "").upper()
-    if settings.dicom_values == "stored":
+    if settings.dicom_values == DicomValues.STORED:
         return _stored_dtype(ds), samples
     if photometric == "PALETTE COLOR":
         return _palette_dtype(ds), 3
     if samples > 1:
         return _stored_dtype(ds), samples
-    if settings.dicom_values == "window":
-        return ("uint8" if settings.window_bits == 8 else "uint16"), 1
+    if settings.dicom_values == DicomValues.WINDOW:
+        return ("uint8" if settings.window_bits == WindowBits.EIGHT else "uint16"), 1
     return modality_dtype(ds), 1
 
 

@@ -7,10 +7,18 @@ always means dense.
 """
 from __future__ import annotations
 
+import enum
 from typing import Optional
 
 import numpy as np
 from pydicom.dataset import Dataset
+
+
+class WindowBits(enum.IntEnum):
+    """``--window_bits``: the output of a window, uint8 or uint16 (:func:`apply_window`)."""
+    EIGHT = 8
+    SIXTEEN = 16
+
 
 # Common radiology presets: (center, width) in Hounsfield units.
 PRESETS = {

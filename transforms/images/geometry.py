@@ -12,9 +12,24 @@ from typing import Optional
 import numpy as np
 from PIL import Image
 
+from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.transforms.values import ImageSpec
 
-RESIZE_MODES = ("stretch", "pad", "crop")
+
+class ResizeMode(StrEnum):
+    """``--resize_mode``: how an image meets the --resize size (:func:`resize`)."""
+    STRETCH = "stretch"
+    PAD = "pad"         # keep the aspect, pad
+    CROP = "crop"       # keep the aspect, centre crop
+
+
+class Channels(StrEnum):
+    """``--channels`` (:func:`convert_channels`)."""
+    KEEP = "keep"
+    ONE = "1"           # RGB -> BT.601 luma
+    THREE = "3"         # gray repeated
+
+
 # ITU-R BT.601 luma, the weights Pillow uses for RGB -> L.
 _LUMA = np.array([0.299, 0.587, 0.114])
 
@@ -30,9 +45,9 @@ def parse_resize(text: str) -> tuple[int, int]:
 
 def _scaled_size(height: int, width: int, target: tuple[int, int], mode: str) -> tuple[int, int]:
     th, tw = target
-    if mode == "stretch":
+    if mode == ResizeMode.STRETCH:
         return th, tw
-    scale = min(th / height, tw / width) if mode == "pad" else max(th / height, tw / width)
+    scale = min(th / height, tw / width) if mode == ResizeMode.PAD else max(th / height, tw / width)
     return max(1, round(height * scale)), max(1, round(width * scale))
 
 
@@ -41,7 +56,7 @@ def plan_spec(spec: ImageSpec, resize: Optional[tuple[int, int]], channels: str)
     out = spec
     if resize is not None:
         out = dataclasses.replace(out, height=resize[0], width=resize[1])
-    if channels in ("1", "3"):
+    if channels != Channels.KEEP:
         out = dataclasses.replace(out, channels=int(channels))
         if int(channels) == 1 and spec.channels == 3 and np.dtype(spec.dtype).kind in "iu":
             out = dataclasses.replace(out, dtype=spec.dtype)
@@ -71,14 +86,14 @@ def placement(size: tuple[int, int], target: tuple[int, int], mode: str) -> tupl
         return tuple(size), (0, 0)  # type: ignore[return-value]
     sh, sw = _scaled_size(size[0], size[1], target, mode)
     th, tw = target
-    if mode == "pad":
+    if mode == ResizeMode.PAD:
         return (sh, sw), ((th - sh) // 2, (tw - sw) // 2)
-    if mode == "crop":
+    if mode == ResizeMode.CROP:
         return (sh, sw), (-((sh - th) // 2), -((sw - tw) // 2))
     return (sh, sw), (0, 0)
 
 
-def resize(arr: np.ndarray, target: tuple[int, int], mode: str = "stretch") -> np.ndarray:
+def resize(arr: np.ndarray, target: tuple[int, int], mode: str = ResizeMode.STRETCH) -> np.ndarray:
     """(D, H, W, C) -> (D, th, tw, C); pad fills with the image minimum, crop is centred."""
     depth, height, width, channels = arr.shape
     if (height, width) == tuple(target):
@@ -89,12 +104,12 @@ def resize(arr: np.ndarray, target: tuple[int, int], mode: str = "stretch") -> n
         for c in range(channels):
             scaled[d, :, :, c] = _resize_plane(arr[d, :, :, c], (sh, sw))
     th, tw = target
-    if mode == "pad":
+    if mode == ResizeMode.PAD:
         fill = float(arr.min()) if arr.size else 0.0
         out = np.full((depth, th, tw, channels), fill, dtype=np.float32)
         top, left = (th - sh) // 2, (tw - sw) // 2
         out[:, top:top + sh, left:left + sw, :] = scaled
-    elif mode == "crop":
+    elif mode == ResizeMode.CROP:
         top, left = (sh - th) // 2, (sw - tw) // 2
         out = scaled[:, top:top + th, left:left + tw, :]
     else:
@@ -102,7 +117,7 @@ def resize(arr: np.ndarray, target: tuple[int, int], mode: str = "stretch") -> n
     return np.ascontiguousarray(_cast_like(out, arr.dtype))
 
 
-def resize_nearest(arr: np.ndarray, target: tuple[int, int], mode: str = "stretch") -> np.ndarray:
+def resize_nearest(arr: np.ndarray, target: tuple[int, int], mode: str = ResizeMode.STRETCH) -> np.ndarray:
     """``resize`` for a mask: nearest neighbour (class indices never blend), on the same placement
     (``placement``), a pad filled with 0 (background)."""
     depth, height, width, channels = arr.shape
@@ -126,9 +141,9 @@ def resize_nearest(arr: np.ndarray, target: tuple[int, int], mode: str = "stretc
 
 def convert_channels(arr: np.ndarray, channels: str) -> np.ndarray:
     """'keep', '1' (RGB -> BT.601 luma) or '3' (gray repeated)."""
-    if channels == "keep" or arr.shape[-1] == int(channels):
+    if channels == Channels.KEEP or arr.shape[-1] == int(channels):
         return arr
-    if channels == "1":
+    if channels == Channels.ONE:
         luma = np.tensordot(arr[..., :3].astype(np.float64), _LUMA, axes=([-1], [0]))[..., None]
         return np.ascontiguousarray(_cast_like(luma, arr.dtype))
     return np.ascontiguousarray(np.repeat(arr[..., :1], 3, axis=-1))

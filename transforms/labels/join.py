@@ -10,13 +10,21 @@ from typing import Iterable, Optional, Union
 
 from dcm2tfrecord.dataset.names import BadName, check_component as check_split_name
 from dcm2tfrecord.dataset import reasons
-from dcm2tfrecord.transforms.labels.table import LabelRow, dir_label, exact_key
+from dcm2tfrecord.dataset.choices import StrEnum
+from dcm2tfrecord.transforms.labels.table import LabelKey, LabelKeyCase, LabelRow, dir_label, exact_key
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.values import ProbedRecord
 
 # A labelled record, or why it has none: one Outcome per input file it is made of (a
 # --unit series volume is made of its slices, each counted as an input).
 Result = Union[ProbedRecord, tuple[Outcome, ...]]
+
+
+class MissingLabel(StrEnum):
+    """``--missing_label``: a record without a usable label (:func:`missing`)."""
+    SKIP = "skip"
+    ERROR = "error"             # counted as failed
+    UNLABELED = "unlabeled"     # written with the label -1
 
 
 def _not_labelled(record: ProbedRecord, status: str, reason: str, message: str) -> tuple[Outcome, ...]:
@@ -29,20 +37,20 @@ def _not_labelled(record: ProbedRecord, status: str, reason: str, message: str) 
 
 def join_key(record: ProbedRecord, label_key: str) -> str:
     """The value of ``--label_key`` for a record: its path under the --input root, or a raw UID."""
-    if label_key == "path":
+    if label_key == LabelKey.PATH:
         return record.source.rel_path
     ids = record.ids
     if ids is None:
         return ""
-    return {"sop_instance_uid": ids.sop_uid, "series_instance_uid": ids.series_uid,
-            "study_instance_uid": ids.study_uid, "patient_id": ids.patient_id}[label_key]
+    return {LabelKey.SOP_INSTANCE_UID: ids.sop_uid, LabelKey.SERIES_INSTANCE_UID: ids.series_uid,
+            LabelKey.STUDY_INSTANCE_UID: ids.study_uid, LabelKey.PATIENT_ID: ids.patient_id}[LabelKey(label_key)]
 
 
 def missing(record: ProbedRecord, settings, space, why: str) -> Result:
     """A record without a usable label, as --missing_label says: unlabeled (-1), skipped or failed."""
-    if settings.missing_label == "unlabeled":
+    if settings.missing_label == MissingLabel.UNLABELED:
         return dataclasses.replace(record, label=space.unlabeled())
-    status = reasons.SKIPPED if settings.missing_label == "skip" else reasons.FAILED
+    status = reasons.SKIPPED if settings.missing_label == MissingLabel.SKIP else reasons.FAILED
     return _not_labelled(record, status, reasons.MISSING_LABEL, why)
 
 
@@ -81,7 +89,7 @@ def match_rows(rows: Iterable[LabelRow], records: Iterable[ProbedRecord],
     ``near`` of :func:`unmatched`), to be counted as unmatched_label_row
     (transforms.labels.unmatched): no row is lost without a line.
     """
-    fold = settings.label_key_case == "fold"
+    fold = settings.label_key_case == LabelKeyCase.FOLD
     rows = sorted(rows, key=lambda r: r.line)
     records = list(records)
     by_exact = {exact_key(r.key, fold): r for r in rows}
@@ -114,7 +122,7 @@ def unmatched(row: LabelRow, settings, near: bool = False) -> Outcome:
     shown: errors.jsonl names inputs on purpose, for the operator. ``near``: records whose
     key differs from the row's only by blanks around it exist (matched elsewhere or
     ambiguous)."""
-    if settings.label_key == "path":      # a path, as errors.jsonl names input files
+    if settings.label_key == LabelKey.PATH:      # a path, as errors.jsonl names input files
         key = row.key if len(row.key) <= 200 else row.key[:200] + "..."
         what = f"no converted file under an --input root is {key!r}"
     else:                                  # a patient id or UID is not repeated here
@@ -148,7 +156,7 @@ def slice_keys(record: ProbedRecord, label_key: str) -> tuple[str, ...]:
     """With ``--label_key path``, the paths of a volume's slices other than its first (the
     volume is labelled by its first slice's row, :func:`join_key`): a row naming one of
     them labels a slice of a converted volume, not nothing."""
-    if label_key != "path" or not record.members:
+    if label_key != LabelKey.PATH or not record.members:
         return ()
     return tuple(m.rel_path for m in record.members if m.rel_path != record.source.rel_path)
 
@@ -157,7 +165,7 @@ def rows_of_slices(left: list[tuple[LabelRow, bool]], slices: Iterable[str],
                    settings) -> tuple[list[LabelRow], list[tuple[LabelRow, bool]]]:
     """Of the rows the join left over (:func:`match_rows`), those whose exact key is a
     volume's other slice (``slices``, their paths), and the rest, still unmatched."""
-    fold = settings.label_key_case == "fold"
+    fold = settings.label_key_case == LabelKeyCase.FOLD
     keys = {exact_key(path, fold) for path in slices}
     used = [row for row, _ in left if exact_key(row.key, fold) in keys]
     return used, [(row, near) for row, near in left if exact_key(row.key, fold) not in keys]

@@ -13,6 +13,7 @@ from dcm2tfrecord.transforms.labels import join
 from dcm2tfrecord.transforms.labels import table as labels_lib
 from dcm2tfrecord.transforms.labels import unmatched as unmatched_lib
 from dcm2tfrecord.transforms.beam_files import install_beam_storage
+from dcm2tfrecord.transforms.labels.table import LabelKeyCase
 from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.splits.steps import group_of
 from dcm2tfrecord.transforms.sources.match import uri_key
@@ -39,7 +40,7 @@ def _read_label_rows(uri: str, bits: bytes, settings: ConversionSettings):
     go on as (loose key, row) without a shuffle."""
     import array
     install_beam_storage()      # a worker's step: the unmatched rows' part file through Beam's FileSystems
-    fold = settings.label_key_case == "fold"
+    fold = settings.label_key_case == LabelKeyCase.FOLD
     hashes = array.array("Q")
     raw, items = _parse(uri, settings)
     with raw:
@@ -104,7 +105,7 @@ def _rows_that_may_label(keyed, bits: bytes, settings: ConversionSettings):
     that key, else the row is unmatched: certainly no record has it (the filter has no
     false negatives)."""
     row = keyed[1]
-    key = uri_key(labels_lib.loose_key(row.key, settings.label_key_case == "fold"))
+    key = uri_key(labels_lib.loose_key(row.key, settings.label_key_case == LabelKeyCase.FOLD))
     if key in labels_lib.KeyFilter(bits):
         yield key, row
     else:
@@ -145,7 +146,7 @@ def _first_row_of_key(keyed, settings: ConversionSettings):
 
 def _slice_keys(record, settings: ConversionSettings):
     """A --unit series volume -> (loose key, its split group) for each of its other slices."""
-    fold = settings.label_key_case == "fold"
+    fold = settings.label_key_case == LabelKeyCase.FOLD
     paths = join.slice_keys(record, settings.label_key)
     if paths:
         group = group_of(record, settings)
@@ -160,7 +161,7 @@ def _match_labels(keyed, settings: ConversionSettings):
     slices = grouped["slices"]
     if slices and left:     # rows of a volume's other slices label it: not unmatched
         used, left = join.rows_of_slices(left, [path for path, _ in slices], settings)
-        fold = settings.label_key_case == "fold"
+        fold = settings.label_key_case == LabelKeyCase.FOLD
         group_of_path = {labels_lib.exact_key(path, fold): group for path, group in slices}
         for row in used:
             split = join.slice_split(row, settings)
@@ -210,7 +211,7 @@ class AttachLabels(beam.PTransform):
             none = records.pipeline | "NoUnmatchedRows" >> beam.Create([])
             no_slices = records.pipeline | "NoSliceSplits" >> beam.Create([])
             return out.records, out[OUTCOMES], space, none, no_slices
-        fold = settings.label_key_case == "fold"
+        fold = settings.label_key_case == LabelKeyCase.FOLD
         keyed_records = records | "KeyByLabelKey" >> beam.Map(
             lambda r: (uri_key(labels_lib.loose_key(join.join_key(r, settings.label_key), fold)), r))
         slice_keys = records | "KeyOtherSlicesByLabelKey" >> beam.FlatMap(_slice_keys, settings)

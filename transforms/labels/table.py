@@ -13,10 +13,26 @@ import unicodedata
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.errors import OptionError
 from dcm2tfrecord.dataset.results import Outcome
 
-LABEL_KEYS = ("path", "sop_instance_uid", "series_instance_uid", "study_instance_uid", "patient_id")
+
+class LabelKey(StrEnum):
+    """``--label_key``: the CSV column joined to records (path: relative to the --input root)."""
+    PATH = "path"
+    SOP_INSTANCE_UID = "sop_instance_uid"
+    SERIES_INSTANCE_UID = "series_instance_uid"
+    STUDY_INSTANCE_UID = "study_instance_uid"
+    PATIENT_ID = "patient_id"
+
+
+class LabelKeyCase(StrEnum):
+    """``--label_key_case``: keys match as written (:func:`exact_key`), or ignoring case."""
+    EXACT = "exact"
+    FOLD = "fold"
+
+
 MAX_CLASSES = 100_000
 MULTI_SEPARATOR = "|"
 

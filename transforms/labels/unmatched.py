@@ -26,7 +26,7 @@ from dcm2tfrecord.dataset.names import UNMATCHED_ROWS_NAME, incomplete_name
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.dataset.storage import FileSystems
 from dcm2tfrecord.transforms.labels.join import unmatched
-from dcm2tfrecord.transforms.labels.table import LabelRow
+from dcm2tfrecord.transforms.labels.table import LabelKey, LabelRow
 
 SAMPLE = 100      # unmatched rows written to errors.jsonl (the first, by line); all are in the file
 
@@ -48,7 +48,7 @@ def row_line(row: LabelRow, settings) -> str:
     """One line of the unmatched-rows file: the CSV line and, where the key is a path (as
     errors.jsonl names input files), the key; a patient id or UID is not repeated."""
     item: dict = {"line": row.line}
-    if settings.label_key == "path":
+    if settings.label_key == LabelKey.PATH:
         item["key"] = row.key
     return json.dumps(item, ensure_ascii=False, sort_keys=True) + "\n"
 

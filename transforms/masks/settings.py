@@ -1,7 +1,7 @@
 """The mask settings as one frozen value, ``MaskSettings``, whose absence is the only "masks off", and the mask choices.
 
 ``--class_map`` turns masks on; with it come ``--mask_layout``, ``--missing_mask`` and the
-NIfTI pairings ``--mask_pattern`` or ``--mask_column``. ``pipeline/option_table.py``'s
+NIfTI pairings ``--mask_pattern`` or ``--mask_column``. ``pipeline/options/table.py``'s
 ``settings()`` builds one ``MaskSettings`` of them (the class map read and checked with the
 other options, before any work) and puts it on ``DecodeSettings.masks``; without
 ``--class_map`` that field is None, and every step asks ``settings.masks is None`` and nothing
@@ -10,28 +10,14 @@ else. The choices are ``StrEnum``s: they equal, print and record as the same str
 from __future__ import annotations
 
 import dataclasses
-import enum
-import sys
 from typing import TYPE_CHECKING, Optional
 
 from dcm2tfrecord.dataset import masks as mask_format
+from dcm2tfrecord.dataset.choices import StrEnum
 
 if TYPE_CHECKING:
     from dcm2tfrecord.transforms.masks.classes import ClassMap
     from dcm2tfrecord.transforms.masks.pairing import MaskPattern
-
-if sys.version_info >= (3, 11):
-    from enum import StrEnum
-else:   # the converter supports 3.10 (setup.py): enum.StrEnum as 3.11 defines it
-    class StrEnum(str, enum.Enum):
-        """Members are strings, and print and format as their value."""
-
-        def __str__(self) -> str:
-            return str.__str__(self)
-
-        def __format__(self, spec: str) -> str:
-            return str.__format__(str(self), spec)
-
 
 class MaskLayout(StrEnum):
     """``--mask_layout``: how a record's mask holds its classes (dataset/masks.py owns the dtype and

@@ -22,6 +22,7 @@ from dcm2tfrecord.transforms.images import raster
 from dcm2tfrecord.transforms.nifti import read as nifti
 from dcm2tfrecord.dataset import png, reasons
 from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
+from dcm2tfrecord.transforms.dicom.spec import DicomValues
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.sources.read import open_source
 from dcm2tfrecord.dataset.features import SOURCE_PATH, RecordKind, serialize_record_parts
@@ -38,7 +39,7 @@ def decode_record(record: ProbedRecord, fileobj: BinaryIO,
     nifti_spec: Optional[nifti.NiftiSpec] = None
     header = None                       # the parsed DICOM header, where the decode parsed one
     if isinstance(native, native_dicom.NativePixels) and record.kind == RecordKind.DICOM and not record.members \
-            and settings.dicom_values == "modality":
+            and settings.dicom_values == DicomValues.MODALITY:
         pixels = native_dicom.decode_native(native_dicom.file_bytes(fileobj), native, record.frame)
         metadata = native_dicom.unpack_metadata(native.metadata, dicom_metadata.metadata_keys(settings))
     elif record.kind == RecordKind.DICOM:
@@ -199,7 +200,7 @@ def _paired_mask(record: ProbedRecord, image: object, shape: tuple, opener: Call
 
 def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: DecodeSettings,
                        mask: Optional[np.ndarray] = None):
-    if settings.channels != "keep":
+    if settings.channels != geometry.Channels.KEEP:
         pixels = geometry.convert_channels(pixels, settings.channels)
     if mask is not None and settings.resize is not None:
         mask = geometry.resize_nearest(mask, settings.resize, settings.resize_mode)

@@ -11,6 +11,7 @@ from pydicom.uid import DeflatedExplicitVRLittleEndian
 from typing import BinaryIO, Callable, Optional
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.errors import Dcm2TfrecordError
 from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.dicom import diffusion as dicom_diffusion
@@ -38,6 +39,11 @@ _SOP_INSTANCE_UID = 0x00080018
 _UID_MAX_BYTES = 64
 
 
+class Frames(StrEnum):
+    """``--frames``: a multi-frame DICOM file as one record with depth = frames, or one record
+    per frame (:func:`expand_frames`)."""
+    STACK = "stack"
+    SPLIT = "split"
 
 
 def _identifiers(ds) -> Identifiers:
@@ -147,9 +153,9 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
     if spec.depth * spec.height * spec.width <= max_pixels:   # else too_many_pixels says it
         integrity.check_frames_fit(ds, fileobj, transfer_syntax(ds))
     stacks = () if not functional_groups.present(ds) else functional_groups.split_stack(ds) \
-        if settings.frames == "split" else functional_groups.plan_stacks(ds)
+        if settings.frames == Frames.SPLIT else functional_groups.plan_stacks(ds)
     native = None
-    if raw_pixels is not None and settings.dicom_values == "modality" and not stacks:
+    if raw_pixels is not None and settings.dicom_values == dicom_spec.DicomValues.MODALITY and not stacks:
         native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size, layout)
     return spec, _identifiers(ds), _slice_info(ds, layout), native, stacks, uid_end
 

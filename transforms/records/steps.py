@@ -7,6 +7,7 @@ import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.counters import OUTCOMES, count, count_outcome
 from dcm2tfrecord.transforms.errors import ConversionError
@@ -95,6 +96,13 @@ def _keep_first_sop(keyed):
     for outcome in skipped:
         count_outcome(outcome)
         yield TaggedOutput(OUTCOMES, outcome)
+
+
+class Duplicates(StrEnum):
+    """``--duplicates``: files sharing a SOPInstanceUID, the first by sorted uri kept
+    (:class:`DropDuplicates`), or all converted."""
+    SKIP = "skip"
+    KEEP = "keep"
 
 
 class DropDuplicates(beam.PTransform):

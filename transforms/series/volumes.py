@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.hashing import record_id
@@ -38,8 +39,24 @@ _POSITION_TOLERANCE = 1e-3   # mm: slices closer along the normal share a positi
 # volume_key names that must agree across one volume's slices (trigger times jitter from
 # slice to slice; acquisition numbers may count slices): the others only order a position's slices
 _DEFINING = ("temporal", "echo", "echo_time", "b", "gradient")
-_SPLIT = "split"
-_STACK = "stack"
+
+
+class Unit(StrEnum):
+    """``--unit``: one record per file, or one volume per SeriesInstanceUID (this module)."""
+    FILE = "file"
+    SERIES = "series"
+
+
+class SeriesGaps(StrEnum):
+    """``--series_gaps``: slices not evenly spaced fail, or each evenly spaced run is a volume."""
+    FAIL = "fail"
+    SPLIT = "split"
+
+
+class Series4d(StrEnum):
+    """``--series_4d``: a 4-D series as a record per volume, or one record of every volume."""
+    SPLIT = "split"
+    STACK = "stack"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +111,7 @@ def _orientation_groups(slices: Sequence[ProbedRecord], gaps: str) -> list[list[
         else:
             groups.append((orientation, [record]))
     ordered = sorted((members for _, members in groups), key=lambda m: (-len(m), min(map(_name, m))))
-    if len(ordered) == 1 or gaps == _SPLIT:
+    if len(ordered) == 1 or gaps == SeriesGaps.SPLIT:
         return ordered
     main, others = ordered[0], [r for group in ordered[1:] for r in group]
     main_orientation = [round(v, 4) for v in _info(main[0]).orientation]
@@ -218,7 +235,7 @@ def _multi_slice_volumes(group: list[ProbedRecord], four_d: str) -> list[Volume]
     count = len(ordered)
     if count == 1:
         return [Volume((ordered[0],))]
-    if four_d == _STACK:
+    if four_d == Series4d.STACK:
         first = np.asarray(_info(ordered[0]).position, float)
         moved = [r for r in ordered if np.linalg.norm(np.asarray(_info(r).position) - first) > _POSITION_TOLERANCE]
         if moved:
@@ -262,7 +279,8 @@ def _gap_error(clusters: list[list[ProbedRecord]], distances: np.ndarray,
                            f"{spacing:.2f} mm apart (tolerance {tolerance:.2f} mm){advice}")
 
 
-def plan_volumes(slices: Sequence[ProbedRecord], gaps: str = "fail", four_d: str = _SPLIT) -> list[Volume]:
+def plan_volumes(slices: Sequence[ProbedRecord], gaps: str = SeriesGaps.FAIL,
+                 four_d: str = Series4d.SPLIT) -> list[Volume]:
     """The volumes of one series of single-frame (or mosaic) files, each its slices in order."""
     _check_shapes(slices)
     slices = sorted(slices, key=lambda s: (s.source.rel_path, s.source.uri))   # not GroupByKey's order
@@ -287,14 +305,14 @@ def plan_volumes(slices: Sequence[ProbedRecord], gaps: str = "fail", four_d: str
         clusters, distances = _positions_and_volumes(group)
         first = [_info(c[0]).position for c in clusters]
         runs = patient_space.even_runs(first)
-        if len(runs) > 1 and gaps != _SPLIT:
+        if len(runs) > 1 and gaps != SeriesGaps.SPLIT:
             raise _gap_error(clusters, distances, runs)
         pieces += [(clusters[start:stop], distances[start:stop]) for start, stop in runs]
     for run, (clusters, distances) in enumerate(pieces):
         volumes = len(clusters[0])
         spacing = float((distances[-1] - distances[0]) / (len(distances) - 1)) if len(distances) > 1 else 0.0
         head = [f"run={run}"] if len(pieces) > 1 else []
-        if volumes > 1 and four_d == _SPLIT:
+        if volumes > 1 and four_d == Series4d.SPLIT:
             out += [Volume(tuple(c[v] for c in clusters), " ".join(head + [f"volume={v}"]), spacing, volumes, v)
                     for v in range(volumes)]
         else:
@@ -334,8 +352,8 @@ def stacked_enhanced(stacks: Sequence[ProbedRecord], salt: str) -> ProbedRecord:
                                source_frames=0, volumes=len(ordered), volume_index=-1)
 
 
-def volume_records(series_key: str, slices: Sequence[ProbedRecord], salt: str, gaps: str = "fail",
-                   four_d: str = _SPLIT) -> list[ProbedRecord]:
+def volume_records(series_key: str, slices: Sequence[ProbedRecord], salt: str, gaps: str = SeriesGaps.FAIL,
+                   four_d: str = Series4d.SPLIT) -> list[ProbedRecord]:
     """The records of one series: its single-frame slices stacked into volumes (plan_volumes),
     or the stack records of the one Enhanced multi-frame file that makes the series, unchanged:
     its frames are ordered already (transforms.dicom.functional_groups). Several Enhanced files,
@@ -345,7 +363,7 @@ def volume_records(series_key: str, slices: Sequence[ProbedRecord], salt: str, g
         return [build_volume_record(series_key, v, salt) for v in plan_volumes(slices, gaps, four_d)]
     files = sorted({s.source.rel_path for s in slices})
     if len(enhanced) == len(slices) and len(files) == 1:
-        if four_d == _STACK and len(slices) > 1:
+        if four_d == Series4d.STACK and len(slices) > 1:
             return [stacked_enhanced(slices, salt)]
         return list(slices)
     raise ConversionError(reasons.SERIES_ENHANCED,

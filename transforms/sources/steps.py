@@ -42,7 +42,7 @@ class ExpandPatternFn(beam.DoFn):
     def __init__(self, storage_retry_s: float = 0.0, output_dir: str = ""):
         super().__init__()
         self.storage_retry_s = storage_retry_s
-        self.output_dir = output_dir     # where this worker marks that it started (pipeline.worker_start)
+        self.output_dir = output_dir     # where this worker marks that it started (pipeline.launch.worker_start)
 
     def setup(self):
         install_beam_storage()      # the worker-started mark: Beam's FileSystems

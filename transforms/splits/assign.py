@@ -10,16 +10,26 @@ import hashlib
 import hmac
 from typing import Optional, Sequence
 
+from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.errors import OptionError
 from dcm2tfrecord.dataset.names import check_component as check_split_name
 from dcm2tfrecord.transforms.values import Identifiers
 
 _SPLIT_KEY = b"dcm2tfrecord/split/v1"
-SPLIT_BY = ("patient", "study", "series", "record")
-_FALLBACK = {"patient": ("patient_id", "study_uid", "series_uid"),
-             "study": ("study_uid", "series_uid"),
-             "series": ("series_uid",),
-             "record": ()}
+
+
+class SplitBy(StrEnum):
+    """``--split_by``: the group kept in one split (its key: :data:`_FALLBACK`)."""
+    PATIENT = "patient"
+    STUDY = "study"
+    SERIES = "series"
+    RECORD = "record"
+
+
+_FALLBACK = {SplitBy.PATIENT: ("patient_id", "study_uid", "series_uid"),
+             SplitBy.STUDY: ("study_uid", "series_uid"),
+             SplitBy.SERIES: ("series_uid",),
+             SplitBy.RECORD: ()}
 
 
 class SplitSpecError(OptionError, ValueError):
@@ -55,6 +65,11 @@ def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(pairs)
 
 
+def splits_text(pairs: Sequence[tuple[str, float]]) -> str:
+    """(name, fraction) pairs as ``--splits`` writes them: :func:`parse_splits` reads them back."""
+    return ",".join(f"{name}={fraction}" for name, fraction in pairs)
+
+
 def group_key(split_by: str, ids: Optional[Identifiers], record_id: str) -> str:
     """The key whose records must share a split.
 
@@ -62,7 +77,7 @@ def group_key(split_by: str, ids: Optional[Identifiers], record_id: str) -> str:
     without Patient ID is grouped by study), and finally to itself.
     """
     if ids is not None:
-        for field in _FALLBACK[split_by]:
+        for field in _FALLBACK[SplitBy(split_by)]:
             value = getattr(ids, field)
             if value:
                 return f"{field}:{value}"

@@ -117,7 +117,7 @@ def test_twelve_bit_lossy_jpeg_agrees_with_a_second_decoder():
 
 def test_resize_modes_and_channels():
     arr = np.arange(2 * 40 * 80 * 3, dtype=np.int16).reshape(2, 40, 80, 3)
-    for mode in geometry.RESIZE_MODES:
+    for mode in geometry.ResizeMode:
         out = geometry.resize(arr, (20, 20), mode)
         assert out.shape == (2, 20, 20, 3) and out.dtype == np.int16
     padded = geometry.resize(np.full((1, 40, 80, 1), 100, np.uint8), (20, 20), "pad")

@@ -8,7 +8,7 @@ import tensorflow as tf
 from pydicom.uid import generate_uid
 
 from dcm2tfrecord import reader
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.usage import UsageError
 from tests.support import pydicom_test_files
 from tests.support import run_convert, write_png_archive
 

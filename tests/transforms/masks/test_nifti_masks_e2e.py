@@ -300,7 +300,7 @@ def test_masks_named_by_a_csv_column(tmp_path):
     (dict(mask_column="masks", labels="CSV"), "column(s) masks not in its header"),
 ])
 def test_mask_pairing_options_are_refused_in_one_line(msd, tmp_path, options, says):
-    from dcm2tfrecord.pipeline.usage import UsageError
+    from dcm2tfrecord.pipeline.options.usage import UsageError
     root, _ = msd
     if options.get("labels") == "CSV":
         options["labels"] = str(tmp_path / "labels.csv")

@@ -25,8 +25,8 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from dcm2tfrecord.dataset.features import FORMAT, LABEL, SHAPE_FEATURES, RecordKind
-from dcm2tfrecord.pipeline.inspect_cmd import default_split, load_info
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.commands.inspect import default_split, load_info
+from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.transforms.images.display import display_image, text as _text
 from dcm2tfrecord.transforms.images.outlines import class_colour, class_regions, draw_outlines
 

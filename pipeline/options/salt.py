@@ -6,13 +6,13 @@ import os
 import secrets
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from dcm2tfrecord.pipeline.beam_args import IN_PROCESS_RUNNERS, is_dataflow, runner_name
-from dcm2tfrecord.pipeline.locations import absolute
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.launch.beam_args import IN_PROCESS_RUNNERS, is_dataflow, runner_name
+from dcm2tfrecord.pipeline.options.locations import absolute
+from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.transforms.settings import SaltFileError, read_salt_file, remember_salt
 
 if TYPE_CHECKING:
-    from dcm2tfrecord.pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.pipeline.options.table import ConvertOptions
 
 SALT_ENV = "DCM2TFRECORD_ID_SALT"
 RANDOM_SALT = secrets.token_hex(16)

@@ -7,9 +7,9 @@ import time
 from typing import Any, Sequence
 
 from dcm2tfrecord.pipeline import convert
-from dcm2tfrecord.pipeline.option_choices import Progress
-from dcm2tfrecord.pipeline.option_table import ConvertOptions
-from dcm2tfrecord.pipeline.sample_archive import build_sample_archive
+from dcm2tfrecord.pipeline.options.choices import Progress
+from dcm2tfrecord.pipeline.options.table import ConvertOptions
+from dcm2tfrecord.pipeline.commands.sample_archive import build_sample_archive
 
 
 def read_back(dataset_dir: str) -> dict:

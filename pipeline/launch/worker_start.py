@@ -43,7 +43,7 @@ def worker_start_timeout_s(environ: Optional[dict] = None) -> float:
     except ValueError:
         value = -1.0
     if not value > 0:
-        from dcm2tfrecord.pipeline.usage import UsageError
+        from dcm2tfrecord.pipeline.options.usage import UsageError
         raise UsageError(f"${WORKER_START_TIMEOUT_ENV}={raw!r}: give a number of seconds above 0")
     return value
 

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.dataset.manifest import ManifestError, read_manifest
 from dcm2tfrecord.dataset.names import MANIFEST_NAME, parse_version
 from dcm2tfrecord.dataset import versions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.usage import UsageError
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 # Runners that run the job inside this process: the graph never leaves it, so the salt

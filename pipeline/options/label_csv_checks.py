@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dcm2tfrecord.pipeline.locations import absolute
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.locations import absolute
+from dcm2tfrecord.pipeline.options.usage import UsageError
 
 if TYPE_CHECKING:
-    from dcm2tfrecord.pipeline.option_table import ConvertOptions
+    from dcm2tfrecord.pipeline.options.table import ConvertOptions
 
 
 def check_label_csv(opts: "ConvertOptions") -> None:

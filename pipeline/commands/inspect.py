@@ -14,7 +14,7 @@ from typing import Mapping, Optional, Sequence
 from dcm2tfrecord.dataset.features import DTYPE, LABEL
 from dcm2tfrecord.dataset.manifest import Manifest, NewerFormatError, SplitEntry
 from dcm2tfrecord.dataset.names import ERRORS_NAME
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.usage import UsageError
 
 MB = 1 << 20
 SHARDS_LISTED = 20

@@ -5,25 +5,25 @@ any work: each broken one a UsageError naming the option and the fix.
 ``parse_convert`` for the command line (whose ``main`` then calls
 ``convert.run_checked``), by ``convert.run`` for library callers. A choice
 outside its enum never gets this far (argparse's type, or ConvertOptions
-itself, turns it into its enum member or refuses it)."""
+itself, turns it into its enum member or refuses it), nor does a --window, --resize or
+--splits that does not parse (ConvertOptions parses them once, when it is made)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Sequence
 
 from dcm2tfrecord.dataset.file_adapters import level_refusal
-from dcm2tfrecord.pipeline.label_csv_checks import check_label_csv
-from dcm2tfrecord.pipeline.salt import RANDOM_SALT, SALT_ENV, check_salt_stays_out_of_the_job
-from dcm2tfrecord.pipeline.usage import UsageError
-from dcm2tfrecord.transforms.dicom.voi import parse_window
-from dcm2tfrecord.transforms.images.geometry import parse_resize
+from dcm2tfrecord.pipeline.options.label_csv_checks import check_label_csv
+from dcm2tfrecord.pipeline.options.table import OPTIONS, ConvertOptions
+from dcm2tfrecord.pipeline.options.salt import RANDOM_SALT, SALT_ENV, check_salt_stays_out_of_the_job
+from dcm2tfrecord.pipeline.options.usage import UsageError
+from dcm2tfrecord.transforms.dicom.spec import DicomValues
+from dcm2tfrecord.transforms.labels.table import LabelKey
 from dcm2tfrecord.transforms.masks.pairing import PatternError, parse_mask_pattern
-from dcm2tfrecord.transforms.splits.assign import SplitSpecError, parse_splits
-
-if TYPE_CHECKING:
-    from dcm2tfrecord.pipeline.option_table import ConvertOptions
+from dcm2tfrecord.transforms.records.probe import Frames
+from dcm2tfrecord.transforms.series.volumes import Unit
 
 
-def check_options(opts: "ConvertOptions", beam_args: Sequence[str]) -> None:
+def check_options(opts: ConvertOptions, beam_args: Sequence[str]) -> None:
     """Every rule, and that the salt stays out of a job that leaves this process."""
     if opts.output is None:    # the command line requires --output; a library caller may leave it out
         raise UsageError("--output is required: the dataset directory, local or gs://")
@@ -31,7 +31,7 @@ def check_options(opts: "ConvertOptions", beam_args: Sequence[str]) -> None:
     check_salt_stays_out_of_the_job(opts, beam_args)
 
 
-def validate(opts: "ConvertOptions") -> None:
+def validate(opts: ConvertOptions) -> None:
     for name in ("min_shard_mb", "target_shard_mb", "max_shard_mb"):
         if not getattr(opts, name) > 0:
             raise UsageError(f"--{name} {getattr(opts, name):g} must be > 0 (megabytes)")
@@ -52,10 +52,6 @@ def validate(opts: "ConvertOptions") -> None:
         raise UsageError("--min_shards must be >= 1")
     if opts.gcs_retry_s <= 0:
         raise UsageError(f"--gcs_retry_s {opts.gcs_retry_s} must be > 0 (seconds)")
-    try:
-        parse_splits(opts.splits)
-    except SplitSpecError as exc:
-        raise UsageError(str(exc)) from None
     if opts.incremental and opts.overwrite:
         raise UsageError("--incremental and --overwrite exclude each other: --incremental adds a "
                          "version and keeps the earlier ones (roll back with 'dcm2tfrecord rollback')")
@@ -70,27 +66,17 @@ def validate(opts: "ConvertOptions") -> None:
         raise UsageError("--multi_label needs --labels")
     if opts.labels:
         check_label_csv(opts)
-    if opts.window:
-        try:
-            parse_window(opts.window)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    if opts.resize:
-        try:
-            parse_resize(opts.resize)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    if opts.unit == "series" and opts.frames == "split":
+    if opts.unit == Unit.SERIES and opts.frames == Frames.SPLIT:
         raise UsageError("--unit series and --frames split exclude each other")
     check_mask_pairing(opts)
-    for flag, choice, default in (("mask_layout", opts.mask_layout, "label_map"),
-                                  ("missing_mask", opts.missing_mask, "skip")):
-        if not opts.class_map and choice != default:
-            raise UsageError(f"--{flag} {choice} needs --class_map (the mapping that makes masks)")
-    for flag, value, default in (("series_gaps", opts.series_gaps, "fail"), ("series_4d", opts.series_4d, "split")):
-        if opts.unit != "series" and value != default:
-            raise UsageError(f"--{flag} {value} needs --unit series (it says how a series' slices become volumes)")
-    if opts.window and opts.dicom_values != "window":
+    for flag in ("mask_layout", "missing_mask"):
+        if not opts.class_map and getattr(opts, flag) != _default(flag):
+            raise UsageError(f"--{flag} {getattr(opts, flag)} needs --class_map (the mapping that makes masks)")
+    for flag in ("series_gaps", "series_4d"):
+        if opts.unit != Unit.SERIES and getattr(opts, flag) != _default(flag):
+            raise UsageError(f"--{flag} {getattr(opts, flag)} needs --unit series (it says how a series' slices "
+                             "become volumes)")
+    if opts.window and opts.dicom_values != DicomValues.WINDOW:
         raise UsageError("--window needs --dicom_values window")
     if opts.id_salt and opts.id_salt_file:
         raise UsageError("--id_salt and --id_salt_file exclude each other; give the salt one way")
@@ -100,7 +86,12 @@ def validate(opts: "ConvertOptions") -> None:
                          "--allow_random_salt")
 
 
-def check_mask_pairing(opts: "ConvertOptions") -> None:
+def _default(name: str) -> Any:
+    """The default of option ``name``, from the option table (its one owner)."""
+    return next(o.default_value for o in OPTIONS if o.name == name)
+
+
+def check_mask_pairing(opts: ConvertOptions) -> None:
     """--class_map's masks: SEG and RTSTRUCT files joined to series (--unit series), or NIfTI
     masks paired with NIfTI images by --mask_pattern or --mask_column (either unit: a NIfTI is a
     volume record whatever --unit says)."""
@@ -112,7 +103,7 @@ def check_mask_pairing(opts: "ConvertOptions") -> None:
                          f"'kidney: [\"1\"]')")
     if opts.mask_column and not opts.labels:
         raise UsageError("--mask_column needs --labels (the CSV that holds the column)")
-    if opts.mask_column and opts.label_key != "path":
+    if opts.mask_column and opts.label_key != LabelKey.PATH:
         raise UsageError(f"--mask_column needs --label_key path, not {opts.label_key}: a NIfTI image is "
                          f"joined to its row by its path")
     if opts.mask_pattern:

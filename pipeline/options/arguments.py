@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable, Sequence
 
-from dcm2tfrecord.pipeline.beam_args import check_runner, unknown_beam_args
-from dcm2tfrecord.pipeline.input_checks import check_inputs_exist, check_output_outside_inputs
-from dcm2tfrecord.pipeline.option_rules import check_options
-from dcm2tfrecord.pipeline.option_table import OPTIONS, ConvertOptions, Option
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.launch.beam_args import check_runner, unknown_beam_args
+from dcm2tfrecord.pipeline.options.input_checks import check_inputs_exist, check_output_outside_inputs
+from dcm2tfrecord.pipeline.options.rules import check_options
+from dcm2tfrecord.pipeline.options.table import OPTIONS, ConvertOptions, Option
+from dcm2tfrecord.pipeline.options.usage import UsageError
 
 
 def parse_flag(text: str) -> bool:
@@ -58,7 +58,7 @@ class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.Argum
 def _argparse_type(option: Option) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
-            return option.parse(text)
+            return option.from_text(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return parse
@@ -81,7 +81,7 @@ def add_convert_arguments(parser: argparse.ArgumentParser, required: bool = True
         else:
             kwargs["default"] = option.default_value
             if option.choices:
-                # the enum (pipeline.option_choices) refuses any other value; argparse's own check
+                # the enum (pipeline.options.choices) refuses any other value; argparse's own check
                 # of what it returns then always passes (choices listed for help and tools)
                 kwargs.update(type=_argparse_type(option), choices=option.choice_values)
             elif option.value_type in (int, float):

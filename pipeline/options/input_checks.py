@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from dcm2tfrecord.pipeline.locations import absolute
-from dcm2tfrecord.pipeline.usage import UsageError
+from dcm2tfrecord.pipeline.options.locations import absolute
+from dcm2tfrecord.pipeline.options.usage import UsageError
 
 
 def check_inputs_exist(patterns: Sequence[str]) -> None:
