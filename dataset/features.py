@@ -13,7 +13,6 @@ import numpy as np
 from dcm2tfrecord.dataset import png
 from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.example import encode_example_parts
-from dcm2tfrecord.dataset.choices import StrEnum
 
 FORMAT_VERSION = 1        # dataset.json's; a reader refuses a newer one (dataset/manifest.py)
 

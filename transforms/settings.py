@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 from dcm2tfrecord.dataset.errors import OptionError
 from dcm2tfrecord.dataset.features import PixelEncoding, RecordKind
-from dcm2tfrecord.dataset.file_adapters import DEFAULT_GZIP_LEVEL
+from dcm2tfrecord.dataset.file_adapters import DEFAULT_GZIP_LEVEL, Compression
 
 if TYPE_CHECKING:
     from dcm2tfrecord.transforms.dicom.spec import DicomValues
@@ -80,7 +80,7 @@ class ConversionSettings:
     bounds: ShardBounds
     max_pixels: int = DEFAULT_MAX_PIXELS
     seed: int = 0
-    compression: str = "none"          # or "gzip"
+    compression: Compression = Compression.NONE   # the container (dataset/file_adapters.py)
     gzip_level: int = DEFAULT_GZIP_LEVEL   # with "gzip": the deflate level, 1-9
     min_shards: int = 1
     labels_csv: Optional[str] = None
