@@ -347,7 +347,8 @@ def read_unchanged(source: SourceFile, opener: Callable[[str], BinaryIO]) -> io.
     except ConversionError as exc:
         if _is_a_directory(exc):
             raise ConversionError(reasons.CHANGED_DURING_RUN,
-                                  "a file when probed, a directory now: the file was replaced during the run; convert again") from exc
+                                  "a file when probed, a directory now: the file was replaced during the run; "
+                                  "convert again") from exc
         raise
     if len(data) != source.size:
         now = f"more than {source.size}" if len(data) > source.size else str(len(data))
