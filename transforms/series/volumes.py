@@ -16,9 +16,13 @@ fails with a reason instead of being stacked silently (docs/DICOM.md,
   planned on its own;
 - slices repeating a position are the volumes of a 4-D series when their
   temporal position, trigger time, acquisition number, echo, b-value or gradient
-  tell them apart (SliceInfo.volume_key): ``--series_4d split`` makes a record of
-  each volume, ``stack`` one record of all of them; otherwise they fail as
-  series_duplicate_position.
+  tell them apart (SliceInfo.volume_key), or, where the series has several
+  positions, their Instance Numbers: ``--series_4d split`` makes a record of
+  each volume, ``stack`` one record of all of them; otherwise (slices at a
+  series' only position told apart by Instance Number alone included) they fail
+  as series_duplicate_position;
+- a position beyond what a record's float32 geometry holds (1e300 mm) fails the
+  series as invalid_value, once copies of one slice there are told as repeated.
 """
 from __future__ import annotations
 
