@@ -80,7 +80,8 @@ DOCUMENTED = {
     DUPLICATE: "same SOPInstanceUID as another file; the first by sorted uri is kept (skipped)",
     CHANGED_DURING_RUN: "the file's size or modification time changed between probe and write, or its first "
                         "64 KiB (and at least its SOP Instance UID) are not the bytes it was probed from: "
-                        "replaced by another file of the same size and time (rsync -a, cp -p); convert again",
+                        "replaced by another file of the same size and time (rsync -a, cp -p), or a directory "
+                        "now; convert again",
     DECODE_TIMEOUT: "decoding took longer than --decode_timeout_s",
     UNREADABLE: "the file could not be read (permissions, I/O error, vanished)",
     INVALID_DICOM: "named or sniffed as DICOM but the header does not parse",

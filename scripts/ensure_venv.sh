@@ -1,6 +1,22 @@
 # Sourced by run_local.sh / run_tests.sh: creates .venv and installs the project
 # into it when setup.py changed since the last install (a stamp file records it).
 # Usage: ensure_venv [extras]   e.g. ensure_venv test
+
+# Runs one pip command with its output kept off the screen (setuptools' pages of
+# editable-install deprecation warnings say nothing to a user); shown whole, with the
+# exit status, only when the command fails.
+_pip_quietly() {
+  local log status=0
+  log="$(mktemp)"
+  "$@" >"$log" 2>&1 || status=$?
+  if [ "$status" -ne 0 ]; then
+    cat "$log" >&2
+    echo "failed (exit $status): $*" >&2
+  fi
+  rm -f "$log"
+  return "$status"
+}
+
 ensure_venv() {
   local extras="${1:-}"
   local root
@@ -15,15 +31,15 @@ ensure_venv() {
     "$python" -m venv "$venv"
   fi
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
+    _pip_quietly "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
     local spec="$root"
     [ -n "$extras" ] && spec="$root[$extras]"
     # the converter requires dcm2tfrecord-reader (the format and the reader) by direct
     # reference to reader_dist/ (setup.py), so pip never looks for it on an index; then the
     # reader made editable over that copy (pip refuses -e reader_dist and the direct
     # reference in one resolve), so edits to dataset/ and reader/ count at once
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    _pip_quietly "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+    _pip_quietly "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
       -e "$root/reader_dist"
     echo "$want" > "$stamp"
   fi

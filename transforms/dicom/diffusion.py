@@ -52,6 +52,7 @@ import struct
 from typing import Optional
 
 from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.dicom import quiet
 from dcm2tfrecord.transforms.errors import ConversionError
 
 
@@ -198,7 +199,7 @@ def standard_values(bvalue, gradient, directionality=None) -> Optional[Diffusion
 
 def _siemens_csa(ds) -> tuple[Optional[float], Optional[list[float]]]:
     """(B_value, DiffusionGradientDirection) of the CSA Image Header, None for each it lacks."""
-    from nibabel.nicom import csareader
+    csareader = quiet.csareader()
     try:
         csa = csareader.get_csa_header(_dataset(ds))
         if csa is None:

@@ -403,28 +403,30 @@ def _order(frames: list[int], attrs: list[dict], what: str) -> tuple[tuple[int, 
     return tuple(frames), 0.0
 
 
-def check_positions(attrs: Sequence[dict]) -> None:
+def check_positions(attrs: Sequence[dict], frames: Optional[Sequence[int]] = None) -> None:
     """Raises INVALID_VALUE for a frame whose Image Position (Patient) is given but is not three
     finite numbers (a NaN, an infinity, two values): such a frame lies nowhere, and would
-    otherwise be taken for one without a position."""
-    for n, frame in enumerate(attrs):
+    otherwise be taken for one without a position. ``frames``: the file's indices of ``attrs``
+    (default: all the file's frames, in order), so the message names the file's frame."""
+    for n, frame in zip(range(len(attrs)) if frames is None else frames, attrs):
         value = frame.get("ImagePositionPatient")
         if value is not None and not patient_space.floats(value, 3):
             try:
                 shown = str(value) if isinstance(value, (str, bytes)) else "\\".join(str(v) for v in value)
             except TypeError:       # one number
                 shown = str(value)
+            which = f"of frame {n + 1}" if frames is None else f"(the file's frame number {n + 1})"
             raise ConversionError(reasons.INVALID_VALUE,
-                                  f"Image Position (Patient) of frame {n + 1} is {shown[:80]!r}: not three "
+                                  f"Image Position (Patient) {which} is {shown[:80]!r}: not three "
                                   f"finite numbers")
 
 
 def split_stack(ds) -> tuple[Stack, ...]:
     """The file as --frames split plans it: its frames as stored, one stack, no order found
     (each frame is a record of its own; frames that cannot be ordered or are unevenly spaced
-    convert). Positions are checked as plan_stacks checks them."""
+    convert). Positions are not checked here but frame by frame (record_metadata): a frame of
+    a NaN position fails alone, the file's other frames are written."""
     attrs = frame_attributes(ds)
-    check_positions(attrs)
     return (Stack(index=0, label="", frames=tuple(range(len(attrs)))),)
 
 
@@ -523,6 +525,7 @@ def record_metadata(metadata: dict, ds, frames: Sequence[int], windows: Sequence
     """
     attrs = frame_attributes(ds)
     chosen = [attrs[i] for i in frames]
+    check_positions(chosen, frames)         # a --frames split frame's own (a stack's: at probe)
     out = dict(metadata)
     for keyword, name in (("RescaleSlope", "rescale_slope"), ("RescaleIntercept", "rescale_intercept"),
                           ("PixelSpacing", "pixel_spacing"), ("SliceThickness", "slice_thickness"),

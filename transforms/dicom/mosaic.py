@@ -25,7 +25,7 @@ import numpy as np
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom.elements import int_value
-from dcm2tfrecord.transforms.dicom import patient_space
+from dcm2tfrecord.transforms.dicom import patient_space, quiet
 from dcm2tfrecord.transforms.dicom.needed import HeaderValues
 from dcm2tfrecord.transforms.errors import ConversionError
 
@@ -80,7 +80,7 @@ def _invalid(message: str) -> ConversionError:
 
 
 def _csa_header(ds) -> dict:
-    from nibabel.nicom import csareader
+    csareader = quiet.csareader()
     dataset = ds.ds if isinstance(ds, HeaderValues) else ds
     try:
         with warnings.catch_warnings():
@@ -108,7 +108,7 @@ def _floats(ds, keyword: str, count: int) -> Optional[np.ndarray]:
 
 
 def _slice_normal(ds, csa: dict) -> tuple[float, ...]:
-    from nibabel.nicom import csareader
+    csareader = quiet.csareader()
     try:
         csa_normal = csareader.get_slice_normal(csa)
         csa_vector = None if csa_normal is None else np.array([float(v) for v in csa_normal])
@@ -154,7 +154,7 @@ def mosaic_layout(ds) -> Optional[Mosaic]:
     """
     if not maybe_mosaic(ds):
         return None
-    from nibabel.nicom import csareader
+    csareader = quiet.csareader()
     csa = _csa_header(ds)
     try:
         images = csareader.get_n_mosaic(csa)

@@ -22,6 +22,9 @@ cosines) by Spacing Between Slices, else Slice Thickness, else 1 mm: nibabel's
 rule for one slice. Without Image Orientation, Image Position and Pixel
 Spacing (a radiograph, a secondary capture) the three features are empty.
 
+The features are float32: geometry that float32 cannot hold (a position of 1e300 mm, a step
+that overflows) is ConversionError(invalid_value), never a record of an infinite affine.
+
 Pure functions of numbers: no header is read here (transforms.dicom.metadata
 reads the header; transforms.series.volumes orders the slices).
 """
@@ -31,6 +34,9 @@ import math
 from typing import Optional, Sequence
 
 import numpy as np
+
+from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.transforms.errors import ConversionError
 
 POSITION = "dicom/image_position_patient"
 ORIENTATION = "dicom/image_orientation_patient"
@@ -136,16 +142,37 @@ def single_slice_spacing(spacing_between, thickness) -> float:
     return 1.0
 
 
-def _vector(values) -> np.ndarray:
-    return np.asarray(values, dtype=np.float32).reshape(-1)
+_FEATURE_NAMES = {POSITION: "Image Position (Patient)", ORIENTATION: "Image Orientation (Patient)",
+                  AFFINE: "the affine"}
+
+
+def _vector(values, feature: str = AFFINE) -> np.ndarray:
+    """``values`` as the float32 a geometry feature holds; ConversionError(invalid_value) when one
+    is not finite there: a position of 1e300 mm is a float64 but past float32's 3.4e38, and a
+    record whose geometry is +-inf places nothing (an overflow is refused, never printed)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.asarray(values, dtype=np.float32).reshape(-1)
+    if not np.isfinite(out).all():
+        raise ConversionError(reasons.INVALID_VALUE,
+                              f"{_FEATURE_NAMES.get(feature, feature)} is not finite as a record holds it "
+                              f"(float32, at most {float(np.finfo(np.float32).max):.3g} mm): coordinates of "
+                              f"{_largest(values):.3g} give the record no place in the patient")
+    return out
+
+
+def _largest(values) -> float:
+    with np.errstate(over="ignore", invalid="ignore"):
+        flat = np.abs(np.asarray(values, dtype=np.float64).reshape(-1))
+    finite = flat[np.isfinite(flat)]
+    return float(finite.max()) if len(finite) == len(flat) and len(flat) else float("inf")
 
 
 def features(orientation: Sequence[float], positions: Sequence[Sequence[float]],
              pixel_spacing: Sequence[float], single_spacing: float = 1.0) -> dict:
     """The three geometry features of a record; each empty when unknown."""
     matrix = affine(orientation, positions, pixel_spacing, single_spacing)
-    return {POSITION: _vector([x for p in positions for x in p]),
-            ORIENTATION: _vector(orientation if len(orientation) == 6 else ()),
+    return {POSITION: _vector([x for p in positions for x in p], POSITION),
+            ORIENTATION: _vector(orientation if len(orientation) == 6 else (), ORIENTATION),
             AFFINE: _vector(matrix if matrix is not None else [])}
 
 
@@ -157,8 +184,8 @@ def from_affine(matrix: np.ndarray, depth: int) -> dict:
     matrix = np.asarray(matrix, dtype=np.float64).reshape(4, 4)
     positions = [(matrix @ np.array([k, 0.0, 0.0, 1.0]))[:3] for k in range(depth)]
     row, col = _unit(matrix[:3, 2].tolist()), _unit(matrix[:3, 1].tolist())
-    return {POSITION: _vector([x for p in positions for x in p]),
-            ORIENTATION: _vector(row + col if row is not None and col is not None else ()),
+    return {POSITION: _vector([x for p in positions for x in p], POSITION),
+            ORIENTATION: _vector(row + col if row is not None and col is not None else (), ORIENTATION),
             AFFINE: _vector(matrix)}
 
 
@@ -179,7 +206,7 @@ def resized(features: dict, size: tuple[int, int], scaled: tuple[int, int], offs
     out[AFFINE] = _vector(matrix @ change)
     if len(positions):
         shift = cy * matrix[:3, 1] + cx * matrix[:3, 2]
-        out[POSITION] = _vector(positions + shift)
+        out[POSITION] = _vector(positions + shift, POSITION)
     return out
 
 

@@ -29,7 +29,8 @@ Pure functions: nibabel parses the header; no Beam. Bad input raises ConversionE
 short ``truncated_file``; a header that is no NIfTI (sizeof_hdr, magic, dims, datatype code,
 quaternion) ``invalid_nifti``; a valid NIfTI no record holds (complex voxels, 5-D and up, a
 ``.hdr`` of a ``.hdr/.img`` pair) ``unsupported_nifti``; more voxels than ``max_pixels``
-``too_many_pixels``; no voxels, or a non-finite intercept or affine, ``invalid_value``.
+``too_many_pixels``; no voxels, a non-finite intercept or affine, or a slope and intercept that
+scale a finite voxel to a value the record's dtype does not hold (+-inf), ``invalid_value``.
 """
 from __future__ import annotations
 
@@ -372,10 +373,20 @@ def _scaled(raw: np.ndarray, spec: NiftiSpec) -> np.ndarray:
         out *= int(spec.slope)
         out += int(spec.inter)
         return out.astype(dtype, copy=False)
-    out = raw.astype(np.float64)
-    out *= spec.slope
-    out += spec.inter
-    return out.astype(dtype, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):       # refused below, never printed
+        out = raw.astype(np.float64)
+        out *= spec.slope
+        out += spec.inter
+        out = out.astype(dtype, copy=False)
+    overflowed = ~np.isfinite(out)
+    if raw.dtype.kind == "f":
+        overflowed &= np.isfinite(raw)          # a NaN or inf stored is the file's own value, kept
+    if overflowed.any():
+        raise ConversionError(reasons.INVALID_VALUE,
+                              f"scl_slope {spec.slope:g} and scl_inter {spec.inter:g} scale "
+                              f"{int(np.count_nonzero(overflowed))} voxels past the {dtype} range (to +-inf "
+                              f"or NaN): the scaled values are not numbers a record can hold")
+    return out
 
 
 def read(source: Source, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[NiftiSpec, np.ndarray]:

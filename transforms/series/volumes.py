@@ -16,9 +16,13 @@ fails with a reason instead of being stacked silently (docs/DICOM.md,
   planned on its own;
 - slices repeating a position are the volumes of a 4-D series when their
   temporal position, trigger time, acquisition number, echo, b-value or gradient
-  tell them apart (SliceInfo.volume_key): ``--series_4d split`` makes a record of
-  each volume, ``stack`` one record of all of them; otherwise they fail as
-  series_duplicate_position.
+  tell them apart (SliceInfo.volume_key), or, where the series has several
+  positions, their Instance Numbers: ``--series_4d split`` makes a record of
+  each volume, ``stack`` one record of all of them; otherwise (slices at a
+  series' only position told apart by Instance Number alone included) they fail
+  as series_duplicate_position;
+- a position beyond what a record's float32 geometry holds (1e300 mm) fails the
+  series as invalid_value, once copies of one slice there are told as repeated.
 """
 from __future__ import annotations
 
@@ -146,16 +150,27 @@ def _defining(record: ProbedRecord) -> tuple:
     return tuple((n, v) for n, v in _info(record).volume_key if n in _DEFINING)
 
 
-def _volumes_at(cluster: list[ProbedRecord], distance: float) -> list[ProbedRecord]:
-    """One position's slices in acquisition order; raises when two cannot be told apart."""
+def _mm(distance: float) -> str:
+    """A distance along the normal as a message says it: 2 decimals, or 4 significant digits
+    where it is beyond any patient (a hostile 1e300)."""
+    return f"{distance:.2f}" if abs(distance) < 1e9 else f"{distance:.4g}"
+
+
+def _volumes_at(cluster: list[ProbedRecord], where: str, by_instance: bool = True) -> list[ProbedRecord]:
+    """One position's slices in acquisition order; raises when two cannot be told apart.
+    ``by_instance``: whether Instance Number alone may tell volumes apart (not when the series
+    has this one position: its slices are then copies of one slice, nothing says they are
+    volumes of a 4-D series)."""
     cluster.sort(key=_volume_sort_key)
-    keys = [(tuple(_info(r).volume_key), _info(r).instance) for r in cluster]
+    keys = [(tuple(_info(r).volume_key), _info(r).instance if by_instance else None) for r in cluster]
     if len(set(keys)) != len(keys):
         twins = [r for r, k in zip(cluster, keys) if keys.count(k) > 1][:2]
+        told = "Instance Number" if by_instance else \
+            "Instance Number (the series' only position: Instance Numbers alone make no 4-D series)"
         raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
                               f"repeated position: {_name(twins[0])} and {_name(twins[1])} both lie at "
-                              f"{distance:.2f} mm along the slice normal, and no temporal position, trigger "
-                              f"time, acquisition number, echo, b-value, gradient or Instance Number tells "
+                              f"{where}, and no temporal position, trigger "
+                              f"time, acquisition number, echo, b-value, gradient or {told} tells "
                               f"them apart as volumes of a 4-D series")
     return cluster
 
@@ -187,11 +202,33 @@ def _line_up(clusters: list[list[ProbedRecord]]) -> list[list[ProbedRecord]]:
     return clusters
 
 
+# the largest coordinate a record's geometry holds (float32: patient_space._vector)
+_MAX_COORDINATE = float(np.finfo(np.float32).max)
+
+
+def _check_placeable(group: list[ProbedRecord]) -> None:
+    """Raises when a slice's position lies beyond what a record's geometry holds (1e300 mm:
+    a float64, no float32), before any distance between positions is measured (which would
+    overflow): copies of one slice at one such position are series_duplicate_position, as
+    anywhere; any other series there is invalid_value."""
+    beyond = [r for r in group if not all(abs(v) <= _MAX_COORDINATE for v in _info(r).position)]
+    if not beyond:
+        return
+    position = _info(beyond[0]).position
+    if all(_info(r).position == position for r in group):
+        _volumes_at(list(group), f"Image Position (Patient) {list(position)}", by_instance=False)
+    raise ConversionError(reasons.INVALID_VALUE,
+                          f"Image Position (Patient) of {_name(beyond[0])} {list(position)} lies beyond what a "
+                          f"record's geometry holds (float32, at most {_MAX_COORDINATE:.3g} mm): the series has "
+                          f"no place in the patient")
+
+
 def _positions_and_volumes(group: list[ProbedRecord]) -> tuple[list[list[ProbedRecord]], np.ndarray]:
     """(the group's positions along the normal, each the list of its slices by volume; those
     distances). Raises series_duplicate_position when repeated positions are no 4-D series,
     series_missing_slices when a 4-D series' position lacks a volume."""
     normal = patient_space.normal(_info(group[0]).orientation)
+    _check_placeable(group)
     keyed = sorted(((float(np.dot(normal, _info(r).position)), r) for r in group),
                    key=lambda t: (t[0], t[1].source.rel_path))
     clusters: list[list[ProbedRecord]] = []
@@ -205,14 +242,15 @@ def _positions_and_volumes(group: list[ProbedRecord]) -> tuple[list[list[ProbedR
     sizes = [len(c) for c in clusters]
     if set(sizes) == {1}:
         return clusters, np.asarray(distances)
-    clusters = [_volumes_at(c, d) for c, d in zip(clusters, distances)]
+    clusters = [_volumes_at(c, f"{_mm(d)} mm along the slice normal", len(clusters) > 1)
+                for c, d in zip(clusters, distances)]
     if len(set(sizes)) > 1:
         common = max(set(sizes), key=lambda n: (sizes.count(n), n))
         odd, distance = next((c, d) for c, d in zip(clusters, distances) if len(c) != common)
         if common == 1:       # a slice again at a position of a 3-D series: a rescan, a copy
             raise ConversionError(reasons.SERIES_DUPLICATE_POSITION,
                                   f"repeated position: {' and '.join(_name(r) for r in odd[:3])} all lie at "
-                                  f"{distance:.2f} mm along the slice normal, where the series' other "
+                                  f"{_mm(distance)} mm along the slice normal, where the series' other "
                                   f"positions hold one slice each")
         raise ConversionError(reasons.SERIES_MISSING_SLICES,
                               f"a 4-D series with slices missing: the position {distance:.2f} mm along the slice "

@@ -323,14 +323,33 @@ def configure_storage_retry(seconds: float) -> None:
                 setattr(policy, attribute, float(seconds))
 
 
+def _is_a_directory(exc: BaseException | None) -> bool:
+    """Whether opening or reading failed because the path is a directory (EISDIR), at any
+    depth of the exception's causes."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, IsADirectoryError) or getattr(exc, "errno", None) == errno.EISDIR:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def read_unchanged(source: SourceFile, opener: Callable[[str], BinaryIO]) -> io.BytesIO:
     """The file's bytes; ConversionError(changed_during_run) if its size, mtime or
-    fingerprint (its head, the probe's) moved. Reads at most one byte more than it had."""
-    with open_checked(source.uri, opener) as handle:
-        try:
-            data = handle.read(source.size + 1)
-        except Exception as exc:
-            raise unreadable("read failed", exc) from exc
+    fingerprint (its head, the probe's) moved, or if it is a directory now (a file when
+    probed). Reads at most one byte more than it had."""
+    try:
+        with open_checked(source.uri, opener) as handle:
+            try:
+                data = handle.read(source.size + 1)
+            except Exception as exc:
+                raise unreadable("read failed", exc) from exc
+    except ConversionError as exc:
+        if _is_a_directory(exc):
+            raise ConversionError(reasons.CHANGED_DURING_RUN,
+                                  "a file when probed, a directory now: the file was replaced during the run; "
+                                  "convert again") from exc
+        raise
     if len(data) != source.size:
         now = f"more than {source.size}" if len(data) > source.size else str(len(data))
         raise ConversionError(reasons.CHANGED_DURING_RUN,

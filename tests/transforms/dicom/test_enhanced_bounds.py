@@ -185,17 +185,53 @@ def test_the_advice_for_frames_that_cannot_be_stacked_is_true(tmp_path, edit, re
     assert split["failed"] == {} and split["records"] == 4, split
 
 
-@pytest.mark.parametrize("frames", ["stack", "split"])
-@pytest.mark.parametrize("which", ["all", "one"])
-def test_a_nan_position_is_invalid_value_naming_the_attribute(tmp_path, frames, which):
+def _nan_positions(tmp_path, which: str) -> SourceFile:
     made = eo.enhanced_mr_4d(phases=1, slices=4, size=4)
     items = made.PerFrameFunctionalGroupsSequence
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for item in (items if which == "all" else items[2:3]):
             item.PlanePositionSequence[0].ImagePositionPatient = [math.nan, 0.0, 0.0]
-    source = _save(made, tmp_path / "nan.dcm")
+    os.makedirs(tmp_path / "in", exist_ok=True)
+    return _save(made, tmp_path / "in" / "nan.dcm")
+
+
+@pytest.mark.parametrize("which", ["all", "one"])
+def test_a_nan_position_is_invalid_value_naming_the_attribute(tmp_path, which):
+    source = _nan_positions(tmp_path, which)
     with pytest.raises(ConversionError) as caught:
-        probe_file(source, settings=DecodeSettings(id_salt=TEST_SALT, frames=frames))
+        probe_file(source, settings=DecodeSettings(id_salt=TEST_SALT, frames="stack"))
     assert caught.value.reason == reasons.INVALID_VALUE
     assert "Image Position (Patient) of frame" in str(caught.value) and "nan" in str(caught.value).lower()
+
+
+@pytest.mark.parametrize("which", ["all", "one"])
+def test_frames_split_writes_the_frames_that_lie_somewhere_and_fails_the_nan_ones(tmp_path, which):
+    """Issue 43, item 5: the docs advise --frames split for a file whose frames cannot be
+    ordered; a NaN position failed the whole file at probe, no frame written. Now each frame is
+    its own record: those with a position are written with their geometry, a frame whose
+    position is NaN fails alone (invalid_value, naming it), and the file counts as failed."""
+    import json
+
+    import numpy as np
+
+    from dcm2tfrecord import reader
+    source = _nan_positions(tmp_path, which)
+    settings = DecodeSettings(id_salt=TEST_SALT, frames="split")
+    records = expand_frames(probe_file(source, settings=settings), settings)
+    assert len(records) == 4                     # planned frame by frame, nothing refused at probe
+    with pytest.raises(ConversionError) as caught:
+        build_record(records[2], settings=settings)
+    assert caught.value.reason == reasons.INVALID_VALUE and "frame number 3)" in str(caught.value), str(caught.value)
+    summary = run_convert(tmp_path / "in", tmp_path / "out", frames="split", allow_empty=True, **OPTIONS)
+    assert summary["failed"] == {reasons.INVALID_VALUE: 1}, summary
+    assert summary["records"] == (0 if which == "all" else 3), summary
+    [line] = [json.loads(x) for x in open(tmp_path / "out" / "errors.jsonl")]
+    assert line["reason"] == reasons.INVALID_VALUE and "Image Position (Patient) (the file's frame number" \
+        in line["message"], line["message"]
+    if which == "one":                           # record ids count frames from 0 (path#frame=2)
+        assert "1 of 4 frames did not convert (frame 2), 3 written" in line["message"], line["message"]
+        got = reader.RandomAccess(str(tmp_path / "out"), "train")
+        for i in range(len(got)):
+            assert np.isfinite(got[i]["dicom/affine"]).all() and got[i]["dicom/affine"].size == 16
+            assert got[i]["dicom/image_position_patient"].size == 3

@@ -106,3 +106,22 @@ def test_a_resized_record_says_where_its_own_voxels_lie(resize, mode, to_old):
     for j, i in [(0, 0), (resize[0] - 1, resize[1] - 1), (3, 7)]:
         np.testing.assert_allclose(new @ [0, j, i, 1], old @ [0, *to_old(j, i), 1], atol=1e-3)
     np.testing.assert_allclose(resized[patient_space.POSITION], (new @ [0, 0, 0, 1])[:3], atol=1e-3)
+
+
+@pytest.mark.parametrize("positions", [[(0.0, 0.0, 1e300)], [(1e308, -1e308, 1e308)],
+                                       [(0.0, 0.0, -3e38), (0.0, 0.0, 3e38)]])   # the step overflows
+def test_geometry_a_record_cannot_hold_is_refused_as_invalid_value_quietly(positions):
+    """Issue 43, item 4: positions of 1e300 gave records an infinite affine (and printed numpy's
+    overflow warning)."""
+    import warnings
+
+    from dcm2tfrecord.dataset import reasons
+    from dcm2tfrecord.transforms.errors import ConversionError
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ConversionError) as caught:
+            patient_space.features((1.0, 0.0, 0.0, 0.0, 1.0, 0.0), positions, (0.7, 0.9))
+    assert caught.value.reason == reasons.INVALID_VALUE and "not finite" in str(caught.value)
+    # the largest position a record holds still gives one
+    held = patient_space.features((1.0, 0.0, 0.0, 0.0, 1.0, 0.0), [(0.0, 0.0, 3e38)], (0.7, 0.9))
+    assert np.isfinite(held[patient_space.AFFINE]).all()

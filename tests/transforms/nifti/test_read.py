@@ -434,3 +434,42 @@ def test_probe_reads_the_header_only(tmp_path):
     read_all = _Counting(_bytes(path))
     nifti.read_volume(read_all)
     assert read_all.furthest == len(_bytes(path))
+
+
+@pytest.mark.parametrize("stored,value,slope,inter", [
+    ("int16", 100, 1e38, 0.0),         # 100 x 1e38 is past float32's 3.4e38: +-inf
+    ("int16", -100, 1e38, 0.0),        # -inf
+    ("uint8", 100, 3e38, 0.0),
+    ("float64", 1e300, 1e38, 0.0),     # past float64 itself (a float64 record)
+    ("int16", 100, 1e37, 3e38),        # slope and intercept together
+])
+def test_a_scaling_that_overflows_to_infinity_is_refused_quietly(tmp_path, stored, value, slope, inter):
+    """Issue 43, item 4: scl_slope 1e38 wrote records of +-inf pixels; now invalid_value, no
+    numpy warning printed."""
+    raw = np.full((5, 6, 7), value, dtype=stored)
+    raw[0, 0, 0] = 0
+    header = nib.Nifti1Header()
+    header.set_sform(OBLIQUE, code=1)
+    header["scl_slope"], header["scl_inter"] = slope, inter
+    path = _raw_file(tmp_path / "overflow.nii", raw, header)
+    assert nifti.probe(path).scaled             # the header alone does not tell: the voxels do
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # numpy's "overflow encountered" would raise here
+        error = _reason(nifti.read, path)
+    assert error.reason == reasons.INVALID_VALUE and "scl_slope" in str(error), str(error)
+
+
+def test_a_large_slope_that_stays_finite_and_stored_nans_are_kept(tmp_path):
+    raw = np.zeros((5, 6, 7), dtype="int16")
+    raw[1, 2, 3] = 3
+    header = nib.Nifti1Header()
+    header.set_sform(OBLIQUE, code=1)
+    header["scl_slope"], header["scl_inter"] = 1e38, 0.0
+    _, pixels = nifti.read(_raw_file(tmp_path / "finite.nii", raw, header))
+    assert np.isfinite(pixels).all() and pixels.max() == np.float32(3e38)
+    floats = np.ones((5, 6, 7), dtype="float32")
+    floats[0, 0, 0] = np.nan                     # the file's own NaN (a masked-out voxel): not ours to refuse
+    header["scl_slope"], header["scl_inter"] = 2.0, 1.0
+    _, pixels = nifti.read(_raw_file(tmp_path / "nan.nii", floats, header))
+    assert np.isnan(pixels[0, 0, 0, 0]) and np.count_nonzero(np.isnan(pixels)) == 1 and pixels[1, 1, 1, 0] == 3.0

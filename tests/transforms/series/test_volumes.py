@@ -225,3 +225,39 @@ def test_multi_slice_files_at_different_places_are_never_stacked_as_one_volume()
     with pytest.raises(ConversionError) as info:
         volumes.plan_volumes(mosaics, four_d="stack")
     assert info.value.reason == reasons.SERIES_UNEVEN_SPACING and "t1.dcm" in str(info.value)
+
+
+@pytest.mark.parametrize("z", [5.0, 1e300, 1.7e308])
+@pytest.mark.parametrize("instances", [False, True])
+def test_copies_of_one_slice_at_one_position_are_a_duplicate_position_wherever_it_lies(z, instances):
+    """Issue 43, item 4: three slices at one position (1e300 mm, or any) told apart by nothing but
+    Instance Number were three one-slice volumes of a '4-D series'; a series of one position has
+    no volumes to repeat."""
+    import warnings
+    slices = [_slice(f"s{n}.dcm", z, orientation=(0.6, 0.8, 0.0, 0.0, 0.0, 1.0), xy=(z, -z),
+                     instance=n + 1 if instances else None) for n in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")         # no overflow warning on the way
+        with pytest.raises(ConversionError) as info:
+            volumes.plan_volumes(slices, gaps="split")
+    assert info.value.reason == reasons.SERIES_DUPLICATE_POSITION, str(info.value)
+    assert "s0.dcm" in str(info.value) and "s1.dcm" in str(info.value) and len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize("zs", [[1e300, 2e300, 3e300], [0.0, 1.0, 1e300], [-1.7e308, 0.0, 1.7e308]])
+def test_a_series_at_positions_no_record_holds_is_invalid_value(zs):
+    import warnings
+    slices = [_slice(f"s{n}.dcm", z, instance=n + 1) for n, z in enumerate(zs)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for gaps in ("fail", "split"):
+            with pytest.raises(ConversionError) as info:
+                volumes.plan_volumes(slices, gaps=gaps)
+            assert info.value.reason == reasons.INVALID_VALUE and "Image Position (Patient)" in str(info.value)
+
+
+def test_volumes_at_one_position_are_still_told_apart_by_what_defines_a_volume():
+    # a 2-D cine: one position, its phases told apart by trigger time (not Instance Number alone)
+    slices = [_slice(f"t{n}.dcm", 5.0, key=(("trigger", 40.0 * n),), instance=n + 1) for n in range(3)]
+    split = volumes.plan_volumes(slices)
+    assert [_names(v) for v in split] == [["t0.dcm"], ["t1.dcm"], ["t2.dcm"]]
