@@ -35,7 +35,7 @@ from dcm2tfrecord.transforms.records.probe import probe_file
 from dcm2tfrecord.transforms.records.steps import DropDuplicates
 from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings, ShardBounds
 from dcm2tfrecord.transforms.splits.steps import CountGroups, with_split
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 
 DEFAULT_SLICE = "benchmarks/.cache/ct_vendor_2000MB_s0_v1/patient_000/series_000/slice_00000.dcm"
 

@@ -38,7 +38,7 @@ from pydicom.uid import ExplicitVRLittleEndian, generate_uid  # noqa: E402
 from dcm2tfrecord.transforms.records.build import build_record  # noqa: E402
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file  # noqa: E402
 from dcm2tfrecord.transforms.settings import DecodeSettings  # noqa: E402
-from dcm2tfrecord.transforms.values import SourceFile  # noqa: E402
+from dcm2tfrecord.transforms.record_model import SourceFile  # noqa: E402
 
 CASES = ("stack", "split", "plain", "temporal")
 SIZE = 4

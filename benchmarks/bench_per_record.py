@@ -26,7 +26,7 @@ from benchmarks.archives import ct_archive, ct_vendor_archive  # noqa: E402
 from dcm2tfrecord.transforms.records.build import build_record, decode_record  # noqa: E402
 from dcm2tfrecord.dataset.features import serialize_record  # noqa: E402
 from dcm2tfrecord.transforms.records.probe import probe_file  # noqa: E402
-from dcm2tfrecord.transforms.values import SourceFile  # noqa: E402
+from dcm2tfrecord.transforms.record_model import SourceFile  # noqa: E402
 from dcm2tfrecord.transforms.settings import DecodeSettings  # noqa: E402
 
 

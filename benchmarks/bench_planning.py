@@ -67,7 +67,7 @@ from dcm2tfrecord.transforms.counters import NAMESPACE                          
 from dcm2tfrecord.transforms.planning.shards import PLANNED_BYTES, PLANNING_BUCKETS, planning_entry  # noqa: E402
 from dcm2tfrecord.transforms.planning.steps import BUCKET_RECORDS, PlanShards, bucket_key  # noqa: E402
 from dcm2tfrecord.transforms.hashing import record_id                                  # noqa: E402
-from dcm2tfrecord.transforms.values import (Identifiers, ImageSpec, ProbedRecord,   # noqa: E402
+from dcm2tfrecord.transforms.record_model import (Identifiers, ImageSpec, ProbedRecord,   # noqa: E402
                                ShardPlan, SourceFile)
 from dcm2tfrecord.dataset.results import ShardResult                                   # noqa: E402
 from dcm2tfrecord.transforms.planning.shards import bucket_starts                           # noqa: E402
@@ -170,7 +170,7 @@ def with_ids(record: ProbedRecord, i: int) -> ProbedRecord:
     root = "1.2.826.0.1.3680043.8.498."
     extra = {}
     if "slice_info" in {f.name for f in dataclasses.fields(ProbedRecord)}:
-        from dcm2tfrecord.transforms.values import SliceInfo
+        from dcm2tfrecord.transforms.record_model import SliceInfo
         extra["slice_info"] = SliceInfo(orientation=(1.0, 0.0, 0.0, 0.0, 1.0, 0.0),
                                         position=(-249.51171875, -249.51171875, -0.625 * (i % 200)),
                                         instance=i % 200 + 1, pixel_spacing=(0.9765625, 0.9765625))

@@ -20,7 +20,7 @@ keeps the builtin base callers rely on (``ValueError``, ``OSError``,
     ├── InputError           an input file that cannot be converted
     │     ConversionError (transforms.errors)
     ├── ConversionFailed     (pipeline.convert) a run that refused to commit
-    └── NotNeededError       (transforms.dicom.needed) a programming error of the probe
+    └── NotNeededError       (transforms.dicom.record_elements) a programming error of the probe
 
 ``from dcm2tfrecord.dataset import Dcm2TfrecordError`` and ``from dcm2tfrecord.reader
 import Dcm2TfrecordError`` are the same class.

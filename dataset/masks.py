@@ -7,7 +7,7 @@ A ``--class_map`` record holds ``mask_raw``: ``[depth, height, width, mask_chann
 - ``label_map``: one channel of class indices (0 background), uint8, uint16 past 255 classes;
 - ``binary``: one uint8 channel of 0/1 per class.
 
-The writer (transforms/masks/classes.Canvas), the reader (reader/schema.py), TFDS's metadata
+The writer (transforms/masks/classes.Canvas), the reader (reader/layout.py), TFDS's metadata
 (dataset/tfds_metadata.py) and ``verify`` (dataset/verify_records.py) all ask this module;
 none restates the rule. The layout names are spelled here, as the format records them;
 transforms/masks' ``MaskLayout`` choice takes its values from these.

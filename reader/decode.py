@@ -18,8 +18,8 @@ from dcm2tfrecord.reader.tfquiet import tf
 
 from dcm2tfrecord.dataset.features import DTYPE, IMAGE_RAW, LABEL, MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES
 from dcm2tfrecord.dataset.manifest import Manifest
-from dcm2tfrecord.reader.layout import Layout, parse_spec
-from dcm2tfrecord.reader.schema import mask_classes, mask_dtype
+from dcm2tfrecord.reader.parse_spec import parse_spec
+from dcm2tfrecord.reader.layout import Layout, mask_classes, mask_dtype
 
 # decode_raw has no unsigned 32/64-bit output: decode the signed type of the
 # same width and reinterpret the bits.

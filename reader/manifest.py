@@ -21,8 +21,8 @@ from dcm2tfrecord.dataset.file_adapters import FileAdapter
 from dcm2tfrecord.dataset.manifest import Manifest, SplitEntry, missing_manifest, parse_json
 from dcm2tfrecord.dataset.versions import locate_dataset
 from dcm2tfrecord.reader import splits
-from dcm2tfrecord.reader.layout import Layout, label_spec, split_layout
-from dcm2tfrecord.reader.schema import MASK_FEATURES, mask_classes, mask_dtype
+from dcm2tfrecord.reader.parse_spec import label_spec
+from dcm2tfrecord.reader.layout import MASK_FEATURES, Layout, mask_classes, mask_dtype, split_layout
 from dcm2tfrecord.reader.sharding import ReadPlan, plan_reads
 
 

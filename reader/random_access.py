@@ -36,7 +36,7 @@ from dcm2tfrecord.dataset.manifest import Manifest, missing_manifest, parse_mani
 from dcm2tfrecord.dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
 from dcm2tfrecord.dataset.versions import locate_dataset
 from dcm2tfrecord.reader import splits, storage
-from dcm2tfrecord.reader.schema import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
+from dcm2tfrecord.reader.layout import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
 
 __all__ = ["RandomAccess", "CorruptRecordError", "CorruptIndexError"]
 

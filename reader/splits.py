@@ -23,7 +23,7 @@ import re
 from typing import Mapping, Optional, Sequence
 
 from dcm2tfrecord.dataset.manifest import Manifest, SplitEntry
-from dcm2tfrecord.reader.schema import split_layout
+from dcm2tfrecord.reader.layout import split_layout
 
 FORMS = ("train", "train[:10%]", "train[10%:20%]", "train[-1000:]", "train[100:200]",
          "train+validation", "train[:50%]+validation[:10]")

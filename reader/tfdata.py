@@ -31,7 +31,7 @@ from dcm2tfrecord.reader import splits
 from dcm2tfrecord.reader.decode import batch_parser, conversion
 from dcm2tfrecord.reader.manifest import DatasetInfo, info
 from dcm2tfrecord.reader.options import ReadOptions
-from dcm2tfrecord.reader.schema import require_masks
+from dcm2tfrecord.reader.layout import require_masks
 from dcm2tfrecord.reader.schedule import Order
 from dcm2tfrecord.reader.sharding import ALL, BY_RECORD, ReadPlan, logger
 

@@ -15,7 +15,7 @@ from dcm2tfrecord.pipeline.commands.sample_archive import pydicom_test_files
 from dcm2tfrecord.transforms.records.build import build_record
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import probe_file
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from dcm2tfrecord.transforms.settings import DecodeSettings
 
 _NOT_DICOM = {".txt", ".json", ".icc", ".dump", ".gz", ".py"}

@@ -92,7 +92,7 @@ def test_every_product_exception_class_derives_from_the_base():
     ("dcm2tfrecord.transforms.errors", "StorageOutage", StorageError, None),
     ("dcm2tfrecord.transforms.errors", "ConversionError", InputError, None),
     ("dcm2tfrecord.pipeline.convert", "ConversionFailed", Dcm2TfrecordError, None),
-    ("dcm2tfrecord.transforms.dicom.needed", "NotNeededError", Dcm2TfrecordError, LookupError),
+    ("dcm2tfrecord.transforms.dicom.record_elements", "NotNeededError", Dcm2TfrecordError, LookupError),
 ])
 def test_each_class_keeps_its_builtin_base_and_joins_its_group(module, name, group, builtin):
     cls = getattr(importlib.import_module(module), name)

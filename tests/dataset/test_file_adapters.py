@@ -135,7 +135,7 @@ def test_the_converters_writer_writes_a_registered_container_through_its_target(
     import io
     from dcm2tfrecord.transforms.output.write import write_shard
     from dcm2tfrecord.transforms.records.probe import probe_file
-    from dcm2tfrecord.transforms.values import ShardPlan, SourceFile
+    from dcm2tfrecord.transforms.record_model import ShardPlan, SourceFile
     paths = write_png_archive(tmp_path / "archive", 3, 8, 8, channels=1)
     probed = tuple(probe_file(SourceFile(p, os.path.basename(p), os.path.getsize(p), os.path.getmtime(p)))
                    for p in paths)

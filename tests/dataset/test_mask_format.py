@@ -7,7 +7,7 @@ import pytest
 
 from dcm2tfrecord.dataset import masks
 from dcm2tfrecord.dataset.manifest import Manifest
-from dcm2tfrecord.reader import schema
+from dcm2tfrecord.reader import layout as reader_layout
 
 
 @pytest.mark.parametrize("classes,label_map,binary", [(1, "uint8", "uint8"), (255, "uint8", "uint8"),
@@ -34,7 +34,7 @@ def _manifest(classes: int) -> Manifest:
 @pytest.mark.parametrize("classes", [1, 255, 256])
 def test_the_reader_and_the_writer_follow_the_rule(classes):
     from dcm2tfrecord.transforms.masks.classes import Canvas
-    assert schema.mask_dtype(_manifest(classes)) == masks.read_dtype(classes)
+    assert reader_layout.mask_dtype(_manifest(classes)) == masks.read_dtype(classes)
     for layout in masks.LAYOUTS:
         drawn = Canvas((1, 2, 2), classes, layout).array
         assert drawn.dtype == np.dtype(masks.mask_dtype(layout, classes))

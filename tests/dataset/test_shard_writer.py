@@ -21,7 +21,7 @@ from dcm2tfrecord.dataset.tfrecord import parse_index
 from dcm2tfrecord.transforms.output.write import write_shard
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.records.probe import probe_file
-from dcm2tfrecord.transforms.values import ShardPlan, SourceFile
+from dcm2tfrecord.transforms.record_model import ShardPlan, SourceFile
 from tests.support import write_png_archive
 
 

@@ -13,7 +13,7 @@ from tests.support import pydicom_test_files
 from tests.support import TEST_SALT, run_convert, write_png_archive
 from dcm2tfrecord.transforms.planning.shards import for_planning
 from dcm2tfrecord.transforms.records.probe import probe_file
-from dcm2tfrecord.transforms.values import ImageSpec, SourceFile
+from dcm2tfrecord.transforms.record_model import ImageSpec, SourceFile
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.sources.match import expand_pattern, survey_local
 
@@ -181,9 +181,9 @@ def test_enhanced_rescale_in_a_run(tmp_path):
 
 
 def test_flat_record_encoding_round_trips_every_field():
-    """ProbedRecord pickles as one flat tuple (transforms.values): every field comes back,
+    """ProbedRecord pickles as one flat tuple (transforms.record_model): every field comes back,
     nested parts included, whether or not the uri ends with rel_path, with or without ids."""
-    from dcm2tfrecord.transforms.values import Identifiers, ProbedRecord, SliceInfo, from_bytes, to_bytes
+    from dcm2tfrecord.transforms.record_model import Identifiers, ProbedRecord, SliceInfo, from_bytes, to_bytes
     ct = [r for r in _probed_slices() if r.source.rel_path == "CT_small.dcm"][0]
     assert ct.ids is not None and ct.slice_info is not None
     odd = SourceFile("/in/x.dcm", "elsewhere/x.dcm", 3, 2.5)
@@ -207,7 +207,7 @@ def test_flat_record_encoding_round_trips_every_field():
 
 def test_replaced_is_dataclasses_replace_for_records():
     import dataclasses
-    from dcm2tfrecord.transforms.values import replaced
+    from dcm2tfrecord.transforms.record_model import replaced
     ct = [r for r in _probed_slices() if r.source.rel_path == "CT_small.dcm"][0]
     fast, slow = replaced(ct, split="x", ids=None), dataclasses.replace(ct, split="x", ids=None)
     assert fast == slow and fast.__dict__ == slow.__dict__ and hash(fast) == hash(slow)
@@ -224,7 +224,7 @@ def test_drop_duplicates_groups_records_without_a_uid_by_their_own_file():
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
     from dcm2tfrecord.transforms.records.steps import DropDuplicates
-    from dcm2tfrecord.transforms.values import Identifiers, ProbedRecord
+    from dcm2tfrecord.transforms.record_model import Identifiers, ProbedRecord
 
     def rec(uri, sop, frame=None, kind="dicom"):
         return ProbedRecord(SourceFile(uri, uri.lstrip("/"), 1, 1.0), f"{uri}#{frame}", kind,

@@ -1,7 +1,7 @@
 """Fuzz inputs: seeds (pydicom's test files, generated PNG and JPEG), the mutations, a
 reproducible ``Case``, and the inputs fuzzing found (transforms/records/test_fuzz.py
 holds them to the contract; transforms/records/test_probe_equivalence.py and
-transforms/dicom/test_needed.py probe a derandomized corpus of them; tools/fuzz_long.py
+transforms/dicom/test_record_elements.py probe a derandomized corpus of them; tools/fuzz_long.py
 runs the same mutations for as long as asked)."""
 from __future__ import annotations
 

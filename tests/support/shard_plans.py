@@ -4,7 +4,7 @@ from dcm2tfrecord.transforms.hashing import ORDER_KEY_SPACE
 from dcm2tfrecord.transforms.planning.shards import (ORDER, PLANNED_BYTES, assign_entries, bucket_of_order,
                                                      bucket_starts, dense_index, entry_record, layout,
                                                      occupied_cuts, over_max, planning_entry)
-from dcm2tfrecord.transforms.values import ImageSpec, ProbedRecord, SourceFile
+from dcm2tfrecord.transforms.record_model import ImageSpec, ProbedRecord, SourceFile
 
 
 def _records(sizes):

@@ -12,7 +12,7 @@ from dcm2tfrecord.transforms.labels import join
 from dcm2tfrecord.transforms.labels.table import LabelRow, LabelSpaceAccumulator
 from dcm2tfrecord.transforms.output.commit import accounting_verdict, empty_verdict, failure_verdict, leak_verdict
 from dcm2tfrecord.dataset.results import Outcome
-from dcm2tfrecord.transforms.values import Identifiers, ImageSpec, ProbedRecord, SourceFile
+from dcm2tfrecord.transforms.record_model import Identifiers, ImageSpec, ProbedRecord, SourceFile
 
 
 def _record(rel: str, patient: str = "P1") -> ProbedRecord:

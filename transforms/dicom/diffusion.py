@@ -95,7 +95,7 @@ def vendor(ds) -> str:
 
 
 def _dataset(ds):
-    """The pydicom Dataset under a transforms.dicom.needed.HeaderValues, or ``ds``."""
+    """The pydicom Dataset under a transforms.dicom.record_elements.HeaderValues, or ``ds``."""
     inner = getattr(ds, "ds", None)
     return inner if inner is not None and hasattr(inner, "_dict") else ds
 

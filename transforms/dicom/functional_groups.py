@@ -95,7 +95,7 @@ _NUMBER_OF_FRAMES, _SOP_CLASS = 0x00280008, 0x00080016
 def check_frame_count(values: dict, per_frame_bytes: int = 0) -> None:
     """Raises TOO_MANY_FRAMES for an Enhanced file of more than MAX_FRAMES frames, or whose
     Per-frame Functional Groups Sequence takes ``per_frame_bytes`` > MAX_PER_FRAME_BYTES, from
-    ``values`` (int tag -> converted value: transforms.dicom.needed.convert_needed_elements',
+    ``values`` (int tag -> converted value: transforms.dicom.record_elements.convert_needed_elements',
     before it converts that sequence). A Segmentation, whose functional groups are not read,
     is not counted."""
     if str(values.get(_SOP_CLASS, "") or "").strip() in SEGMENTATION_CLASSES:

@@ -15,7 +15,7 @@ from pydicom.tag import BaseTag
 from pydicom.uid import ExplicitVRLittleEndian
 
 from dcm2tfrecord.transforms.dicom.content import PIXEL_DATA_TAG
-from dcm2tfrecord.transforms.dicom.needed import converted_element
+from dcm2tfrecord.transforms.dicom.record_elements import converted_element
 
 DEFER_BYTES = 2048       # values longer than this stay unread on disk
 _HEAD_BYTES = 64 << 10

@@ -1,5 +1,5 @@
 """A DICOM file's header, read for the probe: parsed (in memory where head_parse can,
-otherwise through integrity), checked, and its needed set converted (needed.py).
+otherwise through integrity), checked, and its needed set converted (record_elements.py).
 
 Pixel data is never read here: pydicom defers large values, so probing costs a
 header read even for a 1 GB multi-frame file.
@@ -16,7 +16,7 @@ from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import integrity
 from dcm2tfrecord.transforms.dicom.content import PIXEL_DATA_TAG
 from dcm2tfrecord.transforms.dicom.head_parse import DEFER_BYTES, parse_head
-from dcm2tfrecord.transforms.dicom.needed import HeaderValues, convert_needed_elements, needed_tags
+from dcm2tfrecord.transforms.dicom.record_elements import HeaderValues, convert_needed_elements, needed_tags
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 

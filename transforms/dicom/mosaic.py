@@ -26,7 +26,7 @@ import numpy as np
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom.elements import int_value
 from dcm2tfrecord.transforms.dicom import patient_space, quiet
-from dcm2tfrecord.transforms.dicom.needed import HeaderValues
+from dcm2tfrecord.transforms.dicom.record_elements import HeaderValues
 from dcm2tfrecord.transforms.errors import ConversionError
 
 Vector = tuple[float, float, float]

@@ -39,7 +39,7 @@ from dcm2tfrecord.transforms.dicom.mosaic import Mosaic, unmosaic
 from dcm2tfrecord.transforms.dicom.spec import DicomValues
 from dcm2tfrecord.transforms.dtypes import fit_range
 from dcm2tfrecord.transforms.errors import ConversionError
-from dcm2tfrecord.transforms.values import field_names
+from dcm2tfrecord.transforms.record_model import field_names
 
 EXPLICIT_LITTLE = uid.ExplicitVRLittleEndian
 IMPLICIT_LITTLE = uid.ImplicitVRLittleEndian

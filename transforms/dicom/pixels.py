@@ -29,13 +29,13 @@ from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import functional_groups, voi
 from dcm2tfrecord.transforms.dicom.integrity import check_native_length
 from dcm2tfrecord.transforms.dicom.mosaic import Mosaic, mosaic_layout, unmosaic
-from dcm2tfrecord.transforms.dicom.needed import convert_needed_elements
+from dcm2tfrecord.transforms.dicom.record_elements import convert_needed_elements
 from dcm2tfrecord.transforms.dicom.spec import DicomValues, image_spec
 from dcm2tfrecord.transforms.dicom.syntax import infer_transfer_syntax
 from dcm2tfrecord.transforms.dtypes import fit_integer_dtype
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.settings import DecodeSettings
-from dcm2tfrecord.transforms.values import ImageSpec
+from dcm2tfrecord.transforms.record_model import ImageSpec
 
 _JPEG_FAMILY = {uid.JPEGBaseline8Bit, uid.JPEGExtended12Bit, uid.JPEGLossless, uid.JPEGLosslessSV1}
 
@@ -369,7 +369,7 @@ def _parsed(fileobj: BinaryIO, settings: DecodeSettings, frame: Optional[int],
 
 def _header_bytes(ds: Dataset, size: int) -> int:
     """The file's bytes other than its pixel data's."""
-    element = ds._dict.get(0x7FE00010)  # type: ignore[call-overload]  # an int tag, as needed.py reads it
+    element = ds._dict.get(0x7FE00010)  # type: ignore[call-overload]  # an int tag, as record_elements.py reads it
     value = getattr(element, "value", None)
     return max(size - len(value), 0) if isinstance(value, (bytes, bytearray)) else size
 

@@ -19,7 +19,7 @@ from dcm2tfrecord.transforms.dicom.elements import float_value, int_value
 from dcm2tfrecord.transforms.dicom.voi import WindowBits
 from dcm2tfrecord.transforms.dtypes import smallest_integer_dtype
 from dcm2tfrecord.transforms.errors import ConversionError
-from dcm2tfrecord.transforms.values import ImageSpec
+from dcm2tfrecord.transforms.record_model import ImageSpec
 from dcm2tfrecord.transforms.settings import DecodeSettings
 
 _REQUIRED = ("Rows", "Columns", "BitsAllocated")

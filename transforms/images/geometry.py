@@ -13,7 +13,7 @@ import numpy as np
 from PIL import Image
 
 from dcm2tfrecord.dataset.choices import StrEnum
-from dcm2tfrecord.transforms.values import ImageSpec
+from dcm2tfrecord.transforms.record_model import ImageSpec
 
 
 class ResizeMode(StrEnum):

@@ -13,7 +13,7 @@ from PIL import Image
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.errors import ConversionError
-from dcm2tfrecord.transforms.values import ImageSpec
+from dcm2tfrecord.transforms.record_model import ImageSpec
 
 # We enforce --max_pixels ourselves, from the header, before any allocation.
 Image.MAX_IMAGE_PIXELS = None

@@ -13,7 +13,7 @@ from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.transforms.labels.table import LabelKey, LabelKeyCase, LabelRow, dir_label, exact_key
 from dcm2tfrecord.dataset.results import Outcome
-from dcm2tfrecord.transforms.values import ProbedRecord
+from dcm2tfrecord.transforms.record_model import ProbedRecord
 
 # A labelled record, or why it has none: one Outcome per input file it is made of (a
 # --unit series volume is made of its slices, each counted as an input).

@@ -22,7 +22,7 @@ import threading
 from typing import Any, BinaryIO, Callable
 
 from dcm2tfrecord.transforms.masks import sources
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 
 CAPACITY = 4
 

@@ -13,7 +13,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from dcm2tfrecord.transforms.values import ProbedRecord
+    from dcm2tfrecord.transforms.record_model import ProbedRecord
 
 
 @dataclasses.dataclass(frozen=True)

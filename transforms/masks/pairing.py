@@ -34,7 +34,7 @@ from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.labels import join, table
 from dcm2tfrecord.transforms.masks import annotation, sources
 from dcm2tfrecord.transforms.masks.settings import MaskSettings, MissingMask
-from dcm2tfrecord.transforms.values import ProbedRecord, SourceFile, replaced
+from dcm2tfrecord.transforms.record_model import ProbedRecord, SourceFile, replaced
 
 NIFTI = "nifti"                   # the ProbedRecord.kind of a NIfTI image
 STAGE = "masks"                   # the Outcome stage of pairing

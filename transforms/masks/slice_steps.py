@@ -13,7 +13,7 @@ from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.sources.read import open_source, read_unchanged
 from dcm2tfrecord.transforms.sources.steps import ReadsSourcesFn
-from dcm2tfrecord.transforms.values import ProbedRecord
+from dcm2tfrecord.transforms.record_model import ProbedRecord
 
 
 def read_header(note: ProbedRecord):

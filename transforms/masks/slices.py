@@ -42,7 +42,7 @@ from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.masks import annotation, sources
 from dcm2tfrecord.transforms.masks.settings import MaskSettings, MissingMask
-from dcm2tfrecord.transforms.values import MaskPart, ProbedRecord, replaced
+from dcm2tfrecord.transforms.record_model import MaskPart, ProbedRecord, replaced
 
 STAGE = "group"
 

@@ -14,7 +14,7 @@ from dcm2tfrecord.transforms.output.commit import (CommitInputs, accounting_verd
                                                   failure_verdict, leak_verdict, one_outcome_per_input,
                                                   run_manifest)
 from dcm2tfrecord.transforms.output.write import record_fingerprint, write_shard
-from dcm2tfrecord.transforms.values import ShardPlan
+from dcm2tfrecord.transforms.record_model import ShardPlan
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.errors import StorageOutage
 from dcm2tfrecord.transforms.sources.read import is_outage, open_source

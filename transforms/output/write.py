@@ -23,7 +23,7 @@ from dcm2tfrecord.dataset.shard_target import ShardTarget
 from dcm2tfrecord.dataset.shard_writer import open_shard
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.build import build_record
-from dcm2tfrecord.transforms.values import ProbedRecord, ShardPlan
+from dcm2tfrecord.transforms.record_model import ProbedRecord, ShardPlan
 from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings
 from dcm2tfrecord.transforms.sources.read import open_source
 

@@ -40,7 +40,7 @@ from typing import Iterable, Iterator
 
 from dcm2tfrecord.transforms.hashing import ORDER_KEY_SPACE, order_key
 from dcm2tfrecord.transforms.settings import ShardBounds
-from dcm2tfrecord.transforms.values import ProbedRecord, from_bytes, replaced, to_bytes
+from dcm2tfrecord.transforms.record_model import ProbedRecord, from_bytes, replaced, to_bytes
 
 # Hash buckets per split: the side input of bucket starts holds at most this many
 # numbers per split (~2.5 MB); a bucket of a 16 M record split holds ~250 records.

@@ -28,7 +28,7 @@ from dcm2tfrecord.transforms.planning.shards import (ORDER, PLANNED_BYTES, PLANN
                                         layout, occupied_cuts, over_max, planning_entry)
 from dcm2tfrecord.transforms.settings import ShardBounds
 from dcm2tfrecord.transforms.beam_files import install_beam_storage
-from dcm2tfrecord.transforms.values import ProbedRecord, ShardPlan
+from dcm2tfrecord.transforms.record_model import ProbedRecord, ShardPlan
 
 RESULTS = "results"
 BUCKET_RECORDS = "records_per_hash_bucket"   # a Beam distribution: records in each planning group

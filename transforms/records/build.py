@@ -26,7 +26,7 @@ from dcm2tfrecord.transforms.dicom.spec import DicomValues
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.sources.read import open_source
 from dcm2tfrecord.dataset.features import SOURCE_PATH, RecordKind, serialize_record_parts
-from dcm2tfrecord.transforms.values import ProbedRecord
+from dcm2tfrecord.transforms.record_model import ProbedRecord
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.sources.read import read_unchanged, with_timeout
 

@@ -30,7 +30,7 @@ from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.hashing import record_id
 from dcm2tfrecord.transforms.dicom.native import NativePixels, native_layout
 from dcm2tfrecord.transforms.images.geometry import plan_spec
-from dcm2tfrecord.transforms.values import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile, replaced
+from dcm2tfrecord.transforms.record_model import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile, replaced
 from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 from dcm2tfrecord.transforms.sources.read import (FINGERPRINT_BYTES, fingerprint, fingerprint_length, not_regular,
                                                   open_checked, open_source, special_kind)

@@ -13,7 +13,7 @@ from dcm2tfrecord.transforms.counters import OUTCOMES, count, count_outcome
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
 from dcm2tfrecord.dataset.results import Outcome
-from dcm2tfrecord.transforms.values import ProbedRecord, SourceFile, from_bytes, to_bytes
+from dcm2tfrecord.transforms.record_model import ProbedRecord, SourceFile, from_bytes, to_bytes
 from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
 from dcm2tfrecord.transforms.sources.steps import ReadsSourcesFn
 

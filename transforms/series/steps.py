@@ -9,7 +9,7 @@ from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.counters import OUTCOMES, count_outcome, emit
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.dataset.results import Outcome
-from dcm2tfrecord.transforms.values import ProbedRecord, replaced
+from dcm2tfrecord.transforms.record_model import ProbedRecord, replaced
 from dcm2tfrecord.transforms.masks import annotation
 from dcm2tfrecord.transforms.masks import slices as mask_slices
 from dcm2tfrecord.transforms.masks.settings import MaskSettings

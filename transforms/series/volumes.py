@@ -36,7 +36,7 @@ from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.hashing import record_id
-from dcm2tfrecord.transforms.values import ProbedRecord, SliceInfo
+from dcm2tfrecord.transforms.record_model import ProbedRecord, SliceInfo
 
 _ORIENTATION_TOLERANCE = 1e-3
 _POSITION_TOLERANCE = 1e-3   # mm: slices closer along the normal share a position

@@ -14,7 +14,7 @@ from typing import Iterable, Optional, Iterator
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 

@@ -30,7 +30,7 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.dataset.tfrecord import crc32c
 from dcm2tfrecord.transforms.errors import ConversionError, StorageOutage
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from dcm2tfrecord.dataset.progress import write_worker_started
 from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.counters import count, count_outcome
 from dcm2tfrecord.dataset.results import Outcome
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from dcm2tfrecord.transforms.sources.match import broken_links, expand_pattern, uri_key
 from dcm2tfrecord.transforms.dicom.quiet import silence_pydicom
 from dcm2tfrecord.transforms.settings import OUTAGE_INPUTS, DecodeSettings, with_salt

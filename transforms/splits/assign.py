@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.errors import OptionError
 from dcm2tfrecord.dataset.names import check_component as check_split_name
-from dcm2tfrecord.transforms.values import Identifiers
+from dcm2tfrecord.transforms.record_model import Identifiers
 
 _SPLIT_KEY = b"dcm2tfrecord/split/v1"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from dcm2tfrecord.dataset.features import RecordKind
-from dcm2tfrecord.transforms.values import ProbedRecord, replaced
+from dcm2tfrecord.transforms.record_model import ProbedRecord, replaced
 from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.splits import assign
 

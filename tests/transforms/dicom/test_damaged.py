@@ -34,7 +34,7 @@ from tests.support import run_convert, write_png_archive
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import probe_file
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from dcm2tfrecord.transforms.settings import DecodeSettings
 
 SPLIT = DecodeSettings(frames="split", id_salt="s")
@@ -363,7 +363,7 @@ def test_a_deflate_bomb_is_refused_in_bounded_memory(tmp_path):
         import json, os, resource, sys
         from dcm2tfrecord.transforms.errors import ConversionError
         from dcm2tfrecord.transforms.records.probe import probe_file
-        from dcm2tfrecord.transforms.values import SourceFile
+        from dcm2tfrecord.transforms.record_model import SourceFile
 
         def probe(path):
             st = os.stat(path)
@@ -525,7 +525,7 @@ def test_an_out_of_memory_read_says_so(tmp_path):
         import json, os, resource
         from dcm2tfrecord.transforms.errors import ConversionError
         from dcm2tfrecord.transforms.records.probe import probe_file
-        from dcm2tfrecord.transforms.values import SourceFile
+        from dcm2tfrecord.transforms.record_model import SourceFile
         from dcm2tfrecord.transforms.sources.read import unreadable
         with open("/proc/self/statm") as handle:
             used = int(handle.read().split()[0]) * resource.getpagesize()

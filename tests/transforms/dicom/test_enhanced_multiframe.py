@@ -27,7 +27,7 @@ from dcm2tfrecord.transforms.dicom import functional_groups
 from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from dcm2tfrecord.transforms.dicom.voi import linear_window
 from dcm2tfrecord.transforms.series import volumes
 from dcm2tfrecord.transforms.settings import DecodeSettings

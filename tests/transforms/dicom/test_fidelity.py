@@ -12,7 +12,7 @@ from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import voi
 from dcm2tfrecord.transforms.records.build import decode_record
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from dcm2tfrecord.transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()

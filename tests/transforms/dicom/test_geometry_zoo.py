@@ -28,7 +28,7 @@ from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.build import decode_record
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
 from dcm2tfrecord.transforms.settings import DecodeSettings
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from tests.support import pydicom_test_files
 from tests.support.geometry_refs import DCM2NIIX
 

@@ -46,7 +46,7 @@ from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.build import build_record, decode_record
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from dcm2tfrecord.transforms.settings import DecodeSettings
 
 with warnings.catch_warnings():

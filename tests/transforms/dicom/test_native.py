@@ -22,7 +22,7 @@ from dcm2tfrecord.transforms.dicom import native as native_dicom
 from dcm2tfrecord.transforms.records.build import build_record, decode_record
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from dcm2tfrecord.transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()

@@ -89,7 +89,7 @@ def test_a_resized_record_says_where_its_own_voxels_lie(resize, mode, to_old):
     from dcm2tfrecord.transforms.records.build import decode_record
     from dcm2tfrecord.transforms.records.probe import probe_file
     from dcm2tfrecord.transforms.settings import DecodeSettings
-    from dcm2tfrecord.transforms.values import SourceFile
+    from dcm2tfrecord.transforms.record_model import SourceFile
     path = get_testdata_file("CT_small.dcm")
     source = SourceFile(path, "ct.dcm", os.path.getsize(path), 0.0)
 

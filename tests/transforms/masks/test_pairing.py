@@ -9,7 +9,7 @@ from dcm2tfrecord.transforms.labels.table import LabelRow
 from dcm2tfrecord.transforms.masks import classes, pairing
 from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings, ShardBounds
-from dcm2tfrecord.transforms.values import ImageSpec, ProbedRecord, SourceFile
+from dcm2tfrecord.transforms.record_model import ImageSpec, ProbedRecord, SourceFile
 
 MSD = r"imagesTr/(.*)_0000\.nii\.gz=labelsTr/\1.nii.gz"
 CLASS_MAP = classes.parse_mapping('kidney: ["1"]\ntumour: ["2", "3"]\n', "map.yaml")

@@ -26,7 +26,7 @@ from dcm2tfrecord.transforms.masks import seg as mseg
 from dcm2tfrecord.transforms.masks.grid import Grid
 from dcm2tfrecord.transforms.records.probe import probe_file
 from dcm2tfrecord.transforms.series.volumes import plan_volumes
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from tests.support import series_builders as sb
 
 N_SLICES, SPACING = 8, 2.5

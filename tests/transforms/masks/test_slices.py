@@ -17,7 +17,7 @@ from dcm2tfrecord.transforms.masks import annotation_cache, classes, slices
 from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.records.probe import probe_file
 from dcm2tfrecord.transforms.settings import DecodeSettings
-from dcm2tfrecord.transforms.values import ProbedRecord, SourceFile
+from dcm2tfrecord.transforms.record_model import ProbedRecord, SourceFile
 from tests.support import mask_datasets as md
 
 pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarning")

@@ -31,7 +31,7 @@ from dcm2tfrecord.transforms.records.build import decode_volume
 from dcm2tfrecord.transforms.records.probe import probe_file
 from dcm2tfrecord.transforms.series.volumes import volume_records
 from dcm2tfrecord.transforms.sources.read import open_source
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from tests.support import geometry_refs as refs
 from tests.support import series_builders as sb
 

@@ -56,7 +56,7 @@ def test_buckets_do_not_change_the_shards(seed):
 
 
 def test_for_planning_keeps_what_planning_and_writing_use():
-    from dcm2tfrecord.transforms.values import Identifiers, SliceInfo
+    from dcm2tfrecord.transforms.record_model import Identifiers, SliceInfo
     import dataclasses
     record = dataclasses.replace(_records([100])[0], ids=Identifiers("p", "st", "se", "sop"),
                                  slice_info=SliceInfo(position=(1.0, 2.0, 3.0)), label=3, split="test")

@@ -31,7 +31,7 @@ from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.records.build import build_record
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import probe_file
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from dcm2tfrecord.transforms.settings import DecodeSettings
 
 DEADLINE_S = 15.0            # one input, probe + decode; generous on a shared 2-core machine

@@ -10,13 +10,13 @@ recorded outcome: the same ProbedRecord (spec, identifiers, slice info, native l
 including its packed ``dicom/*`` feature bytes; recorded as a digest of its repr) or the
 same ConversionError reason and skipped flag; with one rule-checked exception
 (_check_changed): the reference failed the file as invalid_value because of
-elements outside the needed set (transforms.dicom.needed.NEEDED_KEYWORDS,
+elements outside the needed set (transforms.dicom.record_elements.NEEDED_KEYWORDS,
 plus --keep_tags) and only those, which the probe now leaves raw, so the
 file goes on to whatever the rest of the probe says. Which inputs change is
 enumerated: none of pydicom's test files, the generated CT variants named in
 CHANGED_CT_VARIANTS, and (by the rule alone) some of the fuzz corpus. Inputs: every file
 ``pydicom.data.get_testdata_files()`` lists, the generated CT slice variants of tests/support/ct_edits.py and
-transforms/dicom/test_needed.py, and a derandomized fuzz corpus built with
+transforms/dicom/test_record_elements.py, and a derandomized fuzz corpus built with
 test_fuzz's mutations (plus the inputs fuzzing found). The new probe runs
 both cold (its conversion memo empty before each file) and warm (the memo
 filled by every file before it), the reference was always cold.
@@ -44,12 +44,12 @@ from tests.support import ct_edits
 from tests.support.fuzz import FUZZ_MAX_PIXELS, _fuzz_corpus
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.dicom import native as dicom_native
-from dcm2tfrecord.transforms.dicom import needed as dicom_needed
+from dcm2tfrecord.transforms.dicom import record_elements as dicom_needed
 from dcm2tfrecord.transforms.dicom import patient_space, volume_features
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.build import build_record
 from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from dcm2tfrecord.transforms.settings import DecodeSettings
 
 SETTINGS = {

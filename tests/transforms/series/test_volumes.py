@@ -10,7 +10,7 @@ from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.series import volumes
-from dcm2tfrecord.transforms.values import ImageSpec, ProbedRecord, SliceInfo, SourceFile
+from dcm2tfrecord.transforms.record_model import ImageSpec, ProbedRecord, SliceInfo, SourceFile
 
 AXIAL = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
 CORONAL = (1.0, 0.0, 0.0, 0.0, 0.0, -1.0)

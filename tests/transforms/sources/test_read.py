@@ -8,7 +8,7 @@ import pytest
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.sources.read import fingerprint, fingerprint_length, open_source, read_unchanged
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 
 
 def _probed(path) -> SourceFile:

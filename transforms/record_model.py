@@ -1,4 +1,4 @@
-"""Small frozen values that cross pipeline stages.
+"""The record model: the small frozen values that cross pipeline stages (SourceFile, ProbedRecord, ShardPlan, ...).
 
 Only metadata travels between stages (a few hundred bytes per record); pixel
 payload never crosses a shuffle (docs/ARCHITECTURE.md, "Why plan, then write").

@@ -1,4 +1,4 @@
-"""The needed set: the header elements a record is made from, converted once and
+"""The record's header elements (the needed set): those a record is made from, converted once and
 looked up by keyword (HeaderValues); every other element stays raw."""
 from __future__ import annotations
 
@@ -289,7 +289,7 @@ class HeaderValues:
         except KeyError:
             if tag not in self._needed:
                 raise NotNeededError(f"{_keyword_of(tag)} is read but not in "
-                                     "transforms.dicom.needed.NEEDED_KEYWORDS") from None
+                                     "transforms.dicom.record_elements.NEEDED_KEYWORDS") from None
             value = self._values[tag] = self.ds[tag].value
             return value
 

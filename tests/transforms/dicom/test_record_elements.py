@@ -1,6 +1,6 @@
 """Probing remembers which header elements converted: the outcome never depends on what came before.
 
-transforms.dicom.needed.convert_needed_elements skips an element whose exact
+transforms.dicom.record_elements.convert_needed_elements skips an element whose exact
 bytes (tag, VR, value, encoding) already converted without error in the
 process. Every file must probe to the same record, or fail with the same
 reason, whether the process is fresh or has probed many similar files.
@@ -17,7 +17,7 @@ from tests.support import pydicom_test_files
 from dcm2tfrecord.transforms.dicom import head_parse, integrity, needed as dicom_needed
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import probe_file
-from dcm2tfrecord.transforms.values import SourceFile
+from dcm2tfrecord.transforms.record_model import SourceFile
 from dcm2tfrecord.transforms.settings import DecodeSettings
 
 SRC = pydicom_test_files()
