@@ -109,7 +109,7 @@ def slice_positions(ds, depth: int = 1) -> list[tuple[float, ...]]:
     """Image Position (Patient) of each of a file's ``depth`` slices as its top level gives
     them: the one position of a single slice, each tile slice's of a Siemens mosaic
     (transforms.dicom.mosaic); [()] * depth where the file does not say."""
-    from dcm2tfrecord.transforms.dicom import mosaic    # it imports needed, which imports this module
+    from dcm2tfrecord.transforms.dicom import mosaic    # it imports record_elements, which imports this module
     layout = mosaic.mosaic_layout(ds)
     if layout is not None:
         positions: list[tuple[float, ...]] = list(mosaic.slice_positions(ds, layout))

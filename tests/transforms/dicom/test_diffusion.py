@@ -15,7 +15,7 @@ from pydicom.sequence import Sequence
 
 from tests.support import diffusion_objects as dw
 from tests.support.enhanced_objects import enhanced_mr_4d
-from dcm2tfrecord.transforms.dicom import functional_groups, needed
+from dcm2tfrecord.transforms.dicom import functional_groups, record_elements
 from dcm2tfrecord.transforms.dicom.diffusion import standard_values, Diffusion, diffusion, frame_diffusion
 from dcm2tfrecord.transforms.dicom.header import read_probe_header
 from dcm2tfrecord.transforms.errors import ConversionError
@@ -133,7 +133,7 @@ def test_siemens_private_block_found_by_its_creator():
     ds.add_new(0x00190010, "LO", "SOMEONE ELSE")          # (0019,100C) is another creator's, not read
     ds.add_new(0x0019100C, "IS", "7")
     assert diffusion(ds) == Diffusion(1500.0, (0.36, 0.48, 0.8))
-    assert needed.vendor_private_tags(ds, {0x00080060: "MR", 0x00080070: "SIEMENS"}) == (0x0019110C, 0x0019110E)
+    assert record_elements.vendor_private_tags(ds, {0x00080060: "MR", 0x00080070: "SIEMENS"}) == (0x0019110C, 0x0019110E)
     del ds[0x00190011]                                     # no SIEMENS MR HEADER block: nothing read
     assert diffusion(ds) is None
 
@@ -233,9 +233,9 @@ def test_no_diffusion_and_garbled_values():
 
 def test_private_tags_only_for_vendor_mr():
     ct = pydicom.dcmread(pydicom.data.get_testdata_file("CT_small.dcm"))
-    assert needed.vendor_private_tags(ct, {0x00080060: "CT", 0x00080070: "GE MEDICAL SYSTEMS"}) == ()
+    assert record_elements.vendor_private_tags(ct, {0x00080060: "CT", 0x00080070: "GE MEDICAL SYSTEMS"}) == ()
     ge = dw.ge_dwi("ge", VOLUMES[1:2], slices=1)[0]
-    assert needed.vendor_private_tags(ge, {0x00080060: "MR", 0x00080070: "GE MEDICAL SYSTEMS"}) == (
+    assert record_elements.vendor_private_tags(ge, {0x00080060: "MR", 0x00080070: "GE MEDICAL SYSTEMS"}) == (
         0x00431039, 0x001910BB, 0x001910BC, 0x001910BD)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import ct_file_bytes, ct_vendor_file_bytes
 from tests.support import pydicom_test_files
-from dcm2tfrecord.transforms.dicom import head_parse, integrity, needed as dicom_needed
+from dcm2tfrecord.transforms.dicom import head_parse, integrity, record_elements as dicom_needed
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.records.probe import probe_file
 from dcm2tfrecord.transforms.record_model import SourceFile
