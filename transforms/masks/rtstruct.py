@@ -414,7 +414,8 @@ Placed = dict[int, dict[int, list[np.ndarray]]]    # ROI number -> slice k -> it
 
 
 def placed(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None,
-           on_slice: Optional[Sequence[tuple[int, int]]] = None) -> Placed:
+           on_slice: Optional[Sequence[tuple[int, int]]] = None,
+           among: Optional[Sequence[tuple[int, int]]] = None) -> Placed:
     """Every closed contour of the ROIs ``roi_numbers`` (default: all, ``roi_info`` order) on its
     slice of ``grid``, as (row, column) pixel coordinates snapped to 1/SNAP pixel: the checks of
     the module docstring made and no pixel drawn yet (``fill`` draws them, one slice at a time).
@@ -425,14 +426,20 @@ def placed(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None,
 
     ``on_slice``: the grid is one slice of a series the caller placed the contours on
     (``assign_contours``); exactly these ``(ROI number, contour index)`` are on it, and no other.
+    ``among``: the grid is several slices of such a series (a volume of a series that
+    ``--series_gaps split`` or ``--series_4d split`` made several records of); these contours
+    lie on it, each placed on its slice, and no other.
     """
     plane = _plane(grid)
     chosen = None if on_slice is None else {(int(n), int(i)) for n, i in on_slice}
     if chosen is not None and len(plane.positions) != 1:
         raise ValueError(f"on_slice draws onto a grid of one slice, not {len(plane.positions)}")
+    kept = None if among is None else {(int(n), int(i)) for n, i in among}
     found, numbers = _closed_contours(ds, grid, roi_numbers)
     out: Placed = {number: {} for number in numbers}
     for number, index, contour, points in found:
+        if kept is not None and (number, index) not in kept:
+            continue
         if chosen is None:
             k = _slice_of(points, contour, plane, number, index)
         elif (number, index) in chosen:

@@ -140,3 +140,60 @@ def join(records: Sequence[ProbedRecord], read: Callable[[ProbedRecord], Any],
                        mask_part=MaskPart(uid=part.ids.sop_uid if part.ids and single else "",
                                           contours=tuple(on[k] for on in placed),
                                           counts_annotations=part is counting))
+
+
+def divide(records: Sequence[ProbedRecord], slices: Sequence[ProbedRecord], notes: Sequence[ProbedRecord],
+           read: Callable[[ProbedRecord], Any], masks: MaskSettings) -> Iterator[Union[ProbedRecord, Outcome]]:
+    """--unit series, a series made into several records (``records``: the runs of
+    ``--series_gaps split``, the volumes of ``--series_4d split``, an Enhanced file's stacks) from
+    its ``slices``, and the annotations that reference it (``notes``): each record with the
+    annotations that lie on it, each giving it only its own part (an RTSTRUCT's contours on its
+    slices, a SEG's frames on them); a record no annotation lies on follows ``--missing_mask``
+    (``missing``: skipped or failed, one outcome per file; ``empty``: written all background).
+    Each annotation is accounted for by the first record it lies on (MaskPart.counted), once.
+
+    Where each annotation lies is placed once, on the whole series, by its source
+    (transforms.masks.sources ``place``), with the refusals of the ``--unit file`` join: one
+    fails the series, every file of it and the annotations. An annotation whose source cannot
+    tell where it lies (every part's placement empty), or a series whose records are not made
+    of its single-frame slices (mosaics, Enhanced stacks), is given whole to every record, and
+    accounted for by the first."""
+    records = list(records)
+    notes = sorted(notes, key=lambda r: r.source.uri)
+    pairs = tuple((n.source, n.annotation) for n in notes)
+    parts = sorted(slices, key=_order)
+    index = {p.source.uri: k for k, p in enumerate(parts)}
+    whole = not all(sources.single_slice(p) for p in parts) or \
+        not all(r.members and all(m.uri in index for m in r.members) for r in records)
+    if whole:
+        for n, record in enumerate(records):
+            yield replaced(record, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(record.spec, masks),
+                           mask_part=MaskPart(contours=(None,) * len(pairs), counts_annotations=n == 0))
+        return
+    try:
+        placed = _placements(parts, [(note, read(note)) for note in notes])
+    except ConversionError as exc:
+        for uri in sorted({p.source.uri for p in parts} | {n.source.uri for n in notes}):
+            yield Outcome(uri, reasons.FAILED, STAGE, exc.reason, f"{_what(parts)}: {exc}")
+        return
+    counted: set[int] = set()
+    for record in records:
+        ks = [index[m.uri] for m in record.members]
+        on = [(n, tuple(x for k in ks for x in placed[n][k]))
+              for n in range(len(notes))]
+        covering = [(n, part) for n, part in on if part or not any(placed[n])]
+        if not covering:
+            what = f"{len(ks)} slice(s) of a series its annotations do not cover"
+            outcomes = missing([m.uri for m in record.members], what, masks.missing)
+            if outcomes:
+                yield from outcomes
+            else:
+                yield replaced(record, annotations=(), mask_bytes=annotation.planned_mask_bytes(record.spec, masks))
+            continue
+        mine = tuple(n for n, _ in covering if n not in counted)
+        counted.update(mine)
+        yield replaced(record, annotations=tuple(pairs[n] for n, _ in covering),
+                       mask_bytes=annotation.planned_mask_bytes(record.spec, masks),
+                       mask_part=MaskPart(contours=tuple(part or None for _, part in covering),
+                                          counts_annotations=bool(mine),
+                                          counted=tuple(i for i, (n, _) in enumerate(covering) if n in mine)))

@@ -42,7 +42,7 @@ from dcm2tfrecord.transforms.masks.grid import Grid
 class MaskTarget:
     """The record a source draws on: its ``grid`` (None for a source not ``on_grid``), this
     annotation's placement on it when the record is one part of its series (``--unit file``: the
-    RTSTRUCT contours on it, ``()`` for a SEG; None: the record is the whole series), the image's
+    RTSTRUCT contours on it, the SEG frames on it; None: the record is the whole series), the image's
     own header for a source paired with it (a NIfTI's NiftiSpec) and the volume of a 4-D image."""
     grid: Optional[Grid] = None
     part: Optional[Sequence[Any]] = None
@@ -82,7 +82,9 @@ class SeriesMaskSource(MaskSource, Protocol):
 
     def place(self, header: Any, parts: Sequence[Any]) -> tuple:
         """Per record of the series (``parts``, ProbedRecords in record order), this annotation's
-        part of it; ConversionError when it does not lie on the series."""
+        part of it (empty where nothing of it lies on that record; empty for every record when
+        the source cannot tell, and then it covers them all); ConversionError when it does not
+        lie on the series."""
 
 
 SOURCES: dict[str, MaskSource] = {}
@@ -176,10 +178,15 @@ class SegSource:
             raise ConversionError(reasons.INVALID_DICOM, f"the SEG does not parse ({type(exc).__name__})") from exc
 
     def place(self, header: Any, parts: Sequence[Any]) -> tuple:
+        """Per part, the numbers of the SEG's frames on it, where the series' grid has one slice
+        per part; else () for each (every frame is placed at write time, by its own position)."""
         grid = _seg_grid(parts, *series_grid(parts, all(single_slice(p) for p in parts)))
-        if grid is not None:
-            seg.check_placement(header, grid)
-        return ((),) * len(parts)
+        if grid is None:
+            return ((),) * len(parts)
+        on = seg.frames_on_slices(header, grid)
+        if on is None or grid.depth != len(parts):
+            return ((),) * len(parts)
+        return tuple(on.get(k, ()) for k in range(len(parts)))
 
     def parse(self, fileobj: BinaryIO) -> Any:
         return seg.load(fileobj)
@@ -255,7 +262,10 @@ class RtstructSource:
         found = mapped([(r.number, r.name) for r in rtstruct.roi_info(parsed)], class_map)
         assert target.grid is not None
         grid = target.grid
-        placed = rtstruct.placed(parsed, grid, [number for number, _ in found], on_slice=target.part)
+        part = target.part
+        one = part is not None and grid.depth == 1
+        placed = rtstruct.placed(parsed, grid, [number for number, _ in found], on_slice=part if one else None,
+                                 among=None if one else part)
         region = np.zeros((grid.rows, grid.columns), bool)
         for number, index in found:
             for k, polygons in placed[number].items():
