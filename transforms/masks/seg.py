@@ -445,7 +445,10 @@ def check_placement(source: Source, grid: Grid) -> None:
     (--unit file), each given its part with ``masks_on_grid(..., part=True)``. The header
     alone is read; a grid without positions checks only the frames that name their source
     (placing the others is left to each part)."""
-    frames_on_slices(source, grid)
+    ds = _dataset(source, header_only=True)
+    frames = _frames(ds, segmentation_type(ds))
+    if _slices_by_uid(frames, grid) is None and grid.positions:
+        _slices_by_position(ds, frames, grid)
 
 
 def frames_on_slices(source: Source, grid: Grid) -> Optional[dict[int, tuple[int, ...]]]:

@@ -153,10 +153,10 @@ def divide(records: Sequence[ProbedRecord], slices: Sequence[ProbedRecord], note
     Each annotation is accounted for by the first record it lies on (MaskPart.counted), once.
 
     Where each annotation lies is placed once, on the whole series, by its source
-    (transforms.masks.sources ``place``), with the refusals of the ``--unit file`` join: one
-    fails the series, every file of it and the annotations. An annotation whose source cannot
-    tell where it lies (every part's placement empty), or a series whose records are not made
-    of its single-frame slices (mosaics, Enhanced stacks), is given whole to every record, and
+    (transforms.masks.sources ``place`` and ``covers``), with the refusals of the ``--unit file``
+    join: one fails the series, every file of it and the annotations. An annotation whose source
+    tells no slice apart lies on every record; a series whose records are not made of its
+    single-frame slices (mosaics, Enhanced stacks) gives every record its annotations whole,
     accounted for by the first."""
     records = list(records)
     notes = sorted(notes, key=lambda r: r.source.uri)
@@ -171,17 +171,20 @@ def divide(records: Sequence[ProbedRecord], slices: Sequence[ProbedRecord], note
                            mask_part=MaskPart(contours=(None,) * len(pairs), counts_annotations=n == 0))
         return
     try:
-        placed = _placements(parts, [(note, read(note)) for note in notes])
+        headers = [(note, read(note)) for note in notes]
+        placed = _placements(parts, headers)
+        covers = [sources.series_source(note.annotation).covers(header, parts) for note, header in headers]
     except ConversionError as exc:
         for uri in sorted({p.source.uri for p in parts} | {n.source.uri for n in notes}):
             yield Outcome(uri, reasons.FAILED, STAGE, exc.reason, f"{_what(parts)}: {exc}")
         return
+    lies = [tuple(bool(p) for p in on) if told is None else told for on, told in zip(placed, covers)]
+    lies = [told if any(told) else (True,) * len(parts) for told in lies]    # nothing told apart: all
     counted: set[int] = set()
     for record in records:
         ks = [index[m.uri] for m in record.members]
-        on = [(n, tuple(x for k in ks for x in placed[n][k]))
-              for n in range(len(notes))]
-        covering = [(n, part) for n, part in on if part or not any(placed[n])]
+        covering = [(n, tuple(x for k in ks for x in placed[n][k])) for n in range(len(notes))
+                    if any(lies[n][k] for k in ks)]
         if not covering:
             what = f"{len(ks)} slice(s) of a series its annotations do not cover"
             outcomes = missing([m.uri for m in record.members], what, masks.missing)
@@ -194,6 +197,6 @@ def divide(records: Sequence[ProbedRecord], slices: Sequence[ProbedRecord], note
         counted.update(mine)
         yield replaced(record, annotations=tuple(pairs[n] for n, _ in covering),
                        mask_bytes=annotation.planned_mask_bytes(record.spec, masks),
-                       mask_part=MaskPart(contours=tuple(part or None for _, part in covering),
+                       mask_part=MaskPart(contours=tuple(part for _, part in covering),
                                           counts_annotations=bool(mine),
                                           counted=tuple(i for i, (n, _) in enumerate(covering) if n in mine)))

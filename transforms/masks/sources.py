@@ -42,7 +42,7 @@ from dcm2tfrecord.transforms.masks.grid import Grid
 class MaskTarget:
     """The record a source draws on: its ``grid`` (None for a source not ``on_grid``), this
     annotation's placement on it when the record is one part of its series (``--unit file``: the
-    RTSTRUCT contours on it, the SEG frames on it; None: the record is the whole series), the image's
+    RTSTRUCT contours on it, ``()`` for a SEG; None: the record is the whole series), the image's
     own header for a source paired with it (a NIfTI's NiftiSpec) and the volume of a 4-D image."""
     grid: Optional[Grid] = None
     part: Optional[Sequence[Any]] = None
@@ -82,9 +82,12 @@ class SeriesMaskSource(MaskSource, Protocol):
 
     def place(self, header: Any, parts: Sequence[Any]) -> tuple:
         """Per record of the series (``parts``, ProbedRecords in record order), this annotation's
-        part of it (empty where nothing of it lies on that record; empty for every record when
-        the source cannot tell, and then it covers them all); ConversionError when it does not
-        lie on the series."""
+        part of it; ConversionError when it does not lie on the series."""
+
+    def covers(self, header: Any, parts: Sequence[Any]) -> Optional[tuple[bool, ...]]:
+        """Per record of the series, whether anything of the annotation lies on it (a series
+        made into several records by --unit series gives each only the annotations on it);
+        None: where its placement (``place``) is not empty."""
 
 
 SOURCES: dict[str, MaskSource] = {}
@@ -178,15 +181,18 @@ class SegSource:
             raise ConversionError(reasons.INVALID_DICOM, f"the SEG does not parse ({type(exc).__name__})") from exc
 
     def place(self, header: Any, parts: Sequence[Any]) -> tuple:
-        """Per part, the numbers of the SEG's frames on it, where the series' grid has one slice
-        per part; else () for each (every frame is placed at write time, by its own position)."""
         grid = _seg_grid(parts, *series_grid(parts, all(single_slice(p) for p in parts)))
-        if grid is None:
-            return ((),) * len(parts)
-        on = seg.frames_on_slices(header, grid)
-        if on is None or grid.depth != len(parts):
-            return ((),) * len(parts)
-        return tuple(on.get(k, ()) for k in range(len(parts)))
+        if grid is not None:
+            seg.check_placement(header, grid)
+        return ((),) * len(parts)
+
+    def covers(self, header: Any, parts: Sequence[Any]) -> Optional[tuple[bool, ...]]:
+        """The parts a frame lies on, where the series' grid has one slice per part; else all."""
+        grid = _seg_grid(parts, *series_grid(parts, all(single_slice(p) for p in parts)))
+        on = None if grid is None or grid.depth != len(parts) else seg.frames_on_slices(header, grid)
+        if on is None:
+            return (True,) * len(parts)
+        return tuple(k in on for k in range(len(parts)))
 
     def parse(self, fileobj: BinaryIO) -> Any:
         return seg.load(fileobj)
@@ -241,6 +247,9 @@ class RtstructSource:
 
     def join_header(self, read: Callable[[], BinaryIO], cached: Callable[[], Any]) -> Any:
         return cached()     # all header: parsed once, for the join and the writers of this process
+
+    def covers(self, header: Any, parts: Sequence[Any]) -> Optional[tuple[bool, ...]]:
+        return None         # the slices its contours are placed on
 
     def place(self, header: Any, parts: Sequence[Any]) -> tuple:
         single = all(single_slice(p) for p in parts)

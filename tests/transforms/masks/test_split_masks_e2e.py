@@ -126,3 +126,40 @@ def test_rtstruct_over_both_runs_is_divided(tmp_path):
         drawn = record["mask"][..., 0].astype(bool)
         assert drawn.any(axis=(1, 2)).tolist() == part.any(axis=(1, 2)).tolist()
         assert 2 * (drawn & part).sum() / (drawn.sum() + part.sum()) >= 0.99
+
+
+# ---------------------------------------------------------------- accounting over every split
+
+
+def _parts(kind: str, folder) -> list[list]:
+    """A series made into two records by --unit series: its two runs (``gap``) or its two time
+    points (``4d``, --series_4d split), each its datasets in order along the normal."""
+    import pydicom
+    from tests.support import series_builders as sb
+    if kind == "gap":
+        series = _gapped(folder, n=5, seed=7, shape=(16, 16))
+        return [series.datasets[:GAP], series.datasets[GAP:]]
+    written = sb.four_d(str(folder), times=2, z=3, shape=(16, 16))
+    datasets = [pydicom.dcmread(p) for p in written.paths]
+    return [sorted(datasets[t * 3:(t + 1) * 3], key=lambda d: float(d.ImagePositionPatient[2])) for t in (0, 1)]
+
+
+@pytest.mark.parametrize("unit", ["series", "file"])
+@pytest.mark.parametrize("kind,cover", [("gap", (0,)), ("gap", (1,)), ("gap", (0, 1)), ("4d", (0,)), ("4d", (1,))])
+def test_every_input_is_accounted_once(tmp_path, unit, kind, cover):
+    root = tmp_path / "in"
+    parts = _parts(kind, root / "ct")
+    covered = [d for n in cover for d in parts[n]]
+    masks = np.random.default_rng(len(covered)).random((1, len(covered), 16, 16)) < 0.3
+    md.save_seg(covered, masks, root / "seg.dcm", f"seg_{kind}_{cover}", md.SEGMENTS)
+    out = tmp_path / "out"
+    options = dict(OPTIONS) if unit == "series" else {**OPTIONS, "unit": "file", "series_gaps": "fail"}
+    summary = run_convert(root, out, class_map=md.class_map(tmp_path), **options)
+    _assert_accounted(summary, out, _files(root))
+    uncovered = [d for n in range(2) if n not in cover for d in parts[n]]
+    if unit == "series":
+        assert summary["skipped"] == ({"missing_mask": len(uncovered)} if uncovered else {}), summary
+        assert summary["failed"] == {} and summary["records"] == len(cover), summary
+    else:       # one series of slices: the SEG covers it, a slice without a frame is background
+        assert summary["skipped"] == {} and summary["failed"] == {}, summary
+        assert summary["records"] == len(parts[0]) + len(parts[1]), summary
