@@ -1,4 +1,4 @@
-"""Annotations joined to the slice (or frame) records of the series they reference (``--unit file``).
+"""A series' annotations joined to its records: each slice's part (``--unit file``), each split volume's (``divide``).
 
 With ``--class_map`` and ``--unit file`` each slice (or frame) is a record of its own.
 
@@ -31,6 +31,12 @@ with multi-frame images (``--frames split`` frames, Enhanced stacks) and an RTST
 with ``mask_unsupported`` (their frames' positions are not probed; a SEG places its frames by
 the frame's own position at write time instead). Pure functions; the Beam shell is
 transforms.masks.slice_steps.
+
+With ``--unit series``, a series that becomes several records (``--series_gaps split`` runs,
+``--series_4d split`` volumes) is divided the same way (``divide``, called by
+transforms.series.steps): the annotations placed once on the whole series, each record given
+those that lie on its slices and only its part of them, a record none lies on following
+``--missing_mask``, each annotation accounted for by the first record it lies on.
 """
 from __future__ import annotations
 

@@ -11,9 +11,10 @@ the parse cache and the record builder ask the registry and never name a kind:
   ``--class_map`` but an annotation, keyed by the one series it references
   (transforms.records.probe). A source paired with its image by path instead (NIfTI, by
   ``--mask_pattern`` or ``--mask_column``: transforms.masks.pairing) claims no SOP class;
-- **place on a grid** (``join_header``, ``place``): with ``--unit file``, where the annotation lies
-  on the probed records of its series, checked once per series, and each record's part of it
-  (transforms.masks.slices);
+- **place on a grid** (``join_header``, ``place``, ``covers``): with ``--unit file``, where the
+  annotation lies on the probed records of its series, checked once per series, and each
+  record's part of it; with ``--unit series``, a series split into several records, which of
+  them it lies on (transforms.masks.slices);
 - **draw classes** (``parse``, ``draw``): at write time the annotation parsed and its classes drawn
   on the record's canvas (transforms.masks.classes.Canvas): where ``on_grid``, on the record's
   ``Grid`` (transforms.masks.grid), parsed once per worker and reused by its series' records
