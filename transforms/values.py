@@ -152,6 +152,7 @@ class MaskPart:
     # of a series made into several records (--series_gaps split, --series_4d split): the indices
     # of its annotations it accounts for (each annotation by the first record it covers); None: all
     counted: Optional[tuple[int, ...]] = None
+    volume: bool = False          # a record of such a series: its own slices' UIDs place a SEG's frames
 
 
 @dataclasses.dataclass(frozen=True)

@@ -174,7 +174,8 @@ def divide(records: Sequence[ProbedRecord], slices: Sequence[ProbedRecord], note
     if whole:
         for n, record in enumerate(records):
             yield replaced(record, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(record.spec, masks),
-                           mask_part=MaskPart(contours=(None,) * len(pairs), counts_annotations=n == 0))
+                           mask_part=MaskPart(contours=(None,) * len(pairs), counts_annotations=n == 0,
+                                              volume=True))
         return
     try:
         headers = [(note, read(note)) for note in notes]
@@ -205,4 +206,5 @@ def divide(records: Sequence[ProbedRecord], slices: Sequence[ProbedRecord], note
                        mask_bytes=annotation.planned_mask_bytes(record.spec, masks),
                        mask_part=MaskPart(contours=tuple(part for _, part in covering),
                                           counts_annotations=bool(mine),
-                                          counted=tuple(i for i, (n, _) in enumerate(covering) if n in mine)))
+                                          counted=tuple(i for i, (n, _) in enumerate(covering) if n in mine),
+                                          volume=True))
