@@ -244,6 +244,9 @@ def _plane(grid: Grid, in_plane: bool = True) -> _Plane:
     heights = positions @ normal
     if len(heights) > 1:
         steps = np.diff(np.sort(heights))
+        if not in_plane and uids and all(uids):
+            # a 4-D series' volumes share positions: contours are placed by the slice they name
+            steps = steps[steps > _PLANE_TOLERANCE] if (steps > _PLANE_TOLERANCE).any() else steps
         step = float(np.median(steps))
         if step <= 0:
             raise ConversionError(reasons.INVALID_VALUE, "image grid: slices share positions along the normal; "
@@ -325,6 +328,11 @@ def _slice_of(points: np.ndarray, contour: Any, plane: _Plane, roi: int, index: 
     which = f"slice {k}, the image it references" if k is not None else "the nearest slice"
     if k is None:
         k = int(np.argmin(np.abs(plane.heights - float(heights.mean()))))
+        if plane.by_uid and np.count_nonzero(np.abs(plane.heights - plane.heights[k]) <= _PLANE_TOLERANCE) > 1:
+            raise ConversionError(reasons.CONTOUR_OFF_GRID,
+                                  f"RTSTRUCT ROI {roi}: contour {index + 1} names no slice of the image series, and "
+                                  f"its position is shared by several (the volumes of a 4-D series): it cannot be "
+                                  f"placed on one")
     off = float(np.max(np.abs(heights - plane.heights[k])))
     if off > plane.half_spacing + _PLANE_TOLERANCE:
         spread = float(heights.max() - heights.min())

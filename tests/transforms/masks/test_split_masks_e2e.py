@@ -163,3 +163,35 @@ def test_every_input_is_accounted_once(tmp_path, unit, kind, cover):
     else:       # one series of slices: the SEG covers it, a slice without a frame is background
         assert summary["skipped"] == {} and summary["failed"] == {}, summary
         assert summary["records"] == len(parts[0]) + len(parts[1]), summary
+
+
+def test_rtstruct_of_one_volume_of_a_4d_series(tmp_path):
+    """--series_4d split: an RTSTRUCT drawn on the first time point's slices gives that volume its
+    contours; the other volume, on none of whose slices a contour lies, follows --missing_mask."""
+    import shutil
+
+    import pydicom
+    from tests.support import series_builders as sb
+    root = tmp_path / "in"
+    written = sb.four_d(str(root / "mr"), times=2, z=3, shape=(64, 64), pixel_spacing=(0.8, 0.8))
+    first = tmp_path / "first"
+    first.mkdir()
+    datasets = [pydicom.dcmread(p) for p in written.paths]
+    volume0 = [p for p, d in zip(written.paths, datasets) if int(d.TemporalPositionIdentifier) == 1]
+    for path in volume0:
+        shutil.copy(path, first / os.path.basename(path))
+    ordered = sorted((pydicom.dcmread(p) for p in volume0), key=lambda d: float(d.ImagePositionPatient[2]))
+    series = md.Series(sb.WrittenSeries(str(first), written.series_uid, written.pixel_spacing, [], "MR"),
+                       list(range(3)), ordered)
+    jj, ii = np.mgrid[:64, :64]
+    liver = np.repeat((((jj - 30) ** 2 + (ii - 34) ** 2) <= 15 ** 2)[None], 3, axis=0)
+    md.write_rtstruct(series, {"liver": liver}, root / "rt.dcm")
+    out = tmp_path / "out"
+    summary = run_convert(root, out, class_map=md.class_map(tmp_path), mask_layout="binary", **OPTIONS)
+    _assert_accounted(summary, out, _files(root))
+    assert summary["skipped"] == {"missing_mask": 3} and summary["failed"] == {}, summary
+    [record] = _records(out)
+    drawn = record["mask"][..., 0].astype(bool)
+    assert 2 * (drawn & liver).sum() / (drawn.sum() + liver.sum()) >= 0.99
+    skipped = sorted(os.path.basename(e["uri"]) for e in errors_of(out))
+    assert skipped == sorted(os.path.basename(p) for p in written.paths if p not in volume0)
