@@ -149,6 +149,10 @@ class MaskPart:
     uid: str = ""                 # its SOP Instance UID, for a single-frame file (raw: never written)
     contours: tuple = ()          # per annotation, the RTSTRUCT contours on it: ((ROI number, index), ...)
     counts_annotations: bool = False   # the one record of the series that accounts for the annotations
+    # of a series made into several records (--series_gaps split, --series_4d split): the indices
+    # of its annotations it accounts for (each annotation by the first record it covers); None: all
+    counted: Optional[tuple[int, ...]] = None
+    volume: bool = False          # a record of such a series: its own slices' UIDs place a SEG's frames
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +221,9 @@ class ProbedRecord:
         own = self.members or (self.source,)
         if self.mask_part is not None and not self.mask_part.counts_annotations:
             return own
+        counted = None if self.mask_part is None else self.mask_part.counted
+        if counted is not None:
+            return own + tuple(self.annotations[n][0] for n in counted)
         return own + tuple(source for source, _ in self.annotations)
 
     @property

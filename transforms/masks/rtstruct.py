@@ -244,6 +244,9 @@ def _plane(grid: Grid, in_plane: bool = True) -> _Plane:
     heights = positions @ normal
     if len(heights) > 1:
         steps = np.diff(np.sort(heights))
+        if not in_plane and uids and all(uids):
+            # a 4-D series' volumes share positions: contours are placed by the slice they name
+            steps = steps[steps > _PLANE_TOLERANCE] if (steps > _PLANE_TOLERANCE).any() else steps
         step = float(np.median(steps))
         if step <= 0:
             raise ConversionError(reasons.INVALID_VALUE, "image grid: slices share positions along the normal; "
@@ -325,6 +328,11 @@ def _slice_of(points: np.ndarray, contour: Any, plane: _Plane, roi: int, index: 
     which = f"slice {k}, the image it references" if k is not None else "the nearest slice"
     if k is None:
         k = int(np.argmin(np.abs(plane.heights - float(heights.mean()))))
+        if plane.by_uid and np.count_nonzero(np.abs(plane.heights - plane.heights[k]) <= _PLANE_TOLERANCE) > 1:
+            raise ConversionError(reasons.CONTOUR_OFF_GRID,
+                                  f"RTSTRUCT ROI {roi}: contour {index + 1} names no slice of the image series, and "
+                                  f"its position is shared by several (the volumes of a 4-D series): it cannot be "
+                                  f"placed on one")
     off = float(np.max(np.abs(heights - plane.heights[k])))
     if off > plane.half_spacing + _PLANE_TOLERANCE:
         spread = float(heights.max() - heights.min())
@@ -414,7 +422,8 @@ Placed = dict[int, dict[int, list[np.ndarray]]]    # ROI number -> slice k -> it
 
 
 def placed(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None,
-           on_slice: Optional[Sequence[tuple[int, int]]] = None) -> Placed:
+           on_slice: Optional[Sequence[tuple[int, int]]] = None,
+           among: Optional[Sequence[tuple[int, int]]] = None) -> Placed:
     """Every closed contour of the ROIs ``roi_numbers`` (default: all, ``roi_info`` order) on its
     slice of ``grid``, as (row, column) pixel coordinates snapped to 1/SNAP pixel: the checks of
     the module docstring made and no pixel drawn yet (``fill`` draws them, one slice at a time).
@@ -425,14 +434,20 @@ def placed(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None,
 
     ``on_slice``: the grid is one slice of a series the caller placed the contours on
     (``assign_contours``); exactly these ``(ROI number, contour index)`` are on it, and no other.
+    ``among``: the grid is several slices of such a series (a volume of a series that
+    ``--series_gaps split`` or ``--series_4d split`` made several records of); these contours
+    lie on it, each placed on its slice, and no other.
     """
     plane = _plane(grid)
     chosen = None if on_slice is None else {(int(n), int(i)) for n, i in on_slice}
     if chosen is not None and len(plane.positions) != 1:
         raise ValueError(f"on_slice draws onto a grid of one slice, not {len(plane.positions)}")
+    kept = None if among is None else {(int(n), int(i)) for n, i in among}
     found, numbers = _closed_contours(ds, grid, roi_numbers)
     out: Placed = {number: {} for number in numbers}
     for number, index, contour, points in found:
+        if kept is not None and (number, index) not in kept:
+            continue
         if chosen is None:
             k = _slice_of(points, contour, plane, number, index)
         elif (number, index) in chosen:

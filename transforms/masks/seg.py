@@ -451,6 +451,31 @@ def check_placement(source: Source, grid: Grid) -> None:
         _slices_by_position(ds, frames, grid)
 
 
+def frames_on_slices(source: Source, grid: Grid) -> Optional[dict[int, tuple[int, ...]]]:
+    """check_placement, telling where the frames lie: slice k of ``grid`` -> the numbers of the
+    SEG's frames on it (a frame placed by position lies on every slice at its position: the
+    volumes of a 4-D series share them); None when the grid cannot place them (no positions,
+    and frames that do not each name one of its slices). Slices without a frame are not keys."""
+    ds = _dataset(source, header_only=True)
+    frames = _frames(ds, segmentation_type(ds))
+    slices = _slices_by_uid(frames, grid)
+    on: dict[int, list[int]] = {}
+    if slices is not None:
+        for frame, k in zip(frames, slices):
+            on.setdefault(k, []).append(frame.number)
+    elif grid.positions:
+        nearest = _slices_by_position(ds, frames, grid)
+        positions = np.asarray(grid.positions, float)
+        alike = {k: np.flatnonzero(np.linalg.norm(positions - positions[k], axis=1) <= POSITION_TOLERANCE_MM)
+                 for k in set(nearest)}
+        for frame, k in zip(frames, nearest):
+            for same in alike[k]:
+                on.setdefault(int(same), []).append(frame.number)
+    else:
+        return None
+    return {k: tuple(numbers) for k, numbers in on.items()}
+
+
 def masks_on_grid(source: Source, grid: Grid, segment_numbers: Optional[Sequence[int]] = None,
                   fractional_threshold: Optional[float] = None, max_voxels: Optional[int] = None,
                   part: bool = False) -> np.ndarray:

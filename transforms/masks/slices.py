@@ -1,4 +1,4 @@
-"""Annotations joined to the slice (or frame) records of the series they reference (``--unit file``).
+"""A series' annotations joined to its records: each slice's part (``--unit file``), each split volume's (``divide``).
 
 With ``--class_map`` and ``--unit file`` each slice (or frame) is a record of its own.
 
@@ -31,6 +31,12 @@ with multi-frame images (``--frames split`` frames, Enhanced stacks) and an RTST
 with ``mask_unsupported`` (their frames' positions are not probed; a SEG places its frames by
 the frame's own position at write time instead). Pure functions; the Beam shell is
 transforms.masks.slice_steps.
+
+With ``--unit series``, a series that becomes several records (``--series_gaps split`` runs,
+``--series_4d split`` volumes) is divided the same way (``divide``, called by
+transforms.series.steps): the annotations placed once on the whole series, each record given
+those that lie on its slices and only its part of them, a record none lies on following
+``--missing_mask``, each annotation accounted for by the first record it lies on.
 """
 from __future__ import annotations
 
@@ -140,3 +146,65 @@ def join(records: Sequence[ProbedRecord], read: Callable[[ProbedRecord], Any],
                        mask_part=MaskPart(uid=part.ids.sop_uid if part.ids and single else "",
                                           contours=tuple(on[k] for on in placed),
                                           counts_annotations=part is counting))
+
+
+def divide(records: Sequence[ProbedRecord], slices: Sequence[ProbedRecord], notes: Sequence[ProbedRecord],
+           read: Callable[[ProbedRecord], Any], masks: MaskSettings) -> Iterator[Union[ProbedRecord, Outcome]]:
+    """--unit series, a series made into several records (``records``: the runs of
+    ``--series_gaps split``, the volumes of ``--series_4d split``, an Enhanced file's stacks) from
+    its ``slices``, and the annotations that reference it (``notes``): each record with the
+    annotations that lie on it, each giving it only its own part (an RTSTRUCT's contours on its
+    slices, a SEG's frames on them); a record no annotation lies on follows ``--missing_mask``
+    (``missing``: skipped or failed, one outcome per file; ``empty``: written all background).
+    Each annotation is accounted for by the first record it lies on (MaskPart.counted), once.
+
+    Where each annotation lies is placed once, on the whole series, by its source
+    (transforms.masks.sources ``place`` and ``covers``), with the refusals of the ``--unit file``
+    join: one fails the series, every file of it and the annotations. An annotation whose source
+    tells no slice apart lies on every record; a series whose records are not made of its
+    single-frame slices (mosaics, Enhanced stacks) gives every record its annotations whole,
+    accounted for by the first."""
+    records = list(records)
+    notes = sorted(notes, key=lambda r: r.source.uri)
+    pairs = tuple((n.source, n.annotation) for n in notes)
+    parts = sorted(slices, key=_order)
+    index = {p.source.uri: k for k, p in enumerate(parts)}
+    whole = not all(sources.single_slice(p) for p in parts) or \
+        not all(r.members and all(m.uri in index for m in r.members) for r in records)
+    if whole:
+        for n, record in enumerate(records):
+            yield replaced(record, annotations=pairs, mask_bytes=annotation.planned_mask_bytes(record.spec, masks),
+                           mask_part=MaskPart(contours=(None,) * len(pairs), counts_annotations=n == 0,
+                                              volume=True))
+        return
+    try:
+        headers = [(note, read(note)) for note in notes]
+        placed = _placements(parts, headers)
+        covers = [sources.series_source(note.annotation).covers(header, parts) for note, header in headers]
+    except ConversionError as exc:
+        for uri in sorted({p.source.uri for p in parts} | {n.source.uri for n in notes}):
+            yield Outcome(uri, reasons.FAILED, STAGE, exc.reason, f"{_what(parts)}: {exc}")
+        return
+    lies = [tuple(bool(p) for p in on) if told is None else told for on, told in zip(placed, covers)]
+    lies = [told if any(told) else (True,) * len(parts) for told in lies]    # nothing told apart: all
+    counted: set[int] = set()
+    for record in records:
+        ks = [index[m.uri] for m in record.members]
+        covering = [(n, tuple(x for k in ks for x in placed[n][k])) for n in range(len(notes))
+                    if any(lies[n][k] for k in ks)]
+        if not covering:
+            what = f"{len(ks)} slice(s) of a series its annotations do not cover"
+            outcomes = missing([m.uri for m in record.members], what, masks.missing)
+            if outcomes:
+                yield from outcomes
+            else:
+                yield replaced(record, annotations=(), mask_bytes=annotation.planned_mask_bytes(record.spec, masks))
+            continue
+        mine = tuple(n for n, _ in covering if n not in counted)
+        counted.update(mine)
+        yield replaced(record, annotations=tuple(pairs[n] for n, _ in covering),
+                       mask_bytes=annotation.planned_mask_bytes(record.spec, masks),
+                       mask_part=MaskPart(contours=tuple(part for _, part in covering),
+                                          counts_annotations=bool(mine),
+                                          counted=tuple(i for i, (n, _) in enumerate(covering) if n in mine),
+                                          volume=True))

@@ -11,9 +11,10 @@ the parse cache and the record builder ask the registry and never name a kind:
   ``--class_map`` but an annotation, keyed by the one series it references
   (transforms.records.probe). A source paired with its image by path instead (NIfTI, by
   ``--mask_pattern`` or ``--mask_column``: transforms.masks.pairing) claims no SOP class;
-- **place on a grid** (``join_header``, ``place``): with ``--unit file``, where the annotation lies
-  on the probed records of its series, checked once per series, and each record's part of it
-  (transforms.masks.slices);
+- **place on a grid** (``join_header``, ``place``, ``covers``): with ``--unit file``, where the
+  annotation lies on the probed records of its series, checked once per series, and each
+  record's part of it; with ``--unit series``, a series split into several records, which of
+  them it lies on (transforms.masks.slices);
 - **draw classes** (``parse``, ``draw``): at write time the annotation parsed and its classes drawn
   on the record's canvas (transforms.masks.classes.Canvas): where ``on_grid``, on the record's
   ``Grid`` (transforms.masks.grid), parsed once per worker and reused by its series' records
@@ -83,6 +84,11 @@ class SeriesMaskSource(MaskSource, Protocol):
     def place(self, header: Any, parts: Sequence[Any]) -> tuple:
         """Per record of the series (``parts``, ProbedRecords in record order), this annotation's
         part of it; ConversionError when it does not lie on the series."""
+
+    def covers(self, header: Any, parts: Sequence[Any]) -> Optional[tuple[bool, ...]]:
+        """Per record of the series, whether anything of the annotation lies on it (a series
+        made into several records by --unit series gives each only the annotations on it);
+        None: where its placement (``place``) is not empty."""
 
 
 SOURCES: dict[str, MaskSource] = {}
@@ -181,6 +187,14 @@ class SegSource:
             seg.check_placement(header, grid)
         return ((),) * len(parts)
 
+    def covers(self, header: Any, parts: Sequence[Any]) -> Optional[tuple[bool, ...]]:
+        """The parts a frame lies on, where the series' grid has one slice per part; else all."""
+        grid = _seg_grid(parts, *series_grid(parts, all(single_slice(p) for p in parts)))
+        on = None if grid is None or grid.depth != len(parts) else seg.frames_on_slices(header, grid)
+        if on is None:
+            return (True,) * len(parts)
+        return tuple(k in on for k in range(len(parts)))
+
     def parse(self, fileobj: BinaryIO) -> Any:
         return seg.load(fileobj)
 
@@ -235,6 +249,9 @@ class RtstructSource:
     def join_header(self, read: Callable[[], BinaryIO], cached: Callable[[], Any]) -> Any:
         return cached()     # all header: parsed once, for the join and the writers of this process
 
+    def covers(self, header: Any, parts: Sequence[Any]) -> Optional[tuple[bool, ...]]:
+        return None         # the slices its contours are placed on
+
     def place(self, header: Any, parts: Sequence[Any]) -> tuple:
         single = all(single_slice(p) for p in parts)
         if not single:
@@ -255,7 +272,10 @@ class RtstructSource:
         found = mapped([(r.number, r.name) for r in rtstruct.roi_info(parsed)], class_map)
         assert target.grid is not None
         grid = target.grid
-        placed = rtstruct.placed(parsed, grid, [number for number, _ in found], on_slice=target.part)
+        part = target.part
+        one = part is not None and grid.depth == 1
+        placed = rtstruct.placed(parsed, grid, [number for number, _ in found], on_slice=part if one else None,
+                                 among=None if one else part)
         region = np.zeros((grid.rows, grid.columns), bool)
         for number, index in found:
             for k, polygons in placed[number].items():

@@ -164,7 +164,7 @@ def _mask(record: ProbedRecord, metadata: dict, shape: tuple, uids: tuple, opene
         return nifti_mask.empty_mask(shape, masks.class_map, masks.layout)
     if not all(mask_sources.source(kind).on_grid for _, kind in record.annotations):
         return _paired_mask(record, image, shape, opener, masks)
-    if part is not None:      # one part of its series (masks.slices): its own UID, a single-frame file's
+    if part is not None and not part.volume:  # a slice or frame of its series: its own UID, a single-frame file's
         uids = (part.uid,) if part.uid and shape[0] == 1 else ()
     positions = np.asarray(metadata.get(patient_space.POSITION, ()), dtype=np.float64).reshape(-1, 3)
     if len(positions) != shape[0] and len(uids) != shape[0]:

@@ -13,6 +13,7 @@ from dcm2tfrecord.transforms.record_model import ProbedRecord, replaced
 from dcm2tfrecord.transforms.masks import annotation
 from dcm2tfrecord.transforms.masks import slices as mask_slices
 from dcm2tfrecord.transforms.masks.settings import MaskSettings
+from dcm2tfrecord.transforms.masks.slice_steps import read_header
 from dcm2tfrecord.transforms.series import volumes
 from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.settings import DecodeSettings, with_salt
@@ -60,6 +61,10 @@ class VolumeOfSeriesFn(beam.DoFn):
                                                        f"series of {len(slices)} slices", masks.missing)
         if missing:
             yield from emit(tuple(missing))
+            return
+        if len(built) > 1:      # runs, volumes or stacks: each given the annotations' part on it
+            for result in mask_slices.divide(built, slices, notes, read_header, masks):
+                yield from emit(result)
             return
         yield from masked_records(built, notes, masks)
 

@@ -419,3 +419,25 @@ def test_contour_image_references_read_from_bytes_equal_pydicoms(axial, tmp_path
     assert seen == sum(EXPECTED_CONTOURS[r] * int(axial.known[r].any(axis=(1, 2)).sum()) for r in EXPECTED_CONTOURS)
     assert np.array_equal(rtstruct.rasterise(pydicom.dcmread(path), axial.grid()),
                           rtstruct.rasterise(axial.ds, axial.grid()))
+
+
+def test_a_4d_grid_places_contours_by_the_slice_they_name(axial):
+    """Two volumes sharing the series' positions (a 4-D series whose slices --series_4d split makes
+    into volumes): each contour lies on the slice whose SOP Instance UID it names, all in the
+    first volume here; a contour naming none, at a position two slices share, is refused; a grid
+    of shared positions without UIDs is refused as before."""
+    n = len(axial.uids)
+    positions = np.concatenate([axial.series.positions, axial.series.positions])
+    twice = axial.grid(positions=positions, instance_uids=axial.uids + [f"2.25.{k + 1}" for k in range(n)],
+                       pixel_spacing=(), rows=0, columns=0)
+    placed = rtstruct.assign_contours(axial.ds, twice)
+    assert placed == rtstruct.assign_contours(axial.ds, axial.grid(pixel_spacing=(), rows=0, columns=0))
+    assert placed and all(k < n for k in placed)
+    with pytest.raises(ConversionError) as caught:
+        rtstruct.assign_contours(axial.ds, axial.grid(uids=False, positions=positions, pixel_spacing=()))
+    assert caught.value.reason == reasons.INVALID_VALUE
+    ds = copy.deepcopy(axial.ds)
+    del ds.ROIContourSequence[0].ContourSequence[0].ContourImageSequence
+    with pytest.raises(ConversionError) as caught:
+        rtstruct.assign_contours(ds, twice)
+    assert caught.value.reason == reasons.CONTOUR_OFF_GRID and "ROI 1" in str(caught.value)
