@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import re
 from typing import Optional
@@ -33,6 +34,7 @@ import numpy as np
 
 from dcm2tfrecord.dataset import masks as mask_format
 from dcm2tfrecord.dataset.errors import OptionError
+from dcm2tfrecord.transforms.masks import patterns
 from dcm2tfrecord.transforms.masks.settings import MaskLayout
 
 LABEL_MAP = MaskLayout.LABEL_MAP
@@ -51,9 +53,17 @@ class Rule:
     regex: bool
 
     def matches(self, name: str) -> bool:
+        """Whether the raw ``name`` matches; a regex rule in time in proportion to the name
+        (transforms.masks.patterns), PatternTimeout for one only a backtracking engine runs and
+        that ran past its bound."""
         if self.regex:
-            return re.fullmatch(self.pattern, name.strip(), flags=re.IGNORECASE) is not None
+            return _compiled(self.pattern).fullmatch(name.strip()) is not None
         return name.strip().casefold() == self.pattern.strip().casefold()
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> patterns.BoundedPattern:
+    return patterns.BoundedPattern(pattern, re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +84,7 @@ class ClassMap:
 
 def _checked(pattern: str, where: str) -> str:
     try:
-        re.compile(pattern)
+        _compiled(pattern)
     except re.error as exc:
         raise MappingError(f"{where}: {pattern!r} is not a regular expression ({exc}); escape it "
                            f"(e.g. GTV\\+) or give it as an exact name") from None
