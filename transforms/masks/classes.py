@@ -116,7 +116,7 @@ def _strict_loader(source: str) -> type:
         depth = 0
         aliased = 0
 
-        def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        def compose_node(self, parent, index):
             if self.check_event(yaml.AliasEvent):
                 event = self.peek_event()
                 anchored = self.anchors.get(event.anchor)
@@ -135,7 +135,7 @@ def _strict_loader(source: str) -> type:
             finally:
                 self.depth -= 1
 
-        def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+        def construct_mapping(self, node, deep=False):
             seen: dict = {}
             out = {}
             for key_node, value_node in node.value:
@@ -155,7 +155,7 @@ def _strict_loader(source: str) -> type:
     return Loader
 
 
-def _size(node) -> int:  # type: ignore[no-untyped-def]
+def _size(node) -> int:
     """The nodes a composed YAML node holds, itself included (an alias to it names as many);
     counted up to just past MAX_RULES, so a node shared many times over costs no more."""
     import yaml
@@ -187,21 +187,22 @@ def _parse_yaml(text: str, source: str) -> ClassMap:
     total = sum(len(p) if isinstance(p, list) else 1 for p in data.values())
     if total > MAX_RULES:
         raise MappingError(f"class mapping {source}: {total} patterns, more than {MAX_RULES}; is it the right file?")
-    classes, rules = [], []
-    for class_name, patterns in data.items():
+    classes: list[str] = []
+    rules: list[Rule] = []
+    for class_name, listed in data.items():
         class_name = str(class_name).strip()
         if not class_name:
             raise MappingError(f"class mapping {source}: an empty class name")
         if class_name in classes:
             raise MappingError(f"class mapping {source}: class {class_name!r} is given twice; give each class "
                                f"once, its patterns in one list")
-        if isinstance(patterns, str):
-            patterns = [patterns]
-        if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+        if isinstance(listed, str):
+            listed = [listed]
+        if not isinstance(listed, list) or not listed or not all(isinstance(p, str) for p in listed):
             raise MappingError(f"class mapping {source}: class {class_name!r} needs a pattern or a list of them")
         classes.append(class_name)
         rules += [Rule(_checked(p, f"class mapping {source}, class {class_name!r}"), class_name, True)
-                  for p in patterns]
+                  for p in listed]
     return ClassMap(tuple(classes), tuple(rules))
 
 
@@ -212,7 +213,7 @@ def _parse_csv(text: str, source: str) -> ClassMap:
         raise MappingError(f"class mapping {source}: the header must name the columns name,class[,match] "
                            f"(it has {','.join(fields) or 'none'})")
     classes: list[str] = []
-    rules = []
+    rules: list[Rule] = []
     seen: dict = {}
     for line, row in enumerate(reader, start=2):
         if len(rules) >= MAX_RULES:

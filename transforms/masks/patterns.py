@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import re
+import sys
 from typing import Any, Optional, Sequence
 
 from dcm2tfrecord.dataset.errors import InputError
 
-try:                                            # re's parser: re._parser since Python 3.11
-    from re import _constants as _sre_c, _parser as _sre_p  # type: ignore[attr-defined]
-except ImportError:                             # pragma: no cover - Python 3.10
-    import sre_constants as _sre_c              # type: ignore[no-redef]
-    import sre_parse as _sre_p                  # type: ignore[no-redef]
+# re's own parser: re._parser and re._constants since Python 3.11, sre_parse before
+_sre_p: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
+_sre_c: Any = importlib.import_module("re._constants" if sys.version_info >= (3, 11) else "sre_constants")
 
 MATCH_BOUND_S = 1.0      # the most one match of a pattern RE2 cannot run may take
 RE2_MAX_REPEAT = 1000    # RE2's largest counted repeat ({n,m})
@@ -109,7 +109,8 @@ class BoundedPattern:
         except TimeoutError:
             raise PatternTimeout(f"the pattern {self.pattern!r} took longer than {MATCH_BOUND_S:g} s on one "
                                  f"text of {len(text)} characters (it uses a construct only a backtracking "
-                                 f"engine runs: a lookaround, a backreference, a Unicode \\b); simplify it")
+                                 f"engine runs: a lookaround, a backreference, a Unicode \\b); simplify it") \
+                from None
         return None if found is None else Found(tuple(found.groups()))
 
 
@@ -179,8 +180,8 @@ def _klass(items: Sequence[tuple[Any, Any]], ascii_only: bool) -> str:
     """A ``[...]`` of re's parsed set items."""
     c = _sre_c
     negate = False
-    body = []
-    negated_categories = []
+    body: list[str] = []
+    negated_categories: list[str] = []
     for op, av in items:
         if op is c.NEGATE:
             negate = True
