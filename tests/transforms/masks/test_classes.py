@@ -6,7 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from dcm2tfrecord.transforms.masks import classes
+from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.masks import classes, patterns, sources
 from tests.support.bounded import finishes_within
 
 YAML = """
@@ -72,6 +73,27 @@ def test_a_backtracking_rule_against_a_long_name_gives_its_answer_at_once(rule, 
     assert finishes_within(5, _classes_of, text, "map.yaml", [name, "other"]) == [expected, "Y"]
     csv = f"name,class,match\n{rule},X,regex\nother,Y,exact\n"
     assert finishes_within(5, _classes_of, csv, "map.csv", [name, "other"]) == [expected, "Y"]
+
+
+def test_a_rule_only_a_backtracking_engine_runs_fails_its_record_as_mask_invalid_past_its_bound(monkeypatch):
+    """A backreference RE2 lacks runs in the regex module, bounded per match: past the bound the
+    annotation's record fails as mask_invalid naming the rule, not the name (a patient's, maybe)."""
+    monkeypatch.setattr(patterns, "MATCH_BOUND_S", 0.1)
+    mapping = classes.parse_mapping("X: ['(.*)_(.*)_\\1_(.*)x']\nY: [heart]\n", "m.yaml")
+    assert sources.mapped([(1, "heart"), (2, "p_q_p_rx")], mapping) == [(1, 2), (2, 1)]
+    name = "a_" * 3000 + "bx"
+    reason, message = finishes_within(5, _refusal, [(1, "heart"), (2, name)], mapping)
+    assert reason == "mask_invalid" and "took longer than 0.1 s" in message
+    assert "(.*)_(.*)_" in message and name not in message and "\n" not in message
+
+
+def _refusal(numbered: list, mapping: classes.ClassMap) -> tuple:
+    """(reason, message) of the ConversionError sources.mapped raises (it does not pickle)."""
+    try:
+        sources.mapped(numbered, mapping)
+    except ConversionError as exc:
+        return exc.reason, str(exc)
+    raise AssertionError("sources.mapped gave an answer")
 
 
 @pytest.mark.parametrize("text, source, says", [
