@@ -64,7 +64,7 @@ class Rule:
 
 @functools.lru_cache(maxsize=4096)
 def _compiled(pattern: str) -> patterns.BoundedPattern:
-    return patterns.BoundedPattern(pattern, re.IGNORECASE)
+    return patterns.BoundedPattern(pattern, re.IGNORECASE, captures=False)     # a rule's groups go unused
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,18 +52,22 @@ class Found:
 
 class BoundedPattern:
     """A Python regular expression compiled for ``fullmatch`` in bounded time (module docstring).
-    ``groups`` and ``groupindex`` are Python's; ``linear`` says whether RE2 runs it."""
+    ``groups`` and ``groupindex`` are Python's; ``linear`` says whether RE2 runs it. ``captures``:
+    whether the groups' text is used; RE2 gives a group repeated by a loop that may match empty
+    its last non-empty text where Python takes one more, empty, turn (``(a|a*)*`` on ``a``), so
+    such a pattern goes to the bounded engine when its groups count (a class rule's do not)."""
 
-    def __init__(self, pattern: str, flags: int = 0):
+    def __init__(self, pattern: str, flags: int = 0, captures: bool = True):
         self.pattern = pattern
         self.flags = flags
+        self.captures = captures
         python = re.compile(pattern, flags)      # re.error for a mistake, as before
         self.groups = python.groups
         self.groupindex = dict(python.groupindex)
         self._re2: Any = None
         self._dollar = False
         try:
-            text, self._dollar = _to_re2(pattern, flags)
+            text, self._dollar = _to_re2(pattern, flags, captures)
             self._re2 = _re2_compile(text)
         except _Unsupported:
             pass
@@ -76,7 +80,7 @@ class BoundedPattern:
         return self._backtracking
 
     def __reduce__(self):             # settings travel to workers pickled: compiled again there
-        return BoundedPattern, (self.pattern, self.flags)
+        return BoundedPattern, (self.pattern, self.flags, self.captures)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, BoundedPattern) and (self.pattern, self.flags) == (other.pattern, other.flags)
@@ -203,7 +207,7 @@ def _klass(items: Sequence[tuple[Any, Any]], ascii_only: bool) -> str:
     return f"[{'^' if negate else ''}{''.join(body)}]"
 
 
-def _to_re2(pattern: str, flags: int) -> tuple[str, bool]:
+def _to_re2(pattern: str, flags: int, captures: bool = True) -> tuple[str, bool]:
     """(``pattern`` written for RE2 with Python's meaning, whether it says ``$``), for a str
     pattern Python accepts; _Unsupported for a construct RE2 cannot run. RE2's ``$`` is the end
     of the text only, Python's also the place before a final line break: the same on a text that
@@ -214,12 +218,24 @@ def _to_re2(pattern: str, flags: int) -> tuple[str, bool]:
     global_flags = state.flags if state is not None else flags
     if global_flags & re.ASCII and global_flags & re.IGNORECASE:
         raise _Unsupported("ASCII-only case folding")       # RE2 folds case by Unicode
-    text = _seq(list(parsed), global_flags)
+    text = _seq(list(parsed), global_flags, captures)
     return text, "$" in text.replace("(?m:$)", "")
 
 
-def _seq(items: Sequence[tuple[Any, Any]], flags: int) -> str:
-    return "".join(_item(op, av, flags) for op, av in items)
+def _seq(items: Sequence[tuple[Any, Any]], flags: int, captures: bool) -> str:
+    return "".join(_item(op, av, flags, captures) for op, av in items)
+
+
+def _has_group(items: Any) -> bool:
+    """Whether re's parsed ``items`` hold a capturing group, at any depth."""
+    for op, av in items:
+        if op is _sre_c.SUBPATTERN and av[0] is not None:
+            return True
+        nested = av[-1] if op in (_sre_c.SUBPATTERN, _sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT) else \
+            [item for branch in av[1] for item in branch] if op is _sre_c.BRANCH else ()
+        if nested and _has_group(nested):
+            return True
+    return False
 
 
 def _scoped(text: str, flags: int) -> str:
@@ -227,7 +243,7 @@ def _scoped(text: str, flags: int) -> str:
     return f"(?i:{text})" if flags & re.IGNORECASE else text
 
 
-def _item(op: Any, av: Any, flags: int) -> str:
+def _item(op: Any, av: Any, flags: int, captures: bool) -> str:
     c = _sre_c
     ascii_only = bool(flags & re.ASCII)
     if op is c.LITERAL:
@@ -239,17 +255,19 @@ def _item(op: Any, av: Any, flags: int) -> str:
     if op is c.IN:
         return _scoped(_klass(av, ascii_only), flags)
     if op is c.BRANCH:
-        return "(?:" + "|".join(_seq(list(branch), flags) for branch in av[1]) + ")"
+        return "(?:" + "|".join(_seq(list(branch), flags, captures) for branch in av[1]) + ")"
     if op is c.SUBPATTERN:
         group, add, remove, sub = av
-        inner = _seq(list(sub), (flags | add) & ~remove)
+        inner = _seq(list(sub), (flags | add) & ~remove, captures)
         return "(?:" + inner + ")" if group is None else "(" + inner + ")"
     if op in (c.MAX_REPEAT, c.MIN_REPEAT):
         low, high, sub = av
         if low > RE2_MAX_REPEAT or (high is not c.MAXREPEAT and high > RE2_MAX_REPEAT):
             raise _Unsupported("a repeat over 1000")
+        if captures and sub.getwidth()[0] == 0 and _has_group(sub):
+            raise _Unsupported("a group in a loop that may match empty")
         count = f"{{{low},}}" if high is c.MAXREPEAT else f"{{{low},{high}}}"
-        return "(?:" + _seq(list(sub), flags) + ")" + count + ("?" if op is c.MIN_REPEAT else "")
+        return "(?:" + _seq(list(sub), flags, captures) + ")" + count + ("?" if op is c.MIN_REPEAT else "")
     if op is c.AT:
         multiline = bool(flags & re.MULTILINE)
         table = {c.AT_BEGINNING: "(?m:^)" if multiline else "\\A", c.AT_BEGINNING_STRING: "\\A",

@@ -34,16 +34,31 @@ def _patterns(draw, depth=0):
 TEXTS = st.text(alphabet="ab_ é١K\u212a\n1A", max_size=8)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(pattern=_patterns(), text=TEXTS, flags=st.sampled_from([0, re.IGNORECASE, re.DOTALL, re.IGNORECASE | re.DOTALL]))
 def test_re2_gives_pythons_answer_and_groups(pattern, text, flags):
-    bounded = BoundedPattern(pattern, flags)
-    assert bounded.linear, pattern
+    """Without captures (a class rule) RE2 runs every such pattern and answers as re; with
+    captures, the groups are re's too (a group in a loop that may match empty, where the two
+    differ, goes to the bounded engine)."""
     python = re.fullmatch(pattern, text, flags)
-    found = bounded.fullmatch(text)
+    answer = BoundedPattern(pattern, flags, captures=False)
+    assert answer.linear, pattern
+    assert (answer.fullmatch(text) is None) == (python is None), (pattern, text, flags)
+    found = BoundedPattern(pattern, flags).fullmatch(text)
     assert (found is None) == (python is None), (pattern, text, flags)
     if found is not None:
         assert found.groups == python.groups(), (pattern, text, flags)
+
+
+@pytest.mark.parametrize("pattern, linear", [("(a|a*)*", False), ("(a*)+b", False), (r"gtv(\w+[_ ]?)*", True),
+                                             ("(?:a*)*", True)])
+def test_a_group_in_a_loop_that_may_match_empty_keeps_pythons_groups(pattern, linear):
+    bounded = BoundedPattern(pattern)
+    assert bounded.linear == linear and BoundedPattern(pattern, captures=False).linear
+    for text in ("a", "aa", "ab", "gtv_x", ""):
+        python = re.fullmatch(pattern, text)
+        found = bounded.fullmatch(text)
+        assert (found is None) == (python is None) and (found is None or found.groups == python.groups())
 
 
 @pytest.mark.parametrize("pattern, text, flags", [
