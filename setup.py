@@ -61,6 +61,12 @@ INSTALL_REQUIRES = [
     # --class_map's YAML form (transforms/masks/classes.py); Beam depends on it too, named
     # here because we import it ourselves
     "pyyaml>=5.4",
+    # class-map rules and --mask_pattern are users' regexes matched against ROI names and
+    # paths nobody controls: RE2 matches in time linear in the text, where Python's re
+    # backtracks for hours holding the GIL (transforms/masks/patterns.py); regex runs, with a
+    # time bound per match, the few constructs RE2 lacks (lookarounds, backreferences)
+    "google-re2>=1.1",
+    "regex>=2023.0",
 ]
 
 setup(

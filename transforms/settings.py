@@ -135,6 +135,34 @@ def _file_kind(mode: int) -> str:
             else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
 
 
+def read_side_file(uri: str, option: str, max_bytes: int, error: type, example: str) -> bytes:
+    """The bytes of a side file an option names (a local path or a storage object), at most
+    ``max_bytes + 1`` of them (more: the caller refuses it as too large, never cut). A local
+    path that is not a regular file (a FIFO, a device, a directory, a socket) is never opened,
+    so nothing blocks: ``error`` (an OptionError) in one line naming the option, the file and
+    what to give instead (``example``). Read through the format package's storage facade
+    (Beam's FileSystems once installed: transforms/beam_files.py), as the dataset is."""
+    from dcm2tfrecord.dataset.storage import FileSystems
+    if "://" not in uri:
+        try:
+            mode = os.stat(uri).st_mode
+        except FileNotFoundError:
+            raise error(f"{option} {uri}: cannot be read (no such file)") from None
+        except OSError as exc:
+            raise error(f"{option} {uri}: cannot be read ({exc.strerror})") from None
+        if not stat.S_ISREG(mode):
+            raise error(f"{option} {uri} is {_file_kind(mode)}: give a regular file {example}")
+    chunks, size = [], 0
+    with FileSystems.open(uri) as handle:
+        while size <= max_bytes:
+            chunk = handle.read(max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks)
+
+
 def read_salt_file(uri: str) -> str:
     """The salt held in a regular file or a storage object (local path or gs://...).
 
@@ -147,30 +175,13 @@ def read_salt_file(uri: str) -> str:
     Read through the format package's storage facade (Beam's FileSystems once installed:
     transforms/beam_files.py), as the dataset is.
     """
-    from dcm2tfrecord.dataset.storage import FileSystems
-    if "://" not in uri:
-        try:
-            mode = os.stat(uri).st_mode
-        except FileNotFoundError:
-            raise SaltFileError(f"--id_salt_file {uri}: no such file") from None
-        except OSError as exc:
-            raise SaltFileError(f"--id_salt_file {uri}: cannot be read ({exc.strerror})") from None
-        if not stat.S_ISREG(mode):
-            raise SaltFileError(f"--id_salt_file {uri} is {_file_kind(mode)}: give a regular file "
-                                "(e.g. a mounted secret) or a storage object")
-    chunks, size = [], 0
-    with FileSystems.open(uri) as handle:
-        while size <= MAX_SALT_BYTES:
-            chunk = handle.read(MAX_SALT_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    if size > MAX_SALT_BYTES:
+    data = read_side_file(uri, "--id_salt_file", MAX_SALT_BYTES, SaltFileError,
+                          "(e.g. a mounted secret) or a storage object")
+    if len(data) > MAX_SALT_BYTES:
         raise SaltFileError(f"--id_salt_file {uri} holds more than {MAX_SALT_BYTES} bytes: a salt is a "
                             "short secret (e.g. 32 random bytes as hex); is it the right file?")
     try:
-        text = b"".join(chunks).decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise SaltFileError(f"--id_salt_file {uri} is not UTF-8 text: write the salt as text "
                             "(e.g. openssl rand -hex 32)") from None

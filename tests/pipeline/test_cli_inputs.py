@@ -115,6 +115,60 @@ def test_two_inputs_holding_one_relative_path_are_refused_in_one_line_before_any
     assert os.path.exists(tmp_path / "out2" / names.MANIFEST_NAME)
 
 
+def _convert_quietly(argv: list) -> tuple:
+    """(exit code, what it wrote on stderr) of the command line ``argv``."""
+    import contextlib
+    import io
+    from dcm2tfrecord.pipeline.cli import main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize("name,text,message", [
+    ("fifo.yaml", None, "is a FIFO"),
+    ("twice.yaml", "Liver: [liver]\nKidney: [kidney]\nLiver: [foie]\n", "class 'Liver' is given twice"),
+    ("aliases.yaml", "a: &x [" + ",".join(f"p{i}" for i in range(1000)) + "]\n"
+     + "".join(f"c{i}: *x\n" for i in range(2000)), "its aliases name more than"),
+    ("deep.yaml", "a: " + "[" * 20000 + "]" * 20000, "nested deeper than"),
+])
+def test_a_hostile_class_map_is_refused_at_once_before_any_work(tmp_path, name, text, message):
+    """A FIFO (which blocked the run holding the output's lock), a class given twice (the last was
+    kept), aliases naming 2 M rules, deep nesting (a bare RecursionError): exit code 2 in one line
+    naming the file, within seconds, the output never created."""
+    from tests.support.bounded import finishes_within
+    write_png_archive(tmp_path / "in", 1, 8, 8)
+    class_map = tmp_path / name
+    if text is None:
+        os.mkfifo(class_map)
+    else:
+        class_map.write_text(text)
+    out = tmp_path / "out"
+    code, err = finishes_within(60, _convert_quietly, [
+        "convert", "--input", str(tmp_path / "in"), "--output", str(out), "--id_salt", "a-test-salt",
+        "--class_map", str(class_map), "--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    err = err.strip()
+    assert code == 2 and message in err and str(class_map) in err and "\n" not in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("pattern", [r"(?<=(a+)+)x=\1.nii", r"(.*)\pL=\1.nii"])
+def test_a_mask_pattern_python_refuses_is_refused_in_one_line(tmp_path, pattern):
+    """Matched by RE2 where it can, the pattern is still Python's: what re refuses (a lookbehind
+    of no fixed width; RE2's \\pL) is exit code 2 naming the option, before any work."""
+    write_png_archive(tmp_path / "in", 1, 8, 8)
+    (tmp_path / "classes.yaml").write_text("Liver: ['1']\n")
+    out = tmp_path / "out"
+    code, err = _convert_quietly([
+        "convert", "--input", str(tmp_path / "in"), "--output", str(out), "--id_salt", "a-test-salt",
+        "--class_map", str(tmp_path / "classes.yaml"), "--mask_pattern", pattern,
+        "--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    err = err.strip()
+    assert code == 2 and "--mask_pattern" in err and "is not a regular expression" in err and "\n" not in err, err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("name,text,message", [
     ("classes.yaml", 'Liver: ["liver"\n', "is not YAML"),
     ("classes.csv", "roi,label\nliver,Liver\n", "the header must name the columns name,class[,match]"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import re
 from typing import Optional
@@ -33,7 +34,9 @@ import numpy as np
 
 from dcm2tfrecord.dataset import masks as mask_format
 from dcm2tfrecord.dataset.errors import OptionError
+from dcm2tfrecord.transforms.masks import patterns
 from dcm2tfrecord.transforms.masks.settings import MaskLayout
+from dcm2tfrecord.transforms.settings import read_side_file
 
 LABEL_MAP = MaskLayout.LABEL_MAP
 BINARY = MaskLayout.BINARY
@@ -51,9 +54,17 @@ class Rule:
     regex: bool
 
     def matches(self, name: str) -> bool:
+        """Whether the raw ``name`` matches; a regex rule in time in proportion to the name
+        (transforms.masks.patterns), PatternTimeout for one only a backtracking engine runs and
+        that ran past its bound."""
         if self.regex:
-            return re.fullmatch(self.pattern, name.strip(), flags=re.IGNORECASE) is not None
+            return _compiled(self.pattern).fullmatch(name.strip()) is not None
         return name.strip().casefold() == self.pattern.strip().casefold()
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> patterns.BoundedPattern:
+    return patterns.BoundedPattern(pattern, re.IGNORECASE, captures=False)     # a rule's groups go unused
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +85,7 @@ class ClassMap:
 
 def _checked(pattern: str, where: str) -> str:
     try:
-        re.compile(pattern)
+        _compiled(pattern)
     except re.error as exc:
         raise MappingError(f"{where}: {pattern!r} is not a regular expression ({exc}); escape it "
                            f"(e.g. GTV\\+) or give it as an exact name") from None
@@ -88,27 +99,110 @@ def parse_mapping(text: str, source: str) -> ClassMap:
     return _parse_yaml(text, source)
 
 
+# Bounds of a class map, each refused in one line: the rules (patterns and rows) it may hold, as
+# aliases expand them (a 100 KB YAML of aliases can name millions), and how deep its YAML nests
+MAX_RULES = 10_000
+MAX_DEPTH = 16
+
+
+def _strict_loader(source: str) -> type:
+    """A YAML loader for a class map (safe_load's, stricter): keys are the text written (``1`` and
+    ``yes`` are the classes "1" and "yes", never the number and True collapsed), a key given twice,
+    nesting past MAX_DEPTH and aliases naming more than MAX_RULES values are refused, each in one
+    line, before anything is built."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        depth = 0
+        aliased = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                anchored = self.anchors.get(event.anchor)
+                self.aliased += _size(anchored) if anchored is not None else 1
+                if self.aliased > MAX_RULES:
+                    raise MappingError(f"class mapping {source}:{event.start_mark.line + 1}: its aliases name "
+                                       f"more than {MAX_RULES} values; write the patterns out")
+                return super().compose_node(parent, index)
+            self.depth += 1
+            try:
+                if self.depth > MAX_DEPTH:
+                    mark = self.peek_event().start_mark
+                    raise MappingError(f"class mapping {source}:{mark.line + 1}: nested deeper than {MAX_DEPTH} "
+                                       f"levels; a class map is class: [pattern, ...]")
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            out = {}
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else self.construct_object(key_node)
+                if not isinstance(key, str):
+                    raise MappingError(f"class mapping {source}:{key_node.start_mark.line + 1}: a class name must "
+                                       f"be text")
+                if key in seen:
+                    raise MappingError(f"class mapping {source}:{key_node.start_mark.line + 1}: class {key!r} is "
+                                       f"given twice (first on line {seen[key]}); give each class once, its "
+                                       f"patterns in one list")
+                seen[key] = key_node.start_mark.line + 1
+                out[key] = self.construct_object(value_node, deep=deep)
+            return out
+
+    Loader.add_constructor("tag:yaml.org,2002:map", lambda loader, node: loader.construct_mapping(node))
+    return Loader
+
+
+def _size(node) -> int:
+    """The nodes a composed YAML node holds, itself included (an alias to it names as many);
+    counted up to just past MAX_RULES, so a node shared many times over costs no more."""
+    import yaml
+    count, stack = 0, [node]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, yaml.SequenceNode):
+            stack.extend(item.value)
+        elif isinstance(item, yaml.MappingNode):
+            stack.extend(v for pair in item.value for v in pair)
+        if count > MAX_RULES:
+            break
+    return count
+
+
 def _parse_yaml(text: str, source: str) -> ClassMap:
     import yaml
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_strict_loader(source))  # noqa: S506 - SafeLoader's subclass
     except yaml.YAMLError as exc:
         raise MappingError(f"class mapping {source} is not YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:          # a structure the depth bound does not reach (a flow collection)
+        raise MappingError(f"class mapping {source}: nested too deeply; a class map is class: [pattern, ...]") \
+            from None
     if not isinstance(data, dict) or not data:
         raise MappingError(f"class mapping {source}: expected a mapping of class -> [pattern, ...], "
                            f"e.g. 'Lung: [\"lung.*\", \"poumon\"]'")
-    classes, rules = [], []
-    for class_name, patterns in data.items():
+    total = sum(len(p) if isinstance(p, list) else 1 for p in data.values())
+    if total > MAX_RULES:
+        raise MappingError(f"class mapping {source}: {total} patterns, more than {MAX_RULES}; is it the right file?")
+    classes: list[str] = []
+    rules: list[Rule] = []
+    for class_name, listed in data.items():
         class_name = str(class_name).strip()
         if not class_name:
             raise MappingError(f"class mapping {source}: an empty class name")
-        if isinstance(patterns, str):
-            patterns = [patterns]
-        if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+        if class_name in classes:
+            raise MappingError(f"class mapping {source}: class {class_name!r} is given twice; give each class "
+                               f"once, its patterns in one list")
+        if isinstance(listed, str):
+            listed = [listed]
+        if not isinstance(listed, list) or not listed or not all(isinstance(p, str) for p in listed):
             raise MappingError(f"class mapping {source}: class {class_name!r} needs a pattern or a list of them")
         classes.append(class_name)
         rules += [Rule(_checked(p, f"class mapping {source}, class {class_name!r}"), class_name, True)
-                  for p in patterns]
+                  for p in listed]
     return ClassMap(tuple(classes), tuple(rules))
 
 
@@ -119,8 +213,11 @@ def _parse_csv(text: str, source: str) -> ClassMap:
         raise MappingError(f"class mapping {source}: the header must name the columns name,class[,match] "
                            f"(it has {','.join(fields) or 'none'})")
     classes: list[str] = []
-    rules = []
+    rules: list[Rule] = []
+    seen: dict = {}
     for line, row in enumerate(reader, start=2):
+        if len(rules) >= MAX_RULES:
+            raise MappingError(f"class mapping {source}:{line}: more than {MAX_RULES} rows; is it the right file?")
         row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
         name, class_name, match = row.get("name", ""), row.get("class", ""), row.get("match", "") or "exact"
         if not name or not class_name:
@@ -129,6 +226,11 @@ def _parse_csv(text: str, source: str) -> ClassMap:
             raise MappingError(f"class mapping {source}:{line}: match is {match!r}; give exact or regex")
         if match == "regex":
             _checked(name, f"class mapping {source}:{line}")
+        key = (match, name if match == "regex" else name.casefold())
+        if key in seen:
+            raise MappingError(f"class mapping {source}:{line}: the {match} name {name!r} is given twice (first "
+                               f"on line {seen[key]}); the first would win, so give it once")
+        seen[key] = line
         if class_name not in classes:
             classes.append(class_name)
         rules.append(Rule(name, class_name, match == "regex"))
@@ -142,12 +244,13 @@ MAX_MAPPING_BYTES = 1 << 20
 
 def load(uri: str) -> ClassMap:
     """The mapping file at ``uri`` (local or gs://), parsed; MappingError naming it otherwise.
-    Read through the format package's storage facade (Beam's FileSystems once installed:
-    transforms/beam_files.py), as the dataset is."""
-    from dcm2tfrecord.dataset.storage import FileSystems
+    Read like every side file (transforms.settings.read_side_file: a regular file or a storage
+    object, never a FIFO or a device, at most MAX_MAPPING_BYTES), through the format package's
+    storage facade (Beam's FileSystems once installed: transforms/beam_files.py), as the dataset is."""
     try:
-        with FileSystems.open(uri) as handle:
-            data = handle.read(MAX_MAPPING_BYTES + 1)
+        data = read_side_file(uri, "--class_map", MAX_MAPPING_BYTES, MappingError, "or a storage object")
+    except MappingError:
+        raise
     except Exception as exc:
         raise MappingError(f"--class_map {uri}: cannot be read ({type(exc).__name__}: {exc})") from None
     if len(data) > MAX_MAPPING_BYTES:

@@ -33,6 +33,7 @@ from dcm2tfrecord.dataset.names import BadName, check_relative_path
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.labels import join, table
 from dcm2tfrecord.transforms.masks import annotation, sources
+from dcm2tfrecord.transforms.masks.patterns import BoundedPattern, PatternTimeout
 from dcm2tfrecord.transforms.masks.settings import MaskSettings, MissingMask
 from dcm2tfrecord.transforms.record_model import ProbedRecord, SourceFile, replaced
 
@@ -49,9 +50,9 @@ class MaskPattern:
     """A parsed --mask_pattern: the image regex, the replacement's parts (literal text or a group
     number) and the regex its replacement's shape makes (what a mask path looks like)."""
     text: str
-    image: "re.Pattern[str]"
+    image: BoundedPattern
     parts: tuple[Union[str, int], ...]
-    mask: "re.Pattern[str]"
+    mask: BoundedPattern
 
     def mask_of(self, rel_path: str) -> Optional[str]:
         """The mask path the pattern gives an image at ``rel_path`` (None: it matches no image)."""
@@ -96,7 +97,7 @@ def _split(text: str) -> tuple[str, str]:
 _REFERENCE = re.compile(r"\\(?:(\d{1,2})|g<([^>]*)>)")
 
 
-def _parts(replacement: str, image: "re.Pattern[str]", text: str) -> tuple[Union[str, int], ...]:
+def _parts(replacement: str, image: BoundedPattern, text: str) -> tuple[Union[str, int], ...]:
     parts: list[Union[str, int]] = []
     i = 0
     while i < len(replacement):
@@ -128,7 +129,7 @@ def _parts(replacement: str, image: "re.Pattern[str]", text: str) -> tuple[Union
     return tuple(parts)
 
 
-def _mask_regex(parts: Sequence[Union[str, int]]) -> "re.Pattern[str]":
+def _mask_regex(parts: Sequence[Union[str, int]]) -> BoundedPattern:
     """The regex of the paths the replacement can give: literals as written, a group any text
     (a group used twice the same text both times)."""
     seen: set = set()
@@ -141,7 +142,7 @@ def _mask_regex(parts: Sequence[Union[str, int]]) -> "re.Pattern[str]":
         else:
             seen.add(part)
             out.append(f"(?P<g{part}>.*)")
-    return re.compile("".join(out), re.DOTALL)
+    return BoundedPattern("".join(out), re.DOTALL)
 
 
 def parse_mask_pattern(text: str) -> MaskPattern:
@@ -150,7 +151,7 @@ def parse_mask_pattern(text: str) -> MaskPattern:
     if not regex:
         raise PatternError(f"--mask_pattern {text!r}: the image regex before '=' is empty")
     try:
-        image = re.compile(regex, re.DOTALL)
+        image = BoundedPattern(regex, re.DOTALL)
     except re.error as exc:
         raise PatternError(f"--mask_pattern {text!r}: {regex!r} is not a regular expression ({exc})") from None
     parts = _parts(replacement, image, text)
@@ -209,9 +210,12 @@ def named_by_pattern(record: ProbedRecord, pattern: MaskPattern) -> Union[Named,
     """What --mask_pattern says of a NIfTI record: a mask (its mask side matches, whatever the
     image side says), an image naming its mask, or neither."""
     rel = record.source.rel_path
-    if pattern.is_mask(rel):
-        return Named(record, recognised=True)
-    path = pattern.mask_of(rel)
+    try:
+        if pattern.is_mask(rel):
+            return Named(record, recognised=True)
+        path = pattern.mask_of(rel)
+    except PatternTimeout as exc:
+        return outcomes([record], reasons.FAILED, reasons.MASK_INVALID, f"--mask_pattern: {exc}")
     if path is None:
         return Named(record)
     return _named(record, path, f"--mask_pattern's mask path for {rel}")

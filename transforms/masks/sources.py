@@ -35,7 +35,7 @@ import pydicom
 
 from dcm2tfrecord.dataset import reasons
 from dcm2tfrecord.transforms.errors import ConversionError
-from dcm2tfrecord.transforms.masks import classes, nifti_mask, rtstruct, seg
+from dcm2tfrecord.transforms.masks import classes, nifti_mask, patterns, rtstruct, seg
 from dcm2tfrecord.transforms.masks.grid import Grid
 
 
@@ -135,8 +135,14 @@ def series_source(name: str) -> SeriesMaskSource:
 
 
 def mapped(numbered: Sequence[tuple[int, str]], class_map: classes.ClassMap) -> list[tuple[int, int]]:
-    """(ROI or segment number, class index) of those whose raw name maps to a class."""
-    return [(number, index) for number, index in ((n, class_map.index_of(name)) for n, name in numbered) if index]
+    """(ROI or segment number, class index) of those whose raw name maps to a class;
+    ConversionError (mask_invalid) when a rule only a backtracking engine runs passes its bound
+    on a name (transforms.masks.patterns; the name is never written: it may hold a patient's)."""
+    try:
+        return [(number, index) for number, index in ((n, class_map.index_of(name)) for n, name in numbered)
+                if index]
+    except patterns.PatternTimeout as exc:
+        raise ConversionError(reasons.MASK_INVALID, f"--class_map: {exc}") from None
 
 
 def series_grid(parts: Sequence[Any], single: bool) -> tuple[tuple, tuple, tuple]:

@@ -6,10 +6,11 @@ import pytest
 
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.transforms.labels.table import LabelRow
-from dcm2tfrecord.transforms.masks import classes, pairing
+from dcm2tfrecord.transforms.masks import classes, pairing, patterns
 from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings, ShardBounds
 from dcm2tfrecord.transforms.record_model import ImageSpec, ProbedRecord, SourceFile
+from tests.support.bounded import finishes_within
 
 MSD = r"imagesTr/(.*)_0000\.nii\.gz=labelsTr/\1.nii.gz"
 CLASS_MAP = classes.parse_mapping('kidney: ["1"]\ntumour: ["2", "3"]\n', "map.yaml")
@@ -62,6 +63,40 @@ def test_a_pattern_typo_is_one_line_naming_it(text, says):
         pairing.parse_mask_pattern(text)
     message = str(caught.value)
     assert says in message and "\n" not in message and "--mask_pattern" in message, message
+
+
+def _named_paths(text: str, paths: list) -> list:
+    """(is_mask, mask_of) of each path under the pattern ``text``."""
+    pattern = pairing.parse_mask_pattern(text)
+    return [(pattern.is_mask(p), pattern.mask_of(p)) for p in paths]
+
+
+@pytest.mark.parametrize("text, path, expected", [
+    (r"(a+)+=m/\1.nii", "a" * 5000 + "!", (False, None)),
+    (r"(.*)_(.*)_(.*)\.nii=m/\1/\2/\3.nii", "a_" * 3000, (False, None)),          # cubic in re
+    (r"(.*)_(.*)_(.*)=\1/\2/\3.nii.gz", "a/" * 3000, (False, None)),         # the mask side: cubic too
+    (r"(.*)_(.*)_(.*)=\1/\2/\3.nii.gz", "a_b_c", (False, "a/b/c.nii.gz")),
+    (r"(x+x+)+y/(.*)=m/\2", "x" * 20000 + "/z", (False, None)),
+    (r"img/(\w+)_(\d+)\.nii=seg/\1_\2.nii", "img/élan_١٢.nii", (False, "seg/élan_١٢.nii")),  # Python's \w, \d
+])
+def test_a_backtracking_pattern_against_a_long_path_gives_its_answer_at_once(text, path, expected):
+    """Python's re runs these for hours holding the GIL: RE2 answers them with Python's meaning."""
+    assert finishes_within(5, _named_paths, text, [path]) == [expected]
+
+
+def test_a_pattern_only_a_backtracking_engine_runs_is_bounded_per_match(monkeypatch):
+    """A backreference RE2 lacks (the mask side of a group used twice) runs in the regex module,
+    each match bounded: a path that takes it past the bound fails that image as mask_invalid,
+    naming the option, and never hangs."""
+    monkeypatch.setattr(patterns, "MATCH_BOUND_S", 0.2)
+    pattern = pairing.parse_mask_pattern(r"(.*)/(.*)/(.*)\.nii=\1_\2_\1_\3.seg")
+    assert not pattern.mask.linear and pattern.image.linear
+    assert pattern.is_mask("p_q_p_r.seg") and not pattern.is_mask("p_q_x_r.seg")
+    hostile = _record("/in/" + "a_" * 3000 + "b.seg", "a_" * 3000 + "b.seg")
+    [outcome] = finishes_within(5, pairing.named_by_pattern, hostile, pattern)
+    assert outcome.uri == hostile.source.uri and outcome.status == "failed" and outcome.reason == "mask_invalid"
+    assert outcome.message.startswith("--mask_pattern: ") and "took longer than 0.2 s" in outcome.message
+    assert "\n" not in outcome.message
 
 
 # ---------------------------------------------------------------- paths
