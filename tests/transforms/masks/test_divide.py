@@ -24,7 +24,7 @@ from dcm2tfrecord.transforms.masks.settings import MaskSettings, MissingMask
 from dcm2tfrecord.transforms.records.probe import probe_file
 from dcm2tfrecord.transforms.series import volumes
 from dcm2tfrecord.transforms.settings import DecodeSettings
-from dcm2tfrecord.transforms.values import ProbedRecord, SourceFile
+from dcm2tfrecord.transforms.record_model import ProbedRecord, SourceFile
 from tests.support import mask_datasets as md
 
 pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarning")
