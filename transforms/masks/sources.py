@@ -249,7 +249,9 @@ class RtstructSource:
         return tuple(on.get(k, ()) for k in range(len(parts)))
 
     def parse(self, fileobj: BinaryIO) -> Any:
-        return pydicom.dcmread(fileobj, force=True)
+        """The structure set with its contours indexed by ROI and contour once (rtstruct.StructureSet):
+        each record of a series then reads only the contours placed on it."""
+        return rtstruct.StructureSet(pydicom.dcmread(fileobj, force=True))
 
     def draw(self, parsed: Any, target: MaskTarget, class_map: classes.ClassMap, canvas: classes.Canvas) -> None:
         found = mapped([(r.number, r.name) for r in rtstruct.roi_info(parsed)], class_map)
