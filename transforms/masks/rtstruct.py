@@ -80,6 +80,7 @@ RT_STRUCTURE_SET_STORAGE = "1.2.840.10008.5.1.4.1.1.481.3"
 CLOSED = ("CLOSED_PLANAR", "CLOSEDPLANAR_XOR")        # C.8.8.6.1: the types that enclose an area
 SNAP = 256.0                                          # pixel coordinates snapped to 1/SNAP pixel
 _MAX_COORDINATE = 1 << 20                             # pixels: fixed-point products stay in int64
+_MAX_MM = 1e9                                         # |Contour Data| beyond it: no patient's (1000 km)
 _CONTOUR_DATA = 0x30060050
 _CONTOUR_IMAGES = 0x30060016                          # Contour Image Sequence
 _REFERENCED_SOP_INSTANCE_UID = 0x00081155
@@ -328,6 +329,11 @@ def _points(contour: Any, roi: int, index: int) -> Optional[np.ndarray]:
         raise ConversionError(reasons.INVALID_VALUE,
                               f"RTSTRUCT ROI {roi}: contour {index + 1}'s Contour Data (3006,0050) is not finite "
                               f"x\\y\\z triplets ({len(points)} values); re-export the structure set")
+    if np.abs(points).max() > _MAX_MM:            # refused before any product could overflow (numpy would warn)
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"RTSTRUCT ROI {roi}: contour {index + 1}'s Contour Data (3006,0050) reach "
+                              f"{np.abs(points).max():.3g} mm from the origin (more than {_MAX_MM:g} mm): no "
+                              "patient's coordinates; re-export the structure set")
     return points.reshape(-1, 3)
 
 
@@ -377,10 +383,11 @@ def _slice_of(points: np.ndarray, contour: Any, plane: _Plane, roi: int, index: 
 
 def _pixel_coordinates(points: np.ndarray, k: int, plane: _Plane) -> np.ndarray:
     """[n, 2] (row, column) coordinates of ``points`` on slice k, snapped to 1/SNAP pixel."""
-    offset = points - plane.positions[k]
-    coords = np.stack([offset @ plane.col_cos / plane.row_spacing, offset @ plane.row_cos / plane.column_spacing],
-                      axis=1)
-    return np.round(coords * SNAP) / SNAP
+    with np.errstate(over="ignore", invalid="ignore"):     # beyond int64's reach: refused by placed, quietly
+        offset = points - plane.positions[k]
+        coords = np.stack([offset @ plane.col_cos / plane.row_spacing,
+                           offset @ plane.row_cos / plane.column_spacing], axis=1)
+        return np.round(coords * SNAP) / SNAP
 
 
 def fill(mask: np.ndarray, polygons: Sequence[np.ndarray]) -> Optional[tuple[slice, slice]]:
@@ -491,7 +498,7 @@ def placed(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None,
                                   f"RTSTRUCT ROI {number}: contour {index + 1} lies on {where} but wholly outside "
                                   f"its {plane.rows} x {plane.columns} pixels; check that the structure set was "
                                   "drawn on this series")
-        if np.abs(coords).max() > _MAX_COORDINATE:
+        if not np.isfinite(coords).all() or np.abs(coords).max() > _MAX_COORDINATE:
             raise ConversionError(reasons.INVALID_VALUE,
                                   f"RTSTRUCT ROI {number}: contour {index + 1} reaches {np.abs(coords).max():.0f} "
                                   f"pixels from its slice's first pixel (more than {_MAX_COORDINATE}): its "

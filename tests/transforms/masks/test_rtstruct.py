@@ -408,6 +408,25 @@ def test_assign_contours_refuses_a_contour_off_the_series(axial):
     assert not any(name in str(caught.value) for name in NAMES)
 
 
+@pytest.mark.parametrize("far", [1e308, -1e300, 5e9])
+def test_contour_coordinates_that_would_overflow_are_mask_invalid_without_a_warning(axial, far):
+    """Contour Data of 1e308 printed numpy's RuntimeWarning (overflow) to the terminal: refused,
+    quietly, as mask_invalid naming the ROI by number, whether placed on the series (--unit file's
+    join) or drawn on the volume (--unit series)."""
+    import warnings
+    ds = copy.deepcopy(axial.ds)
+    contour = ds.ROIContourSequence[0].ContourSequence[0]
+    contour.ContourData = [far if i == 1 else float(v) for i, v in enumerate(contour.ContourData)]
+    for call in (lambda: rtstruct.assign_contours(ds, axial.grid(pixel_spacing=())),
+                 lambda: rtstruct.rasterise(ds, axial.grid())):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ConversionError) as caught:
+                call()
+        assert caught.value.reason == reasons.MASK_INVALID and "ROI 1" in str(caught.value), str(caught.value)
+        assert not any(name in str(caught.value) for name in NAMES)
+
+
 def test_on_slice_needs_a_grid_of_one_slice(axial):
     with pytest.raises(ValueError):
         rtstruct.rasterise(axial.ds, axial.grid(), on_slice=())
