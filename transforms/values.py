@@ -136,6 +136,8 @@ class SliceInfo:
     # (name, value) pairs of temporal position, trigger time, acquisition number, echo,
     # b-value and gradient, those the header has
     volume_key: tuple = ()
+    pixel_spacing: tuple[float, ...] = ()  # Pixel Spacing, row and column mm: where an RTSTRUCT's contours
+                                           # fall in a slice's rows and columns (--unit file's join)
 
     def __reduce__(self):
         return SliceInfo, _fields_tuple(self)

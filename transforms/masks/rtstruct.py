@@ -407,6 +407,21 @@ def fill(mask: np.ndarray, polygons: Sequence[np.ndarray]) -> Optional[tuple[sli
     return window
 
 
+def _check_in_image(coords: np.ndarray, plane: _Plane, number: int, index: int, where: str) -> None:
+    """contour_off_grid for a contour wholly outside its slice's rows and columns; invalid_value
+    for one reaching beyond what the fixed-point fill can hold."""
+    if not _in_image(coords, plane):
+        raise ConversionError(reasons.CONTOUR_OFF_GRID,
+                              f"RTSTRUCT ROI {number}: contour {index + 1} lies on {where} but wholly outside "
+                              f"its {plane.rows} x {plane.columns} pixels; check that the structure set was "
+                              "drawn on this series")
+    if not np.isfinite(coords).all() or np.abs(coords).max() > _MAX_COORDINATE:
+        raise ConversionError(reasons.INVALID_VALUE,
+                              f"RTSTRUCT ROI {number}: contour {index + 1} reaches {np.abs(coords).max():.0f} "
+                              f"pixels from its slice's first pixel (more than {_MAX_COORDINATE}): its "
+                              "Contour Data are not in this series' millimetres; re-export the structure set")
+
+
 def _in_image(coords: np.ndarray, plane: _Plane) -> bool:
     """Whether the polygon's bounding box meets the image's extent (its pixels' outer edges)."""
     low, high = coords.min(axis=0), coords.max(axis=0)
@@ -458,12 +473,19 @@ def assign_contours(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = 
     (``contour_off_grid``, ``frame_of_reference_mismatch``). Reads the grid's slices only
     (positions, orientation, SOP Instance UIDs; not Pixel Spacing, Rows or Columns): a series
     whose slices are separate records (--unit file) is placed once, and each record drawn
-    with ``placed(..., on_slice=...)``. Slices without a contour are not keys."""
-    plane = _plane(grid, in_plane=False)
+    with ``placed(..., on_slice=...)``. Where the grid has its Pixel Spacing, rows and columns,
+    a contour wholly outside them is refused here too (``contour_off_grid``, as ``placed``
+    refuses it for the volume): the whole series fails, as its volume would with --unit series,
+    not the one slice it lies on. Slices without a contour are not keys."""
+    in_plane = bool(grid.pixel_spacing) and grid.rows > 0 and grid.columns > 0
+    plane = _plane(grid, in_plane=in_plane)
     found, _ = _closed_contours(ds, grid, roi_numbers)
     out: dict[int, list] = {}
     for number, index, contour, points in found:
-        out.setdefault(_slice_of(points, contour, plane, number, index), []).append((number, index))
+        k = _slice_of(points, contour, plane, number, index)
+        if in_plane:
+            _check_in_image(_pixel_coordinates(points, k, plane), plane, number, index, f"slice {k} of the image series")
+        out.setdefault(k, []).append((number, index))
     return {k: tuple(pairs) for k, pairs in out.items()}
 
 
@@ -492,17 +514,8 @@ def placed(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None,
     for number, index, contour, points in found:
         k = _slice_of(points, contour, plane, number, index) if chosen is None else 0
         coords = _pixel_coordinates(points, k, plane)
-        if not _in_image(coords, plane):
-            where = f"slice {k} of the image series" if chosen is None else "its slice of the image series"
-            raise ConversionError(reasons.CONTOUR_OFF_GRID,
-                                  f"RTSTRUCT ROI {number}: contour {index + 1} lies on {where} but wholly outside "
-                                  f"its {plane.rows} x {plane.columns} pixels; check that the structure set was "
-                                  "drawn on this series")
-        if not np.isfinite(coords).all() or np.abs(coords).max() > _MAX_COORDINATE:
-            raise ConversionError(reasons.INVALID_VALUE,
-                                  f"RTSTRUCT ROI {number}: contour {index + 1} reaches {np.abs(coords).max():.0f} "
-                                  f"pixels from its slice's first pixel (more than {_MAX_COORDINATE}): its "
-                                  "Contour Data are not in this series' millimetres; re-export the structure set")
+        _check_in_image(coords, plane, number, index,
+                        f"slice {k} of the image series" if chosen is None else "its slice of the image series")
         out[number].setdefault(k, []).append(coords)
     return out
 

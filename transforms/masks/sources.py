@@ -243,8 +243,10 @@ class RtstructSource:
                                   "Enhanced stacks): with --unit file its contours are placed on single-frame "
                                   "slices only")
         uids, positions, orientation = series_grid(parts, single)
+        spacings = {p.slice_info.pixel_spacing for p in parts}
         grid = Grid(rows=parts[0].spec.height, columns=parts[0].spec.width, instance_uids=uids,
-                    positions=positions, orientation=orientation)
+                    positions=positions, orientation=orientation,
+                    pixel_spacing=next(iter(spacings)) if len(spacings) == 1 else ())
         on = rtstruct.assign_contours(header, grid)
         return tuple(on.get(k, ()) for k in range(len(parts)))
 
