@@ -145,6 +145,23 @@ def _code(item: Any, keyword: str) -> Optional[Code]:
     return Code(value, _text(code, "CodingSchemeDesignator"), _text(code, "CodeMeaning"))
 
 
+_ONCE = "_dcm2tfrecord_once"        # on a SEG parsed by load: what is read from it once, not per record
+
+
+def once(parsed: Any, key: Any, compute: Any) -> Any:
+    """``compute()``, once per SEG parsed by ``load`` (kept by a worker for every record of its
+    series, transforms.masks.annotation_cache): its segments, its frames, the grids it was
+    checked against, its segments' classes; so that each record of a series of many slices costs
+    what it draws, not the whole SEG's segments and frames again. Any other source: computed
+    each time (a Dataset a caller may still change)."""
+    memo = getattr(parsed, "__dict__", {}).get(_ONCE) if isinstance(parsed, pydicom.Dataset) else None
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
 def segmentation_type(source: Source) -> str:
     """BINARY, FRACTIONAL or LABELMAP (Segmentation Type; a Label Map Segmentation is LABELMAP)."""
     ds = _dataset(source, header_only=True)
@@ -160,6 +177,10 @@ def segmentation_type(source: Source) -> str:
 def segment_info(source: Source) -> list[Segment]:
     """The SEG's segments by ascending Segment Number, from the header alone (no pixel
     data read); ``source`` is a pydicom Dataset, a path or a binary file object."""
+    return list(once(source, "segments", lambda: _segment_info(source)))
+
+
+def _segment_info(source: Source) -> list[Segment]:
     ds = _dataset(source, header_only=True)
     items = ds.get("SegmentSequence")
     if not items:
@@ -505,7 +526,9 @@ def load(fileobj: BinaryIO) -> Any:
                               f"the segmentation does not parse as DICOM ({type(error).__name__})") from error
     ds = _dataset(ds, header_only=False)
     check_declared(ds)
-    return _highdicom(ds, owned=True)
+    parsed = _highdicom(ds, owned=True)
+    object.__setattr__(parsed, _ONCE, {})        # kept by a worker and never changed: read once (once)
+    return parsed
 
 
 def check_placement(source: Source, grid: Grid) -> None:
@@ -553,15 +576,16 @@ def masks_on_grid(source: Source, grid: Grid, segment_numbers: Optional[Sequence
         raise ConversionError(reasons.TOO_MANY_PIXELS,
                               f"{len(numbers)} segments x {grid.depth} x {grid.rows} x {grid.columns} = {voxels} mask "
                               f"voxels > {max_voxels}")
-    frames = _frames(ds, kind)
+    frames = once(ds, "frames", lambda: _frames(ds, kind))
     strays = [f for f in frames if f.segment is not None and f.segment not in described]
     if strays:
         raise ConversionError(reasons.MASK_INVALID,
                               f"frame {strays[0].number} holds segment {strays[0].segment}, which the Segment "
                               f"Sequence does not describe")
-    _check_grid(ds, frames, grid)
+    once(ds, ("grid", grid.rows, grid.columns, grid.orientation, grid.pixel_spacing),
+         lambda: _check_grid(ds, frames, grid))
     slices = _slices_by_uid(frames, grid, part)
-    check_declared(ds)
+    once(ds, "declared", lambda: check_declared(ds))
     seg = _highdicom(ds, owned)
     if slices is not None:
         stored = _by_source_instance(seg, grid, numbers, kind, frames, described)

@@ -185,7 +185,9 @@ class SegSource:
         return seg.load(fileobj)
 
     def draw(self, parsed: Any, target: MaskTarget, class_map: classes.ClassMap, canvas: classes.Canvas) -> None:
-        found = mapped([(s.number, s.label) for s in seg.segment_info(parsed) if s.number > 0], class_map)
+        found = seg.once(parsed, ("classes", class_map),
+                         lambda: mapped([(s.number, s.label) for s in seg.segment_info(parsed) if s.number > 0],
+                                        class_map))
         if not found:
             return
         assert target.grid is not None

@@ -407,3 +407,28 @@ def test_label_map_values_beyond_its_segments_are_mask_invalid_naming_the_value(
 
 def copy_of(ds: pydicom.Dataset) -> pydicom.Dataset:
     return pydicom.dcmread(io.BytesIO(_saved(ds)))
+
+
+def test_a_seg_a_worker_keeps_reads_its_segments_and_frames_once_for_all_its_slice_records(ct, binary, monkeypatch):
+    """Under --unit file each slice record drew the SEG it shares with its series by reading all
+    its segments and frames again (and mapping every segment label): a SEG of 10,000 segments
+    cost that per record. Parsed by load (what the worker keeps), they are read once, and each
+    slice still gets its own frames."""
+    from dcm2tfrecord.transforms.masks import classes, sources
+    loaded = mseg.load(io.BytesIO(_saved(binary)))
+    reads = {"frames": 0, "segments": 0, "grids": 0}
+    real_frames, real_segments, real_grid = mseg._frames, mseg._segment_info, mseg._check_grid
+
+    def counted(name, real):
+        return lambda *a: reads.__setitem__(name, reads[name] + 1) or real(*a)
+    monkeypatch.setattr(mseg, "_frames", counted("frames", real_frames))
+    monkeypatch.setattr(mseg, "_segment_info", counted("segments", real_segments))
+    monkeypatch.setattr(mseg, "_check_grid", counted("grids", real_grid))
+    class_map = classes.parse_mapping('first: ["liver.*"]\nsecond: ["kidney.*"]\n', "map.yaml")
+    whole = mseg.masks_on_grid(binary, ct.grid)
+    reads.update(frames=0, segments=0, grids=0)
+    for k in range(N_SLICES):
+        canvas = classes.Canvas((1, ct.grid.rows, ct.grid.columns), 2, classes.BINARY)
+        sources.SEG.draw(loaded, sources.MaskTarget(grid=_one_slice(ct.grid, k), part=()), class_map, canvas)
+        np.testing.assert_array_equal(np.moveaxis(canvas.array[0], 2, 0).astype(bool), whole[:, k])
+    assert reads == {"frames": 1, "segments": 1, "grids": 1}, reads
