@@ -484,7 +484,8 @@ def assign_contours(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = 
     for number, index, contour, points in found:
         k = _slice_of(points, contour, plane, number, index)
         if in_plane:
-            _check_in_image(_pixel_coordinates(points, k, plane), plane, number, index, f"slice {k} of the image series")
+            _check_in_image(_pixel_coordinates(points, k, plane), plane, number, index,
+                            f"slice {k} of the image series")
         out.setdefault(k, []).append((number, index))
     return {k: tuple(pairs) for k, pairs in out.items()}
 

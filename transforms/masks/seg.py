@@ -520,11 +520,11 @@ def load(fileobj: BinaryIO) -> Any:
     series, transforms.masks.annotation_cache). highdicom's index is an SQLite connection, usable only
     in the thread that built it."""
     try:
-        ds = pydicom.dcmread(fileobj, force=True)        # the probe found it a SEG: no preamble needed
+        read = pydicom.dcmread(fileobj, force=True)      # the probe found it a SEG: no preamble needed
     except (OSError, InvalidDicomError, EOFError, ValueError) as error:
         raise ConversionError(reasons.INVALID_DICOM,
                               f"the segmentation does not parse as DICOM ({type(error).__name__})") from error
-    ds = _dataset(ds, header_only=False)
+    ds = _dataset(read, header_only=False)
     check_declared(ds)
     parsed = _highdicom(ds, owned=True)
     object.__setattr__(parsed, _ONCE, {})        # kept by a worker and never changed: read once (once)
