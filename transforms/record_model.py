@@ -136,6 +136,10 @@ class SliceInfo:
     # (name, value) pairs of temporal position, trigger time, acquisition number, echo,
     # b-value and gradient, those the header has
     volume_key: tuple = ()
+    # Pixel Spacing, row and column mm: where an RTSTRUCT's contours fall in a slice's rows and columns
+    # (--unit file's join). Left out of the repr, whose digest is the probe's recorded reference
+    # (tests/data/probe_v0_outcomes.json): an addition, not a change, to what the probe planned
+    pixel_spacing: tuple[float, ...] = dataclasses.field(default=(), repr=False)
 
     def __reduce__(self):
         return SliceInfo, _fields_tuple(self)

@@ -67,15 +67,17 @@ def draw(values: np.ndarray, class_map: classes.ClassMap, canvas: classes.Canvas
             raise ConversionError(reasons.MASK_INVALID,
                                   f"it holds values that are no integers (e.g. {float(fractional[0]):g}): a "
                                   f"label map holds class indices (a probability map needs a threshold first)")
-    present = np.unique(values)
-    if present.size and present[0] < 0:
-        raise ConversionError(reasons.MASK_INVALID, f"it holds negative values (e.g. {present[0]:g}): a label "
+    low = values.min() if values.size else 0
+    if low < 0:
+        raise ConversionError(reasons.MASK_INVALID, f"it holds negative values (e.g. {low:g}): a label "
                                                     f"map holds class indices, 0 the background")
-    for value in present:
-        number = int(value)
-        index = class_map.index_of(str(number)) if number else 0
-        if index:
-            canvas.add(index, values == value)
+    # one pass over the voxels: each present value's class by a lookup table, then one region per
+    # class mapped (a mask of 2 M labels costs its voxels and its classes, not labels x voxels)
+    present, inverse = np.unique(values, return_inverse=True)
+    lookup = np.asarray([class_map.index_of(str(int(v))) if int(v) else 0 for v in present], np.int64)
+    indices = lookup[inverse.reshape(values.shape)]
+    for index in np.unique(lookup[lookup > 0]):
+        canvas.add(int(index), indices == index)
 
 
 def record_mask(image: NiftiSpec, mask: NiftiSpec, voxels: np.ndarray, volume: Optional[int],

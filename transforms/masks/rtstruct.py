@@ -60,6 +60,7 @@ series on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import math
 import struct
@@ -79,6 +80,7 @@ RT_STRUCTURE_SET_STORAGE = "1.2.840.10008.5.1.4.1.1.481.3"
 CLOSED = ("CLOSED_PLANAR", "CLOSEDPLANAR_XOR")        # C.8.8.6.1: the types that enclose an area
 SNAP = 256.0                                          # pixel coordinates snapped to 1/SNAP pixel
 _MAX_COORDINATE = 1 << 20                             # pixels: fixed-point products stay in int64
+_MAX_MM = 1e9                                         # |Contour Data| beyond it: no patient's (1000 km)
 _CONTOUR_DATA = 0x30060050
 _CONTOUR_IMAGES = 0x30060016                          # Contour Image Sequence
 _REFERENCED_SOP_INSTANCE_UID = 0x00081155
@@ -137,6 +139,38 @@ def _check_structure_set(ds: Any) -> None:
                               "re-export the structure set")
 
 
+class StructureSet:
+    """A parsed structure set with its ROIs and its contours indexed once (by ROI number, then
+    contour index): what a worker keeps for a series' records (transforms.masks.annotation_cache),
+    so that each slice record of ``--unit file`` reads only the contours placed on it, not every
+    contour of the set (200,000 contours on 100 slices did not finish). Every function of this
+    module taking a structure set takes one of these or a pydicom Dataset."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    @functools.cached_property
+    def contours(self) -> dict[int, list]:
+        return _contour_sequences(self.dataset)
+
+    @functools.cached_property
+    def rois(self) -> list[Roi]:
+        return _roi_info(self.dataset, self.contours)
+
+    @functools.cached_property
+    def frame_of_reference_uid(self) -> str:
+        return referenced(self.dataset, images=False).frame_of_reference_uid
+
+
+def indexed(ds: Any) -> StructureSet:
+    """``ds`` as a StructureSet (itself when it is one)."""
+    return ds if isinstance(ds, StructureSet) else StructureSet(ds)
+
+
+def _unwrapped(ds: Any) -> Any:
+    return ds.dataset if isinstance(ds, StructureSet) else ds
+
+
 def _contour_sequences(ds: Any) -> dict[int, list]:
     """ROI number -> its contours (Contour Sequence items), from the ROI Contour Sequence."""
     out: dict[int, list] = {}
@@ -149,8 +183,13 @@ def _contour_sequences(ds: Any) -> dict[int, list]:
 def roi_info(ds: Any) -> list[Roi]:
     """The structure set's ROIs in Structure Set ROI Sequence order: number, raw name, frame of
     reference, contour count (and RT ROI Interpreted Type where RT ROI Observations give one)."""
+    if isinstance(ds, StructureSet):
+        return ds.rois
+    return _roi_info(ds, _contour_sequences(ds))
+
+
+def _roi_info(ds: Any, contours: dict[int, list]) -> list[Roi]:
     _check_structure_set(ds)
-    contours = _contour_sequences(ds)
     interpreted: dict[int, str] = {}
     for item in _items(ds, "RTROIObservationsSequence"):
         try:
@@ -169,6 +208,7 @@ def referenced(ds: Any, images: bool = True) -> Referenced:
     """The series, frame of reference and images the structure set references (metadata only;
     ``images`` False leaves ``sop_instance_uids`` empty and the contours unread: a structure set
     of a 200-slice CT holds thousands of contour items, ~0.5 s to parse)."""
+    ds = _unwrapped(ds)
     _check_structure_set(ds)
     series: list[str] = []
     studies: list[str] = []
@@ -292,6 +332,11 @@ def _points(contour: Any, roi: int, index: int) -> Optional[np.ndarray]:
         raise ConversionError(reasons.INVALID_VALUE,
                               f"RTSTRUCT ROI {roi}: contour {index + 1}'s Contour Data (3006,0050) is not finite "
                               f"x\\y\\z triplets ({len(points)} values); re-export the structure set")
+    if np.abs(points).max() > _MAX_MM:            # refused before any product could overflow (numpy would warn)
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"RTSTRUCT ROI {roi}: contour {index + 1}'s Contour Data (3006,0050) reach "
+                              f"{np.abs(points).max():.3g} mm from the origin (more than {_MAX_MM:g} mm): no "
+                              "patient's coordinates; re-export the structure set")
     return points.reshape(-1, 3)
 
 
@@ -346,10 +391,11 @@ def _slice_of(points: np.ndarray, contour: Any, plane: _Plane, roi: int, index: 
 
 def _pixel_coordinates(points: np.ndarray, k: int, plane: _Plane) -> np.ndarray:
     """[n, 2] (row, column) coordinates of ``points`` on slice k, snapped to 1/SNAP pixel."""
-    offset = points - plane.positions[k]
-    coords = np.stack([offset @ plane.col_cos / plane.row_spacing, offset @ plane.row_cos / plane.column_spacing],
-                      axis=1)
-    return np.round(coords * SNAP) / SNAP
+    with np.errstate(over="ignore", invalid="ignore"):     # beyond int64's reach: refused by placed, quietly
+        offset = points - plane.positions[k]
+        coords = np.stack([offset @ plane.col_cos / plane.row_spacing,
+                           offset @ plane.row_cos / plane.column_spacing], axis=1)
+        return np.round(coords * SNAP) / SNAP
 
 
 def fill(mask: np.ndarray, polygons: Sequence[np.ndarray]) -> Optional[tuple[slice, slice]]:
@@ -369,20 +415,41 @@ def fill(mask: np.ndarray, polygons: Sequence[np.ndarray]) -> Optional[tuple[sli
     return window
 
 
+def _check_in_image(coords: np.ndarray, plane: _Plane, number: int, index: int, where: str) -> None:
+    """contour_off_grid for a contour wholly outside its slice's rows and columns; invalid_value
+    for one reaching beyond what the fixed-point fill can hold."""
+    if not _in_image(coords, plane):
+        raise ConversionError(reasons.CONTOUR_OFF_GRID,
+                              f"RTSTRUCT ROI {number}: contour {index + 1} lies on {where} but wholly outside "
+                              f"its {plane.rows} x {plane.columns} pixels; check that the structure set was "
+                              "drawn on this series")
+    if not np.isfinite(coords).all() or np.abs(coords).max() > _MAX_COORDINATE:
+        raise ConversionError(reasons.INVALID_VALUE,
+                              f"RTSTRUCT ROI {number}: contour {index + 1} reaches {np.abs(coords).max():.0f} "
+                              f"pixels from its slice's first pixel (more than {_MAX_COORDINATE}): its "
+                              "Contour Data are not in this series' millimetres; re-export the structure set")
+
+
 def _in_image(coords: np.ndarray, plane: _Plane) -> bool:
     """Whether the polygon's bounding box meets the image's extent (its pixels' outer edges)."""
     low, high = coords.min(axis=0), coords.max(axis=0)
     return bool(high[0] >= -0.5 and high[1] >= -0.5 and low[0] <= plane.rows - 0.5 and low[1] <= plane.columns - 0.5)
 
 
-def _closed_contours(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]]):
+def _closed_contours(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]],
+                     chosen: Optional[set[tuple[int, int]]] = None):
     """(ROI number, contour index, contour item, points [n, 3]) of every closed contour of the
     ROIs ``roi_numbers`` (default: roi_info's order), each ROI's frame of reference checked
-    against the grid's first; and the ROI numbers."""
-    rois = {roi.number: roi for roi in roi_info(ds)}
+    against the grid's first; and the ROI numbers. ``chosen``: only these (ROI number, contour
+    index), looked up in the structure set's index: the others are not read."""
+    structure_set = indexed(ds)
+    rois = {roi.number: roi for roi in structure_set.rois}
     numbers = list(rois) if roi_numbers is None else [int(n) for n in roi_numbers]
-    contours = _contour_sequences(ds)
-    fallback_frame = referenced(ds, images=False).frame_of_reference_uid
+    contours = structure_set.contours
+    fallback_frame = structure_set.frame_of_reference_uid
+    wanted: dict[int, list[int]] = {}
+    for number, index in sorted(chosen or ()):
+        wanted.setdefault(number, []).append(index)
     image_frame = _text(grid.frame_of_reference_uid)
 
     def each():
@@ -396,10 +463,15 @@ def _closed_contours(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]]):
                                       f"RTSTRUCT ROI {number} lies in Frame of Reference {frame}, the image series "
                                       f"in {image_frame}: its contours are in another coordinate system; pair the "
                                       "structure set with the series it was drawn on (or register them first)")
-            for index, contour in enumerate(contours.get(number, ())):
-                points = _points(contour, number, index)
+            items = contours.get(number, ())
+            if chosen is None:
+                indices: Sequence[int] = range(len(items))
+            else:
+                indices = [i for i in wanted.get(number, ()) if 0 <= i < len(items)]
+            for index in indices:
+                points = _points(items[index], number, index)
                 if points is not None:
-                    yield number, index, contour, points
+                    yield number, index, items[index], points
     return each(), numbers
 
 
@@ -409,12 +481,20 @@ def assign_contours(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = 
     (``contour_off_grid``, ``frame_of_reference_mismatch``). Reads the grid's slices only
     (positions, orientation, SOP Instance UIDs; not Pixel Spacing, Rows or Columns): a series
     whose slices are separate records (--unit file) is placed once, and each record drawn
-    with ``placed(..., on_slice=...)``. Slices without a contour are not keys."""
-    plane = _plane(grid, in_plane=False)
+    with ``placed(..., on_slice=...)``. Where the grid has its Pixel Spacing, rows and columns,
+    a contour wholly outside them is refused here too (``contour_off_grid``, as ``placed``
+    refuses it for the volume): the whole series fails, as its volume would with --unit series,
+    not the one slice it lies on. Slices without a contour are not keys."""
+    in_plane = bool(grid.pixel_spacing) and grid.rows > 0 and grid.columns > 0
+    plane = _plane(grid, in_plane=in_plane)
     found, _ = _closed_contours(ds, grid, roi_numbers)
     out: dict[int, list] = {}
     for number, index, contour, points in found:
-        out.setdefault(_slice_of(points, contour, plane, number, index), []).append((number, index))
+        k = _slice_of(points, contour, plane, number, index)
+        if in_plane:
+            _check_in_image(_pixel_coordinates(points, k, plane), plane, number, index,
+                            f"slice {k} of the image series")
+        out.setdefault(k, []).append((number, index))
     return {k: tuple(pairs) for k, pairs in out.items()}
 
 
@@ -442,30 +522,15 @@ def placed(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = None,
     chosen = None if on_slice is None else {(int(n), int(i)) for n, i in on_slice}
     if chosen is not None and len(plane.positions) != 1:
         raise ValueError(f"on_slice draws onto a grid of one slice, not {len(plane.positions)}")
-    kept = None if among is None else {(int(n), int(i)) for n, i in among}
-    found, numbers = _closed_contours(ds, grid, roi_numbers)
+    # the contours to read: on_slice's, or among's (each on its own slice), else all of them
+    kept = chosen if chosen is not None else None if among is None else {(int(n), int(i)) for n, i in among}
+    found, numbers = _closed_contours(ds, grid, roi_numbers, kept)
     out: Placed = {number: {} for number in numbers}
     for number, index, contour, points in found:
-        if kept is not None and (number, index) not in kept:
-            continue
-        if chosen is None:
-            k = _slice_of(points, contour, plane, number, index)
-        elif (number, index) in chosen:
-            k = 0
-        else:
-            continue
+        k = _slice_of(points, contour, plane, number, index) if chosen is None else 0
         coords = _pixel_coordinates(points, k, plane)
-        if not _in_image(coords, plane):
-            where = f"slice {k} of the image series" if chosen is None else "its slice of the image series"
-            raise ConversionError(reasons.CONTOUR_OFF_GRID,
-                                  f"RTSTRUCT ROI {number}: contour {index + 1} lies on {where} but wholly outside "
-                                  f"its {plane.rows} x {plane.columns} pixels; check that the structure set was "
-                                  "drawn on this series")
-        if np.abs(coords).max() > _MAX_COORDINATE:
-            raise ConversionError(reasons.INVALID_VALUE,
-                                  f"RTSTRUCT ROI {number}: contour {index + 1} reaches {np.abs(coords).max():.0f} "
-                                  f"pixels from its slice's first pixel (more than {_MAX_COORDINATE}): its "
-                                  "Contour Data are not in this series' millimetres; re-export the structure set")
+        _check_in_image(coords, plane, number, index,
+                        f"slice {k} of the image series" if chosen is None else "its slice of the image series")
         out[number].setdefault(k, []).append(coords)
     return out
 

@@ -145,6 +145,23 @@ def _code(item: Any, keyword: str) -> Optional[Code]:
     return Code(value, _text(code, "CodingSchemeDesignator"), _text(code, "CodeMeaning"))
 
 
+_ONCE = "_dcm2tfrecord_once"        # on a SEG parsed by load: what is read from it once, not per record
+
+
+def once(parsed: Any, key: Any, compute: Any) -> Any:
+    """``compute()``, once per SEG parsed by ``load`` (kept by a worker for every record of its
+    series, transforms.masks.annotation_cache): its segments, its frames, the grids it was
+    checked against, its segments' classes; so that each record of a series of many slices costs
+    what it draws, not the whole SEG's segments and frames again. Any other source: computed
+    each time (a Dataset a caller may still change)."""
+    memo = getattr(parsed, "__dict__", {}).get(_ONCE) if isinstance(parsed, pydicom.Dataset) else None
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
 def segmentation_type(source: Source) -> str:
     """BINARY, FRACTIONAL or LABELMAP (Segmentation Type; a Label Map Segmentation is LABELMAP)."""
     ds = _dataset(source, header_only=True)
@@ -160,6 +177,10 @@ def segmentation_type(source: Source) -> str:
 def segment_info(source: Source) -> list[Segment]:
     """The SEG's segments by ascending Segment Number, from the header alone (no pixel
     data read); ``source`` is a pydicom Dataset, a path or a binary file object."""
+    return list(once(source, "segments", lambda: _segment_info(source)))
+
+
+def _segment_info(source: Source) -> list[Segment]:
     ds = _dataset(source, header_only=True)
     items = ds.get("SegmentSequence")
     if not items:
@@ -373,6 +394,47 @@ def _slices_by_position(ds: pydicom.Dataset, frames: Sequence[_Frame], grid: Gri
     return [int(k) for k in nearest]
 
 
+# ---------------------------------------------------------------- declared sizes
+
+MAX_FRAMES = 1 << 20               # frames a SEG may declare: far beyond any series' slices x segments
+
+
+def check_declared(ds: pydicom.Dataset) -> None:
+    """mask_invalid, in one line, for a SEG whose declared size its file cannot hold: Number of
+    Frames beyond MAX_FRAMES or not that of its Per-Frame Functional Groups, Rows or Columns not
+    positive, or Pixel Data shorter than Number of Frames x Rows x Columns x Bits Allocated
+    (native) or than one item per frame (encapsulated). Checked before highdicom is asked to
+    read it, which allocates for the declared frames first (2^31 - 1 frames: a 16 GB list)."""
+    try:
+        count, rows, columns = (int(ds.get(keyword) or default) for keyword, default in
+                                (("NumberOfFrames", 1), ("Rows", 0), ("Columns", 0)))
+        bits = int(ds.get("BitsAllocated") or 1)
+    except (TypeError, ValueError):
+        raise ConversionError(reasons.MASK_INVALID, "the segmentation's Number of Frames, Rows, Columns or Bits "
+                                                    "Allocated is not an integer") from None
+    if not 1 <= count <= MAX_FRAMES or rows < 1 or columns < 1 or bits not in (1, 8, 16):
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"the segmentation declares {count} frames of {rows} x {columns} pixels, "
+                              f"{bits} bits allocated (at most {MAX_FRAMES} frames of 1, 8 or 16 bits)")
+    per_frame = ds.get("PerFrameFunctionalGroupsSequence")
+    if per_frame is not None and len(per_frame) != count:
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"{len(per_frame)} Per-Frame Functional Groups for {count} frames (Number of Frames)")
+    element = ds.get_item("PixelData") if "PixelData" in ds else None
+    if element is None:
+        return
+    held = len(element.value or b"")
+    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
+    if syntax is not None and syntax.is_encapsulated:
+        needed, what = 8 * count, f"one item per frame ({8 * count} bytes)"
+    else:
+        needed = (count * rows * columns * bits + 7) // 8
+        what = f"{count} x {rows} x {columns} x {bits} bits ({needed} bytes)"
+    if held < needed:
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"the segmentation's Pixel Data holds {held} bytes, its declared frames need {what}")
+
+
 # ---------------------------------------------------------------- pixels
 
 
@@ -389,12 +451,36 @@ def _highdicom(ds: pydicom.Dataset, owned: bool) -> Any:
                               f"groups or dimension index are not those of a valid SEG") from error
 
 
-def _by_source_instance(seg: Any, grid: Grid, numbers: Sequence[int]) -> np.ndarray:
+def _beyond_segments(frame: int, value: int, described: Sequence[int]) -> ConversionError:
+    return ConversionError(reasons.MASK_INVALID,
+                           f"frame {frame} of the label map holds the value {value}, beyond its segments "
+                           f"(Segment Numbers {min(described)}..{max(described)}): each value of a label map "
+                           f"names a segment of its Segment Sequence")
+
+
+def _check_label_values(seg: Any, frames: Sequence[_Frame], described: Sequence[int]) -> None:
+    """mask_invalid, naming the value and its frame, for the first label map frame holding a value
+    no segment describes (read frame by frame: only once highdicom has refused to map one)."""
+    highest = max(described)
+    for frame in frames:
+        stored = np.asarray(seg.get_stored_frame(frame.number))
+        if stored.size and int(stored.max()) > highest:
+            raise _beyond_segments(frame.number, int(stored.max()), described)
+
+
+def _by_source_instance(seg: Any, grid: Grid, numbers: Sequence[int], kind: str = BINARY,
+                        frames: Sequence[_Frame] = (), described: Sequence[int] = ()) -> np.ndarray:
     """[segments, k, j, i] stored values (0/1, or the fractional integers) through highdicom."""
     try:
         pixels = seg.get_pixels_by_source_instance(
             list(grid.instance_uids), segment_numbers=list(numbers), ignore_spatial_locations=True,
             assert_missing_frames_are_empty=True, rescale_fractional=False)
+    except IndexError as error:            # highdicom maps a label map's values through a table of its segments
+        if kind == LABELMAP and described:
+            _check_label_values(seg, frames, described)
+        raise ConversionError(reasons.MASK_INVALID,
+                              f"highdicom cannot index the segmentation's frames by source image "
+                              f"({type(error).__name__})") from error
     except (KeyError, ValueError, RuntimeError) as error:
         raise ConversionError(reasons.MASK_INVALID,
                               f"highdicom cannot index the segmentation's frames by source image "
@@ -403,7 +489,7 @@ def _by_source_instance(seg: Any, grid: Grid, numbers: Sequence[int]) -> np.ndar
 
 
 def _by_position(seg: Any, kind: str, frames: Sequence[_Frame], slices: Sequence[int], grid: Grid,
-                 numbers: Sequence[int]) -> np.ndarray:
+                 numbers: Sequence[int], described: Sequence[int] = ()) -> np.ndarray:
     """[segments, k, j, i] stored values (0/1, or the fractional integers), frame by frame."""
     channel = {n: c for c, n in enumerate(numbers)}
     out = np.zeros((len(numbers), grid.depth, grid.rows, grid.columns), np.uint16 if kind == FRACTIONAL else np.uint8)
@@ -416,6 +502,8 @@ def _by_position(seg: Any, kind: str, frames: Sequence[_Frame], slices: Sequence
         if not targets or k < 0:                 # k < 0: a slice of the series outside a part grid
             continue
         stored = np.asarray(seg.get_stored_frame(frame.number))
+        if kind == LABELMAP and described and stored.size and int(stored.max()) > max(described):
+            raise _beyond_segments(frame.number, int(stored.max()), described)
         for number, c in targets:
             if (c, k) in filled:
                 raise ConversionError(reasons.MASK_INVALID,
@@ -432,11 +520,15 @@ def load(fileobj: BinaryIO) -> Any:
     series, transforms.masks.annotation_cache). highdicom's index is an SQLite connection, usable only
     in the thread that built it."""
     try:
-        ds = pydicom.dcmread(fileobj, force=True)        # the probe found it a SEG: no preamble needed
+        read = pydicom.dcmread(fileobj, force=True)      # the probe found it a SEG: no preamble needed
     except (OSError, InvalidDicomError, EOFError, ValueError) as error:
         raise ConversionError(reasons.INVALID_DICOM,
                               f"the segmentation does not parse as DICOM ({type(error).__name__})") from error
-    return _highdicom(_dataset(ds, header_only=False), owned=True)
+    ds = _dataset(read, header_only=False)
+    check_declared(ds)
+    parsed = _highdicom(ds, owned=True)
+    object.__setattr__(parsed, _ONCE, {})        # kept by a worker and never changed: read once (once)
+    return parsed
 
 
 def check_placement(source: Source, grid: Grid) -> None:
@@ -509,19 +601,22 @@ def masks_on_grid(source: Source, grid: Grid, segment_numbers: Optional[Sequence
         raise ConversionError(reasons.TOO_MANY_PIXELS,
                               f"{len(numbers)} segments x {grid.depth} x {grid.rows} x {grid.columns} = {voxels} mask "
                               f"voxels > {max_voxels}")
-    frames = _frames(ds, kind)
+    frames = once(ds, "frames", lambda: _frames(ds, kind))
     strays = [f for f in frames if f.segment is not None and f.segment not in described]
     if strays:
         raise ConversionError(reasons.MASK_INVALID,
                               f"frame {strays[0].number} holds segment {strays[0].segment}, which the Segment "
                               f"Sequence does not describe")
-    _check_grid(ds, frames, grid)
+    once(ds, ("grid", grid.rows, grid.columns, grid.orientation, grid.pixel_spacing),
+         lambda: _check_grid(ds, frames, grid))
     slices = _slices_by_uid(frames, grid, part)
+    once(ds, "declared", lambda: check_declared(ds))
     seg = _highdicom(ds, owned)
     if slices is not None:
-        stored = _by_source_instance(seg, grid, numbers)
+        stored = _by_source_instance(seg, grid, numbers, kind, frames, described)
     else:
-        stored = _by_position(seg, kind, frames, _slices_by_position(ds, frames, grid, part), grid, numbers)
+        stored = _by_position(seg, kind, frames, _slices_by_position(ds, frames, grid, part), grid, numbers,
+                              described)
     if kind != FRACTIONAL:
         return stored > 0
     maximum = int(ds.get("MaximumFractionalValue") or 0)

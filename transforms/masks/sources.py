@@ -205,7 +205,9 @@ class SegSource:
         return seg.load(fileobj)
 
     def draw(self, parsed: Any, target: MaskTarget, class_map: classes.ClassMap, canvas: classes.Canvas) -> None:
-        found = mapped([(s.number, s.label) for s in seg.segment_info(parsed) if s.number > 0], class_map)
+        found = seg.once(parsed, ("classes", class_map),
+                         lambda: mapped([(s.number, s.label) for s in seg.segment_info(parsed) if s.number > 0],
+                                        class_map))
         if not found:
             return
         assert target.grid is not None
@@ -266,13 +268,17 @@ class RtstructSource:
                                   "Enhanced stacks): with --unit file its contours are placed on single-frame "
                                   "slices only")
         uids, positions, orientation = series_grid(parts, single)
+        spacings = {p.slice_info.pixel_spacing for p in parts}
         grid = Grid(rows=parts[0].spec.height, columns=parts[0].spec.width, instance_uids=uids,
-                    positions=positions, orientation=orientation)
+                    positions=positions, orientation=orientation,
+                    pixel_spacing=next(iter(spacings)) if len(spacings) == 1 else ())
         on = rtstruct.assign_contours(header, grid)
         return tuple(on.get(k, ()) for k in range(len(parts)))
 
     def parse(self, fileobj: BinaryIO) -> Any:
-        return pydicom.dcmread(fileobj, force=True)
+        """The structure set with its contours indexed by ROI and contour once (rtstruct.StructureSet):
+        each record of a series then reads only the contours placed on it."""
+        return rtstruct.StructureSet(pydicom.dcmread(fileobj, force=True))
 
     def draw(self, parsed: Any, target: MaskTarget, class_map: classes.ClassMap, canvas: classes.Canvas) -> None:
         found = mapped([(r.number, r.name) for r in rtstruct.roi_info(parsed)], class_map)

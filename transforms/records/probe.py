@@ -99,7 +99,8 @@ def _slice_info(ds, layout: Optional[dicom_mosaic.Mosaic] = None) -> SliceInfo:
     return SliceInfo(orientation=patient_space.orientation(_value(ds, "ImageOrientationPatient")), position=position,
                      instance=int(instance) if instance is not None and instance.is_integer() else None,
                      localizer="LOCALIZER" in image_type,
-                     volume_key=tuple((name, value) for name, value in key if value is not None))
+                     volume_key=tuple((name, value) for name, value in key if value is not None),
+                     pixel_spacing=patient_space.floats(_value(ds, "PixelSpacing"), 2))
 
 
 def _uid_end(header, file_size: int) -> int:

@@ -100,3 +100,30 @@ def test_an_empty_mask_has_the_records_shape_in_either_layout():
     assert nifti_mask.empty_mask((3, 4, 5, 1), CLASS_MAP, classes.LABEL_MAP).shape == (3, 4, 5, 1)
     binary = nifti_mask.empty_mask((3, 4, 5, 1), CLASS_MAP, classes.BINARY)
     assert binary.shape == (3, 4, 5, 2) and binary.dtype == np.uint8 and not binary.any()
+
+
+class _CountingCanvas(classes.Canvas):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.regions = 0
+
+    def add(self, index, region, k=None, window=(slice(None), slice(None))):
+        self.regions += 1
+        super().add(index, region, k, window)
+
+
+def test_an_instance_mask_costs_one_region_per_class_not_one_per_label():
+    """An instance mask (one value per lesion, here 4,000) whose values all map to one class is
+    drawn with one full-volume region for that class: its cost is its voxels and its classes, not
+    labels x voxels (2 M labels did not finish)."""
+    labels = np.arange(8000, dtype=np.int32).reshape(20, 20, 20) % 4001          # 0 .. 4000, each present
+    lesions = classes.parse_mapping('lesion: ["[0-9]+"]\n', "map.yaml")
+    canvas = _CountingCanvas((20, 20, 20), 1, classes.BINARY)
+    nifti_mask.draw(labels, lesions, canvas)
+    assert canvas.regions == 1
+    np.testing.assert_array_equal(canvas.array[..., 0], (labels > 0).astype(np.uint8))
+    label_map = _CountingCanvas((20, 20, 20), len(CLASS_MAP.classes), classes.LABEL_MAP)
+    nifti_mask.draw(labels, CLASS_MAP, label_map)
+    assert label_map.regions == 2
+    np.testing.assert_array_equal(label_map.array[..., 0], np.select([labels == 1, (labels == 2) | (labels == 3)],
+                                                                     [1, 2], 0).astype(np.uint8))

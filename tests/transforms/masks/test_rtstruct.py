@@ -376,6 +376,27 @@ def test_each_slice_drawn_alone_is_that_slice_of_the_volume(which, request):
     assert set(placed) == {k for k in range(len(written.uids)) if volume[:, k].any()}
 
 
+def test_each_slice_reads_only_the_contours_placed_on_it(axial, monkeypatch):
+    """The structure set as a worker keeps it (the mask source's parse: rtstruct.StructureSet, its
+    contours indexed once) draws each slice from the contours placed on it alone: over all the
+    slices every contour is read once, not once per slice (200,000 contours on 100 slices did
+    not finish under --unit file). The slices drawn so equal the volume's."""
+    from dcm2tfrecord.transforms.masks import sources
+    with open(axial.rt_path, "rb") as handle:
+        parsed = sources.RTSTRUCT.parse(handle)
+    placed = rtstruct.assign_contours(parsed, axial.grid(pixel_spacing=(), rows=0, columns=0))
+    volume = rtstruct.rasterise(axial.ds, axial.grid())
+    reads = []
+    real = rtstruct._points
+    monkeypatch.setattr(rtstruct, "_points", lambda contour, roi, index: reads.append((roi, index)) or
+                        real(contour, roi, index))
+    for k, position in enumerate(axial.series.positions):
+        one = axial.grid(positions=[position], instance_uids=[axial.uids[k]])
+        np.testing.assert_array_equal(rtstruct.rasterise(parsed, one, on_slice=placed.get(k, ()))[:, 0], volume[:, k])
+    closed = sum(len(item.ContourSequence) for item in axial.ds.ROIContourSequence)
+    assert sorted(reads) == sorted(pair for pairs in placed.values() for pair in pairs) and len(reads) == closed
+
+
 def test_assign_contours_refuses_a_contour_off_the_series(axial):
     ds = copy.deepcopy(axial.ds)
     contour = ds.ROIContourSequence[0].ContourSequence[0]
@@ -385,6 +406,25 @@ def test_assign_contours_refuses_a_contour_off_the_series(axial):
         rtstruct.assign_contours(ds, axial.grid(pixel_spacing=()))
     assert caught.value.reason == reasons.CONTOUR_OFF_GRID and "ROI 1" in str(caught.value)
     assert not any(name in str(caught.value) for name in NAMES)
+
+
+@pytest.mark.parametrize("far", [1e308, -1e300, 5e9])
+def test_contour_coordinates_that_would_overflow_are_mask_invalid_without_a_warning(axial, far):
+    """Contour Data of 1e308 printed numpy's RuntimeWarning (overflow) to the terminal: refused,
+    quietly, as mask_invalid naming the ROI by number, whether placed on the series (--unit file's
+    join) or drawn on the volume (--unit series)."""
+    import warnings
+    ds = copy.deepcopy(axial.ds)
+    contour = ds.ROIContourSequence[0].ContourSequence[0]
+    contour.ContourData = [far if i == 1 else float(v) for i, v in enumerate(contour.ContourData)]
+    for call in (lambda: rtstruct.assign_contours(ds, axial.grid(pixel_spacing=())),
+                 lambda: rtstruct.rasterise(ds, axial.grid())):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ConversionError) as caught:
+                call()
+        assert caught.value.reason == reasons.MASK_INVALID and "ROI 1" in str(caught.value), str(caught.value)
+        assert not any(name in str(caught.value) for name in NAMES)
 
 
 def test_on_slice_needs_a_grid_of_one_slice(axial):

@@ -354,3 +354,81 @@ def _saved(ds: pydicom.Dataset) -> bytes:
     buffer = io.BytesIO()
     ds.save_as(buffer)
     return buffer.getvalue()
+
+
+# ---------------------------------------------------------------- hostile sizes and values
+
+
+def _refused_before_highdicom(monkeypatch, call) -> ConversionError:
+    """What ``call`` refuses with, asserting highdicom was never asked to read the SEG."""
+    asked = []
+    real = hd.seg.Segmentation.from_dataset
+    monkeypatch.setattr(hd.seg.Segmentation, "from_dataset",
+                        classmethod(lambda cls, *a, **k: asked.append(1) or real(*a, **k)))
+    with pytest.raises(ConversionError) as caught:
+        call()
+    assert not asked, "highdicom read the SEG before its declared sizes were checked"
+    assert "\n" not in str(caught.value)
+    return caught.value
+
+
+@pytest.mark.parametrize("declared", [2 ** 31 - 1, 5000])
+def test_declared_frames_the_file_cannot_hold_are_refused_before_highdicom(binary, monkeypatch, declared):
+    """A SEG declaring 2^31 - 1 frames made highdicom build a 16 GB list before any check: the
+    declared size is checked first, in the parse a worker caches (load)."""
+    ds = copy_of(binary)
+    ds.NumberOfFrames = declared
+    data = _saved(ds)
+    error = _refused_before_highdicom(monkeypatch, lambda: mseg.load(io.BytesIO(data)))
+    assert error.reason == reasons.MASK_INVALID and str(declared) in str(error), str(error)
+
+
+def test_a_pixel_data_cut_short_is_refused_before_highdicom(ct, binary, monkeypatch):
+    for ds in (copy_of(binary), copy_of(binary)):
+        ds.PixelData = ds.PixelData[: len(ds.PixelData) // 2]
+    for call in (lambda: mseg.load(io.BytesIO(_saved(ds))), lambda: mseg.masks_on_grid(copy_of(ds), ct.grid)):
+        error = _refused_before_highdicom(monkeypatch, call)
+        assert error.reason == reasons.MASK_INVALID and "Pixel Data holds" in str(error), str(error)
+
+
+def test_label_map_values_beyond_its_segments_are_mask_invalid_naming_the_value(ct):
+    """A label map value no segment describes failed as decode_error: IndexError (through highdicom,
+    placed by UID) or was silently background (placed by position): mask_invalid naming it, both ways."""
+    labels = np.random.default_rng(7).integers(0, 4, (N_SLICES, 96, 80)).astype(np.uint8)
+    ds = _write(ct, list(ct.grid.instance_uids), labels, "LABELMAP", "labelmap-beyond")
+    stored = bytearray(ds.PixelData)
+    stored[100] = 9
+    ds.PixelData = bytes(stored)
+    for grid in (ct.grid, _positions_only(ct.grid)):
+        with pytest.raises(ConversionError) as caught:
+            mseg.masks_on_grid(copy_of(ds), grid)
+        assert caught.value.reason == reasons.MASK_INVALID and "value 9" in str(caught.value), str(caught.value)
+
+
+def copy_of(ds: pydicom.Dataset) -> pydicom.Dataset:
+    return pydicom.dcmread(io.BytesIO(_saved(ds)))
+
+
+def test_a_seg_a_worker_keeps_reads_its_segments_and_frames_once_for_all_its_slice_records(ct, binary, monkeypatch):
+    """Under --unit file each slice record drew the SEG it shares with its series by reading all
+    its segments and frames again (and mapping every segment label): a SEG of 10,000 segments
+    cost that per record. Parsed by load (what the worker keeps), they are read once, and each
+    slice still gets its own frames."""
+    from dcm2tfrecord.transforms.masks import classes, sources
+    loaded = mseg.load(io.BytesIO(_saved(binary)))
+    reads = {"frames": 0, "segments": 0, "grids": 0}
+    real_frames, real_segments, real_grid = mseg._frames, mseg._segment_info, mseg._check_grid
+
+    def counted(name, real):
+        return lambda *a: reads.__setitem__(name, reads[name] + 1) or real(*a)
+    monkeypatch.setattr(mseg, "_frames", counted("frames", real_frames))
+    monkeypatch.setattr(mseg, "_segment_info", counted("segments", real_segments))
+    monkeypatch.setattr(mseg, "_check_grid", counted("grids", real_grid))
+    class_map = classes.parse_mapping('first: ["liver.*"]\nsecond: ["kidney.*"]\n', "map.yaml")
+    whole = mseg.masks_on_grid(binary, ct.grid)
+    reads.update(frames=0, segments=0, grids=0)
+    for k in range(N_SLICES):
+        canvas = classes.Canvas((1, ct.grid.rows, ct.grid.columns), 2, classes.BINARY)
+        sources.SEG.draw(loaded, sources.MaskTarget(grid=_one_slice(ct.grid, k), part=()), class_map, canvas)
+        np.testing.assert_array_equal(np.moveaxis(canvas.array[0], 2, 0).astype(bool), whole[:, k])
+    assert reads == {"frames": 1, "segments": 1, "grids": 1}, reads

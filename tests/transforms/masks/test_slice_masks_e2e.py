@@ -215,6 +215,26 @@ def test_a_contour_off_the_series_fails_the_series_once(rt_archive, tmp_path):
 
 
 @pytest.mark.parametrize("unit", ["file", "series"])
+def test_a_contour_outside_the_rows_and_columns_fails_the_series_under_either_unit(rt_archive, tmp_path, unit):
+    """A contour on a slice's plane but wholly outside its rows and columns failed only its slice
+    under --unit file (the write-time check) and the whole volume under --unit series: both units
+    now fail the series, every file of it and the structure set, contour_off_grid, as
+    docs/CONVERTING.md says of a contour on no slice."""
+    root, series, class_map = rt_archive
+    inputs, rt = _series_and_its_rtstruct(rt_archive, tmp_path)
+    contour = rt.ROIContourSequence[0].ContourSequence[0]
+    data = [float(v) for v in contour.ContourData]
+    contour.ContourData = [v + 2000.0 if i % 3 == 0 else v for i, v in enumerate(data)]   # 2 m to the side
+    rt.save_as(str(inputs / "rt.dcm"))
+    out = tmp_path / "out"
+    summary = run_convert(inputs, out, class_map=class_map, unit=unit, **OPTIONS)
+    assert summary["records"] == 0 and summary["failed"] == {"contour_off_grid": series.depth + 1}, summary
+    errors = errors_of(out)
+    assert all("ROI 1" in e["message"] and "wholly outside" in e["message"] for e in errors), errors[0]
+    _assert_no_raw_names(out)
+
+
+@pytest.mark.parametrize("unit", ["file", "series"])
 def test_a_structure_set_in_another_frame_of_reference_fails_its_records(rt_archive, tmp_path, unit):
     """The ROIs' Referenced Frame of Reference UID against the image's own (read from its header at
     write): another coordinate system, so frame_of_reference_mismatch, one line per record."""

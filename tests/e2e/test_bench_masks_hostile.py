@@ -1,0 +1,28 @@
+"""benchmarks/bench_masks_hostile.py at its --smoke size, so that it cannot rot: it runs as
+documented (a subprocess), draws the same mask under both units (the benchmark checks it), and
+holds the issue's targets at the small size: --unit file's mask work within 2x of --unit
+series' for many contours and for a long series, and a SEG of many segments drawn in bounded
+memory under either unit."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_smoke_run_holds_the_targets(tmp_path):
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_masks_hostile", "--smoke", "--json", str(out)],
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = {(row["workload"], row["unit"]): row for row in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {(w, u) for w in ("seg_segments", "rt_contours", "rt_long_series") for u in ("series", "file")}
+    assert "peak RSS MB" in proc.stdout and "file/series cpu" in proc.stdout
+    for workload in ("rt_contours", "rt_long_series"):
+        assert rows[(workload, "file")]["cpu_ratio"] <= 2.0, rows[(workload, "file")]
+    for unit in ("series", "file"):
+        assert rows[("seg_segments", unit)]["peak_rss_mb"] <= 1024, rows[("seg_segments", unit)]
