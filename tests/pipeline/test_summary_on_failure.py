@@ -17,7 +17,6 @@ from dcm2tfrecord.pipeline.run_end import ConversionFailed, SummaryReport, failu
 from dcm2tfrecord.transforms.errors import StorageOutage
 from tests.support import IN_MEMORY, TEST_SALT, write_png_archive
 from tests.support.processes import cli, our_lines
-from tests.support.runners import archive  # noqa: F401 - a fixture
 
 FAILED_KEYS = {"status", "exit_code", "reason", "message", "warnings", "output", "wall_seconds"}
 
@@ -31,7 +30,7 @@ def _convert(tmp_path, *extra: str, out=None):
     return code, stderr, json.loads(summary.read_text()) if summary.exists() else None
 
 
-def _says_the_end(code: int, stderr: str, summary: dict, status: str, reason: str) -> None:
+def says_the_end(code: int, stderr: str, summary: dict, status: str, reason: str) -> None:
     """The summary agrees with the process: status, exit code, the last line it printed."""
     assert summary is not None, stderr
     assert summary["status"] == status and summary["reason"] == reason, summary
@@ -47,7 +46,7 @@ def test_a_run_that_refuses_to_commit_writes_its_failure_with_the_counts(tmp_pat
         (tmp_path / "in" / f"bad_{i}.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
     code, stderr, summary = _convert(tmp_path)
     assert code == 1, stderr
-    _says_the_end(code, stderr, summary, "failed", "conversion_failed")
+    says_the_end(code, stderr, summary, "failed", "conversion_failed")
     assert "dataset.json NOT committed" in summary["message"]
     assert summary["matched"] == 6 and summary["written"] == 4 and sum(summary["failed"].values()) == 2
     assert summary["unaccounted"] == 0
@@ -62,7 +61,7 @@ def test_a_failed_step_writes_its_root_cause(tmp_path):
     os.makedirs(tmp_path / "out" / "train-00000-of-00001.tfrecord")   # the shard's name taken by a folder
     code, stderr, summary = _convert(tmp_path)
     assert code == 1, stderr
-    _says_the_end(code, stderr, summary, "failed", "step_failed")
+    says_the_end(code, stderr, summary, "failed", "step_failed")
     assert "the run failed and committed nothing new" in summary["message"]
     assert "matched" not in summary           # no count is known of a run that stopped under way
 
@@ -72,7 +71,7 @@ def test_an_output_another_run_holds_is_not_run_with_exit_2(tmp_path):
     with OutputLock(str(tmp_path / "out")):
         code, stderr, summary = _convert(tmp_path)
     assert code == 2, stderr
-    _says_the_end(code, stderr, summary, "not_run", "output_busy")
+    says_the_end(code, stderr, summary, "not_run", "output_busy")
     assert "is being written by process" in summary["message"]
 
 
@@ -81,40 +80,18 @@ def test_a_lock_that_cannot_be_taken_is_not_run_with_exit_2(tmp_path):
     (tmp_path / "out" / names.LOCK_NAME).mkdir(parents=True)
     code, stderr, summary = _convert(tmp_path)
     assert code == 2, stderr
-    _says_the_end(code, stderr, summary, "not_run", "lock_unavailable")
+    says_the_end(code, stderr, summary, "not_run", "lock_unavailable")
 
 
 def test_a_usage_error_found_after_parsing_is_not_run_and_one_before_writes_nothing(tmp_path):
     (tmp_path / "in").mkdir()      # matches nothing
     code, stderr, summary = _convert(tmp_path)
     assert code == 2, stderr
-    _says_the_end(code, stderr, summary, "not_run", "usage_error")
+    says_the_end(code, stderr, summary, "not_run", "usage_error")
     assert not (tmp_path / "out").exists()
     os.unlink(tmp_path / "reports" / "summary.json")
     code, stderr, summary = _convert(tmp_path, "--no_such_flag")     # not parsed: no summary
     assert code == 2 and summary is None, stderr
-
-
-def test_a_storage_outage_is_written_as_one(tmp_path):
-    from tests.pipeline.test_convert_reliability_ops import _assert_failed_cleanly, _outage_run
-    path = tmp_path / "summary.json"
-    code, _, stderr, listed = _outage_run(tmp_path, 30, ["--gcs_retry_s=4", "--summary_json", str(path)],
-                                          names.DONE_SUFFIX)
-    _assert_failed_cleanly(code, stderr, listed)
-    _says_the_end(code, stderr, json.loads(path.read_text()), "failed", "storage_outage")
-
-
-def test_a_killed_worker_is_written_as_workers_died(tmp_path, archive):  # noqa: F811
-    from tests.e2e.test_worker_deaths import _command, _env, _run_killing
-    from tests.support.hooks import PAUSE_ENV
-    pauses = tmp_path / "pauses"
-    pauses.mkdir()
-    path = tmp_path / "summary.json"
-    env = _env(TMPDIR=str(tmp_path), **{PAUSE_ENV: f"half_written:{pauses}"})
-    command = _command(archive, tmp_path / "out") + ["--summary_json", str(path)]
-    proc, stderr, _ = _run_killing(command, env, tmp_path, "worker", "paused", pauses)
-    assert proc.returncode == 1, stderr[-3000:]
-    _says_the_end(proc.returncode, stderr, json.loads(path.read_text()), "failed", "workers_died")
 
 
 @pytest.mark.parametrize("exc, status, code, reason", [
