@@ -291,3 +291,26 @@ def delete_tree(output_dir: str, path: str) -> None:
         if not stat.S_ISDIR(mode):
             raise OutputLinkError(f"{path} is not a folder; remove it and rerun")
         shutil.rmtree(name, dir_fd=parent)
+
+
+def replace_file(path: str, data: bytes, mime_type: str) -> None:
+    """``path``, a file outside any output (``--summary_json``), replaced whole by ``data``:
+    locally a temp file created beside it (``O_EXCL | O_NOFOLLOW``) and renamed over it, so a
+    reader finds the old file or the new one, never a part; a gs:// object appears whole when
+    its upload ends. A link at ``path`` is replaced, never written through."""
+    if "://" in path:
+        with FileSystems.create(path, mime_type) as handle:
+            handle.write(data)
+        return
+    folder, name = os.path.split(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

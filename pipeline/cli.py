@@ -6,7 +6,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from dcm2tfrecord.pipeline.options.usage import UsageError
+from dcm2tfrecord.pipeline.options.usage import UsageError, usage_line
 
 USAGE = """usage: dcm2tfrecord COMMAND [options]
 
@@ -48,7 +48,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             module, function = COMMANDS[command]
             return getattr(importlib.import_module(f".{module}", __package__), function)(rest)
     except UsageError as exc:
-        print(f"dcm2tfrecord {command}: error: {exc}", file=sys.stderr)
+        print(usage_line(command, exc), file=sys.stderr)
         return 2
     print(f"dcm2tfrecord: error: unknown command {command!r}\n{USAGE}", file=sys.stderr)
     return 2

@@ -1,16 +1,17 @@
 """The end-of-run summary: what was written, what was not and why, how fast.
 
 Printed as a table at the end of every run; ``--summary_json PATH`` writes the
-same dict as JSON for schedulers.
+same dict as JSON for schedulers, with the run's status (pipeline.run_end, which writes a
+failed run's summary too).
 """
 from __future__ import annotations
 
 import json
-import os
 import statistics
 
 from apache_beam.io.filesystems import FileSystems
 
+from dcm2tfrecord.dataset.files import replace_file
 from dcm2tfrecord.dataset.manifest import Manifest
 from dcm2tfrecord.dataset.names import ERRORS_NAME, UNMATCHED_ROWS_NAME
 from dcm2tfrecord.dataset.tfds_metadata import tfds_metadata
@@ -135,9 +136,7 @@ def print_summary(summary: dict) -> None:
 
 
 def write_summary_json(summary: dict, path: str) -> None:
-    """``--summary_json``: the summary as JSON, local or gs://, replaced whole."""
-    if "://" not in path:
-        path = os.path.abspath(path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    with FileSystems.create(path, mime_type="application/json") as handle:
-        handle.write((json.dumps(summary, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    """``--summary_json``: the summary as JSON, local or gs://, replaced whole (a reader finds
+    the old file or the new one, never a part: dataset.files.replace_file)."""
+    replace_file(path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode("utf-8"),
+                 "application/json")

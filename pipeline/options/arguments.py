@@ -96,6 +96,14 @@ def add_convert_arguments(parser: argparse.ArgumentParser, required: bool = True
 
 def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
     """(our options, checked, and the remaining Beam pipeline options)."""
+    opts, beam_args = read_convert(argv)
+    check_convert(opts, beam_args)
+    return opts, beam_args
+
+
+def read_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
+    """(our options, parsed but not yet checked (:func:`check_convert`), and the remaining Beam
+    pipeline options): UsageError for an unknown flag or a missing option."""
     parser = argparse.ArgumentParser(prog="dcm2tfrecord convert", allow_abbrev=False,
                                      description=CONVERT_DESCRIPTION, epilog=CONVERT_EPILOG,
                                      formatter_class=DefaultsHelpFormatter)
@@ -114,9 +122,12 @@ def parse_convert(argv: Sequence[str]) -> tuple[ConvertOptions, list[str]]:
     # --keep_tags A B, or A,B as one value (the Flex Template's form)
     values["keep_tags"] = tuple(t for item in known.keep_tags or () for t in item.split(",") if t)
     values["output"] = known.output.rstrip("/") or "/"
-    opts = ConvertOptions(**values)
+    return ConvertOptions(**values), beam_args
+
+
+def check_convert(opts: ConvertOptions, beam_args: Sequence[str]) -> None:
+    """The checks before any work of options :func:`read_convert` parsed (UsageError)."""
     check_options(opts, beam_args)      # once: main goes on with convert.run_checked
     check_inputs_exist(opts.inputs)
-    assert opts.output is not None      # set above
+    assert opts.output is not None      # read_convert requires it
     check_output_outside_inputs(opts.output, opts.inputs)
-    return opts, beam_args

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 import pytest
 
@@ -23,7 +22,7 @@ from dcm2tfrecord.dataset import names
 from dcm2tfrecord.pipeline.launch import fork_server, peer_checks, worker_watch
 from dcm2tfrecord.pipeline.options.salt import SALT_ENV
 from tests.support.hooks import PAUSE_ENV, subprocess_env
-from tests.support.processes import _descendants, children, cmdline, our_lines
+from tests.support.processes import our_lines, run_killing
 from tests.support.runners import _shards, archive, reference  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and forked workers: Linux")
@@ -47,47 +46,6 @@ def _command(archive, output) -> list[str]:  # noqa: F811
             "--max_failure_ratio", "1.0", "--progress", "none", *WORKERS]
 
 
-def _roles(launcher: int) -> dict[str, list[int]]:
-    """The run's processes by role: the fork server, the worker clients Beam started, the
-    forked workers (children of the fork server), the spawned workers."""
-    mine = children(launcher)
-    clients = [p for p in mine if " -S -c " in cmdline(p)]
-    servers = [p for p in mine if p not in clients and "dcm2tfrecord.pipeline" in cmdline(p)]
-    forked = children(servers[0]) if servers else []
-    # this run's processes only, never another run's
-    spawned = [p for p in _descendants(launcher) - {launcher}
-               if "sdk_worker_main" in cmdline(p) and not cmdline(p).startswith("/bin/sh")]
-    return {"server": servers, "client": clients, "worker": forked, "spawned": spawned}
-
-
-def _run_killing(command, env, cwd, role: str, when: str, pauses=None) -> tuple[subprocess.Popen, str, float]:
-    """Runs ``command``; SIGKILLs one process of ``role`` once ``when`` ("paused": every shard
-    writer holds, then they go on; "at_start": as soon as it exists, before it connected).
-    Returns the finished process, its stderr and the seconds from the kill to its end."""
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            cwd=cwd, start_new_session=True)
-    try:
-        deadline = time.time() + 240
-        victim = None
-        while victim is None:
-            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:]
-            ready = when == "at_start" or any(n.startswith("half_written-") for n in os.listdir(pauses))
-            found = _roles(proc.pid)[role] if ready else []
-            victim = found[0] if found else None
-            time.sleep(0.005 if when == "at_start" else 0.05)
-        os.kill(victim, signal.SIGKILL)
-        killed = time.time()
-        if pauses is not None:
-            time.sleep(0.5)
-            (pauses / "go").touch()
-        _, stderr = proc.communicate(timeout=ENDS_WITHIN_S + 60)
-        return proc, stderr, time.time() - killed
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def _rerun_is_the_in_process_run(archive, output, reference, env, cwd):  # noqa: F811
     done = subprocess.run(_command(archive, output), env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -109,7 +67,7 @@ def test_a_process_of_the_run_killed_mid_write_ends_it_in_one_line_and_the_rerun
         env = _env(TMPDIR=temp, **{PAUSE_ENV: f"half_written:{pauses}"},
                    **({fork_server.SPAWN_ENV: "1"} if role == "spawned" else {}))
         output = tmp_path / "out"
-        proc, stderr, took = _run_killing(_command(archive, output), env, tmp_path, role, "paused", pauses)
+        proc, stderr, took = run_killing(_command(archive, output), env, tmp_path, role, "paused", pauses)
         assert proc.returncode == 1, stderr[-3000:]
         lines = our_lines(stderr)
         assert len(lines) == 1 and said in lines[0] and "rerun" in lines[0], stderr[-3000:]
@@ -130,7 +88,7 @@ def test_a_worker_killed_before_it_connected_ends_the_run_in_one_line_not_never(
     try:
         env = _env(TMPDIR=temp, **({fork_server.SPAWN_ENV: "1"} if spawn else {}))
         output = tmp_path / "out"
-        proc, stderr, took = _run_killing(_command(archive, output), env, tmp_path,
+        proc, stderr, took = run_killing(_command(archive, output), env, tmp_path,
                                           "spawned" if spawn else "worker", "at_start")
         assert proc.returncode == 1 and took < ENDS_WITHIN_S, (took, stderr[-3000:])
         lines = our_lines(stderr)

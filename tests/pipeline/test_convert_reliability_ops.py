@@ -19,7 +19,7 @@ from dcm2tfrecord.dataset.files import OutputLinkError, create_output
 from dcm2tfrecord.dataset.lock import LockUnavailable, OutputBusy, OutputLock
 from dcm2tfrecord.pipeline.options.usage import UsageError
 from tests.support import IN_MEMORY, TEST_SALT, run_convert, write_png_archive
-from tests.support.processes import cli, errors_of, our_lines
+from tests.support.processes import assert_failed_cleanly, cli, errors_of, outage_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = dict(target_shard_mb=1, min_shard_mb=0.5, max_shard_mb=8)
@@ -315,52 +315,14 @@ def test_the_outage_breaker_trips_once_storage_is_silent_for_the_budget_and_then
     assert process_breaker("run-b", 5, 60) is not process_breaker("run-a", 5, 60)
 
 
-def _outage_run(tmp_path, files: int, extra: list[str], wait_for: str):
-    """A gs:// -> gs:// run whose storage is killed once ``wait_for`` appears in its output:
-    (exit code, seconds from the outage to the run's end, stderr, what the output holds)."""
-    import time
-    from tests.support.gcs_emulator import running_emulator
-    write_png_archive(tmp_path / "archive", files, 16, 16)
-    os.makedirs(tmp_path / "e")
-    stderr_path = tmp_path / "stderr.txt"     # a file, not a pipe: a pipe left unread can block the run
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
-    with running_emulator(str(tmp_path / "e")) as emulator, open(stderr_path, "w") as stderr:
-        emulator.upload_tree(str(tmp_path / "archive"), "a")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", emulator.url("a"),
-             "--output", emulator.url("out"), "--id_salt", TEST_SALT, "--progress", "none",
-             "--target_shard_mb=0.0005", "--min_shard_mb=0.0001", "--max_shard_mb=1", *extra],
-            stdout=subprocess.DEVNULL, stderr=stderr, env={**env, **emulator.env}, cwd=ROOT)
-        deadline = time.monotonic() + 300
-        while True:
-            listed = emulator.list("out")
-            if any(wait_for in name for name in listed):
-                break
-            assert proc.poll() is None and time.monotonic() < deadline, stderr_path.read_text()
-            time.sleep(0.1)
-        emulator.stop()
-        stopped = time.monotonic()
-        code = proc.wait(timeout=900)
-        elapsed = time.monotonic() - stopped
-    return code, elapsed, stderr_path.read_text(), listed
-
-
-def _assert_failed_cleanly(code, stderr, listed):
-    assert code == 1, stderr
-    assert our_lines(stderr) and "the run failed and committed nothing new" in our_lines(stderr)[-1], stderr
-    # (which storage call failed first varies: a read that names the outage, or Beam's batch
-    # copy answering None, which the last line then names as it is)
-    assert not any(name.endswith(names.MANIFEST_NAME) for name in listed)
-
-
 @pytest.mark.parametrize("retry_s", [4, 8])
 def test_an_outage_mid_write_ends_the_run_within_twice_the_retry_budget(tmp_path, retry_s):
     """Storage stops while shards are being written (one per record, many bundles): the run
     ends within about twice --gcs_retry_s, exit 1, nothing committed. Two budgets show the
     end is proportional to the budget, not to the shards or inputs left."""
-    code, elapsed, stderr, listed = _outage_run(tmp_path, 60, [f"--gcs_retry_s={retry_s}"],
+    code, elapsed, stderr, listed = outage_run(tmp_path, 60, [f"--gcs_retry_s={retry_s}"],
                                                 names.DONE_SUFFIX)
-    _assert_failed_cleanly(code, stderr, listed)
+    assert_failed_cleanly(code, stderr, listed)
     # + a fixed tail (~5 s here: the lock's release, Beam's teardown of its workers); the
     # breaker of "5 inputs in a row" alone took 5 budgets per worker, ~45 s at 8 s
     assert elapsed < 2 * retry_s + 10, elapsed
@@ -372,8 +334,8 @@ def test_an_outage_mid_write_at_default_settings_ends_within_twice_the_default_b
     shards than a run could write in the budget one at a time: about 1 to 2 minutes."""
     from dcm2tfrecord.pipeline.options.table import ConvertOptions
     default_retry = ConvertOptions(inputs=("x",), output="y").gcs_retry_s
-    code, elapsed, stderr, listed = _outage_run(tmp_path, 240, [], names.DONE_SUFFIX)
-    _assert_failed_cleanly(code, stderr, listed)
+    code, elapsed, stderr, listed = outage_run(tmp_path, 240, [], names.DONE_SUFFIX)
+    assert_failed_cleanly(code, stderr, listed)
     assert elapsed < 2 * default_retry, elapsed
     print(f"outage at default settings: the run ended {elapsed:.0f} s after storage stopped")
 

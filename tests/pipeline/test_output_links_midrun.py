@@ -84,22 +84,55 @@ def _resume_failing(proc, pause, victim) -> tuple[list[str], str]:
     return our_lines(stderr), stderr
 
 
+def _resume_committed(proc, pause, victim) -> tuple[list[str], str]:
+    """Lets the paused writers go; the run commits, so it must end with exit 0 (Reliability V,
+    item 5: the exit code agrees with what was committed) and the victim folder as it was."""
+    (pause / "go").touch()
+    stdout, stderr = proc.communicate(timeout=600)
+    _victim_intact(victim)
+    assert proc.returncode == 0, (stdout, stderr)
+    return our_lines(stderr), stderr
+
+
 def test_progress_made_a_link_mid_run_deletes_nothing_behind_it_and_says_what_was_committed(tmp_path):
     """Item 1 (`.progress` swapped for a link once the plan is written: the tidy-up deleted four
     files behind it, then failed in 69 lines) and item 12 (that failure said "committed nothing
-    new" of a committed dataset)."""
+    new" of a committed dataset). Issue 43, item 5: it ended with exit 1 although the dataset
+    was committed; now exit 0 and one warning naming what was left alone."""
     victim = _victim_dir(tmp_path)
     proc, pause = _paused_run(tmp_path)
     out = tmp_path / "out"
     assert (out / names.PROGRESS_DIR / names.PLAN_NAME).exists()
     _replace_with_link(out / names.PROGRESS_DIR, victim)
-    lines, stderr = _resume_failing(proc, pause, victim)
+    lines, stderr = _resume_committed(proc, pause, victim)
     assert len(lines) == 1, stderr
+    assert lines[0].startswith("dcm2tfrecord convert: warning: "), lines
     assert "the dataset was committed" in lines[0] and "12 records" in lines[0], lines
     assert ".progress is a symbolic link" in lines[0] and "committed nothing" not in lines[0], lines
     manifest = read_manifest(str(out))                  # committed, whole
     assert sum(s.num_records for s in manifest.splits.values()) == 12
     assert os.path.islink(out / names.PROGRESS_DIR)     # the link itself left for the user
+
+
+def test_progress_made_a_link_mid_incremental_run_exits_0_and_the_summary_says_committed(tmp_path):
+    """Issue 43, item 5 under --incremental: the version's ``.progress`` made a link while its
+    shards are written. The version is committed and LATEST: exit 0, one warning naming the
+    link, nothing behind it deleted, and --summary_json says committed with that warning."""
+    victim = _victim_dir(tmp_path)
+    summary_path = tmp_path / "summary.json"
+    proc, pause = _paused_run(tmp_path, 12, "--incremental", "--summary_json", str(summary_path))
+    version = tmp_path / "out" / names.VERSIONS_DIR / "0001"
+    assert (version / names.PROGRESS_DIR / names.PLAN_NAME).exists()
+    os.rename(version / names.PROGRESS_DIR, tmp_path / "realprogress")
+    os.symlink(victim, version / names.PROGRESS_DIR)
+    lines, stderr = _resume_committed(proc, pause, victim)
+    assert len(lines) == 1 and "warning: the dataset was committed" in lines[0], stderr
+    assert "version 0001" in lines[0] and ".progress is a symbolic link" in lines[0], lines
+    assert (tmp_path / "out" / names.LATEST_NAME).read_text().strip() == "0001"
+    assert os.path.islink(version / names.PROGRESS_DIR)
+    summary = json.loads(summary_path.read_text())
+    assert summary["status"] == "committed" and summary["exit_code"] == 0 and summary["written"] == 12
+    assert summary["warnings"] == lines and summary["message"] == lines[0]
 
 
 def _exchange(a: str, b: str) -> None:

@@ -92,3 +92,16 @@ def test_printed_table_says_the_same(converted):
     assert f"which files and why: {summary['errors_file']}" in table
     assert "files: 26 matched, 24 written, 1 skipped, 1 failed" in table
     assert "wall time" in table and "MB/s" in table and "records/s" in table
+
+
+def test_a_committed_summary_says_so_and_keeps_every_key(converted):
+    """Issue 43, item 6: the status keys a failed run's summary has too, on a committed one,
+    beside every key a committed summary had before."""
+    summary = converted["json"]
+    assert (summary["status"], summary["exit_code"], summary["reason"]) == ("committed", 0, None)
+    assert summary["message"] is None and summary["warnings"] == []
+    assert {"notes", "output", "splits", "matched", "written", "records", "skipped", "failed", "unaccounted",
+            "label_rows_rejected", "unmatched_label_rows", "errors_file", "wall_seconds", "bytes_written",
+            "mb_per_second", "records_per_second", "execution"} <= set(summary)
+    reports = os.path.dirname(converted["out"])
+    assert sorted(os.listdir(os.path.join(reports, "reports"))) == ["summary.json"]     # no temp file left

@@ -167,3 +167,86 @@ def running(pid: int) -> bool:
 
 def children(pid: int) -> list[int]:
     return [p for p, row in _proc_table().items() if row[0] == pid]
+
+
+# ---------------------------------------------------------------- a storage outage, a killed worker
+
+
+def outage_run(tmp_path, files: int, extra: list[str], wait_for: str):
+    """A gs:// -> gs:// run whose storage is killed once ``wait_for`` appears in its output:
+    (exit code, seconds from the outage to the run's end, stderr, what the output holds)."""
+    from tests.support import TEST_SALT, write_png_archive
+    from tests.support.gcs_emulator import running_emulator
+    write_png_archive(tmp_path / "archive", files, 16, 16)
+    os.makedirs(tmp_path / "e")
+    stderr_path = tmp_path / "stderr.txt"     # a file, not a pipe: a pipe left unread can block the run
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
+    with running_emulator(str(tmp_path / "e")) as emulator, open(stderr_path, "w") as stderr:
+        emulator.upload_tree(str(tmp_path / "archive"), "a")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", emulator.url("a"),
+             "--output", emulator.url("out"), "--id_salt", TEST_SALT, "--progress", "none",
+             "--target_shard_mb=0.0005", "--min_shard_mb=0.0001", "--max_shard_mb=1", *extra],
+            stdout=subprocess.DEVNULL, stderr=stderr, env={**env, **emulator.env}, cwd=ROOT)
+        deadline = time.monotonic() + 300
+        while True:
+            listed = emulator.list("out")
+            if any(wait_for in name for name in listed):
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, stderr_path.read_text()
+            time.sleep(0.1)
+        emulator.stop()
+        stopped = time.monotonic()
+        code = proc.wait(timeout=900)
+        elapsed = time.monotonic() - stopped
+    return code, elapsed, stderr_path.read_text(), listed
+
+
+def assert_failed_cleanly(code, stderr, listed):
+    assert code == 1, stderr
+    assert our_lines(stderr) and "the run failed and committed nothing new" in our_lines(stderr)[-1], stderr
+    # (which storage call failed first varies: a read that names the outage, or Beam's batch
+    # copy answering None, which the last line then names as it is)
+    assert not any(name.endswith(names.MANIFEST_NAME) for name in listed)
+
+
+def process_roles(launcher: int) -> dict[str, list[int]]:
+    """The run's processes by role: the fork server, the worker clients Beam started, the
+    forked workers (children of the fork server), the spawned workers."""
+    mine = children(launcher)
+    clients = [p for p in mine if " -S -c " in cmdline(p)]
+    servers = [p for p in mine if p not in clients and "dcm2tfrecord.pipeline" in cmdline(p)]
+    forked = children(servers[0]) if servers else []
+    # this run's processes only, never another run's
+    spawned = [p for p in _descendants(launcher) - {launcher}
+               if "sdk_worker_main" in cmdline(p) and not cmdline(p).startswith("/bin/sh")]
+    return {"server": servers, "client": clients, "worker": forked, "spawned": spawned}
+
+
+def run_killing(command, env, cwd, role: str, when: str, pauses=None,
+                ends_within_s: float = 90) -> tuple[subprocess.Popen, str, float]:
+    """Runs ``command``; SIGKILLs one process of ``role`` once ``when`` ("paused": every shard
+    writer holds, then they go on; "at_start": as soon as it exists, before it connected).
+    Returns the finished process, its stderr and the seconds from the kill to its end."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        victim = None
+        while victim is None:
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:]
+            ready = when == "at_start" or any(n.startswith("half_written-") for n in os.listdir(pauses))
+            found = process_roles(proc.pid)[role] if ready else []
+            victim = found[0] if found else None
+            time.sleep(0.005 if when == "at_start" else 0.05)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.time()
+        if pauses is not None:
+            time.sleep(0.5)
+            (pauses / "go").touch()
+        _, stderr = proc.communicate(timeout=ends_within_s + 60)
+        return proc, stderr, time.time() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
