@@ -110,7 +110,8 @@ def test_the_layout_has_one_entry_per_module_and_names_nothing_that_is_not_there
     layout = section(doc, "## Layout")
     heads = MODULE_ENTRY.findall(layout)
     missing = sorted(set(documented_modules()) - set(heads))
-    assert not missing, f"modules without their entry ('- `path`: its job') in the Layout section of {DOC.name}: {missing}"
+    assert not missing, (
+        f"modules without their entry ('- `path`: its job') in the Layout section of {DOC.name}: {missing}")
     repeated = sorted({p for p in heads if heads.count(p) > 1})
     assert not repeated, f"modules with more than one entry in the Layout section: {repeated}"
     named = set(MODULE_PATH.findall(layout)) | set(FOLDER_PATH.findall(layout))
@@ -157,7 +158,8 @@ def test_the_import_rules_are_the_imports_of_the_code(doc):
     assert match, "the import rules do not list the modules by which pipeline/ imports reader/"
     listed = set(MODULE_PATH.findall(match.group(1)))
     assert listed == edges.get(("pipeline", "reader"), set()), (
-        f"pipeline/ imports reader/ in {sorted(edges.get(('pipeline', 'reader'), set()))}; the doc lists {sorted(listed)}"
+        f"pipeline/ imports reader/ in {sorted(edges.get(('pipeline', 'reader'), set()))}; "
+        f"the doc lists {sorted(listed)}"
     )
 
 
@@ -176,7 +178,8 @@ def test_the_checks_see_what_they_hold(tmp_path):
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text('"""The package."""\n')
     (tmp_path / "pipeline" / "lazy.py").write_text(
-        '"""Lazy."""\n\ndef f():\n    import apache_beam.io as io\n    from dcm2tfrecord import reader\n    return io, reader\n'
+        '"""Lazy."""\n\ndef f():\n'
+        '    import apache_beam.io as io\n    from dcm2tfrecord import reader\n    return io, reader\n'
     )
     (tmp_path / "dataset" / "up.py").write_text('"""Up."""\nfrom dcm2tfrecord.transforms.settings import X\n')
     assert beam_importers(tmp_path) == {"pipeline/lazy.py"}
