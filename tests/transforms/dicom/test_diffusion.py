@@ -133,7 +133,8 @@ def test_siemens_private_block_found_by_its_creator():
     ds.add_new(0x00190010, "LO", "SOMEONE ELSE")          # (0019,100C) is another creator's, not read
     ds.add_new(0x0019100C, "IS", "7")
     assert diffusion(ds) == Diffusion(1500.0, (0.36, 0.48, 0.8))
-    assert record_elements.vendor_private_tags(ds, {0x00080060: "MR", 0x00080070: "SIEMENS"}) == (0x0019110C, 0x0019110E)
+    assert record_elements.vendor_private_tags(ds, {0x00080060: "MR", 0x00080070: "SIEMENS"}) == (
+        0x0019110C, 0x0019110E)
     del ds[0x00190011]                                     # no SIEMENS MR HEADER block: nothing read
     assert diffusion(ds) is None
 
@@ -156,7 +157,7 @@ def test_siemens_private_elements_read_at_probe_and_write_time(tmp_path):
     assert 0x0019100C in header._values and 0x0019100E in header._values     # converted by the probe
     assert diffusion(header) == diffusion(pydicom.dcmread(path)) == Diffusion(1500.0, (0.36, 0.48, 0.8))
     ds, values = pydicom.dcmread(path), {}
-    needed.convert_needed_elements(ds, values=values)      # the write path converts them too
+    record_elements.convert_needed_elements(ds, values=values)      # the write path converts them too
     assert list(values[0x0019100E]) == [0.36, 0.48, 0.8] and diffusion(ds) == diffusion(header)
 
 
