@@ -184,7 +184,7 @@ def test_worker_sdk_matches_installed_beam_and_gets_the_sdist(dry_run):
 
 def test_job_graph_has_the_expected_steps(dry_run):
     pipeline = _pipeline(dry_run[0])
-    steps = {_step(t.unique_name) for t in pipeline.components.transforms.record_model()}
+    steps = {_step(t.unique_name) for t in pipeline.components.transforms.values()}
     missing = [s for s in EXPECTED_STEPS if s not in steps]
     assert not missing, sorted(steps)
 

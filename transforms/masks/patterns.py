@@ -23,7 +23,7 @@ import re
 import sys
 from typing import Any, Optional, Sequence
 
-from dcm2tfrecord.dataset.errors import InputError
+from dcm2tfrecord.dataset.errors import Dcm2TfrecordError, InputError
 
 # re's own parser: re._parser and re._constants since Python 3.11, sre_parse before
 _sre_p: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
@@ -37,8 +37,9 @@ class PatternTimeout(InputError, TimeoutError):
     """A user pattern RE2 cannot run took longer than MATCH_BOUND_S on one text."""
 
 
-class _Unsupported(Exception):
-    """A construct RE2 cannot run with Python's meaning: the pattern goes to the bounded engine."""
+class _Unsupported(Dcm2TfrecordError):
+    """A construct RE2 cannot run with Python's meaning: the pattern goes to the bounded engine
+    (caught in this module, never raised to a caller)."""
 
 
 @dataclasses.dataclass(frozen=True)
