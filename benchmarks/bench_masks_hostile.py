@@ -20,8 +20,14 @@ Workloads (``--smoke``: the same shapes, small, in seconds; what tests/e2e/test_
   rt_long_series  a 4,000-slice series (smoke: 400) with an RTSTRUCT of one contour per slice:
                   the same ratio.
 
+``--pipeline``: seg_segments through the whole conversion instead (``python -m
+dcm2tfrecord.pipeline convert --unit series|file --class_map ...`` on the SEG and its 3 CT
+slices), in one process and with 2 worker processes: the peak RSS of the whole process tree
+(launcher and workers, each one's VmHWM summed), which the issue's 1 GB is about.
+
     .venv/bin/python -m benchmarks.bench_masks_hostile
     .venv/bin/python -m benchmarks.bench_masks_hostile --smoke --json /tmp/hostile.json
+    .venv/bin/python -m benchmarks.bench_masks_hostile --pipeline --json /tmp/hostile_pipeline.json
 """
 from __future__ import annotations
 
@@ -266,16 +272,21 @@ def run_pipeline(size: str, work: str) -> list[dict]:
     for unit, workers in (("series", 1), ("file", 1), ("series", 2), ("file", 2)):
         output = os.path.join(work, f"out_{unit}_{workers}")
         cmd = [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", folder, "--output", output,
-               "--unit", unit, "--class_map", class_map, f"--direct_num_workers={workers}"]
+               "--unit", unit, "--class_map", class_map, f"--direct_num_workers={workers}",
+               "--summary_json", os.path.join(work, f"summary_{unit}_{workers}.json")]
         result = proc_monitor.run_monitored(cmd, env=env, cwd=REPO,
                                             log_prefix=os.path.join(work, f"log_{unit}_{workers}"))
         if result.returncode:
             raise RuntimeError(f"convert --unit {unit} failed: {result.tail()}")
+        with open(os.path.join(work, f"summary_{unit}_{workers}.json")) as handle:
+            summary = json.load(handle)
         rows.append({"workload": f"seg_pipeline_w{workers}", "unit": unit, "cpu_s": round(result.cpu_s, 3),
                      "wall_s": round(result.wall_s, 3),
                      "peak_rss_mb": round(sum(p.hwm_kib for p in result.processes) / 1024, 1),
                      "largest_process_mb": round(result.peak_largest_mib, 1),
-                     "processes": len(result.processes)})
+                     "peak_sum_rss_mb": round(result.peak_sum_mib, 1),
+                     "processes": len(result.processes), "execution": summary["execution"],
+                     "records": summary["records"], "written": summary["written"], "failed": summary["failed"]})
     return rows
 
 
