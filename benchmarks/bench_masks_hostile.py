@@ -20,8 +20,14 @@ Workloads (``--smoke``: the same shapes, small, in seconds; what tests/e2e/test_
   rt_long_series  a 4,000-slice series (smoke: 400) with an RTSTRUCT of one contour per slice:
                   the same ratio.
 
+``--pipeline``: seg_segments through the whole conversion instead (``python -m
+dcm2tfrecord.pipeline convert --unit series|file --class_map ...`` on the SEG and its 3 CT
+slices), in one process and with 2 worker processes: the peak RSS of the whole process tree
+(launcher and workers, each one's VmHWM summed), which the issue's 1 GB is about.
+
     .venv/bin/python -m benchmarks.bench_masks_hostile
     .venv/bin/python -m benchmarks.bench_masks_hostile --smoke --json /tmp/hostile.json
+    .venv/bin/python -m benchmarks.bench_masks_hostile --pipeline --json /tmp/hostile_pipeline.json
 """
 from __future__ import annotations
 
@@ -112,8 +118,9 @@ def write_rtstruct(path: str, depth: int, contours: int, size: int = 32) -> str:
     return path
 
 
-def write_seg(path: str, segments: int) -> str:
-    """A BINARY SEG (highdicom) of ``segments`` segments over 3 slices of 40 x 40, one frame each."""
+def write_seg(path: str, segments: int, series_dir: str | None = None) -> str:
+    """A BINARY SEG (highdicom) of ``segments`` segments over 3 slices of 40 x 40, one frame each;
+    with ``series_dir``, the 3 CT slices it segments are written there too (``--pipeline``)."""
     import io
 
     import highdicom as hd
@@ -140,6 +147,8 @@ def write_seg(path: str, segments: int) -> str:
                 PixelRepresentation=1).items():
             setattr(image, keyword, value)
         image.PixelData = np.zeros((40, 40), np.int16).tobytes()
+        if series_dir is not None:
+            image.save_as(os.path.join(series_dir, f"ct{k}.dcm"))
         sources.append(image)
     masks = np.zeros((3, 40, 40, segments), bool)
     for s in range(segments):
@@ -238,6 +247,49 @@ def run(size: str, work: str) -> list[dict]:
     return rows
 
 
+# ---------------------------------------------------------------- the whole conversion (--pipeline)
+
+
+def run_pipeline(size: str, work: str) -> list[dict]:
+    """The seg_segments workload through a real conversion under each unit: the CT series and
+    its SEG in one --input folder, ``python -m dcm2tfrecord.pipeline convert`` on Beam's local
+    runner in one process (what a folder this small gets by default) and with 2 worker processes
+    (the records pickled between stages); the peak RSS of the whole process tree (launcher and workers, VmHWM of
+    each, summed: benchmarks.proc_monitor), which the issue's 1 GB target is about."""
+    from benchmarks import proc_monitor
+    (segments,) = SIZES[size]["seg_segments"]
+    folder = os.path.join(work, "input")
+    os.makedirs(folder, exist_ok=True)
+    write_seg(os.path.join(folder, "seg.dcm"), segments, series_dir=folder)
+    class_map = os.path.join(work, "classes.yaml")
+    with open(class_map, "w") as handle:
+        handle.write(CLASS_MAP)
+    env = proc_monitor.bench_env()
+    env["DCM2TFRECORD_ID_SALT"] = "bench-masks-hostile"
+    paths = [p for p in (os.path.join(REPO, ".pkgroot"), REPO) if os.path.isdir(p)]
+    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    rows = []
+    for unit, workers in (("series", 1), ("file", 1), ("series", 2), ("file", 2)):
+        output = os.path.join(work, f"out_{unit}_{workers}")
+        cmd = [sys.executable, "-m", "dcm2tfrecord.pipeline", "convert", "--input", folder, "--output", output,
+               "--unit", unit, "--class_map", class_map, f"--direct_num_workers={workers}",
+               "--summary_json", os.path.join(work, f"summary_{unit}_{workers}.json")]
+        result = proc_monitor.run_monitored(cmd, env=env, cwd=REPO,
+                                            log_prefix=os.path.join(work, f"log_{unit}_{workers}"))
+        if result.returncode:
+            raise RuntimeError(f"convert --unit {unit} failed: {result.tail()}")
+        with open(os.path.join(work, f"summary_{unit}_{workers}.json")) as handle:
+            summary = json.load(handle)
+        rows.append({"workload": f"seg_pipeline_w{workers}", "unit": unit, "cpu_s": round(result.cpu_s, 3),
+                     "wall_s": round(result.wall_s, 3),
+                     "peak_rss_mb": round(sum(p.hwm_kib for p in result.processes) / 1024, 1),
+                     "largest_process_mb": round(result.peak_largest_mib, 1),
+                     "peak_sum_rss_mb": round(result.peak_sum_mib, 1),
+                     "processes": len(result.processes), "execution": summary["execution"],
+                     "records": summary["records"], "written": summary["written"], "failed": summary["failed"]})
+    return rows
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--measure"]:
         workload, unit, path, depth, size = argv[1:6]
@@ -246,9 +298,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="small workloads, seconds (the e2e test's)")
     parser.add_argument("--json", help="write the rows here too")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="the SEG workload through a whole conversion per unit (peak RSS of the process tree)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench_masks_hostile_") as work:
-        rows = run("smoke" if args.smoke else "full", work)
+        if args.pipeline:
+            rows = run_pipeline("smoke" if args.smoke else "full", work)
+        else:
+            rows = run("smoke" if args.smoke else "full", work)
     print(f"{'workload':16} {'unit':7} {'cpu s':>8} {'wall s':>8} {'peak RSS MB':>12} {'file/series cpu':>16}")
     for row in rows:
         print(f"{row['workload']:16} {row['unit']:7} {row['cpu_s']:8.2f} {row['wall_s']:8.2f} "
