@@ -255,9 +255,11 @@ class _Plane:
     by_uid: dict
 
 
-def _plane(grid: Grid, in_plane: bool = True) -> _Plane:
+def _plane(grid: Grid, in_plane: bool = True, join: bool = False) -> _Plane:
     """The grid's numbers; without ``in_plane`` only its slices' (positions, orientation, UIDs):
-    enough to place contours on slices (assign_contours), not to draw them."""
+    enough to place contours on slices (assign_contours), not to draw them. ``join``: the grid
+    is a whole series the contours are placed on (assign_contours), whose 4-D volumes may share
+    positions when every slice has its UID."""
     cosines = patient_space.orientation(grid.orientation)
     spacing = patient_space.floats(grid.pixel_spacing, 2) if in_plane else (0.0, 0.0)
     positions = np.asarray(grid.positions, float)
@@ -284,7 +286,7 @@ def _plane(grid: Grid, in_plane: bool = True) -> _Plane:
     heights = positions @ normal
     if len(heights) > 1:
         steps = np.diff(np.sort(heights))
-        if not in_plane and uids and all(uids):
+        if join and uids and all(uids):
             # a 4-D series' volumes share positions: contours are placed by the slice they name
             steps = steps[steps > _PLANE_TOLERANCE] if (steps > _PLANE_TOLERANCE).any() else steps
         step = float(np.median(steps))
@@ -486,7 +488,7 @@ def assign_contours(ds: Any, grid: Grid, roi_numbers: Optional[Sequence[int]] = 
     refuses it for the volume): the whole series fails, as its volume would with --unit series,
     not the one slice it lies on. Slices without a contour are not keys."""
     in_plane = bool(grid.pixel_spacing) and grid.rows > 0 and grid.columns > 0
-    plane = _plane(grid, in_plane=in_plane)
+    plane = _plane(grid, in_plane=in_plane, join=True)
     found, _ = _closed_contours(ds, grid, roi_numbers)
     out: dict[int, list] = {}
     for number, index, contour, points in found:
