@@ -17,6 +17,8 @@ from typing import Optional, TypeVar
 
 import numpy as np
 
+from dcm2tfrecord.dataset.features import RecordKind
+
 _FIELD_NAMES: dict = {}
 _T = TypeVar("_T")
 
@@ -216,6 +218,9 @@ class ProbedRecord:
             values[_IDS] = _fields_tuple(values[_IDS])
         if values[_SLICE] is not None:
             values[_SLICE] = _fields_tuple(values[_SLICE])
+        # the kind as its plain string: a pickled enum member names its module and class
+        # (~60 bytes more per record on every shuffle); _probed_record gives the member back
+        values[_KIND] = str(values[_KIND])
         return _probed_record, tuple(values)
 
     @property
@@ -257,9 +262,12 @@ def _built(cls: type[_T], names: tuple, values) -> _T:
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(ProbedRecord))
 assert _RECORD_FIELDS[0] == "source", _RECORD_FIELDS
-_SPEC, _IDS, _SLICE = (_RECORD_FIELDS.index(name) for name in ("spec", "ids", "slice_info"))
+_SPEC, _IDS, _SLICE, _KIND = (_RECORD_FIELDS.index(name) for name in ("spec", "ids", "slice_info", "kind"))
 _SOURCE_FIELDS, _SPEC_FIELDS, _IDS_FIELDS, _SLICE_FIELDS = (
     tuple(f.name for f in dataclasses.fields(cls)) for cls in (SourceFile, ImageSpec, Identifiers, SliceInfo))
+
+
+_KINDS = {kind.value: kind for kind in RecordKind}
 
 
 def _probed_record(source, *values) -> ProbedRecord:
@@ -273,6 +281,7 @@ def _probed_record(source, *values) -> ProbedRecord:
         fields[_IDS] = _built(Identifiers, _IDS_FIELDS, fields[_IDS])
     if fields[_SLICE] is not None:
         fields[_SLICE] = _built(SliceInfo, _SLICE_FIELDS, fields[_SLICE])
+    fields[_KIND] = _KINDS.get(fields[_KIND], fields[_KIND])    # an annotation's kind stays its string
     return _built(ProbedRecord, _RECORD_FIELDS, fields)
 
 
