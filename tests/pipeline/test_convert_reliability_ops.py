@@ -315,6 +315,41 @@ def test_the_outage_breaker_trips_once_storage_is_silent_for_the_budget_and_then
     assert process_breaker("run-b", 5, 60) is not process_breaker("run-a", 5, 60)
 
 
+def test_an_unnamed_write_failure_is_an_outage_when_a_probe_of_the_storage_fails_as_one():
+    """Beam's batch copy answers None once its retries give up, which can be before half the
+    budget passed (a retry stops when its next wait would pass the deadline): the silence
+    alone missed the outage. A probe of the same storage tells it apart from a bug."""
+    from dcm2tfrecord.transforms.errors import StorageOutage
+    from dcm2tfrecord.transforms.sources.read import OutageBreaker
+    now = [10.0]
+    calls = []
+
+    def failing(exc):
+        def probe():
+            calls.append(exc)
+            raise exc
+        return probe
+
+    b = OutageBreaker(5, 60.0, clock=lambda: now[0])
+    with pytest.raises(StorageOutage, match="a request to check the storage then failed too"):
+        b.note_failure("gs://b/out train shard 3", "AttributeError: 'NoneType'",
+                       probe=failing(ConnectionRefusedError("refused")))
+    with pytest.raises(StorageOutage):
+        b.check()
+    # the probe answered, or failed as a bug does: not an outage; the step's own error stands
+    for probe in (lambda: True, failing(ValueError("a bug"))):
+        b = OutageBreaker(5, 60.0, clock=lambda: now[0])
+        b.note_failure("gs://b/out train shard 3", "AttributeError", probe=probe)
+        b.check()
+    # silent for half the budget already: tripped without asking storage again
+    calls.clear()
+    b = OutageBreaker(5, 60.0, clock=lambda: now[0])
+    now[0] += 30.0
+    with pytest.raises(StorageOutage, match="no request answered for 30 s"):
+        b.note_failure("gs://b/out", "AttributeError", probe=failing(ConnectionRefusedError()))
+    assert calls == []
+
+
 @pytest.mark.parametrize("retry_s", [4, 8])
 def test_an_outage_mid_write_ends_the_run_within_twice_the_retry_budget(tmp_path, retry_s):
     """Storage stops while shards are being written (one per record, many bundles): the run

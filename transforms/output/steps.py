@@ -7,6 +7,7 @@ from typing import Any, Mapping, Optional
 from dcm2tfrecord.dataset import progress, versions
 from dcm2tfrecord.dataset.manifest import commit, refuse_commit
 from dcm2tfrecord.dataset.shard_target import ShardTarget
+from dcm2tfrecord.dataset.storage import FileSystems
 from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.counters import count, count_outcome
 from dcm2tfrecord.transforms.labels.unmatched import commit_unmatched, with_unmatched
@@ -72,8 +73,8 @@ class WriteShardFn(ReadsSourcesFn):
             where, what = plan_uri(self.output_dir, plan), f"{type(exc).__name__}: {exc}"
             if is_outage(exc):
                 self.breaker.note(True, where, what)
-            else:
-                self.breaker.note_failure(where, what)
+            else:    # unnamed (Beam's batch copy answering None): does storage answer at all?
+                self.breaker.note_failure(where, what, probe=lambda: FileSystems.exists(self.output_dir))
             raise
         self.breaker.note(False, "", "")          # the shard was written: storage answers
         failed = progress.write_done(self.output_dir, result, len(plan.records))

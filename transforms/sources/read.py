@@ -23,7 +23,7 @@ import queue
 import stat
 import threading
 import time
-from typing import BinaryIO, Callable, TypeVar
+from typing import Any, BinaryIO, Callable, Optional, TypeVar
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
@@ -270,11 +270,27 @@ class OutageBreaker:
                 f"budget, --gcs_retry_s, is {self.budget_s:g} s; last {uri}: {message})")
         return bool(self.tripped)
 
-    def note_failure(self, uri: str, message: str) -> None:
+    def note_failure(self, uri: str, message: str, probe: Optional[Callable[[], Any]] = None) -> None:
         """A request failed in a way storage clients do not name (e.g. Beam's batch copy
-        answering None): an outage only if storage has been silent for the budget."""
+        answering None once its retries ran out): an outage if storage has been silent for
+        half the budget, or if ``probe`` (one cheap request to the same storage, retried as
+        any other) then fails as an outage does. The silence alone can miss it: a client's
+        retry gives up before its deadline when its next wait would pass it."""
         with self._lock:
-            self._trip_if_silent(uri, message)
+            if self._trip_if_silent(uri, message) or probe is None:
+                probe = None
+        if probe is not None:
+            try:
+                probe()
+            except Exception as exc:   # noqa: BLE001 -- only an outage's types are acted on
+                if is_outage(exc):
+                    with self._lock:
+                        self.tripped = self.tripped or (
+                            f"storage is not answering: {uri}: {message}; a request to check the "
+                            f"storage then failed too ({type(exc).__name__}: {exc})")
+            else:
+                with self._lock:
+                    self.in_a_row, self.last_answer = 0, self.clock()
         self.check()
 
     def note(self, outage: bool, uri: str, message: str) -> None:
