@@ -180,7 +180,14 @@ def segment_info(source: Source) -> list[Segment]:
     return list(once(source, "segments", lambda: _segment_info(source)))
 
 
-def _segment_info(source: Source) -> list[Segment]:
+def segment_labels(source: Source) -> list[tuple[int, str]]:
+    """(Segment Number, Segment Label) of each segment by ascending number, with segment_info's
+    refusals: what mapping classes and drawing need, without reading each segment's codes
+    (pydicom parses a code sequence per segment: half the cost of 10,000 declared segments)."""
+    return list(once(source, "labels", lambda: [(s.number, s.label) for s in _segment_info(source, False)]))
+
+
+def _segment_info(source: Source, codes: bool = True) -> list[Segment]:
     ds = _dataset(source, header_only=True)
     items = ds.get("SegmentSequence")
     if not items:
@@ -195,6 +202,9 @@ def _segment_info(source: Source) -> list[Segment]:
         if number is None:
             raise ConversionError(reasons.MASK_INVALID,
                                   f"Segment Sequence item {index + 1} has no Segment Number (0062,0004)")
+        if not codes:
+            out.append(Segment(number, _text(item, "SegmentLabel"), None, None, ""))
+            continue
         out.append(Segment(number, _text(item, "SegmentLabel"),
                            _code(item, "SegmentedPropertyCategoryCodeSequence"),
                            _code(item, "SegmentedPropertyTypeCodeSequence"),
@@ -654,7 +664,7 @@ def masks_on_grid(source: Source, grid: Grid, segment_numbers: Optional[Sequence
     if "PixelData" not in ds:
         raise ConversionError(reasons.MASK_INVALID, "the segmentation has no Pixel Data")
     kind = segmentation_type(ds)
-    described = [s.number for s in segment_info(ds)]
+    described = [number for number, _ in segment_labels(ds)]
     # a label map's segment 0 is its background, the complement of the others (highdicom's rule)
     known = [n for n in described if not (kind == LABELMAP and n == 0)]
     numbers = known if segment_numbers is None else [int(n) for n in segment_numbers]

@@ -206,7 +206,7 @@ class SegSource:
 
     def draw(self, parsed: Any, target: MaskTarget, class_map: classes.ClassMap, canvas: classes.Canvas) -> None:
         found = seg.once(parsed, ("classes", class_map),
-                         lambda: mapped([(s.number, s.label) for s in seg.segment_info(parsed) if s.number > 0],
+                         lambda: mapped([(number, label) for number, label in seg.segment_labels(parsed) if number > 0],
                                         class_map))
         if not found:
             return
