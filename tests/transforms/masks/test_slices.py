@@ -124,7 +124,8 @@ def test_the_cache_parses_once_and_holds_a_few(archive, tmp_path):
     first = cache.get(rt_note.source, "rtstruct", reader(rt_note))
     assert cache.get(rt_note.source, "rtstruct", reader(rt_note)) is first
     seg = cache.get(seg_note.source, "seg", reader(seg_note))
-    assert type(seg).__name__ == "Segmentation" and cache.get(seg_note.source, "seg", reader(seg_note)) is seg
+    # pydicom's dataset, parsed once; highdicom's Segmentation is built from it per segment set
+    assert isinstance(seg, pydicom.Dataset) and cache.get(seg_note.source, "seg", reader(seg_note)) is seg
     assert cache.parses == {rt_note.source.uri: 1, seg_note.source.uri: 1}
     assert cache.hits == {rt_note.source.uri: 1, seg_note.source.uri: 1}
     changed = dataclasses.replace(rt_note.source, mtime=rt_note.source.mtime + 1)     # another file now
