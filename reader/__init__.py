@@ -26,11 +26,13 @@ from dcm2tfrecord.reader import geometry
 from dcm2tfrecord.reader.options import ReadOptions
 from dcm2tfrecord.reader.loaders import RecordSampler, grain_loader, numpy_collate, torch_loader
 from dcm2tfrecord.reader.random_access import CorruptIndexError, CorruptRecordError, RandomAccess
+from dcm2tfrecord.reader.schedule import ElasticSampler
 
 __all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "ReadOptions", "RandomAccess",
            # RandomAccess in PyTorch and Grain without their defaults' costs (import torch or
            # grain when called, not before)
            "torch_loader", "numpy_collate", "grain_loader", "RecordSampler",
+           "ElasticSampler",   # a rank's share of a global order: resume on another world size
            "geometry",      # a record's affine in NIfTI's and ITK's conventions, 4-D records' volumes
            # what the readers raise: a dataset.json that does not parse (ManifestError), a
            # LATEST naming no committed version (DamagedLatest), damaged shard or index bytes

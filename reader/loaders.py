@@ -71,7 +71,7 @@ def numpy_collate(records: Sequence[dict], keys: Optional[Sequence[str]] = None)
 TORCH_KEYS = ("image", "label")
 
 
-def torch_loader(records, batch_size: int, *, shuffle: bool = True, seed: Optional[int] = None,
+def torch_loader(records, batch_size: int, *, shuffle: Optional[bool] = None, seed: Optional[int] = None,
                  num_workers: int = 0, drop_last: bool = False,
                  keys: Optional[Sequence[str]] = TORCH_KEYS, **kwargs: Any):
     """A ``torch.utils.data.DataLoader`` over ``records`` (a ``RandomAccess``) with
@@ -82,11 +82,17 @@ def torch_loader(records, batch_size: int, *, shuffle: bool = True, seed: Option
       feature (``id``, the shape features, ...). With workers each tensor of a batch travels
       as a shared-memory segment of its own, so fewer keys cost less.
     - ``seed``: the shuffle's ``torch.Generator`` seed (one order run after run).
+    - ``shuffle``: default True, False when a ``sampler`` orders the records (e.g. a
+      ``reader.ElasticSampler``: this rank's share of a global order, resumable by its
+      ``start_step`` after the world size or ``num_workers`` changed; ``batch_size`` then
+      its ``global_batch // world_size``).
     - other keywords go to ``DataLoader`` (``persistent_workers``, ``prefetch_factor``,
       ``sampler``...).
     """
     import torch
     from torch.utils.data import DataLoader
+    if shuffle is None:
+        shuffle = kwargs.get("sampler") is None and kwargs.get("batch_sampler") is None
     generator = kwargs.pop("generator", None)
     if generator is None and seed is not None:
         generator = torch.Generator()
@@ -147,11 +153,25 @@ class Selected:
         return f"Selected({self.records!r}, keys={self.keys})"
 
 
+class _ElasticGrainSampler:
+    """A Grain sampler over an ``ElasticSampler``: index ``i`` is the rank's ``i``-th record of
+    the global order."""
+
+    def __init__(self, elastic):
+        import grain.python as grain
+        self.elastic = elastic
+        self._shard_options = grain.NoSharding()       # the rank's share is the sampler's own
+
+    def __getitem__(self, index: int):
+        import grain.python as grain
+        return grain.RecordMetadata(index=int(index), record_key=self.elastic[index], rng=None)
+
+
 def grain_loader(records, batch_size: int, *, seed: Optional[int] = 0, shuffle: bool = True,
                  num_epochs: Optional[int] = 1, worker_count: int = 0, shard_options=None,
                  operations: Sequence = (), drop_remainder: bool = False, read_options=None,
                  worker_buffer_size: Optional[int] = None,
-                 keys: Optional[Sequence[str]] = TORCH_KEYS, **kwargs: Any):
+                 keys: Optional[Sequence[str]] = TORCH_KEYS, sampler=None, **kwargs: Any):
     """A ``grain.python.DataLoader`` over ``records`` (a ``RandomAccess``): ``operations``
     then ``Batch(batch_size)``, a global shuffle by ``seed`` (``num_epochs`` None: endless),
     checkpointable as every Grain loader (``iterator.get_state()`` / ``set_state``).
@@ -160,13 +180,25 @@ def grain_loader(records, batch_size: int, *, seed: Optional[int] = 0, shuffle: 
     Reads in the calling thread without workers, else ``worker_count`` processes each with 2
     read threads; ``read_options``, ``worker_buffer_size`` and other keywords (``DataLoader``'s)
     override that.
+
+    ``sampler``: an ``ElasticSampler`` (reader.schedule) in place of Grain's: this rank's share
+    of a global order, resumed by its ``start_step`` after the number of ranks or workers
+    changed (``seed``, ``shuffle``, ``num_epochs`` and ``shard_options`` are then its own).
+    Its records carry no random generator (not for ``grain.RandomMapTransform``).
     """
     import grain.python as grain
-    shard_options = grain.NoSharding() if shard_options is None else shard_options
-    random = any(isinstance(op, grain.RandomMapTransform) for op in operations)
-    make = grain.IndexSampler if random else RecordSampler
-    sampler = make(len(records), shard_options=shard_options, shuffle=shuffle, num_epochs=num_epochs,
-                   seed=seed)
+    from dcm2tfrecord.reader.schedule import ElasticSampler
+    if isinstance(sampler, ElasticSampler):
+        sampler = _ElasticGrainSampler(sampler)
+    elif sampler is not None:
+        raise TypeError(f"grain_loader: sampler must be a reader.ElasticSampler, not {type(sampler).__name__} "
+                        f"(a Grain sampler goes to grain.DataLoader itself)")
+    else:
+        shard_options = grain.NoSharding() if shard_options is None else shard_options
+        random = any(isinstance(op, grain.RandomMapTransform) for op in operations)
+        make = grain.IndexSampler if random else RecordSampler
+        sampler = make(len(records), shard_options=shard_options, shuffle=shuffle, num_epochs=num_epochs,
+                       seed=seed)
     if read_options is None:
         read_options = grain.ReadOptions(num_threads=2 if worker_count else 0,
                                          prefetch_buffer_size=GRAIN_PREFETCH)

@@ -64,13 +64,26 @@ class ReadOptions:
     start_step: int = 0
     resumable: bool = False
     masks: bool = False                   # --class_map datasets: (images, masks, labels)
+    elastic: bool = False                 # every pipeline's share of the global order (resume after n changed)
 
     def __post_init__(self) -> None:
         if self.output not in ("tuple", "dict"):
             raise ValueError(f"output must be 'tuple' or 'dict', not {self.output!r}")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        object.__setattr__(self, "start_step", check_start_step(self.start_step, self.batch_size, self.repeat))
+        pipelines = max(int(getattr(self.input_context, "num_input_pipelines", 1) or 1), 1)
+        global_batch = self.batch_size * (pipelines if self.elastic else 1)
+        object.__setattr__(self, "start_step", check_start_step(self.start_step, global_batch, self.repeat))
+        if self.elastic and not self.ordered:
+            raise ValueError("elastic=True needs an order that is a function of the step: a seed and "
+                             "resumable=True (or shuffle=False), and no cache")
+
+    @property
+    def pipelines(self) -> tuple[int, int]:
+        """``(this input pipeline, input pipelines)``: ``(0, 1)`` without ``input_context``."""
+        if self.input_context is None:
+            return 0, 1
+        return int(self.input_context.input_pipeline_id), int(self.input_context.num_input_pipelines)
 
     @property
     def ordered(self) -> bool:

@@ -158,3 +158,93 @@ class Order:
             if record is not None:
                 out.append(record)
         return out
+
+
+class ElasticSampler:
+    """Record indices of one rank's share of a global order, for ``RandomAccess`` in PyTorch
+    (``DataLoader(..., sampler=...)``) or Grain (``grain_loader(..., sampler=...)``): the
+    ``elastic=True`` of ``reader.load`` for loaders that read by index.
+
+    The global order is a function of ``num_records``, ``seed`` and the epoch only: epoch
+    ``e`` is a permutation drawn from (seed, records, e) (``shuffle=False``: 0, 1, ...),
+    epochs follow each other in one stream, and the stream is cut into global batches of
+    ``global_batch`` records. Rank ``r`` of ``world_size`` yields stream positions ``r, r +
+    world_size, ...``, so a loader batching ``global_batch // world_size`` of them in order (a
+    ``DataLoader``'s sampler is read in the main process, in order, whatever its
+    ``num_workers``) gives at step ``k`` its share of global batch ``k``, and the ranks' batches
+    ``k`` together are global batch ``k``. ``start_step`` (a global step) resumes there, with
+    any ``world_size`` and any number of loader workers, the global batch kept.
+
+    ``epochs``: the epochs of the stream (None: endless). ``drop_last``: the stream ends at
+    its last whole global batch (every rank then has as many steps)."""
+
+    def __init__(self, num_records: int, global_batch: int, *, rank: int = 0, world_size: int = 1,
+                 seed: int = 0, shuffle: bool = True, epochs: int | None = 1, start_step: int = 0,
+                 drop_last: bool = False):
+        for name, value, least in (("num_records", num_records, 0), ("global_batch", global_batch, 1),
+                                   ("world_size", world_size, 1), ("rank", rank, 0),
+                                   ("start_step", start_step, 0)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+                raise ValueError(f"ElasticSampler: {name} must be a whole number >= {least}, not {value!r}")
+        if rank >= world_size:
+            raise ValueError(f"ElasticSampler: rank {rank} is not below world_size {world_size}")
+        if global_batch % world_size:
+            raise ValueError(f"ElasticSampler: global_batch {global_batch} must be a multiple of world_size "
+                             f"{world_size} (each rank's batch is global_batch // world_size)")
+        if epochs is not None and (isinstance(epochs, bool) or int(epochs) < 1):
+            raise ValueError(f"ElasticSampler: epochs must be >= 1 or None (endless), not {epochs!r}")
+        self.num_records, self.global_batch = int(num_records), int(global_batch)
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.seed, self.shuffle, self.start_step = int(seed), bool(shuffle), int(start_step)
+        self.epochs, self.drop_last = (None if epochs is None else int(epochs)), bool(drop_last)
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The record indices of epoch ``epoch``, in order (the last epoch asked is kept: a
+        loader asks position after position)."""
+        memo = getattr(self, "_memo", None)
+        if memo is not None and memo[0] == epoch:
+            return memo[1]
+        if not self.shuffle:
+            order = np.arange(self.num_records)
+        else:
+            order = _rng("records", self.seed, self.num_records, int(epoch)).permutation(self.num_records)
+        self._memo = (epoch, order)
+        return order
+
+    def _span(self) -> tuple[int, int | None]:
+        """Stream positions ``[first, end)`` this sampler covers (end None: endless)."""
+        first = self.start_step * self.global_batch
+        if self.epochs is None:
+            return first, None
+        end = self.epochs * self.num_records
+        if self.drop_last:
+            end = end // self.global_batch * self.global_batch
+        return min(first, end), end
+
+    def __len__(self) -> int:
+        first, end = self._span()
+        if end is None:
+            raise TypeError("an endless ElasticSampler (epochs=None) has no length")
+        return len(range(first + self.rank, end, self.world_size))
+
+    def __iter__(self):
+        first, end = self._span()
+        n = self.num_records
+        if n == 0:
+            return
+        position = first + self.rank                   # the next stream position of this rank
+        while end is None or position < end:
+            epoch, offset = divmod(position, n)
+            stop = n if end is None else min(n, end - epoch * n)
+            taken = self.epoch_order(epoch)[offset:stop:self.world_size]
+            yield from (int(i) for i in taken)
+            position += len(taken) * self.world_size
+
+    def __getitem__(self, index: int) -> int:
+        """The record of this rank's ``index``-th position (what a Grain sampler is asked)."""
+        first, end = self._span()
+        position = first + self.rank + int(index) * self.world_size
+        if index < 0 or self.num_records == 0 or (end is not None and position >= end):
+            raise IndexError(f"position {index} is past this rank's share of the stream")
+        epoch, offset = divmod(position, self.num_records)
+        return int(self.epoch_order(epoch)[offset])

@@ -175,6 +175,12 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
       part of the split only (by file, or by record when there are fewer shards
       than pipelines; see ``reader.sharding``). ``batch_size`` is this pipeline's
       batch size (``input_context.get_per_replica_batch_size(global_batch)``).
+    - ``elastic``: with ``resumable=True`` and a seed (or ``shuffle=False``) and an
+      ``input_context``, one global order for all pipelines, each keeping its share of every
+      global batch (``batch_size`` x pipelines): ``start_step`` (a global step) then resumes
+      exactly after the number of input pipelines changed, the global batch kept. Each
+      pipeline reads all of the split's shards and parses its share only (docs/READING.md,
+      "Resuming on another number of machines").
     - ``pad``: splits with several image sizes come back zero-padded to the largest
       image of each batch; without it they raise an error naming ``--resize``.
     - ``output="dict"``: every feature dataset.json declares, ``image`` in place of
@@ -221,7 +227,7 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
                          "resumable=True to the uninterrupted run as well: a seed alone reads "
                          "another order")
     deterministic = read.is_deterministic
-    plan = manifest.read_plan(split, read.input_context)
+    plan = manifest.read_plan(split, None if read.elastic else read.input_context)
     if plan.mode != ALL:
         logger.info(plan.describe(split, len(manifest.pieces(split))))
     key = splits.canonical(split)             # seeds the order: a split name is itself
@@ -232,9 +238,12 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
     # Unshuffled from the start, the ordered pipeline's records are the plain one's (files in
     # manifest order, the same deterministic interleave: what reader.schedule replays), which
     # reads them with less tf.data machinery per record (docs/BENCHMARKS.md §8).
-    if read.ordered and (read.shuffle or read.start_step):
+    if read.ordered and (read.shuffle or read.start_step or read.elastic):
         window = (read.shuffle_buffer or _shuffle_buffer(entry, SHUFFLE_WINDOW_BYTES)) if read.shuffle else 1
-        records = _ordered_records(plan, key, read, window, cycle, compression, read_buffer)
+        if read.elastic:
+            records = _elastic_share(plan, key, read, window, cycle, compression, read_buffer)
+        else:
+            records = _ordered_records(plan, key, read, window, cycle, compression, read_buffer)
         return _batch_and_parse(records, manifest, layout, read, True)
 
     if plan.partial:            # a slice: the pieces' first record and length travel along
@@ -318,9 +327,33 @@ def _shuffle_window(records: tf.data.Dataset, window: int, seed: tf.Tensor) -> t
     return records.shuffle(window, seed=seed)
 
 
+def _elastic_share(plan: ReadPlan, split: str, read: ReadOptions, window: int, cycle: int,
+                   compression: str, read_buffer: int) -> tf.data.Dataset:
+    """This input pipeline's share of the split's one global order (``elastic=True``).
+
+    The global order is the single-pipeline order of the whole split (``reader.schedule``:
+    the manifest, split, seed and epoch, nothing else), batched by the global batch,
+    ``batch_size`` x the input pipelines; pipeline ``i`` of ``n`` keeps records ``i, i + n,
+    ...`` of it, so its batch ``k`` holds global records ``k B + i + j n`` (``j < batch_size``)
+    and the ``n`` pipelines' batches ``k`` together are global batch ``k`` exactly, whatever
+    ``n``. ``start_step`` is a global step, so a run resumed with another number of pipelines
+    (the global batch kept) reads what the uninterrupted run would have read from there. With
+    ``drop_remainder`` each pass ends at its last whole global batch (every pipeline then has
+    as many steps); without it the last, partial global batch is shared as far as it goes.
+    Each pipeline reads every shard of the split (TFRecordDataset, buffered) and parses only
+    its share."""
+    index, pipelines = read.pipelines
+    whole = dataclasses.replace(read, batch_size=read.batch_size * pipelines, input_context=None,
+                                elastic=False)
+    records = _ordered_records(plan, split, whole, window, cycle, compression, read_buffer,
+                               whole_batches=read.drop_remainder)
+    return records.shard(pipelines, index) if pipelines > 1 else records
+
+
 def _ordered_records(plan: ReadPlan, split: str, read: ReadOptions, window: int, cycle: int,
-                     compression: str, read_buffer: int) -> tf.data.Dataset:
-    """The records of a seeded (or unshuffled) load, from batch ``read.start_step`` on."""
+                     compression: str, read_buffer: int, whole_batches: bool = False) -> tf.data.Dataset:
+    """The records of a seeded (or unshuffled) load, from batch ``read.start_step`` on;
+    ``whole_batches``: each pass of a finite ``repeat`` ends at its last whole batch."""
     seed, repeat, batch_size = read.order_seed, read.repeat, read.batch_size
     drop_remainder, start_step = read.drop_remainder, read.start_step
     order = Order(plan.counts, seed, split, cycle)
@@ -339,6 +372,8 @@ def _ordered_records(plan: ReadPlan, split: str, read: ReadOptions, window: int,
         first_pass, step = divmod(start_step, max(steps, 1))
         epoch, first_position = divmod(min(step * batch_size, records), max(total, 1))
         first_epoch = first_pass * epochs_per_pass + epoch
+        whole = records // batch_size * batch_size                 # the records of a pass's whole batches
+        first_whole = max(whole - step * batch_size, 0)
 
     def inputs_from(epoch, position):
         return order.inputs_from(int(epoch), int(position))
@@ -378,13 +413,17 @@ def _ordered_records(plan: ReadPlan, split: str, read: ReadOptions, window: int,
             start = tf.where(j == 0, tf.constant(first_epoch, tf.int64),
                              (first_pass + j) * epochs_per_pass)
             epochs = tf.data.Dataset.range(start, (first_pass + j + 1) * epochs_per_pass)
-        return epochs.map(lambda e: (e, tf.where((j == 0) & (e == first_epoch),
-                                                 tf.constant(first_position, tf.int64),
-                                                 tf.constant(0, tf.int64)))).flat_map(epoch_records)
+        out = epochs.map(lambda e: (e, tf.where((j == 0) & (e == first_epoch),
+                                                tf.constant(first_position, tf.int64),
+                                                tf.constant(0, tf.int64)))).flat_map(epoch_records)
+        if whole_batches and epochs_per_pass is not None:
+            out = out.take(tf.where(j == 0, tf.constant(first_whole, tf.int64), tf.constant(whole, tf.int64)))
+        return out
 
     records = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).flat_map(passes)
     if epochs_per_pass is None:
         return records.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
     if start_step == 0:
-        return records.apply(tf.data.experimental.assert_cardinality(total * epochs_per_pass))
+        return records.apply(tf.data.experimental.assert_cardinality(whole if whole_batches else
+                                                                     total * epochs_per_pass))
     return records

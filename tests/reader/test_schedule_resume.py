@@ -225,3 +225,62 @@ def test_resume_with_drop_remainder_counts_only_whole_batches(plain, repeat):  #
         while len(got) < len(full) - k:                # the next iterations: the next passes
             got += _batches(resumed)
         assert got == full[k:], k
+
+
+def _context(pipelines, index):
+    return tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=index)
+
+
+def _elastic(dataset, pipelines, global_batch, steps=None, **kwargs):
+    """Each pipeline's batches of an elastic load: ``[pipeline][step] -> ids``."""
+    return [_batches(_load(dataset, batch_size=global_batch // pipelines, elastic=True,
+                           input_context=_context(pipelines, index), **kwargs), steps)
+            for index in range(pipelines)]
+
+
+def _global(per_pipeline) -> list[list[str]]:
+    """The global batches the pipelines' batches make together (a step's union, sorted)."""
+    steps = max(len(batches) for batches in per_pipeline)
+    return [sorted(r for batches in per_pipeline if s < len(batches) for r in batches[s]) for s in range(steps)]
+
+
+def test_an_elastic_run_resumes_exactly_on_another_number_of_pipelines(plain):  # noqa: F811
+    """4 pipelines to step k, then 2 or 8 from k: the union of the batches is the
+    uninterrupted single-pipeline run's, nothing repeated or skipped (global batch 8, across
+    the end of epochs)."""
+    steps, k = 15, 5                                            # 120 records: 2.5 epochs
+    single = _batches(_load(plain, batch_size=8, seed=7, repeat=True, **SMALL), steps)
+    assert _elastic(plain, 1, 8, steps, seed=7, repeat=True, **SMALL) == [single]
+    four = _elastic(plain, 4, 8, k, seed=7, repeat=True, **SMALL)
+    assert all(len(batches) == k for batches in four)
+    assert _global(four) == [sorted(b) for b in single[:k]]
+    for pipelines in (2, 8):
+        resumed = _elastic(plain, pipelines, 8, steps - k, seed=7, repeat=True, start_step=k, **SMALL)
+        assert all(len(batches[0]) == 8 // pipelines for batches in resumed)
+        assert _global(four) + _global(resumed) == [sorted(b) for b in single], pipelines
+    # and a 4-pipeline run resumed with 4 reads the same batches as its own uninterrupted run
+    again = _elastic(plain, 4, 8, steps - k, seed=7, repeat=True, start_step=k, **SMALL)
+    assert [b[:k] for b in _elastic(plain, 4, 8, steps, seed=7, repeat=True, **SMALL)] == four
+    assert _global(again) == [sorted(b) for b in single[k:]]
+
+
+@pytest.mark.parametrize("drop_remainder", [True, False], ids=["drop-remainder", "partial-last-batch"])
+def test_an_elastic_pass_ends_as_the_single_pipeline_pass_does(plain, drop_remainder):  # noqa: F811
+    """repeat=2: 96 records in global batches of 10. drop_remainder: every pipeline has the
+    9 whole batches and no more; without it the last 6 records are shared as far as they go."""
+    single = _batches(_load(plain, batch_size=10, seed=2, repeat=2, drop_remainder=drop_remainder))
+    assert len(single) == (9 if drop_remainder else 10)
+    for pipelines in (2, 5):
+        per = _elastic(plain, pipelines, 10, seed=2, repeat=2, drop_remainder=drop_remainder)
+        if drop_remainder:
+            assert [len(batches) for batches in per] == [9] * pipelines
+        assert _global(per) == [sorted(b) for b in single], pipelines
+        resumed = _elastic(plain, pipelines, 10, seed=2, repeat=2, drop_remainder=drop_remainder, start_step=7)
+        assert _global(resumed) == [sorted(b) for b in single[7:]], pipelines
+
+
+def test_elastic_needs_an_order_that_is_a_function_of_the_step(plain):  # noqa: F811
+    with pytest.raises(ValueError, match="elastic=True needs"):
+        reader.load(plain, batch_size=2, seed=1, elastic=True)                 # not resumable
+    with pytest.raises(ValueError, match="elastic=True needs"):
+        reader.load(plain, batch_size=2, elastic=True)                         # shuffled, no seed
