@@ -14,6 +14,7 @@ The property to show: peak RSS does not grow with archive size.
 
     .venv/bin/python -m benchmarks.bench_memory --sizes 500,2000
     .venv/bin/python -m benchmarks.bench_memory --sizes 50,200      # quick
+    .venv/bin/python -m benchmarks.bench_memory --smoke             # 2 and 4 MiB, seconds
 
 Extra arguments after ``--`` go to the convert command (e.g. shard bounds or
 Beam options such as --direct_num_workers=1).
@@ -37,6 +38,7 @@ from benchmarks import snapshot                                           # noqa
 from dcm2tfrecord.dataset.names import MANIFEST_NAME  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE_SIZES_MIB = (2, 4)
 
 
 def convert_command(input_dir: str, output_dir: str, extra: list[str]) -> list[str]:
@@ -63,8 +65,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--code", default="worktree",
                         help="pipeline code to run: worktree (default) or a commit, e.g. HEAD")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs "
+                             "(archives of 2 and 4 MiB, no wait for a quiet machine)")
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
+    if args.smoke:
+        args.sizes, args.quiet_wait = ",".join(f"{mb:g}" for mb in SMOKE_SIZES_MIB), 0.0
     sizes = [float(s) for s in args.sizes.split(",") if s]
     code_dir, code_label = snapshot.resolve(args.code)
     if code_label == "worktree":
@@ -79,7 +86,10 @@ def main(argv: list[str]) -> int:
         cmd = convert_command(archive.path, output, extra)
         print(f"\n$ {' '.join(cmd)}", flush=True)
         wait_until_quiet(args.quiet_wait)
-        result = run_monitored(cmd, env=snapshot.pipeline_env(bench_env(), code_dir), cwd=code_dir,
+        env = snapshot.pipeline_env(bench_env(), code_dir)
+        # convert refuses to run without a salt (a random one only when told); ids play no part in memory
+        env.setdefault("DCM2TFRECORD_ID_SALT", "bench_memory")
+        result = run_monitored(cmd, env=env, cwd=code_dir,
                                interval=args.interval,
                                log_prefix=os.path.join(CACHE_DIR, "logs", f"mem_ct_{size:g}MB"))
         if result.returncode != 0:

@@ -9,6 +9,7 @@ values, encode the Example) and, within it, the Example encoding alone
 
     .venv/bin/python -m benchmarks.bench_per_record --ct-mb 500 --records 300 > per_record.json
     .venv/bin/python -m benchmarks.bench_per_record --kind ct_vendor --ct-mb 500 --records 300
+    .venv/bin/python -m benchmarks.bench_per_record --smoke     # 4 MiB, 6 slices, seconds
 """
 from __future__ import annotations
 
@@ -65,7 +66,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--records", type=int, default=300)
     parser.add_argument("--kind", choices=("ct", "ct_vendor"), default="ct",
                         help="ct: tidy headers; ct_vendor: the same slices under CT_small.dcm's vendor header")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs "
+                             "(a 4 MiB archive, 6 records)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.ct_mb, args.records = 4.0, 6
     build = ct_vendor_archive if args.kind == "ct_vendor" else ct_archive
     print(json.dumps(measure(build(args.ct_mb, log=lambda _: None).path, args.records), indent=2))
     return 0

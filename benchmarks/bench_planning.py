@@ -35,6 +35,7 @@ Splits: 80 % train, 10 % validation, 10 % test.
         .venv/bin/python -m benchmarks.bench_planning --records 1000000
     .venv/bin/python -m benchmarks.bench_planning --records 100000 --json out.json
     .venv/bin/python -m benchmarks.bench_planning --records 100000 --plain   # no instrumentation
+    .venv/bin/python -m benchmarks.bench_planning --smoke    # 2,000 records, seconds (tests/e2e/test_bench_smoke_b.py)
 
 Run one record count per process: ``ru_maxrss`` is the lifetime peak of the process.
 """
@@ -77,6 +78,7 @@ from dcm2tfrecord.transforms.settings import MB, ShardBounds                    
 CODER = registry.get_coder(object)          # FastPrimitivesCoder (pickle fallback)
 ROOT = "gs://example-bucket/ct-archive/"
 MTIME = 1_700_000_000.0
+SMOKE_RECORDS = 2_000
 
 
 # ---------------------------------------------------------------- synthetic records
@@ -212,7 +214,7 @@ def per_record_bytes(sample: int = 2000) -> dict:
         "probed_record_with_ids": mean([len(CODER.encode(r)) for r in full]),
         "group_kv_with_ids": mean([len(CODER.encode(((r.split, 12345), r))) for r in full]),
         "shard_plan_per_record_with_ids": len(CODER.encode(
-            ShardPlan("train", 0, 1, tuple(full[:400])))) / 400,
+            ShardPlan("train", 0, 1, tuple(full[:400])))) / len(full[:400]),
     }
 
 
@@ -378,9 +380,14 @@ def main(argv=None) -> int:
                         help="time PlanShards alone: skip the bucket-count branch, the "
                              "in-step metric and the re-encoding of every plan")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs (2,000 records "
+                             "in chunks of 500, 200 sampled for the bytes per record; the same code paths)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.records, args.chunk = [SMOKE_RECORDS], SMOKE_RECORDS // 4
     bounds = ShardBounds.from_mb(args.target_mb, args.min_mb, args.max_mb)
-    per_record = per_record_bytes()
+    per_record = per_record_bytes(200 if args.smoke else 2000)
     rows = []
     for n in args.records:
         with tempfile.TemporaryDirectory(prefix="bench_planning_") as workdir:

@@ -8,6 +8,7 @@ and three reads of every record, each decoding to the NumPy/tensor pixels: ``rea
 shards cannot be read at random: n/a). Ratios are to the raw plain form of the same run.
 
     .venv/bin/python -m benchmarks.bench_png --ct_mb 50 --photo_mb 50 --repeats 3
+    .venv/bin/python -m benchmarks.bench_png --smoke     # 3 slices, 4 photos, one repeat
 """
 from __future__ import annotations
 
@@ -105,7 +106,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ct_mb", type=float, default=50.0, help="512x512 int16 CT slices, MB of pixels")
     parser.add_argument("--photo_mb", type=float, default=50.0, help="224x224 RGB photo-like PNGs, MB of pixels")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs "
+                             "(1.5 MB of CT slices, 0.6 MB of photos, one repeat)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.ct_mb, args.photo_mb, args.repeats = 1.5, 0.6, 1
     print(machine_description())
     with tempfile.TemporaryDirectory() as tmp:
         if args.ct_mb > 0:

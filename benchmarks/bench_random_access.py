@@ -28,6 +28,11 @@ Reported per method: best and median images/s over ``--repeats`` passes, and
 CPU ms per 1000 images of this process and its children (the Grain workers).
 
     .venv/bin/python -m benchmarks.bench_random_access --repeats 3 --json out.json
+    .venv/bin/python -m benchmarks.bench_random_access --smoke --json out.json   # 40 images, one round
+
+``--smoke`` (tiny sizes, seconds; what tests/e2e/test_bench_smoke_b.py runs): every method and
+the resume costs once, on bench_reader's smoke dataset of 40 images, resuming at images 0, 10,
+20 and 30.
 """
 from __future__ import annotations
 
@@ -44,9 +49,11 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.bench_reader import _own_cpu, _warm_page_cache, converted, machine, png_source  # noqa: E402
+from benchmarks.bench_reader import (SMOKE_PNG_MB, _own_cpu, _warm_page_cache, converted, machine,  # noqa: E402
+                                     png_source)
 
 RESUME_IMAGES = (0, 10, 2500, 4990)
+SMOKE_RESUME_IMAGES = (0, 10, 20, 30)
 RESUME_BATCH = 10
 
 
@@ -116,7 +123,8 @@ def previous_seeded_pass(dataset, seed=0, batch_size=32):
 
     def run():
         meta = reader.info(dataset)
-        entry, plan = meta.split("train"), meta.read_plan("train", None)
+        # the split's SplitEntry (meta.split is now dataset.json's dict), as load passes it
+        entry, plan = meta.entry("train"), meta.read_plan("train", None)
         buffer = _read_buffer(entry, meta.compression, plan.files)
         files = tf.data.Dataset.from_tensor_slices(tf.constant(list(plan.files), tf.string))
         files = files.shuffle(len(plan.files), seed=seed, reshuffle_each_iteration=True)
@@ -125,7 +133,7 @@ def previous_seeded_pass(dataset, seed=0, batch_size=32):
             cycle_length=min(MAX_CYCLE_LENGTH, len(plan.files)), block_length=1,
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         records = records.shuffle(_shuffle_buffer(entry), seed=seed + 1, reshuffle_each_iteration=True)
-        batches = records.batch(batch_size).map(batch_parser(meta, meta.layout("train"), "tuple", None, None),
+        batches = records.batch(batch_size).map(batch_parser(meta.manifest, meta.layout("train"), "tuple", None, None),
                                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         options = tf.data.Options()
         options.deterministic = True
@@ -133,9 +141,9 @@ def previous_seeded_pass(dataset, seed=0, batch_size=32):
     return run
 
 
-def resume_costs(dataset, repeats) -> dict:
+def resume_costs(dataset, repeats, resume_images=RESUME_IMAGES) -> dict:
     from dcm2tfrecord import reader
-    steps = {images: images // RESUME_BATCH for images in RESUME_IMAGES}
+    steps = {images: images // RESUME_BATCH for images in resume_images}
     out = {}
     for images, k in steps.items():
         times = []
@@ -159,8 +167,13 @@ def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs (40 images, "
+                             "one round)")
     args = parser.parse_args(argv)
-    dataset = converted(png_source())
+    if args.smoke:
+        args.repeats = 1
+    dataset = converted(png_source(SMOKE_PNG_MB) if args.smoke else png_source())
     from dcm2tfrecord import reader
     meta = reader.info(dataset)
     _warm_page_cache(meta.shard_paths())
@@ -192,7 +205,7 @@ def main(argv) -> int:
                          "median_images_per_s": ranked[len(ranked) // 2],
                          "cpu_ms_per_1000": 1e6 * statistics.median(r["cpu_s"] / r["images"] for r in runs),
                          "passes": [round(r["images_per_s"]) for r in runs]}
-    resume = resume_costs(dataset, args.repeats)
+    resume = resume_costs(dataset, args.repeats, SMOKE_RESUME_IMAGES if args.smoke else RESUME_IMAGES)
     epoch_s = total / summary["load_seed_b10"]["best_images_per_s"]
     print(f"\n{machine()}\n{total} records, {len(meta.shard_paths())} shards\n")
     print("| method | images/s best | median | CPU ms / 1000 images |\n|---|---|---|---|")
@@ -206,7 +219,8 @@ def main(argv) -> int:
               f"{summary[name]['median_images_per_s'] / base['median_images_per_s']:.2f} |")
     for name in ("load_seed", "load_resumable"):
         print(f"\n{name} / load_seed_prev: best {summary[name]['best_images_per_s'] / summary['load_seed_prev']['best_images_per_s']:.2f}, "
-              f"CPU per image {summary[name]['cpu_ms_per_1000'] / summary['load_seed_prev']['cpu_ms_per_1000']:.2f}x", end="")
+              f"CPU per image {summary[name]['cpu_ms_per_1000'] / max(summary['load_seed_prev']['cpu_ms_per_1000'], 1e-9):.2f}x",
+              end="")
     print()
     for name, times in FIRST_BATCH.items():
         print(f"{name}: first batch after {min(times):.2f} s (best), {statistics.median(times):.2f} s (median)")

@@ -8,6 +8,7 @@ written the same way), ``--repeats`` times; and the same two on a manifest of ``
 (its TFDS share of a conversion is left out: this archive is not that dataset).
 
     .venv/bin/python -m benchmarks.bench_tfds_metadata --images 2000 --shards 10000 --repeats 50
+    .venv/bin/python -m benchmarks.bench_tfds_metadata --smoke     # 40 images, 200 shards, 3 repeats
 """
 from __future__ import annotations
 
@@ -69,7 +70,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--images", type=int, default=2000, help="64x64 RGB PNGs, four classes")
     parser.add_argument("--shards", type=int, default=10000, help="shards of the synthetic manifest")
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs "
+                             "(40 images, a manifest of 200 shards, 3 repeats)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.images, args.shards, args.repeats = 40, 200, 3
     with tempfile.TemporaryDirectory() as tmp:
         archive(os.path.join(tmp, "in"), args.images)
         out = os.path.join(tmp, "out")

@@ -47,6 +47,17 @@ descending z: ``known.transpose(1, 0, 2)[:, :, ::-1]``.
 Output: one JSON line {"tool", "wall_s", "cpu_s", "dice", "voxels_differing",
 "command", ...}; dice/voxels_differing are keyed by class (union of that
 class's ROIs); per-ROI values are in "dice_per_roi"/"voxels_differing_per_roi".
+
+Usage::
+
+    python benchmarks/medimagetools_compare.py --ct CT_DIR --rtstruct RS.dcm --classes classes.yaml \\
+        --known known.npz --work /tmp/mit-work --mit_python /tmp/mit-venv/bin/python
+    python -m benchmarks.medimagetools_compare --smoke
+
+``--smoke`` (tiny sizes, seconds; what tests/e2e/test_bench_smoke_b.py runs): our side alone,
+the scoring, on SEPARATE outputs made here for a series of 4 files of 5 x 6 pixels in descending
+z (one ROI exact, one with a voxel wrong); med-imagetools is not run (the script says whether it
+is installed), as it needs a CT series and an RTSTRUCT of its own.
 """
 from __future__ import annotations
 
@@ -60,6 +71,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -180,40 +192,10 @@ def dice(a: np.ndarray, b: np.ndarray) -> float:
     return 1.0 if s == 0 else 2.0 * int(np.count_nonzero(a & b)) / s
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ct", required=True, type=Path)
-    ap.add_argument("--rtstruct", required=True, type=Path)
-    ap.add_argument("--classes", required=True, type=Path)
-    ap.add_argument("--known", required=True, type=Path)
-    ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--mit_python", default="/tmp/mit-venv/bin/python")
-    ap.add_argument("--jobs", type=int, default=1, help="imgtools -j (0 = its default)")
-    a = ap.parse_args()
-
-    ct_files = sorted(p for p in a.ct.iterdir() if p.is_file())
-    helper = subprocess.run([a.mit_python, "-c", _HELPER, str(a.classes), *map(str, ct_files)],
-                            check=True, capture_output=True, text=True)
-    info = json.loads(helper.stdout)
-
-    a.work.mkdir(parents=True, exist_ok=True)
-    data = layout_input(ct_files, a.rtstruct, a.work)
-    out, crawl = a.work / "out", a.work / "crawl"
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.rmtree(crawl, ignore_errors=True)
-    args = ["autopipeline", str(data), str(out), "--crawl-directory", str(crawl),
-            "-m", "CT,RTSTRUCT", "-ryaml", str(a.classes), "--roi-strategy", "SEPARATE",
-            "--existing-file-mode", "overwrite"]
-    if a.jobs > 0:
-        args += ["-j", str(a.jobs)]
-    cmd = imgtools_command(a.mit_python, args)
-    wall, cpu, rc = run_timed(cmd, a.work / "imgtools.log")
-    if rc != 0:
-        sys.stderr.write((a.work / "imgtools.log").read_text()[-4000:])
-        raise SystemExit(f"imgtools exited {rc}")
-
+def score(info: dict, known: dict, out: Path) -> dict:
+    """Dice and differing voxels of med-imagetools' masks under ``out`` against ``known``, per class
+    (the union of its ROIs) and per ROI, with the axis mapping used."""
     outputs = read_outputs(out)
-    known = dict(np.load(a.known))
     first = nib.load(next(iter(outputs.values()))[1])
     perm, offs, ks = known_to_nifti_index(info["geometry"], first.affine)
 
@@ -243,11 +225,7 @@ def main() -> int:
             ref_u |= ref
         d_cls[cls] = round(dice(got_u, ref_u), 6)
         v_cls[cls] = int(np.count_nonzero(got_u ^ ref_u))
-
-    print(json.dumps({
-        "tool": f"med-imagetools {info['version']}",
-        "wall_s": round(wall, 3),
-        "cpu_s": round(cpu, 3),
+    return {
         "dice": d_cls,
         "voxels_differing": v_cls,
         "dice_per_roi": d_roi,
@@ -257,6 +235,109 @@ def main() -> int:
                          "row_index": f"{offs[0]}{offs[1]:+d}*r", "col_index": f"{offs[2]}{offs[3]:+d}*c",
                          "file0_k": int(ks[0]), "fileN_k": int(ks[-1])},
         "warnings": warnings,
+    }
+
+
+# --smoke: a series of 4 axial files (5 rows x 6 columns, files in descending z, as a scanner
+# often numbers them) and two ROIs of one class
+SMOKE_ROWS, SMOKE_COLS, SMOKE_FILES = 5, 6, 4
+SMOKE_SPACING = (0.8, 0.6, 2.5)            # row mm, column mm, slice mm
+SMOKE_CLASSES = {"Target": ["gtv", "PTV_.*"]}
+
+
+def smoke_inputs() -> tuple[dict, dict]:
+    """(info as the helper reports it, known masks) of the --smoke series."""
+    geometry = [{"ipp": [-12.0, -30.5, 40.0 - SMOKE_SPACING[2] * s], "iop": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+                 "ps": [SMOKE_SPACING[0], SMOKE_SPACING[1]], "rows": SMOKE_ROWS, "cols": SMOKE_COLS}
+                for s in range(SMOKE_FILES)]
+    rng = np.random.default_rng(0)
+    known = {name: rng.random((SMOKE_ROWS, SMOKE_COLS, SMOKE_FILES)) < 0.4 for name in ("GTV", "ptv_1")}
+    return {"version": "none (--smoke)", "classes": SMOKE_CLASSES, "geometry": geometry}, known
+
+
+def write_smoke_outputs(info: dict, known: dict, out: Path) -> None:
+    """What med-imagetools writes for --roi-strategy SEPARATE, made here: one NIfTI per ROI on the
+    grid SimpleITK gives an axial series (i = column, j = row, k = slice by increasing z; the affine
+    in RAS), ptv_1's with one voxel wrong, so that the scoring has a difference to find."""
+    geo = info["geometry"]
+    by_z = sorted(range(len(geo)), key=lambda s: geo[s]["ipp"][2])
+    origin = np.array(geo[by_z[0]]["ipp"])
+    affine = np.eye(4)
+    affine[:3, 0] = [-SMOKE_SPACING[1], 0.0, 0.0]          # LPS -> RAS: x and y flipped
+    affine[:3, 1] = [0.0, -SMOKE_SPACING[0], 0.0]
+    affine[:3, 2] = [0.0, 0.0, SMOKE_SPACING[2]]
+    affine[:3, 3] = origin * np.array([-1.0, -1.0, 1.0])
+    out.mkdir(parents=True, exist_ok=True)
+    for roi, mask in known.items():
+        data = mask.transpose(1, 0, 2)[:, :, by_z].astype(np.uint8)
+        if roi == "ptv_1":
+            data[0, 0, 0] ^= 1
+        nib.save(nib.Nifti1Image(data, affine), str(out / f"Target__[{roi}].nii.gz"))
+
+
+def smoke(mit_python: str) -> int:
+    """Our side of the comparison at a tiny size: the scoring of SEPARATE outputs against known
+    masks (the axis mapping, read_outputs, dice), on outputs made here. med-imagetools itself needs
+    a CT series and an RTSTRUCT of its own (--ct, --rtstruct): the smoke run does not run it."""
+    found = Path(mit_python).exists()
+    print(f"med-imagetools {'at ' + mit_python if found else 'not installed (no ' + mit_python + ')'}: "
+          "not run by --smoke; scoring synthetic SEPARATE outputs instead", file=sys.stderr)
+    info, known = smoke_inputs()
+    with tempfile.TemporaryDirectory(prefix="mit_smoke_") as work:
+        out = Path(work) / "out"
+        write_smoke_outputs(info, known, out)
+        started, cpu = time.perf_counter(), time.process_time()
+        result = score(info, known, out)
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    print(json.dumps({"tool": "synthetic SEPARATE outputs (--smoke)", "wall_s": round(wall, 3),
+                      "cpu_s": round(cpu, 3), **result, "command": None}))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs (the scoring of "
+                         "synthetic outputs of a 4-file series; med-imagetools not run)")
+    smoke_only = "--smoke" in sys.argv[1:]
+    ap.add_argument("--ct", required=not smoke_only, type=Path)
+    ap.add_argument("--rtstruct", required=not smoke_only, type=Path)
+    ap.add_argument("--classes", required=not smoke_only, type=Path)
+    ap.add_argument("--known", required=not smoke_only, type=Path)
+    ap.add_argument("--work", required=not smoke_only, type=Path)
+    ap.add_argument("--mit_python", default="/tmp/mit-venv/bin/python")
+    ap.add_argument("--jobs", type=int, default=1, help="imgtools -j (0 = its default)")
+    a = ap.parse_args()
+    if a.smoke:
+        return smoke(a.mit_python)
+
+    ct_files = sorted(p for p in a.ct.iterdir() if p.is_file())
+    helper = subprocess.run([a.mit_python, "-c", _HELPER, str(a.classes), *map(str, ct_files)],
+                            check=True, capture_output=True, text=True)
+    info = json.loads(helper.stdout)
+
+    a.work.mkdir(parents=True, exist_ok=True)
+    data = layout_input(ct_files, a.rtstruct, a.work)
+    out, crawl = a.work / "out", a.work / "crawl"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(crawl, ignore_errors=True)
+    args = ["autopipeline", str(data), str(out), "--crawl-directory", str(crawl),
+            "-m", "CT,RTSTRUCT", "-ryaml", str(a.classes), "--roi-strategy", "SEPARATE",
+            "--existing-file-mode", "overwrite"]
+    if a.jobs > 0:
+        args += ["-j", str(a.jobs)]
+    cmd = imgtools_command(a.mit_python, args)
+    wall, cpu, rc = run_timed(cmd, a.work / "imgtools.log")
+    if rc != 0:
+        sys.stderr.write((a.work / "imgtools.log").read_text()[-4000:])
+        raise SystemExit(f"imgtools exited {rc}")
+
+    result = score(info, dict(np.load(a.known)), out)
+    print(json.dumps({
+        "tool": f"med-imagetools {info['version']}",
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        **result,
         "command": shlex.join(cmd),
     }))
     return 0

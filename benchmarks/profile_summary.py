@@ -8,6 +8,11 @@ self (the frame on top of the stack) and inclusive (anywhere in the stack).
 
     .venv/bin/python -m benchmarks.profile_summary --ct-mb 500
     .venv/bin/python -m benchmarks.profile_summary --raw FILE     # summarise an existing profile
+    .venv/bin/python -m benchmarks.profile_summary --smoke        # a 4 MiB archive, seconds
+
+``--smoke`` (tiny sizes, seconds; what tests/e2e/test_bench_smoke_b.py runs) profiles the
+conversion of a 4 MiB archive when py-spy is installed; when it is not, it says so and
+summarises a small built-in profile (SMOKE_PROFILE) through the same summaries instead.
 """
 from __future__ import annotations
 
@@ -124,6 +129,18 @@ def summarise(raw_path: str, top: int = 15) -> str:
     return "\n".join(out)
 
 
+# py-spy's raw format: one collapsed stack per line (process;thread;outermost ... innermost frame)
+# and its sample count; a launcher and a Beam worker, the steps of a write
+SMOKE_PROFILE = """\
+process 100:"python -m dcm2tfrecord.pipeline convert";thread (0x1);<module> (dcm2tfrecord/pipeline/__main__.py:3);_find_and_load (<frozen importlib._bootstrap>:1360) 30
+process 100:"python -m dcm2tfrecord.pipeline convert";thread (0x1);<module> (dcm2tfrecord/pipeline/__main__.py:3);wait_until_finish (apache_beam/runners/runner.py:90) 70
+process 101:"python -m apache_beam.runners.worker.sdk_worker_main";thread (0x2);process_bundle (apache_beam/runners/worker/bundle_processor.py:1100);ProbeHeadersFn.process (dcm2tfrecord/transforms/records/steps.py:40) 20
+process 101:"python -m apache_beam.runners.worker.sdk_worker_main";thread (0x2);process_bundle (apache_beam/runners/worker/bundle_processor.py:1100);write_shard (dcm2tfrecord/transforms/output/write.py:200);serialize_record (dcm2tfrecord/dataset/features.py:300) 45
+process 101:"python -m apache_beam.runners.worker.sdk_worker_main";thread (0x2);process_bundle (apache_beam/runners/worker/bundle_processor.py:1100);write_shard (dcm2tfrecord/transforms/output/write.py:200);write_record (dcm2tfrecord/transforms/output/write.py:120) 25
+process 101:"python -m apache_beam.runners.worker.sdk_worker_main";thread (0x3);wait (threading.py:320) 10
+"""
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ct-mb", type=float, default=500.0, help="CT archive size, MiB")
@@ -132,16 +149,30 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--code", default="worktree",
                         help="pipeline code to run: worktree (default) or a commit, e.g. HEAD")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs (a 4 MiB "
+                             "archive; without py-spy, a built-in sample profile summarised)")
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
     raw = args.raw
+    sample = None
+    if args.smoke:
+        args.ct_mb = 4.0
     if raw is None:
         pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        if not os.path.exists(pyspy) and args.smoke:
+            print("py-spy not installed (.venv/bin/pip install py-spy): no conversion profiled; "
+                  "summarising the built-in sample profile (SMOKE_PROFILE)", flush=True)
+            raw = sample = os.path.join(CACHE_DIR, "results", f"profile_smoke_sample_{os.getpid()}.txt")
+            os.makedirs(os.path.dirname(raw), exist_ok=True)
+            with open(raw, "w") as f:
+                f.write(SMOKE_PROFILE)
+    if raw is None:
         if not os.path.exists(pyspy):
             print("py-spy not found: .venv/bin/pip install py-spy", file=sys.stderr)
             return 2
         archive = ct_archive(args.ct_mb)
-        out = os.path.join(CACHE_DIR, "out", "profile_ct")
+        out = os.path.join(CACHE_DIR, "out", "profile_ct_smoke" if args.smoke else "profile_ct")
         shutil.rmtree(out, ignore_errors=True)
         raw = os.path.join(CACHE_DIR, "results", f"profile_ct_{args.ct_mb:g}MB.txt")
         os.makedirs(os.path.dirname(raw), exist_ok=True)
@@ -156,6 +187,8 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(out, ignore_errors=True)
     print(steps(raw, args.rate))
     print(summarise(raw, args.top))
+    if sample:
+        os.remove(sample)
     return 0
 
 

@@ -1,0 +1,162 @@
+"""Benchmarks at their --smoke size, so that they cannot rot (second half of the benchmarks/
+scripts; bench_masks_hostile has its own file): each runs as documented, a subprocess of
+``python -m benchmarks.<name> --smoke``, through the same code paths as a full run (the same
+archive generators of benchmarks/archives.py, the same baselines) on tiny sizes, and its report
+is checked for what it must hold: the rows and columns of its tables, figures that are positive
+numbers, a --json output with the expected keys. The figures themselves are the benchmarks' to
+report (docs/BENCHMARKS.md), at their full sizes: no timed assertion here.
+
+benchmarks/proc_monitor.py and benchmarks/snapshot.py have no entry point of their own: they are
+the helpers bench_memory (run_monitored, wait_until_quiet, snapshot.resolve) and profile_summary
+run, and are held through those two runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NUMBER = r"[-+]?[\d,]*\.?\d+(?:e[-+]?\d+)?"
+
+
+def run_smoke(name: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--smoke", *args], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def table_rows(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of each markdown table row of ``text`` whose first cell starts with ``first_cell``."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith(f"| {first_cell}")]
+
+
+def positive(cell) -> bool:
+    return float(str(cell).replace(",", "")) > 0
+
+
+def test_bench_planning(tmp_path):
+    out = tmp_path / "planning.json"
+    proc = run_smoke("bench_planning", "--json", str(out))
+    result = json.loads(out.read_text())
+    per_record = result["per_record_bytes"]
+    assert set(per_record) >= {"source_file", "probed_record", "group_hash_buckets_kv", "group_shards_kv",
+                               "probed_record_with_ids", "group_kv_with_ids", "shard_plan_per_record_with_ids"}
+    assert all(value > 0 for value in per_record.values()), per_record
+    # a DICOM probe's identifiers and slice geometry cost bytes on the wire
+    assert per_record["probed_record_with_ids"] > per_record["probed_record"], per_record
+    (run,) = result["runs"]
+    assert run["records"] == run["planned_records"] == 2000, run
+    assert run["num_shards"] >= 1 and run["shards_outside_bounds"] == 0, run
+    assert run["reshuffle_bytes_per_record"] > 0 and run["bucket_branch"]["num_buckets"] >= 1, run
+    # the printed table: every bytes-per-record figure positive
+    section = proc.stdout.split("Bytes per record through each shuffle", 1)[1]
+    figures = re.findall(rf"^\s+\S.*?\s({NUMBER}) B$", section, re.M)
+    assert len(figures) >= 11 and all(positive(f) for f in figures), section
+
+
+def test_bench_memory(tmp_path):
+    out = tmp_path / "memory.json"
+    proc = run_smoke("bench_memory", "--json", str(out))
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2 and rows[0]["files"] < rows[1]["files"], rows
+    for row in rows:
+        assert row["shards"] >= 1 and row["output_mib"] > 0, row
+        assert row["peak_largest_mib"] > 0 and row["peak_sum_mib"] >= row["peak_largest_mib"], row
+        assert row["processes"], row                  # proc_monitor saw the tree
+    assert rows[0]["ratio_largest"] == rows[0]["ratio_sum"] == 1.0 and rows[1]["ratio_largest"] > 0, rows
+    table = [line for line in proc.stdout.splitlines() if re.match(r"\| \d", line)]
+    assert len(table) == 2 and all(len(line.strip("|").split("|")) == 10 for line in table), proc.stdout
+
+
+def test_bench_per_record():
+    proc = run_smoke("bench_per_record")
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert result["records"] == 6, result
+    for part in ("probe", "probe_after_first", "write", "encode_example"):
+        assert result[part]["mean_ms"] > 0 and result[part]["median_ms"] > 0, result
+
+
+def test_bench_png():
+    proc = run_smoke("bench_png")
+    assert proc.stdout.count("| form |") == 2, proc.stdout          # CT slices, then photos
+    for form, rows in (("raw, plain", 2), ("raw, gzip", 2), ("png records", 2)):
+        assert len(table_rows(proc.stdout, form)) == rows, proc.stdout
+    for cells in table_rows(proc.stdout, "raw") + table_rows(proc.stdout, "png"):
+        assert len(cells) == 11, cells
+        assert all(positive(c) for c in cells[1:5]), cells           # write CPU, x raw, bytes, x raw
+        gzip = "gzip" in cells[0]
+        assert all((c == "n/a") if gzip and i >= 7 else positive(c) for i, c in enumerate(cells[5:], 5)), cells
+    for cells in table_rows(proc.stdout, "raw, plain"):
+        assert cells[2] == "1.00" and cells[4] == "1.000", cells     # the baseline against itself
+
+
+def test_bench_reader(tmp_path):
+    out = tmp_path / "reader.json"
+    proc = run_smoke("bench_reader", "--json", str(out))
+    result = json.loads(out.read_text())
+    rgb, ct = result["rgb"], result["ct"]
+    assert rgb["records"] == 40 and rgb["png_images"] == 20, rgb
+    assert set(rgb["methods"]) == {"a_raw", "a_unbuf", "b_classic", "b_uint8", "c_png", "d_reader", "d_float",
+                                   "d_unshuffled", "s_parse", "s_decode"}, rgb
+    assert set(ct["methods"]) == {"a_raw", "a_unbuf", "d_reader"} and ct["records"] == 8, ct
+    for method in list(rgb["methods"].values()) + list(ct["methods"].values()):
+        # CPU in 10 ms ticks: a pass of 8 images may count none
+        assert method["best_images_per_s"] > 0 and method["cpu_ms_per_1000"] >= 0, method
+    assert result["memcpy_us_per_record"] > 0, result
+    ratios = [cells for cells in table_rows(proc.stdout, "d") if " / " in cells[0] and len(cells) == 6]
+    assert len(ratios) == 9 and all(positive(cells[1]) for cells in ratios), proc.stdout    # 7 RGB, 2 CT
+    assert len(table_rows(proc.stdout, "s_decode: + decode_raw")) == 1, proc.stdout          # --breakdown
+
+
+def test_bench_random_access(tmp_path):
+    out = tmp_path / "random_access.json"
+    proc = run_smoke("bench_random_access", "--json", str(out))
+    result = json.loads(out.read_text())
+    methods = {"load_seq", "load_seed", "load_seed_prev", "load_resumable", "load_seed_b10", "ra_random",
+               "grain_2w", "grain_2w_tuned"}
+    assert set(result["summary"]) == methods, result["summary"]
+    for name, row in result["summary"].items():
+        assert row["best_images_per_s"] > 0 and row["cpu_ms_per_1000"] >= 0, (name, row)
+    assert set(result["resume"]) == {"0", "10", "20", "30", "unseeded"}, result["resume"]
+    assert [result["resume"][k]["step"] for k in ("0", "10", "20", "30")] == [0, 1, 2, 3], result["resume"]
+    assert all(row["first_batch_s"] > 0 for row in result["resume"].values()), result["resume"]
+    assert set(result["grain_first_batch_s"]) == {"grain_2w", "grain_2w_tuned"}, result
+    assert result["epoch_s"] > 0
+    assert len(table_rows(proc.stdout, "load_seed / load_seq")) == 1, proc.stdout
+
+
+def test_bench_tfds_metadata():
+    proc = run_smoke("bench_tfds_metadata")
+    conversion = table_rows(proc.stdout, "the conversion (40 records")
+    many = table_rows(proc.stdout, "a manifest of 200 shards")
+    assert len(conversion) == len(many) == 1, proc.stdout
+    for cells in conversion + many:
+        assert len(cells) == 6 and all(positive(c) for c in cells[1:5]), cells
+    assert positive(conversion[0][5]) and many[0][5] == "-", proc.stdout
+
+
+def test_medimagetools_compare():
+    proc = run_smoke("medimagetools_compare", timeout=120)
+    result = json.loads(proc.stdout)
+    assert "med-imagetools" in proc.stderr          # whether it is installed, and that it was not run
+    # one ROI exact, one with a voxel wrong: the scoring maps the axes and finds that voxel
+    assert result["dice_per_roi"]["Target/GTV"] == 1.0 and result["voxels_differing_per_roi"]["Target/GTV"] == 0
+    assert 0 < result["dice_per_roi"]["Target/ptv_1"] < 1, result
+    assert result["voxels_differing_per_roi"]["Target/ptv_1"] == 1, result
+    assert result["axis_mapping"]["file0_k"] == 3 and result["axis_mapping"]["fileN_k"] == 0, result
+    assert result["warnings"] == [], result
+
+
+def test_profile_summary():
+    proc = run_smoke("profile_summary")
+    assert "## launcher" in proc.stdout and "## beam worker" in proc.stdout, proc.stdout
+    shares = [float(s) for s in re.findall(r"^\s*(\d+\.\d)%", proc.stdout, re.M)]
+    assert shares and all(0 < s <= 100 for s in shares), proc.stdout
+    assert "write: encode Example" in proc.stdout, proc.stdout
+
