@@ -18,6 +18,7 @@ commands:
   preview   write a contact sheet PNG of random records of a split
   versions  list the versions of a root written with convert --incremental
   rollback  point a versioned root's LATEST at another version
+  copy      copy a dataset to another folder or bucket, every byte checked, resumable
 
 run 'dcm2tfrecord COMMAND --help' for a command's options."""
 
@@ -26,7 +27,8 @@ run 'dcm2tfrecord COMMAND --help' for a command's options."""
 # e.g. `inspect` does not pay for Beam's imports
 COMMANDS = {"convert": ("convert", "main"), "demo": ("commands.demo", "main"), "verify": ("commands.verify", "main"),
             "inspect": ("commands.inspect", "main"), "preview": ("commands.preview", "main"),
-            "versions": ("commands.versions", "versions_main"), "rollback": ("commands.versions", "rollback_main")}
+            "versions": ("commands.versions", "versions_main"), "rollback": ("commands.versions", "rollback_main"),
+            "copy": ("commands.copy_dataset", "main")}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -227,3 +227,22 @@ def test_incremental_versions_on_gs(converted, gcs_emulator):
     assert second["skipped"]["missing_label"] == first["skipped"]["missing_label"] + 2
     assert sum(reader.info(copy, version=1).num_records(s)
                for s in reader.info(copy, version=1).split_names) == first["records"]
+
+
+def test_copy_between_the_bucket_and_local_folders(converted, gcs_emulator):
+    """dcm2tfrecord copy gs:// -> local -> gs://: the same bytes as the bucket's dataset at
+    every step, each copy verifying, dataset.json last (nothing under .incomplete/ left)."""
+    from dcm2tfrecord.dataset.transfer import copy_dataset
+    from dcm2tfrecord.dataset.verify import verify_dataset
+    local = str(converted["work"] / "copied_from_gs")
+    report = copy_dataset(converted["gs_out"], local)
+    assert report.copied == len(_files(converted["copy"])) and report.copied_bytes > 0
+    assert {name: _read(os.path.join(local, name)) for name in _files(local)} == \
+        {name: _read(os.path.join(converted["copy"], name)) for name in _files(converted["copy"])}
+    back = gcs_emulator.url("copied/out")
+    copy_dataset(local, back)
+    assert verify_dataset(back).ok
+    listed = gcs_emulator.list("copied/out")
+    assert sorted(n[len("copied/out/"):] for n in listed) == _files(local)
+    again = copy_dataset(local, back)                          # whole already: verified in place
+    assert again.copied == 0 and again.kept == len(_files(local)) - 1

@@ -1,0 +1,238 @@
+"""``copy``: a committed dataset (or one version of a versioned root) copied between stores,
+every byte checked at the destination, resumable, and never looking complete before it is.
+
+What is copied: the dataset directory's own files (shards, their ``.idx`` and
+``.records.json``, ``errors.jsonl``, the TFDS metadata files) and, for a version of a root
+written with ``--incremental``, the shards it reuses from earlier versions, under the same
+relative paths (``versions/NNNN/...``), so every ``dataset.json`` is copied byte for byte and
+reads the same at the destination. Never copied: what a run leaves beside its dataset while it
+runs (``.lock``, ``.incomplete/``, ``.progress/``, ``plan.json``, ``run_failed.json``).
+
+How it is checked: each file streams from the source into a temp file under the destination's
+``.incomplete/`` while its sha256 is computed; a shard's digest must equal the manifest's (else
+the source is damaged: the copy stops, naming the shard); the temp file is read back at the
+destination and must hash the same, then is renamed to its name. So a file under its final name
+at the destination is whole and equal to the source.
+
+Resuming: the first thing written is ``.dcm2tfrecord-copy.json`` naming the source's manifest
+(its sha256). A copy started again into a destination holding that marker keeps every file
+already there whose bytes hash as expected (the manifest's sha256, or the source file's) and
+copies the rest. ``dataset.json`` is written after every other file, then ``LATEST`` for a
+version, then the marker is removed: until then no reader takes the destination for a dataset.
+
+Refused (``CopyRefused``, before anything is written): a destination holding another dataset
+(its ``dataset.json`` differs), or files that are neither this dataset's copy nor an interrupted
+copy of it. Encrypted or not, shards are copied as bytes: nothing is decoded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from typing import Callable, Optional
+
+from dcm2tfrecord.dataset import names
+from dcm2tfrecord.dataset.errors import FormatError, OutputError
+from dcm2tfrecord.dataset.files import create_output, incomplete_file, remove_empty_incomplete_dir
+from dcm2tfrecord.dataset.manifest import parse_manifest
+from dcm2tfrecord.dataset.names import (FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, MANIFEST_NAME,
+                                        PLAN_NAME, VERSIONS_DIR, strip_parent)
+from dcm2tfrecord.dataset.storage import FileSystems
+from dcm2tfrecord.dataset.versions import resolve_dataset_dir, set_latest
+
+MARKER_NAME = ".dcm2tfrecord-copy.json"
+CHUNK = 8 << 20                 # bytes read and written at a time
+_NOT_DATA = (FAILED_RUN_NAME, PLAN_NAME)
+
+
+class CopyRefused(OutputError):
+    """The destination holds something this copy must not overwrite."""
+
+
+class CopyFailed(FormatError):
+    """A file could not be copied whole: the source is damaged or the destination lost bytes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FileToCopy:
+    relative: str                   # its path under the source root and the destination
+    sha256: Optional[str] = None    # what the manifest says it holds (shards), else None
+
+
+@dataclasses.dataclass
+class CopyReport:
+    source: str
+    destination: str
+    version: Optional[str] = None
+    copied: int = 0
+    copied_bytes: int = 0
+    kept: int = 0                   # already at the destination, verified
+    kept_bytes: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        mb = self.copied_bytes / 1e6
+        rate = f" at {mb / self.seconds:.1f} MB/s" if self.seconds > 0 and self.copied else ""
+        what = f"version {self.version} of {self.source}" if self.version else self.source
+        kept = (f"; {self.kept} files ({self.kept_bytes / 1e6:.1f} MB) already there, verified"
+                if self.kept else "")
+        return (f"copied {what} to {self.destination}: {self.copied} files ({mb:.1f} MB){rate}, "
+                f"every byte checked{kept}")
+
+
+def _sha256_of(path: str) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with FileSystems.open(path) as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _is_data_file(name: str) -> bool:
+    return bool(name) and not name.startswith(".") and name not in _NOT_DATA
+
+
+def _listing(folder: str) -> list[str]:
+    """The names of the regular files directly in ``folder``."""
+    found = []
+    for path in FileSystems.match(FileSystems.join(folder, "*")):
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        if "://" not in path and not os.path.isfile(path):
+            continue                                        # a local folder (.progress, ...)
+        found.append(name)
+    return found
+
+
+def files_of(root: str, dataset_dir: str, manifest_bytes: bytes) -> list[FileToCopy]:
+    """Every file of the dataset in ``dataset_dir`` (under ``root``) but its dataset.json, by
+    its path relative to ``root``, with the manifest's sha256 where it gives one."""
+    manifest = parse_manifest(manifest_bytes, FileSystems.join(dataset_dir, MANIFEST_NAME))
+    prefix = dataset_dir[len(root):].strip("/")
+    base = f"{prefix}/" if prefix else ""
+    digests: dict[str, Optional[str]] = {}
+    for split in manifest.splits.values():
+        for shard in split.shards:
+            for file, digest in ((shard.file, shard.sha256), (shard.index, None)):
+                if file.startswith(names.PARENT):       # reused from an earlier version
+                    relative = f"{VERSIONS_DIR}/{strip_parent(file)}"
+                else:
+                    relative = base + file
+                digests[relative] = digest if digest is not None else digests.get(relative)
+            if shard.file.startswith(names.PARENT):
+                records = shard.file + names.RECORDS_SUFFIX
+                relative = f"{VERSIONS_DIR}/{strip_parent(records)}"
+                if FileSystems.exists(FileSystems.join(root, relative)):
+                    digests.setdefault(relative, None)
+    for name in _listing(dataset_dir):
+        if _is_data_file(name) and name != MANIFEST_NAME:
+            digests.setdefault(base + name, None)
+    return [FileToCopy(relative, digests[relative]) for relative in sorted(digests)]
+
+
+def _copy_one(source: str, destination: str, dst_root: str, expected: Optional[str]) -> int:
+    """``source`` to ``destination`` through a temp file, both digests checked; its bytes."""
+    digest, size = hashlib.sha256(), 0
+    with incomplete_file(destination, dst_root) as tmp:
+        with FileSystems.open(source) as reader, create_output(dst_root, tmp) as writer:
+            while chunk := reader.read(CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                writer.write(chunk)
+        read = digest.hexdigest()
+        if expected is not None and read != expected:
+            raise CopyFailed(f"{source} does not hold what its dataset.json says (sha256 {read[:12]}... "
+                             f"against {expected[:12]}...): the source is damaged; run dcm2tfrecord verify "
+                             f"on it")
+        written, written_size = _sha256_of(tmp)
+        if (written, written_size) != (read, size):
+            raise CopyFailed(f"{destination}: the bytes written ({written_size}) read back differently from "
+                             f"the {size} read; run copy again")
+    return size
+
+
+def _check_destination(dst_root: str, manifest_at_dst: str, manifest_bytes: bytes, marker: dict) -> bool:
+    """Whether the destination is an earlier copy (whole or interrupted) of this dataset;
+    CopyRefused when it holds anything else. False: it is empty (or absent)."""
+    if FileSystems.exists(manifest_at_dst):
+        with FileSystems.open(manifest_at_dst) as handle:
+            if handle.read() == manifest_bytes:
+                return True
+        raise CopyRefused(f"{dst_root} holds another dataset (its {MANIFEST_NAME} differs): copy into an "
+                          f"empty folder, or remove that dataset first")
+    marker_path = FileSystems.join(dst_root, MARKER_NAME)
+    if FileSystems.exists(marker_path):
+        with FileSystems.open(marker_path) as handle:
+            try:
+                found = json.loads(handle.read())
+            except ValueError:
+                found = {}
+        if found.get("manifest_sha256") == marker["manifest_sha256"] and found.get("version") == marker["version"]:
+            return True
+        raise CopyRefused(f"{dst_root} holds an interrupted copy of another dataset ({MARKER_NAME} names "
+                          f"{str(found.get('source'))[:80]!r}): finish that copy, or remove the folder")
+    if FileSystems.exists(FileSystems.join(dst_root, LATEST_NAME)) or any(
+            _is_data_file(name) for name in _listing(dst_root)) or FileSystems.match(
+            FileSystems.join(dst_root, VERSIONS_DIR, "*")):
+        raise CopyRefused(f"{dst_root} is not empty and holds no copy of this dataset: copy into an empty "
+                          f"folder")
+    return False
+
+
+def copy_dataset(source: str, destination: str, version: Optional[str] = None,
+                 progress: Callable[[str], None] = lambda line: None) -> CopyReport:
+    """Copies the dataset at ``source`` (a dataset directory, or a versioned root: its LATEST
+    version, or ``version``) to ``destination``; see the module docstring."""
+    src_root = source.rstrip("/") or "/"
+    dst_root = destination.rstrip("/") or "/"
+    dataset_dir = resolve_dataset_dir(src_root, version)
+    manifest_path = FileSystems.join(dataset_dir, MANIFEST_NAME)
+    if not FileSystems.exists(manifest_path):
+        raise CopyRefused(f"{source} holds no committed dataset ({MANIFEST_NAME} missing"
+                          + (f" for version {version}" if version else "") + "): give the --output of a "
+                          "finished conversion")
+    with FileSystems.open(manifest_path) as handle:
+        manifest_bytes = handle.read()
+    versioned = dataset_dir.rstrip("/") != src_root
+    name = dataset_dir.rstrip("/").rsplit("/", 1)[-1] if versioned else None
+    relative_dir = f"{VERSIONS_DIR}/{name}" if versioned else ""
+    manifest_at_dst = FileSystems.join(dst_root, relative_dir, MANIFEST_NAME) if versioned else \
+        FileSystems.join(dst_root, MANIFEST_NAME)
+    marker = {"source": src_root, "version": name,
+              "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest()}
+    report = CopyReport(src_root, dst_root, name)
+    started = time.monotonic()
+    resumed = _check_destination(dst_root, manifest_at_dst, manifest_bytes, marker)
+    marker_path = FileSystems.join(dst_root, MARKER_NAME)
+    if not FileSystems.exists(manifest_at_dst):
+        with incomplete_file(marker_path, dst_root) as tmp, create_output(dst_root, tmp) as handle:
+            handle.write(json.dumps(marker, indent=2).encode() + b"\n")
+    for item in files_of(src_root, dataset_dir, manifest_bytes):
+        src = FileSystems.join(src_root, item.relative)
+        dst = FileSystems.join(dst_root, item.relative)
+        if resumed and FileSystems.exists(dst):
+            digest, size = _sha256_of(dst)
+            expected = item.sha256 if item.sha256 is not None else _sha256_of(src)[0]
+            if digest == expected:
+                report.kept += 1
+                report.kept_bytes += size
+                continue
+        size = _copy_one(src, dst, dst_root, item.sha256)
+        report.copied += 1
+        report.copied_bytes += size
+        progress(f"{item.relative} ({size / 1e6:.1f} MB)")
+    if not (resumed and FileSystems.exists(manifest_at_dst)):
+        _copy_one(manifest_path, manifest_at_dst, dst_root, hashlib.sha256(manifest_bytes).hexdigest())
+        report.copied += 1
+        report.copied_bytes += len(manifest_bytes)
+    if versioned and name is not None:
+        set_latest(dst_root, name)
+    leftovers = FileSystems.match(FileSystems.join(dst_root, INCOMPLETE_DIR, "*"))    # a killed copy's
+    finished = [marker_path, *leftovers] if FileSystems.exists(marker_path) else leftovers
+    if finished:
+        FileSystems.delete(finished)
+    remove_empty_incomplete_dir(dst_root)
+    report.seconds = time.monotonic() - started
+    return report
