@@ -29,6 +29,7 @@ from dcm2tfrecord.transforms.sources import sniff
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.hashing import record_id
 from dcm2tfrecord.transforms.dicom.native import NativePixels, native_layout
+from dcm2tfrecord.transforms.images import spacing
 from dcm2tfrecord.transforms.images.geometry import plan_spec
 from dcm2tfrecord.transforms.record_model import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile, replaced
 from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
@@ -165,11 +166,18 @@ def _probe_image(fileobj: BinaryIO) -> ImageSpec:
     return raster.image_spec(raster.open_image(fileobj))
 
 
-def _probe_nifti(fileobj: BinaryIO, max_pixels: int) -> tuple[ImageSpec, int]:
+def _probe_nifti(fileobj: BinaryIO, max_pixels: int,
+                 settings: DecodeSettings = DecodeSettings()) -> tuple[ImageSpec, int]:
     """(the spec of one volume, how many volumes) from a NIfTI header (transforms.nifti.read);
-    ``max_pixels`` bounds the whole file, every volume of a 4-D one (the writer reads it whole)."""
+    ``max_pixels`` bounds the whole file, every volume of a 4-D one (the writer reads it whole).
+    With --spacing the spec is the resampled volume's, planned from the header's affine."""
     found = nifti.probe(fileobj, max_pixels)
-    return ImageSpec(found.depth, found.height, found.width, found.channels, found.dtype), found.volumes
+    spec = ImageSpec(found.depth, found.height, found.width, found.channels, found.dtype)
+    if settings.spacing is not None:
+        step, rows, columns = patient_space.voxel_spacing({patient_space.AFFINE: found.affine})
+        spec = spacing.plan_depth(spacing.plan_in_plane(spec, (rows, columns), settings.spacing), step,
+                                  settings.spacing)
+    return spec, found.volumes
 
 
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
@@ -195,7 +203,7 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                 return (_probe_image(fileobj), RecordKind.IMAGE, None, None, None, (), 0,
                         _fingerprint(fileobj, head, source.size))
             if kind == sniff.NIFTI:
-                spec, volumes = _probe_nifti(fileobj, max_pixels)
+                spec, volumes = _probe_nifti(fileobj, max_pixels, settings)
                 return spec, RecordKind.NIFTI, None, None, None, (), volumes, _fingerprint(fileobj, head, source.size)
             try:
                 spec, ids, info, native, stacks, uid_end = _probe_dicom(fileobj, kind, settings, source.size,
@@ -269,6 +277,8 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     if pixels == 0:
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     spec = plan_spec(spec, settings.resize, settings.channels)
+    if settings.spacing is not None and kind != RecordKind.NIFTI:    # a NIfTI's is planned from its affine
+        spec = _plan_spacing(spec, kind, info, stacks, settings)
     record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
                           kind=kind, spec=spec, ids=ids, slice_info=info, native=native, stacks=stacks,
                           source_frames=volumes if volumes > 1 else 0)
@@ -278,6 +288,26 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
                               f"record of {largest.planned_bytes / (1 << 20):.2f} MB {largest.spec.shape} "
                               f"{spec.dtype} exceeds --max_shard_mb {max_record_bytes / (1 << 20):g}")
     return record
+
+
+def _plan_spacing(spec: ImageSpec, kind: str, info: Optional[SliceInfo], stacks: tuple,
+                  settings: DecodeSettings) -> ImageSpec:
+    """--spacing: a DICOM record's spec resampled in-plane from its Pixel Spacing (a series'
+    volume, or an Enhanced file's stack, plans its depth once its slice step is known:
+    transforms.series.steps, expand_frames); a record without a pixel spacing fails."""
+    assert settings.spacing is not None
+    if kind == RecordKind.IMAGE:
+        raise ConversionError(reasons.MISSING_ATTRIBUTE,
+                              "--spacing: a raster image has no pixel spacing in mm; convert it without --spacing")
+    if stacks:
+        raise ConversionError(reasons.MISSING_ATTRIBUTE,
+                              "--spacing: an Enhanced multi-frame file's spacing (its functional groups) is not "
+                              "read yet; convert it without --spacing")
+    if info is None or not info.pixel_spacing or not all(v > 0 for v in info.pixel_spacing):
+        raise ConversionError(reasons.MISSING_ATTRIBUTE,
+                              "--spacing: no Pixel Spacing (0028,0030) in mm to resample from; convert it "
+                              "without --spacing")
+    return spacing.plan_in_plane(spec, info.pixel_spacing, settings.spacing)
 
 
 _ANNOTATION_SPEC = ImageSpec(1, 1, 1, 1, "uint8")     # an annotation plans no pixels of its own
