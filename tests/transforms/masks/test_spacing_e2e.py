@@ -17,7 +17,8 @@ from dcm2tfrecord import reader
 from dcm2tfrecord.reader import geometry as reader_geometry
 from dcm2tfrecord.transforms.images import spacing
 from tests.support import mask_datasets as md
-from tests.support import run_convert
+from tests.support import run_convert, write_png_archive
+from tests.support.processes import errors_of
 from tests.transforms.masks.test_nifti_masks_e2e import PATTERN, _msd
 from tests.transforms.masks.test_nifti_masks_e2e import _class_map as _nifti_class_map
 
@@ -46,8 +47,17 @@ def _affine(record) -> np.ndarray:
     return np.asarray(record["dicom/affine"], np.float64).reshape(4, 4)
 
 
+def _volume(record: dict) -> dict:
+    """The record with its image and mask as ``[d, h, w, c]`` (RandomAccess gives a 2-D record's as
+    ``[h, w, c]``)."""
+    if record["image"].ndim == 4:
+        return record
+    return {**record, "image": record["image"][None], "mask": record["mask"][None]}
+
+
 def _check_resampled(plain: dict, respaced: dict, target_xyz, in_plane_only: bool = False) -> None:
     """``respaced`` is ``plain`` put on the grid of ``target_xyz``, its geometry and the source's recorded."""
+    plain, respaced = _volume(plain), _volume(respaced)
     target = spacing.axis_order(target_xyz)
     original = tuple(np.linalg.norm(_affine(plain)[:3, :3], axis=0).tolist())
     source = (target[0],) + original[1:] if in_plane_only else original
@@ -59,7 +69,7 @@ def _check_resampled(plain: dict, respaced: dict, target_xyz, in_plane_only: boo
     mask = spacing.resample_mask(plain["mask"], source, target, shape)
     np.testing.assert_array_equal(respaced["mask"], mask)
     assert set(np.unique(respaced["mask"])) <= set(np.unique(plain["mask"]))       # no class invented
-    assert len(np.unique(respaced["mask"])) > 1
+    assert len(np.unique(respaced["mask"])) > 1 or not plain["mask"].any()
     # the affine: the target's steps along the same directions, from the same first voxel centre
     matrix = _affine(respaced)
     np.testing.assert_allclose(np.linalg.norm(matrix[:3, :3], axis=0)[1:], target[1:], rtol=1e-5)
@@ -108,3 +118,22 @@ def test_nifti_images_and_their_label_maps_are_resampled_to_the_spacing(tmp_path
     assert set(plain) == set(respaced) and len(plain) == 3
     for key in plain:
         _check_resampled(plain[key], respaced[key], (0.5, 0.6, 1.25))
+
+
+def test_slice_records_are_resampled_in_plane_and_a_raster_image_fails(tmp_path):
+    root = tmp_path
+    md.seg_archive(root, seed=2, depth=3)
+    class_map = root / "classes.yaml"
+    class_map.write_text(CLASS_MAP_YAML)
+    plain = _records(root / "in", tmp_path / "plain", class_map=str(class_map), unit="file")
+    respaced = _records(root / "in", tmp_path / "out", class_map=str(class_map), unit="file", spacing="0.5,0.8,9")
+    assert set(plain) == set(respaced) and len(plain) == 3
+    for key in plain:
+        _check_resampled(plain[key], respaced[key], (0.5, 0.8, 9.0), in_plane_only=True)
+        assert int(respaced[key]["depth"]) == 1
+    write_png_archive(root / "in" / "png", count=1, height=8, width=8)
+    summary = run_convert(root / "in", tmp_path / "with_png", **{**OPTIONS, "unit": "file", "spacing": "1,1,1",
+                                                                 "class_map": str(class_map)})
+    assert summary["failed"] == {"missing_attribute": 1}, summary
+    [error] = errors_of(tmp_path / "with_png")
+    assert "--spacing" in error["message"] and "raster image" in error["message"], error
