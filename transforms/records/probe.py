@@ -159,7 +159,12 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
     native = None
     if raw_pixels is not None and settings.dicom_values == dicom_spec.DicomValues.MODALITY and not stacks:
         native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size, layout)
-    return spec, _identifiers(ds), _slice_info(ds, layout), native, stacks, uid_end
+    info = _slice_info(ds, layout)
+    if settings.spacing is not None and stacks and not info.pixel_spacing:
+        # --spacing: an Enhanced file's Pixel Spacing is its functional groups' (its first stack's first frame)
+        frame = functional_groups.frame_attributes(ds)[stacks[0].frames[0]]
+        info = dataclasses.replace(info, pixel_spacing=patient_space.floats(frame.get("PixelSpacing"), 2))
+    return spec, _identifiers(ds), info, native, stacks, uid_end
 
 
 def _probe_image(fileobj: BinaryIO) -> ImageSpec:
@@ -292,17 +297,14 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
 
 def _plan_spacing(spec: ImageSpec, kind: str, info: Optional[SliceInfo], stacks: tuple,
                   settings: DecodeSettings) -> ImageSpec:
-    """--spacing: a DICOM record's spec resampled in-plane from its Pixel Spacing (a series'
-    volume, or an Enhanced file's stack, plans its depth once its slice step is known:
-    transforms.series.steps, expand_frames); a record without a pixel spacing fails."""
+    """--spacing: a DICOM record's spec resampled in-plane from its Pixel Spacing (an Enhanced
+    file's, its functional groups'; a series' volume, or an Enhanced file's stack, plans its depth
+    once its slice step is known: transforms.series.steps, expand_frames); a record without a
+    pixel spacing fails."""
     assert settings.spacing is not None
     if kind == RecordKind.IMAGE:
         raise ConversionError(reasons.MISSING_ATTRIBUTE,
                               "--spacing: a raster image has no pixel spacing in mm; convert it without --spacing")
-    if stacks:
-        raise ConversionError(reasons.MISSING_ATTRIBUTE,
-                              "--spacing: an Enhanced multi-frame file's spacing (its functional groups) is not "
-                              "read yet; convert it without --spacing")
     if info is None or not info.pixel_spacing or not all(v > 0 for v in info.pixel_spacing):
         raise ConversionError(reasons.MISSING_ATTRIBUTE,
                               "--spacing: no Pixel Spacing (0028,0030) in mm to resample from; convert it "
@@ -357,9 +359,16 @@ def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[Probed
                 for i in range(record.spec.depth)]
     if len(record.stacks) <= 1:
         if record.stacks:
-            return [dataclasses.replace(record, slice_spacing=record.stacks[0].spacing)]
+            spec = record.spec if settings.spacing is None else _stack_spec(record.spec, record.stacks[0], settings)
+            return [dataclasses.replace(record, slice_spacing=record.stacks[0].spacing, spec=spec)]
         return [record]
-    return [dataclasses.replace(record, spec=dataclasses.replace(record.spec, depth=len(stack.frames)),
+    return [dataclasses.replace(record, spec=_stack_spec(record.spec, stack, settings),
                                 stacks=(stack,), slice_spacing=stack.spacing, source_frames=len(record.stacks),
                                 record_id=record_id(f"{rel}#stack={stack.label}", settings.id_salt))
             for stack in record.stacks]
+
+
+def _stack_spec(spec: ImageSpec, stack, settings: DecodeSettings) -> ImageSpec:
+    """The spec of an Enhanced file's stack: its frames, resampled along them with --spacing."""
+    out = dataclasses.replace(spec, depth=len(stack.frames))
+    return out if settings.spacing is None else spacing.plan_depth(out, stack.spacing, settings.spacing)

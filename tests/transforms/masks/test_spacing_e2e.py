@@ -16,6 +16,7 @@ import pytest
 from dcm2tfrecord import reader
 from dcm2tfrecord.reader import geometry as reader_geometry
 from dcm2tfrecord.transforms.images import spacing
+from tests.support import enhanced_objects as eo
 from tests.support import mask_datasets as md
 from tests.support import run_convert, write_png_archive
 from tests.support.processes import errors_of
@@ -52,7 +53,7 @@ def _volume(record: dict) -> dict:
     ``[h, w, c]``)."""
     if record["image"].ndim == 4:
         return record
-    return {**record, "image": record["image"][None], "mask": record["mask"][None]}
+    return {**record, **{k: record[k][None] for k in ("image", "mask") if k in record}}
 
 
 def _check_resampled(plain: dict, respaced: dict, target_xyz, in_plane_only: bool = False) -> None:
@@ -66,10 +67,6 @@ def _check_resampled(plain: dict, respaced: dict, target_xyz, in_plane_only: boo
     assert respaced["image"].shape == shape + plain["image"].shape[3:], (respaced["image"].shape, shape)
     assert respaced["image"].dtype == plain["image"].dtype
     np.testing.assert_array_equal(respaced["image"], spacing.resample_image(plain["image"], source, target, shape))
-    mask = spacing.resample_mask(plain["mask"], source, target, shape)
-    np.testing.assert_array_equal(respaced["mask"], mask)
-    assert set(np.unique(respaced["mask"])) <= set(np.unique(plain["mask"]))       # no class invented
-    assert len(np.unique(respaced["mask"])) > 1 or not plain["mask"].any()
     # the affine: the target's steps along the same directions, from the same first voxel centre
     matrix = _affine(respaced)
     np.testing.assert_allclose(np.linalg.norm(matrix[:3, :3], axis=0)[1:], target[1:], rtol=1e-5)
@@ -85,6 +82,12 @@ def _check_resampled(plain: dict, respaced: dict, target_xyz, in_plane_only: boo
     np.testing.assert_array_equal(respaced["dicom/original_shape"], size)
     np.testing.assert_allclose(respaced["dicom/original_spacing"], original, rtol=1e-6)
     np.testing.assert_array_equal(respaced["dicom/original_affine"], plain["dicom/affine"])
+    if "mask" not in plain:
+        return
+    mask = spacing.resample_mask(plain["mask"], source, target, shape)
+    np.testing.assert_array_equal(respaced["mask"], mask)
+    assert set(np.unique(respaced["mask"])) <= set(np.unique(plain["mask"]))       # no class invented
+    assert len(np.unique(respaced["mask"])) > 1 or not plain["mask"].any()
     back = reader_geometry.to_original_grid(respaced["mask"], respaced)
     assert back.shape == plain["mask"].shape and back.dtype == plain["mask"].dtype
     assert set(np.unique(back)) <= set(np.unique(plain["mask"]))
@@ -137,3 +140,15 @@ def test_slice_records_are_resampled_in_plane_and_a_raster_image_fails(tmp_path)
     assert summary["failed"] == {"missing_attribute": 1}, summary
     [error] = errors_of(tmp_path / "with_png")
     assert "--spacing" in error["message"] and "raster image" in error["message"], error
+
+
+def test_an_enhanced_file_is_resampled_as_a_volume(tmp_path):
+    datasets = eo.slices("spacing", 6, spacing=2.5)
+    enhanced = eo.legacy_enhanced(datasets, "spacing")
+    eo.reorder_frames(enhanced, [3, 0, 5, 1, 4, 2])           # stored out of order, as scanners do
+    eo.save(enhanced, tmp_path / "in" / "enhanced.dcm")
+    plain = _records(tmp_path / "in", tmp_path / "plain", unit="file")
+    respaced = _records(tmp_path / "in", tmp_path / "out", unit="file", spacing="0.9,0.8,1.5")
+    [key] = plain
+    _check_resampled(plain[key], respaced[key], (0.9, 0.8, 1.5))
+    assert int(respaced[key]["depth"]) == round(6 * 2.5 / 1.5)
