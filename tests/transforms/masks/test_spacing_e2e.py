@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dcm2tfrecord import reader
+from dcm2tfrecord.dataset.verify import verify_dataset
 from dcm2tfrecord.reader import geometry as reader_geometry
 from dcm2tfrecord.transforms.images import spacing
 from tests.support import enhanced_objects as eo
@@ -110,6 +111,10 @@ def test_a_series_and_its_seg_are_resampled_to_the_spacing(tmp_path):
     assert set(ORIGINALS) <= set(manifest["features"])
     assert manifest["options"]["spacing"] == "1.1,0.9,1.5"
     assert not set(ORIGINALS) & set(_manifest(tmp_path / "plain")["features"])      # off: not written
+    assert verify_dataset(str(tmp_path / "out")).ok
+    [loaded] = list(reader.load(str(tmp_path / "out"), "train", batch_size=1, shuffle=False, output="dict"))
+    for name in ORIGINALS:      # tf.data reads them too (ragged: a batch of one)
+        np.testing.assert_array_equal(loaded[name].to_list()[0], record[name])
 
 
 def test_nifti_images_and_their_label_maps_are_resampled_to_the_spacing(tmp_path):
