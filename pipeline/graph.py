@@ -28,6 +28,7 @@ from dcm2tfrecord.transforms.output.commit import CommitInputs
 from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_step, record_plan
 from dcm2tfrecord.transforms.output.write import shard_target
 from dcm2tfrecord.transforms.planning.shards import for_planning
+from dcm2tfrecord.transforms.records.probe import plan_spacing
 from dcm2tfrecord.transforms.planning.steps import PlanShards, ReuseShards
 from dcm2tfrecord.transforms.records.steps import DropDuplicates, ProbeHeadersFn
 from dcm2tfrecord.transforms.series.steps import BuildVolumes
@@ -89,6 +90,10 @@ class ConvertArchive(beam.PTransform):
             records = records | "AssignSplits" >> beam.Map(with_split, settings)
         # ProbedRecord with label and split
         group_counts, leaking = records | "CountGroups" >> CountGroups(settings, slice_splits)
+        if settings.decode.spacing is not None:
+            # --spacing: each record's resampled shape, planned before the shards are (and after its
+            # masks were placed on the source's rows and columns)
+            records = records | "PlanSpacing" >> beam.Map(plan_spacing, settings.decode)
         # from here on: no raw identifiers, the order key computed once
         to_write = records | "KeepWhatPlanningNeeds" >> beam.Map(for_planning, settings.seed)
         if self.base is not None:

@@ -283,7 +283,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     spec = plan_spec(spec, settings.resize, settings.channels)
     if settings.spacing is not None and kind != RecordKind.NIFTI:    # a NIfTI's is planned from its affine
-        spec = _plan_spacing(spec, kind, info, stacks, settings)
+        _check_spacing(kind, info)
     record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
                           kind=kind, spec=spec, ids=ids, slice_info=info, native=native, stacks=stacks,
                           source_frames=volumes if volumes > 1 else 0)
@@ -295,13 +295,9 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     return record
 
 
-def _plan_spacing(spec: ImageSpec, kind: str, info: Optional[SliceInfo], stacks: tuple,
-                  settings: DecodeSettings) -> ImageSpec:
-    """--spacing: a DICOM record's spec resampled in-plane from its Pixel Spacing (an Enhanced
-    file's, its functional groups'; a series' volume, or an Enhanced file's stack, plans its depth
-    once its slice step is known: transforms.series.steps, expand_frames); a record without a
-    pixel spacing fails."""
-    assert settings.spacing is not None
+def _check_spacing(kind: str, info: Optional[SliceInfo]) -> None:
+    """--spacing: a record resampled needs a pixel spacing in mm (a DICOM file's Pixel Spacing, an
+    Enhanced file's in its functional groups); a raster image or a DICOM file without one fails."""
     if kind == RecordKind.IMAGE:
         raise ConversionError(reasons.MISSING_ATTRIBUTE,
                               "--spacing: a raster image has no pixel spacing in mm; convert it without --spacing")
@@ -309,7 +305,26 @@ def _plan_spacing(spec: ImageSpec, kind: str, info: Optional[SliceInfo], stacks:
         raise ConversionError(reasons.MISSING_ATTRIBUTE,
                               "--spacing: no Pixel Spacing (0028,0030) in mm to resample from; convert it "
                               "without --spacing")
-    return spacing.plan_in_plane(spec, info.pixel_spacing, settings.spacing)
+
+
+def plan_spacing(record: ProbedRecord, settings: DecodeSettings) -> ProbedRecord:
+    """--spacing: a DICOM record's spec (and its mask's planned bytes) as the record builder will
+    resample it, planned once the record is what it will be (a series' volume built, its masks
+    attached, which placed them on the source's rows and columns), before the shards are planned
+    from it: in-plane from its Pixel Spacing, and a volume (a series', an Enhanced file's stack)
+    along its slices from its slice step. A NIfTI's was planned at probe, from its affine."""
+    if settings.spacing is None or record.kind != RecordKind.DICOM:
+        return record
+    info = record.slice_info
+    if info is None or len(info.pixel_spacing) != 2:
+        return record           # refused at probe (_check_spacing)
+    spec = spacing.plan_in_plane(record.spec, info.pixel_spacing, settings.spacing)
+    if record.members or (record.stacks and record.frame is None):
+        spec = spacing.plan_depth(spec, record.slice_spacing, settings.spacing)
+    masks = settings.masks
+    mask_bytes = masks_annotation.planned_mask_bytes(spec, masks) if record.mask_bytes and masks is not None \
+        else record.mask_bytes
+    return replaced(record, spec=spec, mask_bytes=mask_bytes)
 
 
 _ANNOTATION_SPEC = ImageSpec(1, 1, 1, 1, "uint8")     # an annotation plans no pixels of its own
@@ -359,16 +374,9 @@ def expand_frames(record: ProbedRecord, settings: DecodeSettings) -> list[Probed
                 for i in range(record.spec.depth)]
     if len(record.stacks) <= 1:
         if record.stacks:
-            spec = record.spec if settings.spacing is None else _stack_spec(record.spec, record.stacks[0], settings)
-            return [dataclasses.replace(record, slice_spacing=record.stacks[0].spacing, spec=spec)]
+            return [dataclasses.replace(record, slice_spacing=record.stacks[0].spacing)]
         return [record]
-    return [dataclasses.replace(record, spec=_stack_spec(record.spec, stack, settings),
+    return [dataclasses.replace(record, spec=dataclasses.replace(record.spec, depth=len(stack.frames)),
                                 stacks=(stack,), slice_spacing=stack.spacing, source_frames=len(record.stacks),
                                 record_id=record_id(f"{rel}#stack={stack.label}", settings.id_salt))
             for stack in record.stacks]
-
-
-def _stack_spec(spec: ImageSpec, stack, settings: DecodeSettings) -> ImageSpec:
-    """The spec of an Enhanced file's stack: its frames, resampled along them with --spacing."""
-    out = dataclasses.replace(spec, depth=len(stack.frames))
-    return out if settings.spacing is None else spacing.plan_depth(out, stack.spacing, settings.spacing)

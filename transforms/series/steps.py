@@ -10,7 +10,6 @@ from dcm2tfrecord.transforms.counters import OUTCOMES, count_outcome, emit
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.record_model import ProbedRecord, replaced
-from dcm2tfrecord.transforms.images import spacing
 from dcm2tfrecord.transforms.masks import annotation
 from dcm2tfrecord.transforms.masks import slices as mask_slices
 from dcm2tfrecord.transforms.masks.settings import MaskSettings
@@ -54,9 +53,6 @@ class VolumeOfSeriesFn(beam.DoFn):
             for member in sorted(s.source.uri for s in slices + notes):
                 yield self._outcome(member, reasons.FAILED, exc.reason, f"series of {len(slices)} slices: {exc}")
             return
-        if self.settings.spacing is not None:     # --spacing: the volume's depth, from its slice step
-            built = [replaced(r, spec=spacing.plan_depth(r.spec, r.slice_spacing, self.settings.spacing))
-                     for r in built]
         masks = self.settings.masks
         if masks is None:
             yield from built

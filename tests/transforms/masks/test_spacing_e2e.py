@@ -157,3 +157,23 @@ def test_an_enhanced_file_is_resampled_as_a_volume(tmp_path):
     [key] = plain
     _check_resampled(plain[key], respaced[key], (0.9, 0.8, 1.5))
     assert int(respaced[key]["depth"]) == round(6 * 2.5 / 1.5)
+
+
+def test_rtstruct_contours_are_placed_on_the_source_slices_then_resampled(tmp_path):
+    """--unit file: an RTSTRUCT's contours are placed on each slice's own rows and columns (before
+    the record's resampled shape is planned), then resampled with it; a disc far past the
+    resampled grid's row count is no contour off the grid."""
+    root = tmp_path / "in"
+    series = md.series(root / "ct", n=3, spacing=2.5, shape=(md.RT_SIZE, md.RT_SIZE), pixel_spacing=(0.8, 0.8),
+                       seed=3)
+    disc = np.zeros((series.depth, md.RT_SIZE, md.RT_SIZE), bool)
+    disc[:] = md.disc((72, 70), 10)                 # rows 62-82: past the 38 rows of 2 mm
+    md.write_rtstruct(series, {"liver": disc}, root / "rt.dcm")
+    class_map = tmp_path / "classes.yaml"
+    class_map.write_text(CLASS_MAP_YAML)
+    plain = _records(root, tmp_path / "plain", class_map=str(class_map), unit="file")
+    respaced = _records(root, tmp_path / "out", class_map=str(class_map), unit="file", spacing="2,2,2.5")
+    assert set(plain) == set(respaced) and len(plain) == series.depth
+    for key in plain:
+        _check_resampled(plain[key], respaced[key], (2.0, 2.0, 2.5), in_plane_only=True)
+        assert respaced[key]["mask"].any()
