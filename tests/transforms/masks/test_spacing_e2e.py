@@ -177,3 +177,15 @@ def test_rtstruct_contours_are_placed_on_the_source_slices_then_resampled(tmp_pa
     for key in plain:
         _check_resampled(plain[key], respaced[key], (2.0, 2.0, 2.5), in_plane_only=True)
         assert respaced[key]["mask"].any()
+
+
+def test_a_volume_the_spacing_makes_larger_than_max_shard_mb_fails_alone(tmp_path):
+    root = tmp_path / "in"
+    md.series(root / "small", n=3, spacing=2.5, shape=(16, 16), seed=5)
+    md.series(root / "large", n=3, spacing=2.5, shape=(md.RT_SIZE, md.RT_SIZE), seed=4)
+    summary = run_convert(root, tmp_path / "out", **{**OPTIONS, "spacing": "0.1,0.1,2.5", "max_shard_mb": 1,
+                                                     "min_shard_mb": 1, "target_shard_mb": 1})
+    assert summary["failed"] == {"record_too_large": 3}, summary          # the large series' three slices
+    assert summary["records"] == 1, summary
+    messages = {e["message"] for e in errors_of(tmp_path / "out")}
+    assert len(messages) == 1 and "--spacing 0.1,0.1,2.5" in messages.pop()
