@@ -67,6 +67,9 @@ INSTALL_REQUIRES = [
     # time bound per match, the few constructs RE2 lacks (lookarounds, backreferences)
     "google-re2>=1.1",
     "regex>=2023.0",
+    # --spacing (transforms/images/spacing.py): scipy.ndimage's splines resample images and
+    # masks to a target spacing, a kept library's interpolation, never ours
+    "scipy>=1.10",
 ]
 
 setup(

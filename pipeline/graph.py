@@ -29,7 +29,7 @@ from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_step, reco
 from dcm2tfrecord.transforms.output.write import shard_target
 from dcm2tfrecord.transforms.planning.shards import for_planning
 from dcm2tfrecord.transforms.planning.steps import PlanShards, ReuseShards
-from dcm2tfrecord.transforms.records.steps import DropDuplicates, ProbeHeadersFn
+from dcm2tfrecord.transforms.records.steps import DropDuplicates, PlanSpacingFn, ProbeHeadersFn
 from dcm2tfrecord.transforms.series.steps import BuildVolumes
 from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.sources.steps import MatchInputs
@@ -80,6 +80,12 @@ class ConvertArchive(beam.PTransform):
         if masks is not None:
             records, unmasked = records | "SettleUnmasked" >> SettleUnmasked(masks)
             outcome_parts.append(unmasked)
+        if settings.decode.spacing is not None:
+            # --spacing: each record's resampled shape, planned before the shards are (and after its
+            # masks were placed on the source's rows and columns); a record it makes too large fails
+            records, too_large = records | "PlanSpacing" >> beam.ParDo(
+                PlanSpacingFn(settings.decode, settings.bounds.max_bytes)).with_outputs(OUTCOMES, main="records")
+            outcome_parts.append(too_large)
         space = unmatched = slice_splits = None
         if settings.labels_csv or settings.labels_from_dirs:
             records, label_outcomes, space, unmatched, slice_splits = (

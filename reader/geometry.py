@@ -11,7 +11,9 @@ gives it (a dict of arrays or tensors) and turn that affine into the other conve
   as nibabel and dcm2niix store it): RAS, x to the right, y anterior;
 - :func:`itk_geometry`: ITK's (SimpleITK) origin, spacing and direction for the array as it
   is (``sitk.GetImageFromArray(volume)`` takes ``[k, j, i]``);
-- :func:`volumes`: a stacked 4-D record's pixels as ``[t, z, y, x, channels]``.
+- :func:`volumes`: a stacked 4-D record's pixels as ``[t, z, y, x, channels]``;
+- :func:`to_original_grid`: a label array on the grid of a record resampled by ``convert
+  --spacing`` (a model's prediction) put back on the source's grid, by nearest neighbour.
 
 NumPy only: no TensorFlow, no Beam.
 """
@@ -24,6 +26,9 @@ import numpy as np
 AFFINE = "dicom/affine"
 VOLUMES = "dicom/volumes"
 VOLUME_INDEX = "dicom/volume_index"
+# convert --spacing: the source's grid before resampling (transforms.dicom.patient_space)
+ORIGINAL_SHAPE = "dicom/original_shape"
+ORIGINAL_AFFINE = "dicom/original_affine"
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 # [k, j, i] -> [i, j, k]: the voxel axes reversed
 _REVERSED = np.array([[0, 0, 1, 0], [0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 1]], dtype=float)
@@ -75,3 +80,40 @@ def volumes(pixels: np.ndarray, record: Mapping) -> np.ndarray:
     if pixels.shape[0] % count:
         raise ValueError(f"depth {pixels.shape[0]} is not a multiple of dicom/volumes {count}")
     return pixels.reshape((count, pixels.shape[0] // count) + pixels.shape[1:])
+
+
+def to_original_grid(labels: np.ndarray, record: Mapping) -> np.ndarray:
+    """A label array on the grid of a record that ``convert --spacing`` resampled (``[depth,
+    height, width]`` or ``[depth, height, width, channels]``: a predicted label map, one channel
+    per class, or the record's own mask) on the source's grid, ``dicom/original_shape``, by
+    nearest neighbour: each source voxel takes the value of the record's voxel nearest to its
+    centre, found through the two affines (``dicom/affine`` and ``dicom/original_affine``: the
+    same place in the patient, in mm); a source voxel past the record's grid takes its edge voxel.
+    Values are copied, never blended: a label map stays a label map. ValueError for a record
+    without these features (not resampled by --spacing, or without geometry)."""
+    labels = np.asarray(labels)
+    if ORIGINAL_SHAPE not in record:
+        raise ValueError("the record has no dicom/original_shape: it was not resampled by convert --spacing")
+    shape = tuple(int(n) for n in _values(record, ORIGINAL_SHAPE))
+    current = affine(record)
+    original = _values(record, ORIGINAL_AFFINE) if ORIGINAL_AFFINE in record else np.zeros(0)
+    if current is None or original.size != 16 or len(shape) != 3:
+        raise ValueError("the record has no dicom/affine and dicom/original_affine to map its grid back with")
+    if all(name in record for name in ("depth", "height", "width")) and labels.shape[:3] != record_shape(record):
+        raise ValueError(f"labels of shape {labels.shape} are not on the record's grid {record_shape(record)}")
+    # source voxel [k, j, i, 1] -> mm -> the record's voxel index
+    mapping = np.linalg.inv(current) @ original.reshape(4, 4)
+    j, i = np.meshgrid(np.arange(shape[1]), np.arange(shape[2]), indexing="ij")
+    plane = np.stack([np.zeros_like(j), j, i, np.ones_like(j)]).reshape(4, -1).astype(np.float64)
+    out = np.empty(shape + labels.shape[3:], dtype=labels.dtype)
+    limits = np.asarray(labels.shape[:3])[:, None] - 1
+    for k in range(shape[0]):
+        plane[0] = k
+        index = np.clip(np.rint((mapping @ plane)[:3]), 0, limits).astype(np.intp)
+        out[k] = labels[index[0], index[1], index[2]].reshape(shape[1:] + labels.shape[3:])
+    return out
+
+
+def record_shape(record: Mapping) -> tuple[int, int, int]:
+    """``[depth, height, width]`` of a record (its ``depth``, ``height`` and ``width`` features)."""
+    return tuple(int(_values(record, name)[0]) for name in ("depth", "height", "width"))  # type: ignore[return-value]

@@ -57,6 +57,8 @@ class DecodeSettings:
     window_bits: WindowBits = _choice(8)
     resize: Optional[tuple[int, int]] = None
     resize_mode: ResizeMode = _choice("stretch")
+    # --spacing: the target voxel spacing, mm, (x, y, z) as given (transforms.images.spacing); None: off
+    spacing: Optional[tuple[float, float, float]] = None
     channels: Channels = _choice("keep")
     frames: Frames = _choice("stack")
     series_gaps: SeriesGaps = _choice("fail")

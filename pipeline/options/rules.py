@@ -5,7 +5,7 @@ any work: each broken one a UsageError naming the option and the fix.
 ``parse_convert`` for the command line (whose ``main`` then calls
 ``convert.run_checked``), by ``convert.run`` for library callers. A choice
 outside its enum never gets this far (argparse's type, or ConvertOptions
-itself, turns it into its enum member or refuses it), nor does a --window, --resize or
+itself, turns it into its enum member or refuses it), nor does a --window, --resize, --spacing or
 --splits that does not parse (ConvertOptions parses them once, when it is made)."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dcm2tfrecord.transforms.dicom.spec import DicomValues
 from dcm2tfrecord.transforms.labels.table import LabelKey
 from dcm2tfrecord.transforms.masks.pairing import PatternError, parse_mask_pattern
 from dcm2tfrecord.transforms.records.probe import Frames
-from dcm2tfrecord.transforms.series.volumes import Unit
+from dcm2tfrecord.transforms.series.volumes import Series4d, Unit
 
 
 def check_options(opts: ConvertOptions, beam_args: Sequence[str]) -> None:
@@ -76,6 +76,12 @@ def validate(opts: ConvertOptions) -> None:
         if opts.unit != Unit.SERIES and getattr(opts, flag) != _default(flag):
             raise UsageError(f"--{flag} {getattr(opts, flag)} needs --unit series (it says how a series' slices "
                              "become volumes)")
+    if opts.spacing and opts.resize:
+        raise UsageError("--spacing and --resize exclude each other: --spacing sets each record's size from its "
+                         "spacing; give one of them")
+    if opts.spacing and opts.series_4d == Series4d.STACK:
+        raise UsageError("--spacing needs --series_4d split: a stacked 4-D record's slices are several volumes, "
+                         "which resampling along the slices would blend")
     if opts.window and opts.dicom_values != DicomValues.WINDOW:
         raise UsageError("--window needs --dicom_values window")
     if opts.id_salt and opts.id_salt_file:

@@ -45,6 +45,7 @@ from dcm2tfrecord.pipeline.options.salt import RANDOM_SALT, SALT_ENV, resolve_sa
 from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.transforms.dicom.voi import PRESETS, parse_window
 from dcm2tfrecord.transforms.images.geometry import parse_resize
+from dcm2tfrecord.transforms.images.spacing import parse_spacing
 from dcm2tfrecord.transforms.masks.classes import load as load_class_map
 from dcm2tfrecord.transforms.masks.pairing import parse_mask_pattern
 from dcm2tfrecord.transforms.masks.settings import MaskSettings
@@ -302,6 +303,12 @@ class ConvertOptions:
         "resize_mode", "stretch, pad (keep aspect, pad) or crop (keep aspect, centre crop)", _DECODE,
         Template("Resize mode"),
         setting="decode.resize_mode"))
+    spacing: Optional[str] = declare(Option(
+        "spacing", "X,Y,Z in mm (column spacing, row spacing, slice step), e.g. 1,1,1: resample volume "
+        "records (--unit series, Enhanced stacks, NIfTI) and their masks to this spacing, a slice record "
+        "in-plane only (a third-order spline, masks class by class); without it: each record's own", _DECODE,
+        Template("Target spacing (mm)", (r"^[0-9.eE+-]+,[0-9.eE+-]+,[0-9.eE+-]+$",)),
+        metavar="X,Y,Z", setting="decode.spacing", parse=parse_spacing))
     channels: Channels = declare(Option(
         "channels", "keep, 1 (RGB -> luma) or 3 (gray repeated)", _DECODE,
         Template("Channels"),

@@ -258,7 +258,8 @@ def test_script_is_executable_bash():
 # A value for each parameter whose option has neither choices nor a default.
 SAMPLES = {"incremental": "True", "input": "gs://bucket/archive", "output": "gs://bucket/datasets/ct/2024-06-01",
            "id_salt_file": "gs://secure/salt", "labels": "gs://bucket/labels.csv", "class_map": "gs://bucket/classes.yaml",
-           "split_column": "split", "window": "lung", "resize": "512x512", "max_failures": "3",
+           "split_column": "split", "window": "lung", "resize": "512x512", "spacing": "0.8,0.8,2.5",
+           "max_failures": "3",
            "keep_tags": "BodyPartExamined,ViewPosition", "summary_json": "gs://bucket/summary.json",
            "mask_pattern": r"imagesTr/(.*)_0000\.nii\.gz=labelsTr/\1.nii.gz", "mask_column": "mask"}
 

@@ -56,3 +56,49 @@ def test_volumes_splits_a_stacked_record_and_leaves_others():
     assert geometry.volumes(pixels, one).shape == (1, 6, 2, 2, 1)
     with pytest.raises(ValueError, match="not a multiple"):
         geometry.volumes(pixels[:5], stacked)
+
+
+# ---------------------------------------------------------------- convert --spacing, undone
+
+
+def _respaced(size, original_lps, scale):
+    """What convert --spacing writes for a record of ``size`` voxels resampled so that its voxel
+    ``n`` lies at source index ``n * scale`` (transforms.dicom.patient_space.respaced)."""
+    shape = tuple(max(1, int(round(n / s))) for n, s in zip(size, scale))
+    current = np.asarray(original_lps, float) @ np.diag([*scale, 1.0])
+    return shape, {"dicom/affine": current.astype(np.float32).reshape(-1),
+                   "dicom/original_affine": np.asarray(original_lps, np.float32).reshape(-1),
+                   "dicom/original_shape": np.asarray(size, np.int64),
+                   "depth": shape[0], "height": shape[1], "width": shape[2]}
+
+
+def test_to_original_grid_takes_each_source_voxel_from_the_nearest_record_voxel():
+    size, scale = (7, 9, 11), (0.5, 1.5, 0.75)          # slices doubled, rows fewer, columns more
+    shape, record = _respaced(size, LPS, scale)
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, size=shape + (1,), dtype=np.uint8)
+    back = geometry.to_original_grid(labels, record)
+    assert back.shape == size + (1,) and back.dtype == np.uint8
+    k, j, i = np.meshgrid(*[np.arange(n) for n in size], indexing="ij")
+    index = [np.clip(np.rint(v / s), 0, n - 1).astype(int) for v, s, n in zip((k, j, i), scale, shape)]
+    np.testing.assert_array_equal(back[..., 0], labels[index[0], index[1], index[2], 0])
+
+
+def test_to_original_grid_round_trip_gives_the_source_labels_back():
+    """Labels put on a finer grid by nearest neighbour and back are the labels themselves."""
+    size, scale = (4, 6, 5), (0.5, 0.5, 0.25)
+    shape, record = _respaced(size, LPS, scale)
+    source = np.random.default_rng(1).integers(0, 3, size=size, dtype=np.uint8)
+    k, j, i = np.meshgrid(*[np.arange(n) for n in shape], indexing="ij")
+    fine = source[np.clip(np.rint(k * scale[0] - 1e-9).astype(int), 0, size[0] - 1),
+                  np.clip(np.rint(j * scale[1] - 1e-9).astype(int), 0, size[1] - 1),
+                  np.clip(np.rint(i * scale[2] - 1e-9).astype(int), 0, size[2] - 1)]
+    np.testing.assert_array_equal(geometry.to_original_grid(fine, record), source)
+
+
+def test_to_original_grid_refuses_a_record_not_resampled_or_labels_off_its_grid():
+    with pytest.raises(ValueError, match="--spacing"):
+        geometry.to_original_grid(np.zeros((2, 2, 2)), _record())
+    shape, record = _respaced((4, 4, 4), LPS, (1.0, 0.5, 0.5))
+    with pytest.raises(ValueError, match="not on the record's grid"):
+        geometry.to_original_grid(np.zeros((4, 4, 4)), record)

@@ -53,6 +53,25 @@ FEATURES = {
                             "position, orientation and pixel spacing (docs/DICOM.md, Geometry)"},
 }
 
+# --spacing (transforms.images.spacing): what the record was before it was resampled, so that a
+# prediction on its grid can be put back on the source's (reader.geometry.to_original_grid)
+ORIGINAL_SHAPE = "dicom/original_shape"
+ORIGINAL_SPACING = "dicom/original_spacing"
+ORIGINAL_AFFINE = "dicom/original_affine"
+PIXEL_SPACING = "dicom/pixel_spacing"
+SLICE_SPACING = "dicom/slice_spacing"
+
+SPACING_FEATURES = {
+    ORIGINAL_SHAPE: {"dtype": "int64", "shape": [-1],
+                     "description": "--spacing: [depth, height, width] of the source before resampling"},
+    ORIGINAL_SPACING: {"dtype": "float", "shape": [-1],
+                       "description": "--spacing: the source's voxel spacing before resampling, mm, "
+                                      "[depth, height, width] order (slice step, row, column); 0 unknown"},
+    ORIGINAL_AFFINE: {"dtype": "float", "shape": [-1],
+                      "description": "--spacing: dicom/affine before resampling (4x4 row-major, voxel "
+                                     "[k, j, i, 1] of the source -> LPS mm); empty without geometry"},
+}
+
 
 def floats(value, count: int) -> tuple[float, ...]:
     """``count`` finite floats from a DICOM multi-value, or () when it is not that."""
@@ -207,6 +226,47 @@ def resized(features: dict, size: tuple[int, int], scaled: tuple[int, int], offs
     if len(positions):
         shift = cy * matrix[:3, 1] + cx * matrix[:3, 2]
         out[POSITION] = _vector(positions + shift, POSITION)
+    return out
+
+
+def voxel_spacing(features: dict) -> tuple[float, float, float]:
+    """A record's voxel spacing, mm, ``(depth, height, width)``: the lengths of its affine's
+    columns (slice step, row spacing, column spacing), else ``dicom/pixel_spacing`` (row, column)
+    and ``dicom/slice_spacing``; 0.0 where unknown."""
+    matrix = np.asarray(features.get(AFFINE, ()), dtype=np.float64)
+    if matrix.size == 16:
+        lengths = np.linalg.norm(matrix.reshape(4, 4)[:3, :3], axis=0)
+        return float(lengths[0]), float(lengths[1]), float(lengths[2])
+    pixel = np.asarray(features.get(PIXEL_SPACING, ()), dtype=np.float64).reshape(-1)
+    step = np.asarray(features.get(SLICE_SPACING, ()), dtype=np.float64).reshape(-1)
+    rows, columns = (float(pixel[0]), float(pixel[1])) if pixel.size == 2 else (0.0, 0.0)
+    return (float(step[0]) if step.size else 0.0), rows, columns
+
+
+def respaced(features: dict, size: Sequence[int], original: Sequence[float], scale: Sequence[float],
+             target: Sequence[float], shape: Sequence[int], depth: bool) -> dict:
+    """The geometry features of a record resampled by --spacing (transforms.images.spacing) from
+    ``size`` voxels of ``original`` spacing to ``shape`` voxels of ``target`` spacing (both
+    ``(depth, height, width)``), output voxel ``n`` lying at source index ``n * scale`` along each
+    axis (``depth``: whether the slices were resampled too): the affine's columns scaled, its first
+    voxel's centre and its directions kept; each slice's position from it; ``dicom/pixel_spacing``
+    (and, resampling the slices, ``dicom/slice_spacing``) the target's; and the source's shape,
+    spacing and affine as ``dicom/original_*``, which undo it."""
+    out = dict(features)
+    matrix = np.asarray(features.get(AFFINE, ()), dtype=np.float64)
+    out[ORIGINAL_SHAPE] = np.asarray([int(n) for n in size], dtype=np.int64)
+    out[ORIGINAL_SPACING] = _vector(original, ORIGINAL_SPACING)
+    out[ORIGINAL_AFFINE] = _vector(matrix if matrix.size == 16 else [], ORIGINAL_AFFINE)
+    if matrix.size == 16:
+        changed = matrix.reshape(4, 4) @ np.diag([float(scale[0]), float(scale[1]), float(scale[2]), 1.0])
+        out[AFFINE] = _vector(changed)
+        if depth:
+            out[POSITION] = _vector([x for k in range(int(shape[0]))
+                                     for x in (changed @ np.array([k, 0.0, 0.0, 1.0]))[:3]], POSITION)
+    if np.asarray(features.get(PIXEL_SPACING, ())).size == 2:
+        out[PIXEL_SPACING] = _vector([target[1], target[2]], PIXEL_SPACING)
+    if depth and SLICE_SPACING in features:
+        out[SLICE_SPACING] = _vector([target[0]], SLICE_SPACING)
     return out
 
 

@@ -185,6 +185,8 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
     features = dicom_metadata.metadata_feature_names(settings.decode.keep_tags) if has_dicom else {}
     if any(RecordKind.NIFTI in r.kinds for r in results):      # a NIfTI record's geometry, under DICOM's names
         features.update({k: dict(v) for k, v in patient_space.FEATURES.items() if k not in features})
+    if settings.decode.spacing is not None and (has_dicom or any(RecordKind.NIFTI in r.kinds for r in results)):
+        features.update({k: dict(v) for k, v in patient_space.SPACING_FEATURES.items()})   # what undoes it
     if settings.decode.keep_source_path:
         features[SOURCE_PATH] = dict(SOURCE_PATH_FEATURE)
     masks = settings.masks

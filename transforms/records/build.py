@@ -19,6 +19,7 @@ from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
 from dcm2tfrecord.transforms.images import raster
+from dcm2tfrecord.transforms.images import spacing
 from dcm2tfrecord.transforms.nifti import read as nifti
 from dcm2tfrecord.dataset import png, reasons
 from dcm2tfrecord.transforms.dicom.pixels import decode_dicom
@@ -80,11 +81,11 @@ def _decode_nifti(record: ProbedRecord, fileobj: BinaryIO,
     """A NIfTI record's pixels ``[k, j, i, c]`` (a 4-D file's volume ``record.frame``), its
     geometry under DICOM's names (patient_space.from_affine), nothing else of ``dicom/*``, and
     the file's spec. The file is read whole (transforms.nifti.read), and may not claim more
-    voxels than probed (rows and columns as probed are the record's after --resize)."""
+    voxels than probed (its shape as probed is the record's after --resize or --spacing)."""
     spec = record.spec
-    header = nifti.probe(fileobj) if settings.resize is not None else spec
+    header = nifti.probe(fileobj) if settings.resize is not None or settings.spacing is not None else spec
     plane = header.height * header.width
-    planned = spec.depth * plane * max(record.source_frames, 1)
+    planned = header.depth * plane * max(record.source_frames, 1)
     found, pixels = nifti.read(fileobj, planned)
     lps = found.affine
     if pixels.ndim == 5:
@@ -202,6 +203,8 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
                        mask: Optional[np.ndarray] = None):
     if settings.channels != geometry.Channels.KEEP:
         pixels = geometry.convert_channels(pixels, settings.channels)
+    if settings.spacing is not None:
+        pixels, mask = _respace(pixels, metadata, record, settings, mask)
     if mask is not None and settings.resize is not None:
         mask = geometry.resize_nearest(mask, settings.resize, settings.resize_mode)
     if mask is not None:
@@ -218,6 +221,32 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
     if settings.keep_source_path:
         metadata[SOURCE_PATH] = record.source.uri
     return pixels, metadata
+
+
+def _respace(pixels: np.ndarray, metadata: dict, record: ProbedRecord, settings: DecodeSettings,
+             mask: Optional[np.ndarray]) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """--spacing: the pixels and the mask on the grid of the target spacing whose shape the probe
+    planned (``record.spec``): a volume (a series', a NIfTI's, an Enhanced stack's) in 3-D, any
+    other record in-plane (transforms.images.spacing); its geometry rewritten and the source's
+    kept (patient_space.respaced)."""
+    assert settings.spacing is not None
+    target = spacing.axis_order(settings.spacing)
+    original = patient_space.voxel_spacing(metadata)
+    volume = bool(record.members or record.kind == RecordKind.NIFTI or (record.stacks and record.frame is None))
+    depth = volume and pixels.shape[0] > 1 and original[0] > 0
+    if not (original[1] > 0 and original[2] > 0):
+        raise ConversionError(reasons.MISSING_ATTRIBUTE,
+                              "--spacing: the record has no pixel spacing in mm to resample from; convert it "
+                              "without --spacing")
+    source = (original[0] if depth else target[0], original[1], original[2])
+    scale = [t / s for s, t in zip(source, target)]
+    shape = (record.spec.depth, record.spec.height, record.spec.width)
+    size = pixels.shape[:3]
+    pixels = spacing.resample_image(pixels, source, target, shape)
+    if mask is not None:
+        mask = spacing.resample_mask(mask, source, target, shape)
+    metadata.update(patient_space.respaced(metadata, size, original, scale, target, shape, depth))
+    return pixels, mask
 
 
 def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],

@@ -29,6 +29,7 @@ from dcm2tfrecord.transforms.sources import sniff
 from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.hashing import record_id
 from dcm2tfrecord.transforms.dicom.native import NativePixels, native_layout
+from dcm2tfrecord.transforms.images import spacing
 from dcm2tfrecord.transforms.images.geometry import plan_spec
 from dcm2tfrecord.transforms.record_model import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile, replaced
 from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
@@ -158,18 +159,30 @@ def _probe_dicom(fileobj: BinaryIO, sniffed: str, settings: DecodeSettings, file
     native = None
     if raw_pixels is not None and settings.dicom_values == dicom_spec.DicomValues.MODALITY and not stacks:
         native = native_layout(ds, raw_pixels, spec.dtype, settings, file_size, layout)
-    return spec, _identifiers(ds), _slice_info(ds, layout), native, stacks, uid_end
+    info = _slice_info(ds, layout)
+    if settings.spacing is not None and stacks and not info.pixel_spacing:
+        # --spacing: an Enhanced file's Pixel Spacing is its functional groups' (its first stack's first frame)
+        frame = functional_groups.frame_attributes(ds)[stacks[0].frames[0]]
+        info = dataclasses.replace(info, pixel_spacing=patient_space.floats(frame.get("PixelSpacing"), 2))
+    return spec, _identifiers(ds), info, native, stacks, uid_end
 
 
 def _probe_image(fileobj: BinaryIO) -> ImageSpec:
     return raster.image_spec(raster.open_image(fileobj))
 
 
-def _probe_nifti(fileobj: BinaryIO, max_pixels: int) -> tuple[ImageSpec, int]:
+def _probe_nifti(fileobj: BinaryIO, max_pixels: int,
+                 settings: DecodeSettings = DecodeSettings()) -> tuple[ImageSpec, int]:
     """(the spec of one volume, how many volumes) from a NIfTI header (transforms.nifti.read);
-    ``max_pixels`` bounds the whole file, every volume of a 4-D one (the writer reads it whole)."""
+    ``max_pixels`` bounds the whole file, every volume of a 4-D one (the writer reads it whole).
+    With --spacing the spec is the resampled volume's, planned from the header's affine."""
     found = nifti.probe(fileobj, max_pixels)
-    return ImageSpec(found.depth, found.height, found.width, found.channels, found.dtype), found.volumes
+    spec = ImageSpec(found.depth, found.height, found.width, found.channels, found.dtype)
+    if settings.spacing is not None:
+        step, rows, columns = patient_space.voxel_spacing({patient_space.AFFINE: found.affine})
+        spec = spacing.plan_depth(spacing.plan_in_plane(spec, (rows, columns), settings.spacing), step,
+                                  settings.spacing)
+    return spec, found.volumes
 
 
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
@@ -195,7 +208,7 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                 return (_probe_image(fileobj), RecordKind.IMAGE, None, None, None, (), 0,
                         _fingerprint(fileobj, head, source.size))
             if kind == sniff.NIFTI:
-                spec, volumes = _probe_nifti(fileobj, max_pixels)
+                spec, volumes = _probe_nifti(fileobj, max_pixels, settings)
                 return spec, RecordKind.NIFTI, None, None, None, (), volumes, _fingerprint(fileobj, head, source.size)
             try:
                 spec, ids, info, native, stacks, uid_end = _probe_dicom(fileobj, kind, settings, source.size,
@@ -269,6 +282,8 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     if pixels == 0:
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     spec = plan_spec(spec, settings.resize, settings.channels)
+    if settings.spacing is not None and kind != RecordKind.NIFTI:    # a NIfTI's is planned from its affine
+        _check_spacing(kind, info)
     record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
                           kind=kind, spec=spec, ids=ids, slice_info=info, native=native, stacks=stacks,
                           source_frames=volumes if volumes > 1 else 0)
@@ -278,6 +293,38 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
                               f"record of {largest.planned_bytes / (1 << 20):.2f} MB {largest.spec.shape} "
                               f"{spec.dtype} exceeds --max_shard_mb {max_record_bytes / (1 << 20):g}")
     return record
+
+
+def _check_spacing(kind: str, info: Optional[SliceInfo]) -> None:
+    """--spacing: a record resampled needs a pixel spacing in mm (a DICOM file's Pixel Spacing, an
+    Enhanced file's in its functional groups); a raster image or a DICOM file without one fails."""
+    if kind == RecordKind.IMAGE:
+        raise ConversionError(reasons.MISSING_ATTRIBUTE,
+                              "--spacing: a raster image has no pixel spacing in mm; convert it without --spacing")
+    if info is None or not info.pixel_spacing or not all(v > 0 for v in info.pixel_spacing):
+        raise ConversionError(reasons.MISSING_ATTRIBUTE,
+                              "--spacing: no Pixel Spacing (0028,0030) in mm to resample from; convert it "
+                              "without --spacing")
+
+
+def plan_spacing(record: ProbedRecord, settings: DecodeSettings) -> ProbedRecord:
+    """--spacing: a DICOM record's spec (and its mask's planned bytes) as the record builder will
+    resample it, planned once the record is what it will be (a series' volume built, its masks
+    attached, which placed them on the source's rows and columns), before the shards are planned
+    from it: in-plane from its Pixel Spacing, and a volume (a series', an Enhanced file's stack)
+    along its slices from its slice step. A NIfTI's was planned at probe, from its affine."""
+    if settings.spacing is None or record.kind != RecordKind.DICOM:
+        return record
+    info = record.slice_info
+    if info is None or len(info.pixel_spacing) != 2:
+        return record           # refused at probe (_check_spacing)
+    spec = spacing.plan_in_plane(record.spec, info.pixel_spacing, settings.spacing)
+    if record.members or (record.stacks and record.frame is None):
+        spec = spacing.plan_depth(spec, record.slice_spacing, settings.spacing)
+    masks = settings.masks
+    mask_bytes = masks_annotation.planned_mask_bytes(spec, masks) if record.mask_bytes and masks is not None \
+        else record.mask_bytes
+    return replaced(record, spec=spec, mask_bytes=mask_bytes)
 
 
 _ANNOTATION_SPEC = ImageSpec(1, 1, 1, 1, "uint8")     # an annotation plans no pixels of its own

@@ -11,7 +11,7 @@ from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.counters import OUTCOMES, count, count_outcome
 from dcm2tfrecord.transforms.errors import ConversionError
-from dcm2tfrecord.transforms.records.probe import expand_frames, probe_file
+from dcm2tfrecord.transforms.records.probe import expand_frames, plan_spacing, probe_file
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.record_model import ProbedRecord, SourceFile, from_bytes, to_bytes
 from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
@@ -123,3 +123,29 @@ class DropDuplicates(beam.PTransform):
                 # (frames), almost always
                 | "KeepFirstByUri" >> beam.FlatMap(_keep_first_sop).with_outputs(OUTCOMES, main="kept"))
         return kept.kept, kept[OUTCOMES]
+
+
+class PlanSpacingFn(beam.DoFn):
+    """--spacing: a record with the shape it will be resampled to (probe.plan_spacing), or, when
+    that makes it larger than --max_shard_mb, an Outcome per input it is made of (record_too_large)."""
+
+    def __init__(self, settings: DecodeSettings, max_record_bytes: Optional[int] = None):
+        super().__init__()
+        self.settings, self.max_record_bytes = settings, max_record_bytes
+
+    def process(self, record: ProbedRecord):
+        planned = plan_spacing(record, self.settings)
+        if self.max_record_bytes is None or planned.planned_bytes <= self.max_record_bytes:
+            yield planned
+            return
+        message = (f"--spacing {','.join(f'{v:g}' for v in self.settings.spacing or ())}: the record would be "
+                   f"{planned.planned_bytes / (1 << 20):.2f} MB {planned.spec.shape} {planned.spec.dtype}, more than "
+                   f"--max_shard_mb {self.max_record_bytes / (1 << 20):g}; raise it, or choose a coarser spacing")
+        part, index = "frame", record.frame
+        if record.frame is None and record.stacks and record.source_frames > 1:
+            part, index = "stack", record.stacks[0].index
+        for source in record.sources:
+            outcome = Outcome(source.uri, reasons.FAILED, "probe", reasons.RECORD_TOO_LARGE, message, frame=index,
+                              frames=record.source_frames, part=part)
+            count_outcome(outcome)
+            yield TaggedOutput(OUTCOMES, outcome)

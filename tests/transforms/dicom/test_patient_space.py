@@ -125,3 +125,36 @@ def test_geometry_a_record_cannot_hold_is_refused_as_invalid_value_quietly(posit
     # the largest position a record holds still gives one
     held = patient_space.features((1.0, 0.0, 0.0, 0.0, 1.0, 0.0), [(0.0, 0.0, 3e38)], (0.7, 0.9))
     assert np.isfinite(held[patient_space.AFFINE]).all()
+
+
+def test_respaced_scales_the_columns_keeps_the_first_voxel_and_records_the_source():
+    """--spacing (transforms.images.spacing): output voxel n at source index n * scale."""
+    ps = patient_space
+    orientation = (0.866025, 0.5, 0.0, -0.353553, 0.612372, -0.707107)
+    positions = [(-10.0 + k, 20.0, 30.0 + 2.5 * k) for k in range(4)]
+    features = ps.features(orientation, positions, (0.7, 0.9))
+    features.update({ps.PIXEL_SPACING: np.float32([0.7, 0.9]), ps.SLICE_SPACING: np.float32([2.7])})
+    original = ps.voxel_spacing(features)
+    np.testing.assert_allclose(original, (np.hypot(1.0, 2.5), 0.7, 0.9), rtol=1e-6)
+    target = (1.0, 1.4, 0.45)
+    scale = [t / s for s, t in zip(original, target)]
+    out = ps.respaced(features, (4, 10, 12), original, scale, target, (11, 5, 24), depth=True)
+    matrix = np.asarray(out[ps.AFFINE], np.float64).reshape(4, 4)
+    before = np.asarray(features[ps.AFFINE], np.float64).reshape(4, 4)
+    np.testing.assert_allclose(np.linalg.norm(matrix[:3, :3], axis=0), target, rtol=1e-5)
+    np.testing.assert_allclose(matrix[:3, 3], before[:3, 3])                 # the first voxel's centre stays
+    np.testing.assert_allclose(matrix[:3, :3] / np.linalg.norm(matrix[:3, :3], axis=0),
+                               before[:3, :3] / np.linalg.norm(before[:3, :3], axis=0), atol=1e-6)  # directions
+    placed = np.asarray(out[ps.POSITION]).reshape(-1, 3)
+    assert len(placed) == 11
+    np.testing.assert_allclose(placed[10], (matrix @ [10, 0, 0, 1])[:3], atol=1e-4)
+    np.testing.assert_allclose(out[ps.PIXEL_SPACING], [1.4, 0.45])
+    np.testing.assert_allclose(out[ps.SLICE_SPACING], [1.0])
+    np.testing.assert_array_equal(out[ps.ORIGINAL_SHAPE], [4, 10, 12])
+    np.testing.assert_allclose(out[ps.ORIGINAL_SPACING], original, rtol=1e-6)
+    np.testing.assert_array_equal(out[ps.ORIGINAL_AFFINE], features[ps.AFFINE])
+    # in-plane only: the slices' positions and the slice spacing stay
+    flat = ps.respaced(features, (4, 10, 12), original, [1.0] + scale[1:], (original[0],) + target[1:], (4, 5, 24),
+                       depth=False)
+    np.testing.assert_array_equal(flat[ps.POSITION], features[ps.POSITION])
+    np.testing.assert_array_equal(flat[ps.SLICE_SPACING], features[ps.SLICE_SPACING])

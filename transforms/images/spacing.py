@@ -1,0 +1,160 @@
+"""``--spacing X,Y,Z``: resampling a record's ``(D, H, W, C)`` pixels and its mask to a target
+voxel spacing (mm), as nnU-Net prepares its training data.
+
+Spacings here are in the array's axis order, ``(depth, height, width)``: the step between
+slices, between rows (DICOM's row spacing, Y) and between columns (column spacing, X);
+:func:`parse_spacing` reads the option's ``X,Y,Z`` and :func:`axis_order` turns it around.
+
+The output grid keeps the first voxel's centre and the axis directions: output voxel ``n``
+along an axis lies at input index ``n * target / spacing`` (so the new spacing is exactly the
+target), and the grid has ``round(size * spacing / target)`` voxels (at least 1) along it
+(:func:`planned_shape`), which covers the input's extent to within half a voxel; a sample past
+the last input voxel takes the nearest edge value. SciPy (``scipy.ndimage``) interpolates,
+never code of ours:
+
+- an image (:func:`resample_image`) with a third-order spline, computed in float and cast
+  back to its dtype (integers rounded and clipped to the dtype's range); when the data are
+  anisotropic (a slice step at least :data:`ANISOTROPY` times the larger in-plane spacing,
+  nnU-Net's rule, of the input or of the target) each slice is resampled in-plane with order 3
+  and the slices are then resampled along the slice axis by nearest neighbour (nnU-Net's
+  ``resample_data_or_seg`` with ``order_z=0``);
+- a mask (:func:`resample_mask`) class by class, as nnU-Net does: for each class ``c > 0`` the
+  indicator ``mask == c`` is resampled linearly (order 1; in-plane only, then nearest along the
+  slices, when anisotropic), and each voxel takes the class of the largest, or background where
+  no class reaches 0.5: no class is invented, none blends into another. A mask of one channel per
+  class (``--mask_layout binary``) has each channel resampled so and thresholded at 0.5.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+
+from dcm2tfrecord.transforms.images.geometry import _cast_like
+from dcm2tfrecord.transforms.record_model import ImageSpec
+
+ANISOTROPY = 3.0       # nnU-Net's ANISO_THRESHOLD: slice step / in-plane spacing
+IMAGE_ORDER = 3        # the image's spline order (nnU-Net's)
+MASK_ORDER = 1         # a class indicator's (nnU-Net's order for segmentations)
+THRESHOLD = 0.5        # a class holds a voxel whose resampled indicator reaches this
+
+Spacing = tuple[float, float, float]
+
+
+def parse_spacing(text: str) -> Spacing:
+    """``--spacing X,Y,Z`` (mm: column spacing, row spacing, slice step) -> ``(x, y, z)``;
+    ValueError naming the option and the fix when it is not three positive finite numbers."""
+    parts = [p.strip() for p in str(text).split(",")]
+    example = "e.g. 1,1,1 or 0.8,0.8,2.5"
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"--spacing {text!r}: expected three numbers X,Y,Z in mm, {example}") from None
+    if len(values) != 3:
+        raise ValueError(f"--spacing {text!r}: expected three numbers X,Y,Z in mm, {example}")
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"--spacing {text!r}: each spacing must be a positive finite number of mm, {example}")
+    return values[0], values[1], values[2]
+
+
+def axis_order(xyz: Sequence[float]) -> Spacing:
+    """``(x, y, z)`` as the option gives it -> ``(depth, height, width)`` order ``(z, y, x)``."""
+    return float(xyz[2]), float(xyz[1]), float(xyz[0])
+
+
+def planned_shape(shape: Sequence[int], spacing: Sequence[float], target: Sequence[float]) -> tuple[int, ...]:
+    """Per axis ``round(size * spacing / target)``, at least 1 (nnU-Net's new shape)."""
+    return tuple(max(1, int(round(int(n) * float(s) / float(t)))) for n, s, t in zip(shape, spacing, target))
+
+
+def plan_in_plane(spec: ImageSpec, rows_columns: Sequence[float], target_xyz: Sequence[float]) -> ImageSpec:
+    """The spec of a record resampled in-plane from its pixel spacing ``(row, column)`` mm
+    (what the probe plans from a header: shards are planned from it)."""
+    target = axis_order(target_xyz)
+    _, height, width = planned_shape((1, spec.height, spec.width), (1.0, rows_columns[0], rows_columns[1]),
+                                     (1.0, target[1], target[2]))
+    return dataclasses.replace(spec, height=height, width=width)
+
+
+def plan_depth(spec: ImageSpec, step: float, target_xyz: Sequence[float]) -> ImageSpec:
+    """The spec of a volume of ``spec.depth`` slices ``step`` mm apart resampled along them (one
+    slice, or an unknown step, keeps its depth)."""
+    if spec.depth <= 1 or not step > 0:
+        return spec
+    return dataclasses.replace(spec, depth=planned_shape((spec.depth,), (step,), (axis_order(target_xyz)[0],))[0])
+
+
+def anisotropic(spacing: Sequence[float], target: Sequence[float]) -> bool:
+    """Whether the slice axis is resampled apart (nnU-Net's rule): the slice step of the input,
+    else of the target, is at least ANISOTROPY times its larger in-plane spacing."""
+    return any(float(s[0]) >= ANISOTROPY * max(float(s[1]), float(s[2])) for s in (spacing, target))
+
+
+def _affine(volume: np.ndarray, scale: Sequence[float], shape: Sequence[int], order: int) -> np.ndarray:
+    """``volume`` (float) sampled at input index ``n * scale`` along each axis, edge values beyond."""
+    from scipy import ndimage
+    return ndimage.affine_transform(volume, np.asarray(scale, dtype=np.float64), output_shape=tuple(shape),
+                                    order=order, mode="nearest", output=np.float32)
+
+
+def _resample_volume(volume: np.ndarray, spacing: Sequence[float], target: Sequence[float],
+                     shape: Sequence[int], order: int) -> np.ndarray:
+    """One ``(D, H, W)`` float volume onto the target grid: in 3-D with ``order``, or, when the
+    depth stays or the data are anisotropic, slice by slice in-plane with ``order`` and then
+    along the slices by nearest neighbour."""
+    scale = [float(t) / float(s) for s, t in zip(spacing, target)]
+    depth = volume.shape[0]
+    keeps_depth = shape[0] == depth and scale[0] == 1.0
+    if not keeps_depth and not anisotropic(spacing, target):
+        return _affine(volume, scale, shape, order)
+    planes = np.empty((depth, shape[1], shape[2]), dtype=np.float32)
+    for d in range(depth):
+        planes[d] = _affine(volume[d], scale[1:], shape[1:], order)
+    if keeps_depth:
+        return planes
+    return _affine(planes, (scale[0], 1.0, 1.0), shape, 0)
+
+
+def resample_image(arr: np.ndarray, spacing: Sequence[float], target: Sequence[float],
+                   shape: Optional[Sequence[int]] = None) -> np.ndarray:
+    """``(D, H, W, C)`` pixels of voxel ``spacing`` (mm, ``(depth, height, width)``) onto the grid
+    of ``target`` spacing and ``shape`` (default :func:`planned_shape`): each channel by a
+    third-order spline (scipy.ndimage), computed in float32 and cast back to ``arr``'s dtype,
+    integers rounded and clipped to the dtype's range; anisotropic data in-plane, then by
+    nearest neighbour along the slices (module docstring)."""
+    shape = tuple(shape) if shape is not None else planned_shape(arr.shape[:3], spacing, target)
+    if tuple(arr.shape[:3]) == shape and tuple(map(float, spacing)) == tuple(map(float, target)):
+        return arr
+    out = np.empty(shape + (arr.shape[3],), dtype=np.float32)
+    for c in range(arr.shape[3]):
+        out[..., c] = _resample_volume(arr[..., c].astype(np.float32), spacing, target, shape, IMAGE_ORDER)
+    return np.ascontiguousarray(_cast_like(out, arr.dtype))
+
+
+def resample_mask(mask: np.ndarray, spacing: Sequence[float], target: Sequence[float],
+                  shape: Optional[Sequence[int]] = None) -> np.ndarray:
+    """A ``(D, H, W, C)`` mask onto the grid of :func:`resample_image`, nnU-Net's way: one channel
+    of class indices (0 background) class by class, the class whose linearly resampled indicator
+    is largest where it reaches 0.5, background elsewhere; several channels (one a class, 0 or 1)
+    each resampled so and thresholded at 0.5. Only classes present in the input come out."""
+    shape = tuple(shape) if shape is not None else planned_shape(mask.shape[:3], spacing, target)
+    if tuple(mask.shape[:3]) == shape and tuple(map(float, spacing)) == tuple(map(float, target)):
+        return mask
+    out = np.zeros(shape + (mask.shape[3],), dtype=mask.dtype)
+    for c in range(mask.shape[3]):
+        channel = mask[..., c]
+        if mask.shape[3] > 1:
+            weight = _resample_volume((channel != 0).astype(np.float32), spacing, target, shape, MASK_ORDER)
+            out[..., c] = (weight >= THRESHOLD).astype(mask.dtype)
+            continue
+        best = np.zeros(shape, dtype=np.float32)
+        for value in np.unique(channel):
+            if value == 0:
+                continue
+            weight = _resample_volume((channel == value).astype(np.float32), spacing, target, shape, MASK_ORDER)
+            wins = (weight >= THRESHOLD) & (weight > best)
+            out[..., c][wins] = value
+            best = np.maximum(best, np.where(weight >= THRESHOLD, weight, 0.0))
+    return np.ascontiguousarray(out)
