@@ -253,6 +253,25 @@ def parse_version(text: str) -> str:
     return version_name(int(text))
 
 
+TAGS_DIR = "tags"                   # ROOT/tags/NAME holds the version the tag names
+_TAG = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+def is_tag(text) -> bool:
+    """A version given by name (``"paper-2026"``), not by number."""
+    return isinstance(text, str) and not text.strip().isdigit()
+
+
+def check_tag(text: str) -> str:
+    """``text`` as a tag name (it becomes ``ROOT/tags/NAME``), else BadName: a letter, then up
+    to 63 letters, digits, ``_``, ``.`` or ``-`` (not a number: numbers are versions)."""
+    name = str(text).strip()
+    if not _TAG.match(name) or name.endswith("."):
+        raise BadName(f"tag {text!r:.80}: a tag is a letter then up to 63 letters, digits, '_', '.' or '-' "
+                      f"(e.g. paper-2026)")
+    return name
+
+
 def is_version_name(text: str) -> bool:
     return bool(_VERSION.match(text))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
 
 from dcm2tfrecord.dataset import names
@@ -107,15 +108,18 @@ def is_versioned(root: str) -> bool:
 
 def locate_dataset(path: str, version: Optional[str], exists: Callable[[str], bool],
                    read_latest: Callable[[str], Optional[str]],
-                   join: Callable[[str, str], str] = names.join) -> str:
+                   join: Callable[[str, str], str] = names.join,
+                   read_text: Optional[Callable[[str], str]] = None) -> str:
     """A dataset directory: ``path`` itself, or the version of a versioned root.
 
-    With ``version`` the root's ``versions/NNNN``; without, ``path`` when it
-    holds a dataset.json, else the version ``read_latest(path)`` names (None:
-    ``path`` unchanged). The file system comes in as functions, so the reader
-    locates through its own.
+    With ``version`` the root's ``versions/NNNN``: a number, or a tag's name (``tag``, read
+    from ``ROOT/tags/NAME`` by ``read_text``); without, ``path`` when it holds a dataset.json,
+    else the version ``read_latest(path)`` names (None: ``path`` unchanged). The file system
+    comes in as functions, so the reader locates through its own.
     """
     path = str(path).rstrip("/") or "/"
+    if version is not None and names.is_tag(version):
+        return join(join(path, VERSIONS_DIR), tagged_version(path, str(version), exists, read_text, join))
     if version is not None:
         return join(join(path, VERSIONS_DIR), parse_version(version))
     if exists(join(path, MANIFEST_NAME)):
@@ -124,10 +128,70 @@ def locate_dataset(path: str, version: Optional[str], exists: Callable[[str], bo
     return join(join(path, VERSIONS_DIR), latest) if latest else path
 
 
+class UnknownTag(FormatError, ValueError):
+    """A version asked for by a name no tag of the root holds."""
+
+
+def tagged_version(root: str, tag: str, exists: Callable[[str], bool],
+                   read_text: Optional[Callable[[str], str]],
+                   join: Callable[[str, str], str] = names.join) -> str:
+    """The version ``ROOT/tags/TAG`` names; UnknownTag when there is no such tag."""
+    name = names.check_tag(tag)
+    path = join(join(root, names.TAGS_DIR), name)
+    if read_text is None or not exists(path):
+        raise UnknownTag(f"{root} has no tag {name!r} (dcm2tfrecord tag {root} lists its tags)")
+    text = read_text(path).strip()
+    try:
+        return parse_version(text)
+    except ValueError:
+        raise UnknownTag(f"{path} holds {text[:40]!r}, not a version; tag it again with "
+                         f"dcm2tfrecord tag {root} {name} N --move") from None
+
+
+def read_text(path: str) -> str:
+    with FileSystems.open(path) as handle:
+        return handle.read(256).decode("utf-8", "replace")
+
+
+def resolve_version(root: str, version: str) -> str:
+    """``version``, a number (``3``, ``0003``) or a tag of ``root``, as a version name."""
+    if names.is_tag(version):
+        return tagged_version(root, str(version), FileSystems.exists, read_text, FileSystems.join)
+    return parse_version(version)
+
+
+def tags(root: str) -> dict[str, str]:
+    """Tag name -> the version it names, for every readable tag of ``root``."""
+    found = {}
+    for path in FileSystems.match(FileSystems.join(root, names.TAGS_DIR, "*")):
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            found[names.check_tag(name)] = tagged_version(root, name, FileSystems.exists, read_text,
+                                                          FileSystems.join)
+        except (ValueError, OSError):
+            continue                    # not a tag of ours (a stray file): listed by nothing
+    return dict(sorted(found.items()))
+
+
+def set_tag(root: str, tag: str, version: str) -> None:
+    """``ROOT/tags/TAG`` naming ``version``: a temp file renamed over it."""
+    name = names.check_tag(tag)
+    folder = FileSystems.join(root, names.TAGS_DIR)
+    write_atomically(folder, name, (parse_version(version) + "\n").encode("ascii"), "text/plain")
+    remove_empty_incomplete_dir(folder)
+
+
+def delete_tag(root: str, tag: str) -> None:
+    path = FileSystems.join(root, names.TAGS_DIR, names.check_tag(tag))
+    if not FileSystems.exists(path):
+        raise UnknownTag(f"{root} has no tag {tag!r}")
+    FileSystems.delete([path])
+
+
 def resolve_dataset_dir(path: str, version: Optional[str] = None) -> str:
     """:func:`locate_dataset` through the format's file system; a LATEST naming no committed
     version is DamagedLatest (with the repair)."""
-    return locate_dataset(path, version, FileSystems.exists, read_latest, FileSystems.join)
+    return locate_dataset(path, version, FileSystems.exists, read_latest, FileSystems.join, read_text)
 
 
 def shard_uri(dataset_dir: str, file: str) -> str:
@@ -256,3 +320,70 @@ def choose_reused(full: Iterable[PreviousShard], delta_bytes: Mapping[str, int],
                 (len(small) > 1 or delta_bytes.get(split, 0) > 0):
             reused -= {s.file for s in small}
     return reused
+
+
+# ---------------------------------------------------------------- pruning
+
+
+@dataclasses.dataclass(frozen=True)
+class PrunePlan:
+    """What ``prune`` removes: whole versions, and of their files those no kept version uses."""
+    kept: tuple[str, ...]
+    removed: tuple[str, ...]
+    files: tuple[str, ...]          # under the versions directory, ``NNNN/name``
+    held: tuple[str, ...]           # files of removed versions a kept version reuses
+
+
+def prune_plan(root: str, keep: int) -> PrunePlan:
+    """The versions of ``root`` past the ``keep`` newest, less the one LATEST names and every
+    tagged one; of their files, those no kept version's manifest reuses (``../NNNN/file``, its
+    ``.idx`` and ``.records.json``: a later --incremental run reuses through them)."""
+    from dcm2tfrecord.dataset.manifest import read_manifest
+    if keep < 1:
+        raise ValueError(f"--keep {keep}: at least 1 (the newest version) is kept")
+    committed = committed_versions(root)
+    latest = read_latest(root)
+    kept = set(committed[-keep:]) | set(tags(root).values()) | ({latest} if latest else set())
+    kept &= set(committed)
+    removed = [v for v in committed if v not in kept]
+    used: set[str] = set()
+    for name in sorted(kept):
+        manifest = read_manifest(version_dir(root, name))
+        for split in manifest.splits.values():
+            for shard in split.shards:
+                for file in (shard.file, shard.index, records_file_name(shard.file)):
+                    if file.startswith(names.PARENT):
+                        used.add(strip_parent(file))
+    # the removed versions' files, and those of versions an earlier prune uncommitted and was
+    # stopped before it removed their files (below the newest committed: a run writing the
+    # next version, above it, is left alone)
+    newest = committed[-1] if committed else ""
+    files: list[str] = []
+    held: list[str] = []
+    for path in FileSystems.match(FileSystems.join(root, VERSIONS_DIR, "*", "*")):
+        version, file = path.rstrip("/").rsplit("/", 2)[-2:]
+        if not is_version_name(version) or version in kept or version > newest:
+            continue
+        if "://" not in path and not os.path.isfile(path):
+            continue
+        relative = f"{version}/{file}"
+        (held if relative in used else files).append(relative)
+    return PrunePlan(tuple(sorted(kept)), tuple(removed), tuple(sorted(files)), tuple(sorted(held)))
+
+
+def prune(root: str, plan: PrunePlan) -> None:
+    """Carries ``plan`` out: each removed version's dataset.json first (it is no longer
+    committed: no reader, rollback or tag reaches it), then its files no kept version uses.
+    Killed half way, what is left is files of uncommitted versions, which the next prune removes."""
+    for name in plan.removed:
+        manifest = FileSystems.join(version_dir(root, name), MANIFEST_NAME)
+        if FileSystems.exists(manifest):
+            FileSystems.delete([manifest])
+    doomed = [FileSystems.join(root, VERSIONS_DIR, relative) for relative in plan.files
+              if not relative.endswith("/" + MANIFEST_NAME)]
+    if doomed:
+        FileSystems.delete(doomed)
+    for name in plan.removed:                   # a local folder left empty (gs:// has none)
+        folder = version_dir(root, name)
+        if "://" not in folder and os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)

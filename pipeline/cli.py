@@ -18,6 +18,8 @@ commands:
   preview   write a contact sheet PNG of random records of a split
   versions  list the versions of a root written with convert --incremental
   rollback  point a versioned root's LATEST at another version
+  tag       name a version of a versioned root (reader.load(..., version=NAME)); list tags
+  prune     remove old versions of a versioned root, never LATEST's or a tagged one
   copy      copy a dataset to another folder or bucket, every byte checked, resumable
 
 run 'dcm2tfrecord COMMAND --help' for a command's options."""
@@ -28,6 +30,7 @@ run 'dcm2tfrecord COMMAND --help' for a command's options."""
 COMMANDS = {"convert": ("convert", "main"), "demo": ("commands.demo", "main"), "verify": ("commands.verify", "main"),
             "inspect": ("commands.inspect", "main"), "preview": ("commands.preview", "main"),
             "versions": ("commands.versions", "versions_main"), "rollback": ("commands.versions", "rollback_main"),
+            "tag": ("commands.versions", "tag_main"), "prune": ("commands.versions", "prune_main"),
             "copy": ("commands.copy_dataset", "main")}
 
 

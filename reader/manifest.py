@@ -206,7 +206,7 @@ def _read_latest(root: str) -> Optional[str]:
 
 def resolve(dataset_dir: str, version=None) -> str:
     """The directory holding the dataset.json to read (see ``dataset.versions.locate_dataset``)."""
-    return locate_dataset(dataset_dir, version, tf.io.gfile.exists, _read_latest, tf.io.gfile.join)
+    return locate_dataset(dataset_dir, version, tf.io.gfile.exists, _read_latest, tf.io.gfile.join, _read_text)
 
 
 def info(dataset_dir: str, version=None) -> DatasetInfo:

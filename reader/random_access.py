@@ -48,7 +48,7 @@ def _read_manifest(dataset_dir: str, version) -> tuple[Manifest, str]:
         path = names.join(root, names.LATEST_NAME)
         return names.parse_version(storage.read_text(path)) if storage.exists(path) else None
 
-    directory = locate_dataset(dataset_dir, version, storage.exists, read_latest)
+    directory = locate_dataset(dataset_dir, version, storage.exists, read_latest, read_text=storage.read_text)
     path = names.join(directory, names.MANIFEST_NAME)
     if not storage.exists(path):
         raise missing_manifest(path, directory)

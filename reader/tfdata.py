@@ -188,7 +188,8 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
       variable-length ones come back as ``tf.RaggedTensor``.
     - ``cycle_length``: shards read in parallel (default ``min(shards, 16)``).
     - ``version``: for a root written with ``convert --incremental``, the version
-      to read (a number); default: the one its LATEST file names.
+      to read (a number, or a tag's name: ``dcm2tfrecord tag``); default: the one its
+      LATEST file names.
     - ``masks``: for a dataset converted with ``--unit series --class_map``, batches of
       ``(images, masks, labels)`` (``mask`` in place of ``mask_raw`` with ``output="dict"``):
       masks ``[batch, depth, height, width, mask_channels]`` (no depth axis where images

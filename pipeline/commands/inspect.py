@@ -32,6 +32,9 @@ def parse_inspect(argv: Sequence[str]) -> argparse.Namespace:
                         help="print record N (0-based, the reader's unshuffled order) of --split")
     parser.add_argument("--split", default=None,
                         help="split of --record (default: train, else the first split)")
+    parser.add_argument("--version", default=None, metavar="V",
+                        help="of a root written with --incremental: the version (a number or a tag) "
+                             "to show (default: the one LATEST names)")
     parser.add_argument("--all_shards", action="store_true",
                         help=f"list every shard (default: the first {SHARDS_LISTED} per split)")
     return parser.parse_args(list(argv))
@@ -45,11 +48,11 @@ def printable(text: str) -> str:
                    else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
-def load_info(dataset_dir: str):
+def load_info(dataset_dir: str, version=None):
     """reader.info, with a missing dataset.json as a usage error (exit code 2)."""
     from dcm2tfrecord import reader
     try:
-        return reader.info(dataset_dir)
+        return reader.info(dataset_dir, version)
     except FileNotFoundError as exc:
         import tensorflow as tf
         from dcm2tfrecord.dataset.names import LATEST_NAME
@@ -289,7 +292,7 @@ def format_record(manifest: Manifest, split: str, index: int, features: Mapping)
 
 def main(argv: Sequence[str]) -> int:
     args = parse_inspect(argv)
-    info = load_info(args.dataset.rstrip("/") or "/")
+    info = load_info(args.dataset.rstrip("/") or "/", args.version)
     dataset_dir = info.dataset_dir     # a versioned root: the version LATEST names
     manifest = info.manifest
     if args.record is None:
