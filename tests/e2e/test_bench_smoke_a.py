@@ -164,7 +164,7 @@ def _check_convert(rows: list, kinds: tuple) -> None:
     assert set(by) == {(kind, method) for kind in kinds for method in ("baseline", "decode", "pipeline")}, sorted(by)
     for (kind, method), row in by.items():
         assert row["files"] == 3, row
-        assert row["wall_s"] > 0 and row["pixel_mb_per_s"] > 0 and row["peak_largest_mib"] > 0, row
+        assert row["wall_s"] > 0 and row["pixel_mb_per_s"] >= 0 and row["peak_largest_mib"] > 0, row   # MiB/s: 0.1s
         assert row["fixed_s"] is not None and row["fixed_s"] > 0, row       # the 2-file run too
         if method == "decode":
             assert row["output_mib"] == 0, row                              # decode-only writes nothing
