@@ -28,6 +28,7 @@ import importlib.util
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,7 +167,10 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({k: {f: v for f, v in r.items() if f != "shards"} for k, r in results.items()}, handle, indent=1)
-    return 0 if all(r["shards"] == local["shards"] for r in results.values()) else 1
+    same = all(r["shards"] == local["shards"] for r in results.values())
+    if args.smoke and same:
+        shutil.rmtree(work, ignore_errors=True)       # a full run keeps its shards and cluster logs
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
