@@ -35,6 +35,10 @@ Six kinds, each written under ``benchmarks/.cache/<name>/`` (git-ignored):
   Lossless (1.2.840.10008.1.2.5), encoded by pydicom (``Dataset.compress``);
   ~17 MiB per file (2.4x).
 
+``DCM2TFRECORD_BENCH_CACHE`` names another folder for the cache (read at import: every
+benchmark that imports ``CACHE_DIR`` follows it); tests/e2e/test_bench_smoke_a.py gives each
+smoke run its own, so runs in parallel neither share nor reuse what another built.
+
 Every file depends only on (kind, parameters, index), so generation is
 resumable: files are written to a temp name and renamed, existing ones are
 kept, and a marker ``<name>.complete`` next to the archive directory (JSON:
@@ -60,7 +64,7 @@ import numpy as np
 MIB = 1 << 20
 GENERATOR_VERSION = 1
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-CACHE_DIR = os.path.join(BENCH_DIR, ".cache")
+CACHE_DIR = os.environ.get("DCM2TFRECORD_BENCH_CACHE") or os.path.join(BENCH_DIR, ".cache")
 MARKER = ".complete"
 
 CT_SIZE = 512

@@ -14,6 +14,10 @@ session 5)::
 
     PYTHONPATH=. python -m benchmarks.bench_beam_records --records 4000 --repeats 3
     PYTHONPATH=/tmp/before python benchmarks/bench_beam_records.py --records 4000 --repeats 3
+    PYTHONPATH=. python -m benchmarks.bench_beam_records --smoke    # seconds: tests/e2e/test_bench_smoke_a.py
+
+``--smoke``: 1000 records against 200, once, made from the one slice of a ``ct_vendor_archive(0.5)``
+(benchmarks/archives.py, built when missing) unless ``--slice`` names a file.
 """
 from __future__ import annotations
 
@@ -87,6 +91,15 @@ def _check(total: int, expected: int) -> None:
         raise AssertionError(f"{total} records planned, {expected} made")
 
 
+def _smoke_slice() -> str:
+    """The one slice of the smallest vendor CT archive (built when missing)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:            # run as a file: the benchmarks package is the checkout's
+        sys.path.append(root)
+    from benchmarks.archives import ct_vendor_archive
+    return ct_vendor_archive(0.5).file_paths()[0]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slice", default=DEFAULT_SLICE, help="the DICOM file records are made from")
@@ -94,7 +107,13 @@ def main(argv=None) -> int:
     parser.add_argument("--small", type=int, default=500, help="the run whose CPU is subtracted")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="write the figures here too")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_a.py runs")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.records, args.small, args.repeats = 1000, 200, 1
+        if args.slice == DEFAULT_SLICE:
+            args.slice = _smoke_slice()
     paths = glob.glob(args.slice)
     if not paths:
         print(f"bench_beam_records: --slice {args.slice}: no such file (build the archive with "

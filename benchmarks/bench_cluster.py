@@ -3,6 +3,14 @@ on the same CT archive: wall time, CPU per record (the launcher plus every proce
 cluster: daemons, job server, worker pool and its SDK workers), and the ratios.
 
     PYTHONPATH=. python -m benchmarks.bench_cluster --mb 40 --engines spark flink
+    PYTHONPATH=. python -m benchmarks.bench_cluster --smoke    # the local run alone, seconds
+    PYTHONPATH=. python -m benchmarks.bench_cluster --smoke --engines spark flink   # minutes
+
+``--smoke`` (tests/e2e/test_bench_smoke_a.py): a CT archive of 2 slices; without ``--engines``,
+the local run alone, on the Beam installed here (nothing fetched, no cluster started): the
+archive, the conversion, the figures, the table and --json as a full run makes them. With
+``--engines``, those clusters too, each started, run and stopped as a full run does them (the
+first time, ~0.9 GB fetched into scripts/local_cluster.py's cache).
 
 The cluster (scripts/local_cluster.py: one master + two workers, or a job manager + two
 task managers, each worker one core) is started before the clock and stopped after; the
@@ -20,6 +28,7 @@ import importlib.util
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,7 +87,8 @@ def _convert_args(archive_root: str, salt: str, output: str) -> list:
 def run_local(lc, paths, archive_root: str, salt: str, work: str) -> dict:
     output = os.path.join(work, "local")
     env = bench_env()
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (paths.beam_python, env.get("PYTHONPATH")) if p)
+    if paths is not None:             # the clusters' Beam (no cluster: the Beam installed here)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (paths.beam_python, env.get("PYTHONPATH")) if p)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
     subprocess.run([sys.executable, "-m", "dcm2tfrecord.pipeline", "convert",
@@ -117,19 +127,32 @@ def run_cluster(lc, paths, engine: str, archive_root: str, salt: str, work: str)
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=40, help="CT archive size in MiB (512 KiB slices)")
-    parser.add_argument("--engines", nargs="+", default=["spark", "flink"], choices=["spark", "flink"])
+    parser.add_argument("--engines", nargs="+", choices=["spark", "flink"],
+                        help="default: spark flink; with --smoke, none")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_a.py runs")
     args = parser.parse_args(argv)
+    if args.engines is None:
+        args.engines = [] if args.smoke else ["spark", "flink"]
+    if args.smoke:
+        args.mb = 1.0
     lc = _local_cluster()
-    paths = lc.fetch(tuple(args.engines))
+    # no engine (--smoke): the local run on the Beam installed here, nothing fetched
+    paths = lc.fetch(tuple(args.engines)) if args.engines else None
     archive = ct_archive(args.mb)
     work = tempfile.mkdtemp(prefix="bench-cluster-")
     salt = os.path.join(work, "salt")
     with open(salt, "w") as handle:
         handle.write("bench-cluster-salt\n")
     print(machine_description())
-    print(f"archive: {archive.path} ({args.mb:g} MiB CT); Beam {lc.BEAM_JAVA} (Python and Java), "
-          f"Spark {lc.SPARK}, Flink {lc.FLINK}")
+    if paths is None:
+        import apache_beam
+        print(f"archive: {archive.path} ({args.mb:g} MiB CT); Beam {apache_beam.__version__} (installed), "
+              "no cluster")
+    else:
+        print(f"archive: {archive.path} ({args.mb:g} MiB CT); Beam {lc.BEAM_JAVA} (Python and Java), "
+              f"Spark {lc.SPARK}, Flink {lc.FLINK}")
     results = {"local": run_local(lc, paths, archive.path, salt, work)}
     for engine in args.engines:
         results[engine] = run_cluster(lc, paths, engine, archive.path, salt, work)
@@ -144,7 +167,10 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({k: {f: v for f, v in r.items() if f != "shards"} for k, r in results.items()}, handle, indent=1)
-    return 0 if all(r["shards"] == local["shards"] for r in results.values()) else 1
+    same = all(r["shards"] == local["shards"] for r in results.values())
+    if args.smoke and same:
+        shutil.rmtree(work, ignore_errors=True)       # a full run keeps its shards and cluster logs
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ records use), python-isal (ISA-L's igzip) and zlib-ng, compressing and inflating
 data of the same slices in this process; CPU per slice and the compressed ratio.
 
     .venv/bin/python -m benchmarks.bench_deflate --slices 60
+    .venv/bin/python -m benchmarks.bench_deflate --smoke     # 2 slices, a second (tests/e2e/test_bench_smoke_a.py)
     (pip install isal zlib-ng first: neither is a dependency of the project)
 """
 from __future__ import annotations
@@ -38,7 +39,11 @@ def _codecs() -> dict:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slices", type=int, default=60)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_a.py runs")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.slices = 2
     slices = [ct_pixels(0, 0, float(z), z).astype("<i2").tobytes() for z in range(args.slices)]
     raw = sum(map(len, slices))
     print(machine_description())

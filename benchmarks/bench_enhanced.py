@@ -16,6 +16,7 @@ The time per frame of a linear cost is the same at every size: the ratios printe
 
     .venv/bin/python -m benchmarks.bench_enhanced --frames 250,1000,4000
     .venv/bin/python -m benchmarks.bench_enhanced --frames 250,1000 --cases split   # the code before
+    .venv/bin/python -m benchmarks.bench_enhanced --smoke    # 8 and 16 frames, seconds (tests/e2e/test_bench_smoke_a.py)
 """
 from __future__ import annotations
 
@@ -110,7 +111,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--frames", default="250,1000,4000", help="frame counts, comma-separated")
     parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_a.py runs")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.frames = "8,16"
     sizes = [int(n) for n in args.frames.split(",")]
     results = []
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():

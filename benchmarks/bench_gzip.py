@@ -7,6 +7,7 @@ the median CPU and wall per record are reported with the ratio to the plain writ
 in the same run, and the bytes on disk.
 
     .venv/bin/python -m benchmarks.bench_gzip --mb 100 --levels 1,3,6,9 --repeats 3
+    .venv/bin/python -m benchmarks.bench_gzip --smoke    # 2 slices, levels 1 and 9, once (tests/e2e/test_bench_smoke_a.py)
 
 Level 9 is what every gzip shard was written with before --gzip_level.
 """
@@ -51,7 +52,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mb", type=float, default=100.0, help="archive size (512x512 int16 CT slices)")
     parser.add_argument("--levels", default="1,3,6,9")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_a.py runs")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.mb, args.levels, args.repeats = 1.0, "1,9", 1
     archive = ct_archive(args.mb)
     configs = [("none", 0)] + [("gzip", int(level)) for level in args.levels.split(",")]
     runs: dict = {c: [] for c in configs}

@@ -20,6 +20,10 @@ shards reaches on this machine's cores with zlib.
 Reported per method: best and median images/s, CPU ms per image (median), and ratios to plain.
 
     .venv/bin/python -m benchmarks.bench_gzip_read --repeats 3
+    .venv/bin/python -m benchmarks.bench_gzip_read --smoke    # 31 images, once (tests/e2e/test_bench_smoke_a.py)
+
+CPU time is counted in clock ticks (os.times): at ``--smoke`` size a method's CPU per image can
+read 0, and its ratios then print as nan.
 """
 from __future__ import annotations
 
@@ -103,13 +107,18 @@ def inflate_ms_per_image(files, images: int) -> float:
     return 1000 * (time.process_time() - cpu) / images
 
 
+def _ratio(a: float, b: float) -> float:
+    """a / b, nan where b is 0 (CPU in clock ticks: a short pass can read 0)."""
+    return a / b if b else float("nan")
+
+
 def one_pass(make) -> dict:
     ds = make()
     cpu, started, images = _own_cpu(), time.perf_counter(), 0
     for images_batch, _ in ds:
         images += int(images_batch.shape[0])
     wall = time.perf_counter() - started
-    return {"images": images, "per_s": images / wall, "cpu_ms": 1000 * (_own_cpu() - cpu) / images}
+    return {"images": images, "per_s": images / wall, "cpu_ms": 1000 * (_own_cpu() - cpu) / max(images, 1)}
 
 
 def main(argv: list[str]) -> int:
@@ -118,7 +127,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--png-mb", type=float, default=PNG_MB, help="224x224x3 images (718: 5,002)")
     parser.add_argument("--no-level9", action="store_true", help="skip the --gzip_level 9 shards")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_a.py runs")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.png_mb, args.batch, args.repeats = 4.4, 8, 1          # 31 images
     source = png_source(args.png_mb)
     plain, gzip1 = converted(source), converted_gzip(source, 1)
     gzip9 = None if args.no_level9 else converted_gzip(source, 9)
@@ -142,6 +155,9 @@ def main(argv: list[str]) -> int:
             print(f"  round {round_ + 1} {name:13s} {result['per_s']:6.0f} images/s "
                   f"{result['cpu_ms']:.3f} ms CPU/image (load {os.getloadavg()[0]:.1f})", flush=True)
     images = passes["plain"][0]["images"]
+    short = {name: [r["images"] for r in runs] for name, runs in passes.items() if any(r["images"] != images for r in runs)}
+    if short:
+        raise SystemExit(f"not every method read the {images} images of plain: {short}")
     summary = {name: {"best": max(r["per_s"] for r in runs), "median": statistics.median(r["per_s"] for r in runs),
                       "cpu_ms": statistics.median(r["cpu_ms"] for r in runs)} for name, runs in passes.items()}
     inflate = {level: inflate_ms_per_image(reader.info(d).shard_paths("train"), images)
@@ -151,14 +167,14 @@ def main(argv: list[str]) -> int:
     print("| method | images/s best | median | x plain (best) | CPU ms/image | x plain |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, s in summary.items():
-        print(f"| {name} | {s['best']:.0f} | {s['median']:.0f} | {s['best'] / base['best']:.2f} | "
-              f"{s['cpu_ms']:.3f} | {s['cpu_ms'] / base['cpu_ms']:.2f} |")
+        print(f"| {name} | {s['best']:.0f} | {s['median']:.0f} | {_ratio(s['best'], base['best']):.2f} | "
+              f"{s['cpu_ms']:.3f} | {_ratio(s['cpu_ms'], base['cpu_ms']):.2f} |")
     cores = os.cpu_count() or 1
     for level, ms in inflate.items():
-        ceiling = 1000 * cores / (ms + base["cpu_ms"])
+        ceiling = _ratio(1000 * cores, ms + base["cpu_ms"])
         print(f"zlib inflate alone, level {level} shards: {ms:.3f} ms CPU/image; a gzip reader's ceiling "
               f"on {cores} cores, all busy: {cores} / ({ms:.3f} + plain's {base['cpu_ms']:.3f} ms) = "
-              f"{ceiling:.0f} images/s, {ceiling / base['best']:.2f} x plain's best of this run")
+              f"{ceiling:.0f} images/s, {_ratio(ceiling, base['best']):.2f} x plain's best of this run")
     return 0
 
 

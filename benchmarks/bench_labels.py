@@ -11,6 +11,7 @@ The property to show: time linear and memory flat in the row count.
 
     .venv/bin/python -m benchmarks.bench_labels --rows 1000000
     .venv/bin/python -m benchmarks.bench_labels --rows 100000,1000000   # memory flat?
+    .venv/bin/python -m benchmarks.bench_labels --smoke    # 1,000 and 5,000 rows, seconds (tests/e2e/test_bench_smoke_a.py)
 
 Extra arguments after ``--`` go to the convert command (e.g. --direct_num_workers=1).
 """
@@ -62,7 +63,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rows", default="1000000", help="CSV row counts, comma-separated")
     parser.add_argument("--files", type=int, default=3, help="files in the archive (each matched)")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_a.py runs")
     args, extra = parser.parse_known_args(argv)
+    if args.smoke:
+        args.rows = "1000,5000"
     extra = [a for a in extra if a != "--"]
     root = os.path.join(CACHE_DIR, "labels")
     os.makedirs(root, exist_ok=True)

@@ -20,6 +20,10 @@ the end of each epoch: os.times()), the steady figure on a shared machine, and r
 median of ``--repeats`` round-robin passes; ratios to recipe_0w (torch, 0 workers).
 
     .venv/bin/python -m benchmarks.bench_loaders --repeats 3
+    .venv/bin/python -m benchmarks.bench_loaders --smoke    # 20 images, 3 slices, once (tests/e2e/test_bench_smoke_a.py)
+
+CPU time is counted in clock ticks (os.times): at ``--smoke`` size a pass's CPU per record can
+read 0, and a ratio over it then prints as nan.
 """
 from __future__ import annotations
 
@@ -92,7 +96,8 @@ def one_pass(make, threads_after: int) -> dict:
     return {"records": records, "cpu_ms": 1000 * cpu / records, "per_s": records / wall}
 
 
-def measure(methods: dict, repeats: int) -> dict:
+def measure(methods: dict, repeats: int, expected: int) -> dict:
+    """Each method's median over ``repeats`` passes; every pass must read ``expected`` records."""
     import torch
     threads = torch.get_num_threads()
     passes: dict = {name: [] for name in methods}
@@ -100,6 +105,8 @@ def measure(methods: dict, repeats: int) -> dict:
         for name, make in methods.items():
             result = one_pass(make, threads)
             passes[name].append(result)
+            if result["records"] != expected:
+                raise SystemExit(f"{name} read {result['records']} records of {expected}")
             print(f"  round {round_ + 1} {name:18s} {result['cpu_ms']:.3f} ms CPU/record "
                   f"{result['per_s']:7.0f} records/s", flush=True)
     return {name: {"cpu_ms": statistics.median(r["cpu_ms"] for r in runs),
@@ -110,7 +117,8 @@ def measure(methods: dict, repeats: int) -> dict:
 def table(title: str, summary: dict, base: str = "recipe_0w") -> list[str]:
     rows = [f"| {title} | CPU ms/record | x {base} | records/s | CPU per pass |", "|---|---:|---:|---:|---|"]
     for name, s in summary.items():
-        rows.append(f"| {name} | {s['cpu_ms']:.3f} | {s['cpu_ms'] / summary[base]['cpu_ms']:.2f} | "
+        ratio = s["cpu_ms"] / summary[base]["cpu_ms"] if summary[base]["cpu_ms"] else float("nan")
+        rows.append(f"| {name} | {s['cpu_ms']:.3f} | {ratio:.2f} | "
                     f"{s['per_s']:.0f} | {s['cpu_passes']} |")
     return rows
 
@@ -131,7 +139,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--png-mb", type=float, default=718.0, help="224x224x3 images (718: 5,002)")
     parser.add_argument("--ct-mb", type=float, default=150.0, help="512x512 int16 slices (150: 300)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_a.py runs")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.png_mb, args.ct_mb, args.batch, args.repeats = 2.9, 1.5, 4, 1     # 20 images, 3 slices
     import torch
     datasets = {"224x224x3 uint8": converted(png_source(args.png_mb)),
                 "512x512 int16 CT": converted(ct_archive(args.ct_mb))}
@@ -140,9 +152,10 @@ def main(argv: list[str]) -> int:
     lines: list[str] = []
     for title, dataset in datasets.items():
         from dcm2tfrecord import reader
-        _warm_page_cache(reader.RandomAccess(dataset)._paths)
-        print(f"{title}: {dataset}")
-        lines += table(title, measure(methods_for(dataset, args.batch), args.repeats)) + [""]
+        records = reader.RandomAccess(dataset)
+        _warm_page_cache(records._paths)
+        print(f"{title}: {dataset} ({len(records)} records)")
+        lines += table(title, measure(methods_for(dataset, args.batch), args.repeats, len(records))) + [""]
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     print("\n".join(lines))
     return 0
