@@ -18,9 +18,25 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NUMBER = r"[-+]?[\d,]*\.?\d+(?:e[-+]?\d+)?"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_cache(tmp_path_factory):
+    """The archive cache of these runs (DCM2TFRECORD_BENCH_CACHE, benchmarks/archives.py): one of
+    their own, never benchmarks/.cache, so no run reuses what older code built there (bench_reader
+    and bench_random_access share its dataset, converted race-free)."""
+    before = os.environ.get("DCM2TFRECORD_BENCH_CACHE")
+    os.environ["DCM2TFRECORD_BENCH_CACHE"] = str(tmp_path_factory.mktemp("bench_cache"))
+    yield
+    if before is None:
+        os.environ.pop("DCM2TFRECORD_BENCH_CACHE", None)
+    else:
+        os.environ["DCM2TFRECORD_BENCH_CACHE"] = before
 
 
 def run_smoke(name: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
