@@ -12,7 +12,9 @@ How it is checked: each file streams from the source into a temp file under the 
 ``.incomplete/`` while its sha256 is computed; a shard's digest must equal the manifest's (else
 the source is damaged: the copy stops, naming the shard); the temp file is read back at the
 destination and must hash the same, then is renamed to its name. So a file under its final name
-at the destination is whole and equal to the source.
+at the destination is whole and equal to the source. To an object store (``gs://``) a file is
+written straight to its name (an object appears only whole; a rename there is a server-side
+copy) and read back there; one that reads back wrong is deleted.
 
 Resuming: the first thing written is ``.dcm2tfrecord-copy.json`` naming the source's manifest
 (its sha256). A copy started again into a destination holding that marker keeps every file
@@ -132,24 +134,44 @@ def files_of(root: str, dataset_dir: str, manifest_bytes: bytes) -> list[FileToC
     return [FileToCopy(relative, digests[relative]) for relative in sorted(digests)]
 
 
-def _copy_one(source: str, destination: str, dst_root: str, expected: Optional[str]) -> int:
-    """``source`` to ``destination`` through a temp file, both digests checked; its bytes."""
+def _stream(source: str, target: str, dst_root: str, expected: Optional[str]) -> tuple[str, int]:
+    """``source``'s bytes written to ``target``: their sha256 (checked against ``expected``) and size."""
     digest, size = hashlib.sha256(), 0
+    with FileSystems.open(source) as reader, create_output(dst_root, target) as writer:
+        while chunk := reader.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            writer.write(chunk)
+    read = digest.hexdigest()
+    if expected is not None and read != expected:
+        raise CopyFailed(f"{source} does not hold what its dataset.json says (sha256 {read[:12]}... "
+                         f"against {expected[:12]}...): the source is damaged; run dcm2tfrecord verify on it")
+    return read, size
+
+
+def _check_written(path: str, read: str, size: int) -> None:
+    written, written_size = _sha256_of(path)
+    if (written, written_size) != (read, size):
+        raise CopyFailed(f"{path}: the bytes written ({written_size}) read back differently from the {size} "
+                         f"read; run copy again")
+
+
+def _copy_one(source: str, destination: str, dst_root: str, expected: Optional[str]) -> int:
+    """``source`` to ``destination``, both digests checked; its bytes. Locally through a temp
+    file renamed once checked; to an object store straight to its name, since an object appears
+    only whole (a rename there is a server-side copy: twice the writing), and one that then reads
+    back wrong is deleted before the error."""
+    if "://" in destination:
+        read, size = _stream(source, destination, dst_root, expected)
+        try:
+            _check_written(destination, read, size)
+        except CopyFailed:
+            FileSystems.delete([destination])
+            raise
+        return size
     with incomplete_file(destination, dst_root) as tmp:
-        with FileSystems.open(source) as reader, create_output(dst_root, tmp) as writer:
-            while chunk := reader.read(CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-                writer.write(chunk)
-        read = digest.hexdigest()
-        if expected is not None and read != expected:
-            raise CopyFailed(f"{source} does not hold what its dataset.json says (sha256 {read[:12]}... "
-                             f"against {expected[:12]}...): the source is damaged; run dcm2tfrecord verify "
-                             f"on it")
-        written, written_size = _sha256_of(tmp)
-        if (written, written_size) != (read, size):
-            raise CopyFailed(f"{destination}: the bytes written ({written_size}) read back differently from "
-                             f"the {size} read; run copy again")
+        read, size = _stream(source, tmp, dst_root, expected)
+        _check_written(tmp, read, size)
     return size
 
 

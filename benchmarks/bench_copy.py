@@ -1,0 +1,137 @@
+"""``dcm2tfrecord copy`` against a plain copy of the same files, in the same run (issue 46).
+
+A CT dataset (benchmarks/archives.py ``ct_archive``: 512x512 int16 slices, converted) is copied
+
+- local -> local: ``shutil.copytree`` (baseline) against ``copy_dataset``;
+- local -> gs:// and gs:// -> local on the GCS emulator (tests/support/gcs_emulator.py, in
+  memory on 127.0.0.1): google-cloud-storage's ``upload_from_filename`` /
+  ``download_to_filename`` per file (what ``gsutil cp`` does, baseline) against
+  ``copy_dataset``, which also checks every shard's sha256 against dataset.json while it
+  streams and reads every file back at the destination before renaming it.
+
+Each row: MB copied, wall and CPU seconds (this process and its children), MB/s, and the ratio
+of copy's wall time to the baseline's. What copy adds is the read-back (a second read of every
+byte at the destination) and the hashing; it is measured, not assumed.
+
+    .venv/bin/python -m benchmarks.bench_copy --mb 512 --json /tmp/copy.json
+    .venv/bin/python -m benchmarks.bench_copy --smoke        # tiny, seconds (tests/e2e/test_bench_smoke_b.py)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks.archives import CACHE_DIR, ct_archive   # noqa: E402
+
+
+def _cpu() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _timed(function) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), _cpu()
+    function()
+    return time.perf_counter() - wall, _cpu() - cpu
+
+
+def _files(root: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, names in os.walk(root) for f in names)
+
+
+def _dataset(total_mb: float) -> str:
+    """The converted CT archive (cached beside the archive, built once per size)."""
+    from dcm2tfrecord.pipeline import convert
+    from dcm2tfrecord.pipeline.options.table import ConvertOptions
+    archive = ct_archive(total_mb, log=lambda line: print(line, file=sys.stderr))
+    out = os.path.join(CACHE_DIR, "copy", os.path.basename(archive.path))
+    if not os.path.exists(os.path.join(out, "dataset.json")):
+        tmp = out + ".building"
+        shutil.rmtree(tmp, ignore_errors=True)
+        options = ConvertOptions(inputs=(archive.path,), output=tmp, id_salt="bench-copy-salt",
+                                 target_shard_mb=max(total_mb / 8, 1), min_shard_mb=0.5, max_shard_mb=max(total_mb, 4))
+        convert.run(options, ["--runner=DirectRunner", "--direct_num_workers=1"], quiet=True)
+        os.replace(tmp, out)
+    return out
+
+
+def run(total_mb: float, work: str) -> list[dict]:
+    from dcm2tfrecord.dataset.transfer import copy_dataset
+    from dcm2tfrecord.transforms.beam_files import install_beam_storage
+    from tests.support.gcs_emulator import running_emulator
+    install_beam_storage()
+    source = _dataset(total_mb)
+    size = sum(os.path.getsize(os.path.join(source, f)) for f in _files(source)) / 1e6
+    rows = []
+
+    def row(route, method, seconds, baseline=None):
+        wall, cpu = seconds
+        entry = {"route": route, "method": method, "mb": round(size, 2), "wall_s": round(wall, 3),
+                 "cpu_s": round(cpu, 3), "mb_per_s": round(size / wall, 1) if wall > 0 else None,
+                 "wall_vs_plain": round(wall / baseline, 2) if baseline else None}
+        rows.append(entry)
+        return wall
+
+    plain = row("local -> local", "shutil.copytree",
+                _timed(lambda: shutil.copytree(source, os.path.join(work, "plain"))))
+    row("local -> local", "dcm2tfrecord copy",
+        _timed(lambda: copy_dataset(source, os.path.join(work, "copied"))), plain)
+    assert _files(os.path.join(work, "copied")) == _files(source)
+
+    os.makedirs(os.path.join(work, "emulator"))
+    with running_emulator(os.path.join(work, "emulator")) as emulator:
+        bucket = emulator.client().bucket(emulator.bucket)
+
+        def upload():
+            for name in _files(source):
+                bucket.blob(f"plain/{name}").upload_from_filename(os.path.join(source, name))
+
+        def download():
+            for blob in emulator.client().list_blobs(emulator.bucket, prefix="plain/"):
+                target = os.path.join(work, "plain_back", blob.name[len("plain/"):])
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                blob.download_to_filename(target)
+        plain_up = row("local -> gs://", "google-cloud-storage per file", _timed(upload))
+        row("local -> gs://", "dcm2tfrecord copy",
+            _timed(lambda: copy_dataset(source, emulator.url("copied"))), plain_up)
+        plain_down = row("gs:// -> local", "google-cloud-storage per file", _timed(download))
+        row("gs:// -> local", "dcm2tfrecord copy",
+            _timed(lambda: copy_dataset(emulator.url("copied"), os.path.join(work, "copied_back"))), plain_down)
+    back = os.path.join(work, "copied_back")
+    assert _files(back) == _files(source) and all(
+        open(os.path.join(back, f), "rb").read() == open(os.path.join(source, f), "rb").read() for f in _files(source))
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=float, default=256, help="MiB of CT slices converted and copied (default 256)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs")
+    parser.add_argument("--json", default=None, help="also write the rows here")
+    args = parser.parse_args(argv)
+    total = 4.0 if args.smoke else args.mb
+    with tempfile.TemporaryDirectory(prefix="bench_copy_") as work:
+        rows = run(total, work)
+    print("| route | method | MB | wall s | CPU s | MB/s | wall / plain |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['route']} | {r['method']} | {r['mb']} | {r['wall_s']} | {r['cpu_s']} | {r['mb_per_s']} | "
+              f"{r['wall_vs_plain'] if r['wall_vs_plain'] is not None else ''} |")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"rows": rows}, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
