@@ -259,7 +259,7 @@ def _respace(pixels: np.ndarray, metadata: dict, record: ProbedRecord, settings:
                               "without --spacing")
     source = (original[0] if depth else target[0], original[1], original[2])
     scale = [t / s for s, t in zip(source, target)]
-    shape = (record.spec.depth, record.spec.height, record.spec.width)
+    shape: tuple[int, ...] = (record.spec.depth, record.spec.height, record.spec.width)
     size = pixels.shape[:3]
     box = metadata.get(patient_space.CROP_BOX)
     if box is not None and tuple(int(n) for n in box) != crops.full_box(metadata[patient_space.ORIGINAL_SHAPE]):
