@@ -113,3 +113,19 @@ def test_off_and_every_mode_keep_a_full_image_whole(mode):
     pixels = np.ones((2, 3, 4, 1), np.uint8)
     mask = np.ones((2, 3, 4, 1), np.uint8)
     assert crops.crop_box(mode, pixels, mask) == (0, 2, 0, 3, 0, 4)
+
+
+def test_the_shard_writer_takes_a_cropped_record_no_larger_than_planned_only_with_crop():
+    """Shards are planned on the uncropped size; with --crop a record of the planned dtype and
+    channels no larger along any axis goes in, anything else is still decoded_size_mismatch."""
+    from dcm2tfrecord.transforms.output.write import size_mismatch
+    from dcm2tfrecord.transforms.record_model import ImageSpec, ProbedRecord, SourceFile
+
+    record = ProbedRecord(source=SourceFile("/in/a.nii", "a.nii", 1, 0.0), record_id="a", kind="nifti",
+                          spec=ImageSpec(6, 8, 10, 1, "int16"))
+    assert size_mismatch(record, "int16", (6, 8, 10, 1)) == ""
+    assert size_mismatch(record, "int16", (2, 5, 6, 1))                      # without --crop: refused
+    assert size_mismatch(record, "int16", (2, 5, 6, 1), at_most=True) == ""
+    assert size_mismatch(record, "int16", (2, 9, 6, 1), at_most=True)       # past the plan along an axis
+    assert size_mismatch(record, "uint8", (2, 5, 6, 1), at_most=True)       # another dtype
+    assert size_mismatch(record, "int16", (2, 5, 3, 2), at_most=True)       # other channels
