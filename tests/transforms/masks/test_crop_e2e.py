@@ -157,3 +157,23 @@ def test_slice_records_are_cut_in_plane(tmp_path):
                                    (_affine(before) @ [0, box[2], box[4], 1])[:3], atol=1e-3)
     assert sorted(b[3] - b[2] for b in boxes) == [2, 3, series.shape[0]]
     assert verify_dataset(str(tmp_path / "out")).ok
+
+
+def test_a_raster_image_is_cut_in_plane_and_put_back_by_its_box(tmp_path):
+    """A PNG has no geometry: it is cut to its non-zero box in-plane, the box and its shape kept
+    (dicom/original_affine empty), and ``dcm2tfrecord verify`` passes on the dataset."""
+    from PIL import Image
+
+    from dcm2tfrecord.pipeline import cli
+
+    pixels = np.zeros((12, 16), np.uint8)
+    pixels[3:9, 5:14] = np.random.default_rng(13).integers(1, 255, size=(6, 9), dtype=np.uint8)
+    os.makedirs(tmp_path / "in")
+    Image.fromarray(pixels).save(tmp_path / "in" / "body.png")
+    [(_, record)] = _records(tmp_path / "in", tmp_path / "out", unit="file", crop="nonzero").items()
+    np.testing.assert_array_equal(record[CROP_BOX], (0, 1, 3, 9, 5, 14))
+    np.testing.assert_array_equal(np.asarray(record["image"]).reshape(6, 9), pixels[3:9, 5:14])
+    assert np.asarray(record["dicom/original_affine"]).size == 0
+    back = reader_geometry.to_original_grid(np.asarray(record["image"]).reshape(1, 6, 9), record)
+    np.testing.assert_array_equal(back[0], pixels)
+    assert cli.main(["verify", str(tmp_path / "out")]) == 0
