@@ -177,3 +177,32 @@ def test_a_raster_image_is_cut_in_plane_and_put_back_by_its_box(tmp_path):
     back = reader_geometry.to_original_grid(np.asarray(record["image"]).reshape(1, 6, 9), record)
     np.testing.assert_array_equal(back[0], pixels)
     assert cli.main(["verify", str(tmp_path / "out")]) == 0
+
+
+def test_an_enhanced_stack_is_cut_as_a_volume(tmp_path):
+    """An Enhanced multi-frame CT stored out of order: its stack is a volume, cut in 3-D to the
+    non-zero box (frames all zero at its ends, a zero border in-plane)."""
+    from tests.support import enhanced_objects as eo
+
+    datasets = eo.slices("crop", 6, spacing=2.5, intercepts=("0",))
+    for i, ds in enumerate(datasets):
+        pixels = np.zeros((int(ds.Rows), int(ds.Columns)), np.int16)
+        if 1 <= i <= 3:
+            pixels[10:40, 20:50] = 100 + i
+        ds.PixelData = pixels.tobytes()
+    enhanced = eo.legacy_enhanced(datasets, "crop")
+    eo.reorder_frames(enhanced, [3, 0, 5, 1, 4, 2])
+    eo.save(enhanced, tmp_path / "in" / "enhanced.dcm")
+    [(key, plain)] = _records(tmp_path / "in", tmp_path / "plain", unit="file").items()
+    [(_, record)] = _records(tmp_path / "in", tmp_path / "out", unit="file", crop="nonzero").items()
+    box = _box((plain["image"] != 0).any(axis=3))
+    assert box == (1, 4, 10, 40, 20, 50), box
+    np.testing.assert_array_equal(record[CROP_BOX], box)
+    np.testing.assert_array_equal(record["image"], _cut(plain["image"], box))
+    np.testing.assert_allclose(_affine(record)[:3, 3], (_affine(plain) @ [box[0], box[2], box[4], 1])[:3],
+                               atol=1e-3)
+    positions = np.asarray(record["dicom/image_position_patient"]).reshape(-1, 3)
+    assert len(positions) == 3
+    for k, position in enumerate(positions):
+        np.testing.assert_allclose(position, (_affine(record) @ [k, 0, 0, 1])[:3], atol=1e-3)
+    assert verify_dataset(str(tmp_path / "out")).ok
