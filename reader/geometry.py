@@ -13,7 +13,8 @@ gives it (a dict of arrays or tensors) and turn that affine into the other conve
   is (``sitk.GetImageFromArray(volume)`` takes ``[k, j, i]``);
 - :func:`volumes`: a stacked 4-D record's pixels as ``[t, z, y, x, channels]``;
 - :func:`to_original_grid`: a label array on the grid of a record resampled by ``convert
-  --spacing`` (a model's prediction) put back on the source's grid, by nearest neighbour.
+  --spacing`` or cut by ``convert --crop`` (a model's prediction) put back on the source's
+  grid (by nearest neighbour; zeros outside a crop's box).
 
 NumPy only: no TensorFlow, no Beam.
 """
@@ -29,6 +30,7 @@ VOLUME_INDEX = "dicom/volume_index"
 # convert --spacing: the source's grid before resampling (transforms.dicom.patient_space)
 ORIGINAL_SHAPE = "dicom/original_shape"
 ORIGINAL_AFFINE = "dicom/original_affine"
+CROP_BOX = "dicom/crop_box"        # convert --crop: the box cut, [k0, k1, j0, j1, i0, i1] in that grid
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 # [k, j, i] -> [i, j, k]: the voxel axes reversed
 _REVERSED = np.array([[0, 0, 1, 0], [0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 1]], dtype=float)
@@ -83,24 +85,35 @@ def volumes(pixels: np.ndarray, record: Mapping) -> np.ndarray:
 
 
 def to_original_grid(labels: np.ndarray, record: Mapping) -> np.ndarray:
-    """A label array on the grid of a record that ``convert --spacing`` resampled (``[depth,
-    height, width]`` or ``[depth, height, width, channels]``: a predicted label map, one channel
-    per class, or the record's own mask) on the source's grid, ``dicom/original_shape``, by
-    nearest neighbour: each source voxel takes the value of the record's voxel nearest to its
-    centre, found through the two affines (``dicom/affine`` and ``dicom/original_affine``: the
-    same place in the patient, in mm); a source voxel past the record's grid takes its edge voxel.
-    Values are copied, never blended: a label map stays a label map. ValueError for a record
-    without these features (not resampled by --spacing, or without geometry)."""
+    """A label array on the grid of a record that ``convert --spacing`` resampled or ``convert
+    --crop`` cut, or both (``[depth, height, width]`` or ``[depth, height, width, channels]``: a
+    predicted label map, one channel per class, or the record's own mask) on the source's grid,
+    ``dicom/original_shape``. A cropped record's voxels go back into its box, ``dicom/crop_box``,
+    zeros (background) outside it; a resampled one's by nearest neighbour: each source voxel takes
+    the value of the record's voxel nearest to its centre, found through the two affines
+    (``dicom/affine`` and ``dicom/original_affine``: the same place in the patient, in mm); a
+    source voxel past the record's grid takes its edge voxel. Values are copied, never blended: a
+    label map stays a label map. ValueError for a record without these features (neither
+    resampled nor cropped, or resampled without geometry)."""
     labels = np.asarray(labels)
     if ORIGINAL_SHAPE not in record:
-        raise ValueError("the record has no dicom/original_shape: it was not resampled by convert --spacing")
+        raise ValueError("the record has no dicom/original_shape: it was not resampled by convert --spacing "
+                         "nor cut by convert --crop")
     shape = tuple(int(n) for n in _values(record, ORIGINAL_SHAPE))
-    current = affine(record)
-    original = _values(record, ORIGINAL_AFFINE) if ORIGINAL_AFFINE in record else np.zeros(0)
-    if current is None or original.size != 16 or len(shape) != 3:
-        raise ValueError("the record has no dicom/affine and dicom/original_affine to map its grid back with")
     if all(name in record for name in ("depth", "height", "width")) and labels.shape[:3] != record_shape(record):
         raise ValueError(f"labels of shape {labels.shape} are not on the record's grid {record_shape(record)}")
+    box = tuple(int(n) for n in _values(record, CROP_BOX)) if CROP_BOX in record else None
+    current = affine(record)
+    original = _values(record, ORIGINAL_AFFINE) if ORIGINAL_AFFINE in record else np.zeros(0)
+    if box is not None and len(box) == 6 and len(shape) == 3 \
+            and labels.shape[:3] == (box[1] - box[0], box[3] - box[2], box[5] - box[4]) \
+            and (current is None or original.size != 16
+                 or np.allclose(current[:3, :3], original.reshape(4, 4)[:3, :3], rtol=1e-5, atol=1e-6)):
+        out = np.zeros(shape + labels.shape[3:], dtype=labels.dtype)   # cut, not resampled: put back
+        out[box[0]:box[1], box[2]:box[3], box[4]:box[5]] = labels
+        return out
+    if current is None or original.size != 16 or len(shape) != 3:
+        raise ValueError("the record has no dicom/affine and dicom/original_affine to map its grid back with")
     # source voxel [k, j, i, 1] -> mm -> the record's voxel index
     mapping = np.linalg.inv(current) @ original.reshape(4, 4)
     j, i = np.meshgrid(np.arange(shape[1]), np.arange(shape[2]), indexing="ij")
@@ -111,6 +124,10 @@ def to_original_grid(labels: np.ndarray, record: Mapping) -> np.ndarray:
         plane[0] = k
         index = np.clip(np.rint((mapping @ plane)[:3]), 0, limits).astype(np.intp)
         out[k] = labels[index[0], index[1], index[2]].reshape(shape[1:] + labels.shape[3:])
+    if box is not None and len(box) == 6:          # --crop: nothing of the record lies outside its box
+        inside = np.zeros(shape, dtype=bool)
+        inside[box[0]:box[1], box[2]:box[3], box[4]:box[5]] = True
+        out[~inside] = 0
     return out
 
 

@@ -17,6 +17,7 @@ from dcm2tfrecord.dataset.file_adapters import DEFAULT_GZIP_LEVEL, Compression
 if TYPE_CHECKING:
     from dcm2tfrecord.transforms.dicom.spec import DicomValues
     from dcm2tfrecord.transforms.dicom.voi import WindowBits
+    from dcm2tfrecord.transforms.images.crop import Crop
     from dcm2tfrecord.transforms.images.geometry import Channels, ResizeMode
     from dcm2tfrecord.transforms.labels.join import MissingLabel
     from dcm2tfrecord.transforms.labels.table import LabelKey, LabelKeyCase
@@ -59,6 +60,9 @@ class DecodeSettings:
     resize_mode: ResizeMode = _choice("stretch")
     # --spacing: the target voxel spacing, mm, (x, y, z) as given (transforms.images.spacing); None: off
     spacing: Optional[tuple[float, float, float]] = None
+    # --crop: cut each record (and its mask) to the image's non-zero or the mask's foreground box
+    # before --spacing (transforms.images.crop); off: untouched
+    crop: Crop = _choice("off")
     channels: Channels = _choice("keep")
     frames: Frames = _choice("stack")
     series_gaps: SeriesGaps = _choice("fail")

@@ -15,6 +15,7 @@ from dcm2tfrecord.dataset.file_adapters import Compression
 from dcm2tfrecord.pipeline.progress import Progress
 from dcm2tfrecord.transforms.dicom.spec import DicomValues
 from dcm2tfrecord.transforms.dicom.voi import WindowBits
+from dcm2tfrecord.transforms.images.crop import Crop
 from dcm2tfrecord.transforms.images.geometry import Channels, ResizeMode
 from dcm2tfrecord.transforms.labels.join import MissingLabel
 from dcm2tfrecord.transforms.labels.table import LabelKey, LabelKeyCase
@@ -24,6 +25,6 @@ from dcm2tfrecord.transforms.records.steps import Duplicates
 from dcm2tfrecord.transforms.series.volumes import Series4d, SeriesGaps, Unit
 from dcm2tfrecord.transforms.splits.assign import SplitBy
 
-__all__ = ["Channels", "Compression", "DicomValues", "Duplicates", "Frames", "LabelKey", "LabelKeyCase",
+__all__ = ["Channels", "Compression", "Crop", "DicomValues", "Duplicates", "Frames", "LabelKey", "LabelKeyCase",
            "MaskLayout", "MissingLabel", "MissingMask", "PixelEncoding", "Progress", "ResizeMode", "Series4d",
            "SeriesGaps", "SplitBy", "Unit", "WindowBits", "values"]

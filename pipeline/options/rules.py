@@ -17,6 +17,7 @@ from dcm2tfrecord.pipeline.options.table import OPTIONS, ConvertOptions
 from dcm2tfrecord.pipeline.options.salt import RANDOM_SALT, SALT_ENV, check_salt_stays_out_of_the_job
 from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.transforms.dicom.spec import DicomValues
+from dcm2tfrecord.transforms.images.crop import Crop
 from dcm2tfrecord.transforms.labels.table import LabelKey
 from dcm2tfrecord.transforms.masks.pairing import PatternError, parse_mask_pattern
 from dcm2tfrecord.transforms.records.probe import Frames
@@ -82,6 +83,15 @@ def validate(opts: ConvertOptions) -> None:
     if opts.spacing and opts.series_4d == Series4d.STACK:
         raise UsageError("--spacing needs --series_4d split: a stacked 4-D record's slices are several volumes, "
                          "which resampling along the slices would blend")
+    if opts.crop == Crop.FOREGROUND and not opts.class_map:
+        raise UsageError("--crop foreground needs --class_map (the masks whose foreground it crops to); "
+                         "or use --crop nonzero")
+    if opts.crop != Crop.OFF and opts.resize:
+        raise UsageError(f"--crop {opts.crop} and --resize exclude each other: a cropped record keeps its "
+                         "voxels' size (use --spacing to resample it); give one of them")
+    if opts.crop != Crop.OFF and opts.series_4d == Series4d.STACK:
+        raise UsageError(f"--crop {opts.crop} needs --series_4d split: a stacked 4-D record's slices are several "
+                         "volumes, which one box along the slices would cut apart")
     if opts.window and opts.dicom_values != DicomValues.WINDOW:
         raise UsageError("--window needs --dicom_values window")
     if opts.id_salt and opts.id_salt_file:

@@ -37,7 +37,7 @@ import typing
 from typing import Any, Callable, Optional
 
 from dcm2tfrecord.pipeline.options.locations import absolute, recorded_location
-from dcm2tfrecord.pipeline.options.choices import (Channels, Compression, DicomValues, Duplicates, Frames,
+from dcm2tfrecord.pipeline.options.choices import (Channels, Compression, Crop, DicomValues, Duplicates, Frames,
                                                   LabelKey, LabelKeyCase, MaskLayout, MissingLabel, MissingMask,
                                                   PixelEncoding, Progress, ResizeMode, Series4d, SeriesGaps, SplitBy,
                                                   Unit, WindowBits, values)
@@ -309,6 +309,12 @@ class ConvertOptions:
         "in-plane only (a third-order spline, masks class by class); without it: each record's own", _DECODE,
         Template("Target spacing (mm)", (r"^[0-9.eE+-]+,[0-9.eE+-]+,[0-9.eE+-]+$",)),
         metavar="X,Y,Z", setting="decode.spacing", parse=parse_spacing))
+    crop: Crop = declare(Option(
+        "crop", "off, nonzero (the box of the image's non-zero voxels, nnU-Net's crop) or foreground (the "
+        "box of the mask's, with --class_map): cut volume records and their masks to it (a slice record "
+        "in-plane), before --spacing; the box is kept as dicom/crop_box", _DECODE,
+        Template("Crop"),
+        setting="decode.crop"))
     channels: Channels = declare(Option(
         "channels", "keep, 1 (RGB -> luma) or 3 (gray repeated)", _DECODE,
         Template("Channels"),

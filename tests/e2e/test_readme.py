@@ -53,7 +53,7 @@ def test_documented_defaults_are_the_parser_defaults():
         if action.required or text.startswith("required"):
             ok = action.required and text.startswith("required")
         elif text == "off":
-            ok = default is False
+            ok = default is False or str(default) == "off"     # a switch, or a choice named off (--crop)
         elif text in UNSET_IN_WORDS:
             ok = default in (None, "none", ())
         elif re.fullmatch(r"[\d.]+|2\^\d+", text):

@@ -102,3 +102,60 @@ def test_to_original_grid_refuses_a_record_not_resampled_or_labels_off_its_grid(
     shape, record = _respaced((4, 4, 4), LPS, (1.0, 0.5, 0.5))
     with pytest.raises(ValueError, match="not on the record's grid"):
         geometry.to_original_grid(np.zeros((4, 4, 4)), record)
+
+
+# ---------------------------------------------------------------- convert --crop (and --spacing), undone
+
+
+def _cropped(size, original_lps, box):
+    """What convert --crop writes for a record of ``size`` voxels cut to ``box``
+    (transforms.dicom.patient_space.cropped)."""
+    moved = np.asarray(original_lps, float).copy()
+    moved[:, 3] = moved @ [box[0], box[2], box[4], 1.0]
+    shape = (box[1] - box[0], box[3] - box[2], box[5] - box[4])
+    return shape, {"dicom/affine": moved.astype(np.float32).reshape(-1),
+                   "dicom/original_affine": np.asarray(original_lps, np.float32).reshape(-1),
+                   "dicom/original_shape": np.asarray(size, np.int64),
+                   "dicom/crop_box": np.asarray(box, np.int64),
+                   "depth": shape[0], "height": shape[1], "width": shape[2]}
+
+
+def test_to_original_grid_puts_a_cropped_record_back_in_its_box():
+    size, box = (7, 9, 11), (2, 5, 1, 8, 3, 11)
+    source = np.zeros(size + (1,), np.uint8)
+    source[box[0]:box[1], box[2]:box[3], box[4]:box[5]] = \
+        np.random.default_rng(2).integers(1, 4, size=(3, 7, 8, 1), dtype=np.uint8)
+    shape, record = _cropped(size, LPS, box)
+    cut = source[box[0]:box[1], box[2]:box[3], box[4]:box[5]]
+    np.testing.assert_array_equal(geometry.to_original_grid(cut, record), source)
+    # without geometry (a raster image) the box alone puts it back
+    bare = {k: v for k, v in record.items() if k not in ("dicom/affine", "dicom/original_affine")}
+    np.testing.assert_array_equal(geometry.to_original_grid(cut[..., 0], bare), source[..., 0])
+
+
+def test_to_original_grid_undoes_crop_then_spacing_with_zeros_outside_the_box():
+    size, box, scale = (8, 10, 12), (2, 6, 2, 8, 4, 12), (0.5, 0.5, 2.0)
+    source = np.zeros(size, np.uint8)
+    source[box[0]:box[1], box[2]:box[3], box[4]:box[5]] = \
+        np.random.default_rng(3).integers(1, 4, size=(4, 6, 8), dtype=np.uint8)
+    source[box[0]:box[1], box[2]:box[3], box[4]:box[5]:2] = 9   # columns the coarser grid keeps
+    cut_shape, cut = _cropped(size, LPS, box)
+    shape, record = _respaced(cut_shape, np.asarray(cut["dicom/affine"], float).reshape(4, 4), scale)
+    record.update({k: cut[k] for k in ("dicom/original_affine", "dicom/original_shape", "dicom/crop_box")})
+    k, j, i = np.meshgrid(*[np.arange(n) for n in shape], indexing="ij")
+    inside = source[box[0]:box[1], box[2]:box[3], box[4]:box[5]]
+    resampled = inside[np.clip(np.rint(k * scale[0] - 1e-9).astype(int), 0, cut_shape[0] - 1),
+                       np.clip(np.rint(j * scale[1] - 1e-9).astype(int), 0, cut_shape[1] - 1),
+                       np.clip(np.rint(i * scale[2]).astype(int), 0, cut_shape[2] - 1)]
+    back = geometry.to_original_grid(resampled, record)
+    assert back.shape == size
+    assert not back[:box[0]].any() and not back[box[1]:].any() and not back[:, :box[2]].any() \
+        and not back[:, :, :box[4]].any()                              # zeros outside the box
+    # finer slices and rows come back exactly; columns are each kept column's nearest
+    got = back[box[0]:box[1], box[2]:box[3], box[4]:box[5]]
+    np.testing.assert_array_equal(got[:, :, ::2], inside[:, :, ::2])
+
+
+def test_to_original_grid_refuses_a_record_neither_resampled_nor_cropped():
+    with pytest.raises(ValueError, match="--crop"):
+        geometry.to_original_grid(np.zeros((2, 2, 2)), _record())

@@ -72,6 +72,15 @@ SPACING_FEATURES = {
                                      "[k, j, i, 1] of the source -> LPS mm); empty without geometry"},
 }
 
+# --crop (transforms.images.crop): the box the record was cut to, in the source's grid (with
+# dicom/original_* above, which then describe the source before the crop and any resampling)
+CROP_BOX = "dicom/crop_box"
+CROP_FEATURES = {
+    CROP_BOX: {"dtype": "int64", "shape": [-1],
+               "description": "--crop: the box the record was cut to, [k0, k1, j0, j1, i0, i1] half-open in "
+                              "the source's grid (dicom/original_shape); the whole grid when nothing was cut"},
+}
+
 
 def floats(value, count: int) -> tuple[float, ...]:
     """``count`` finite floats from a DICOM multi-value, or () when it is not that."""
@@ -254,9 +263,10 @@ def respaced(features: dict, size: Sequence[int], original: Sequence[float], sca
     spacing and affine as ``dicom/original_*``, which undo it."""
     out = dict(features)
     matrix = np.asarray(features.get(AFFINE, ()), dtype=np.float64)
-    out[ORIGINAL_SHAPE] = np.asarray([int(n) for n in size], dtype=np.int64)
-    out[ORIGINAL_SPACING] = _vector(original, ORIGINAL_SPACING)
-    out[ORIGINAL_AFFINE] = _vector(matrix if matrix.size == 16 else [], ORIGINAL_AFFINE)
+    if ORIGINAL_SHAPE not in features:      # else --crop kept them: the source before both steps
+        out[ORIGINAL_SHAPE] = np.asarray([int(n) for n in size], dtype=np.int64)
+        out[ORIGINAL_SPACING] = _vector(original, ORIGINAL_SPACING)
+        out[ORIGINAL_AFFINE] = _vector(matrix if matrix.size == 16 else [], ORIGINAL_AFFINE)
     if matrix.size == 16:
         changed = matrix.reshape(4, 4) @ np.diag([float(scale[0]), float(scale[1]), float(scale[2]), 1.0])
         out[AFFINE] = _vector(changed)
@@ -267,6 +277,34 @@ def respaced(features: dict, size: Sequence[int], original: Sequence[float], sca
         out[PIXEL_SPACING] = _vector([target[1], target[2]], PIXEL_SPACING)
     if depth and SLICE_SPACING in features:
         out[SLICE_SPACING] = _vector([target[0]], SLICE_SPACING)
+    return out
+
+
+def cropped(features: dict, size: Sequence[int], box: Sequence[int]) -> dict:
+    """The geometry features of a record of ``size`` voxels ``(depth, height, width)`` cut by
+    --crop (transforms.images.crop) to ``box`` ``(k0, k1, j0, j1, i0, i1)``: the affine's first
+    voxel moved to the box's (``affine @ [k0, j0, i0, 1]``), its columns kept; the slices'
+    positions cut to ``k0:k1`` and moved in-plane by ``j0`` rows and ``i0`` columns; and the
+    source's shape, spacing and affine as ``dicom/original_*`` with the box as ``dicom/crop_box``,
+    which undo it (reader.geometry.to_original_grid)."""
+    out = dict(features)
+    matrix = np.asarray(features.get(AFFINE, ()), dtype=np.float64)
+    k0, k1, j0, j1, i0, i1 = (int(n) for n in box)
+    out[ORIGINAL_SHAPE] = np.asarray([int(n) for n in size], dtype=np.int64)
+    out[ORIGINAL_SPACING] = _vector(voxel_spacing(features), ORIGINAL_SPACING)
+    out[ORIGINAL_AFFINE] = _vector(matrix if matrix.size == 16 else [], ORIGINAL_AFFINE)
+    out[CROP_BOX] = np.asarray([k0, k1, j0, j1, i0, i1], dtype=np.int64)
+    if matrix.size != 16:
+        return out
+    matrix = matrix.reshape(4, 4)
+    moved = matrix.copy()
+    moved[:, 3] = matrix @ np.array([k0, j0, i0, 1.0])
+    out[AFFINE] = _vector(moved)
+    positions = np.asarray(features.get(POSITION, ()), dtype=np.float64).reshape(-1, 3)
+    if len(positions):
+        if len(positions) == int(size[0]):
+            positions = positions[k0:k1]
+        out[POSITION] = _vector(positions + j0 * matrix[:3, 1] + i0 * matrix[:3, 2], POSITION)
     return out
 
 

@@ -10,6 +10,7 @@ from dcm2tfrecord.dataset.features import (ENCODING_RAW, SOURCE_PATH, SOURCE_PAT
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.dicom import patient_space
+from dcm2tfrecord.transforms.images.crop import Crop
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
 from dcm2tfrecord.transforms.settings import ConversionSettings
 
@@ -187,6 +188,9 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
         features.update({k: dict(v) for k, v in patient_space.FEATURES.items() if k not in features})
     if settings.decode.spacing is not None and (has_dicom or any(RecordKind.NIFTI in r.kinds for r in results)):
         features.update({k: dict(v) for k, v in patient_space.SPACING_FEATURES.items()})   # what undoes it
+    if settings.decode.crop != Crop.OFF:      # --crop: every record's box and its source's grid
+        features.update({k: dict(v) for k, v in patient_space.SPACING_FEATURES.items()})
+        features.update({k: dict(v) for k, v in patient_space.CROP_FEATURES.items()})
     if settings.decode.keep_source_path:
         features[SOURCE_PATH] = dict(SOURCE_PATH_FEATURE)
     masks = settings.masks

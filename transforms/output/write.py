@@ -22,21 +22,30 @@ from dcm2tfrecord.dataset.results import Outcome, ShardResult
 from dcm2tfrecord.dataset.shard_target import ShardTarget
 from dcm2tfrecord.dataset.shard_writer import open_shard
 from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.images.crop import Crop
 from dcm2tfrecord.transforms.records.build import build_record
 from dcm2tfrecord.transforms.record_model import ProbedRecord, ShardPlan
 from dcm2tfrecord.transforms.settings import ConversionSettings, DecodeSettings
 from dcm2tfrecord.transforms.sources.read import open_source
 
 
-def size_mismatch(record: ProbedRecord, dtype: str, shape: tuple) -> str:
+def size_mismatch(record: ProbedRecord, dtype: str, shape: tuple, at_most: bool = False) -> str:
     """Why a decoded record may not go into its shard ("" if it may).
 
     Shard sizes were planned from the header (``record.spec``); a record that
     decodes to more or fewer bytes would push the shard out of its bounds.
+    ``at_most`` (--crop, whose box the pixels decide): the planned size is the
+    uncropped record's, an upper bound, and a record of its dtype and channels
+    no larger in any axis goes in (a shard only ever comes out smaller than
+    planned, never past --max_shard_mb).
     """
     decoded = int(np.prod(shape)) * np.dtype(dtype).itemsize
     planned = record.spec.num_pixel_bytes
     if decoded == planned:
+        return ""
+    if at_most and np.dtype(dtype) == np.dtype(record.spec.dtype) and len(shape) == 4 \
+            and all(0 < int(n) <= int(p) for n, p in zip(shape, record.spec.shape)) \
+            and int(shape[3]) == int(record.spec.channels):
         return ""
     return (f"decoded {tuple(shape)} {dtype} ({decoded} bytes); the header promised "
             f"{record.spec.shape} {record.spec.dtype} ({planned} bytes), on which the shard was planned")
@@ -114,7 +123,7 @@ def write_shard(plan: ShardPlan, target: ShardTarget,
                 outcomes.extend(_outcomes(record, reasons.FAILED, reasons.DECODE_ERROR,
                                           f"{type(exc).__name__}: {exc}"))
                 continue
-            mismatch = size_mismatch(record, dtype, shape)
+            mismatch = size_mismatch(record, dtype, shape, at_most=settings.crop != Crop.OFF)
             if mismatch:
                 outcomes.extend(_outcomes(record, reasons.FAILED, reasons.DECODED_SIZE_MISMATCH, mismatch))
                 continue

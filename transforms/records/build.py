@@ -19,6 +19,7 @@ from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
 from dcm2tfrecord.transforms.images import raster
+from dcm2tfrecord.transforms.images import crop as crops
 from dcm2tfrecord.transforms.images import spacing
 from dcm2tfrecord.transforms.nifti import read as nifti
 from dcm2tfrecord.dataset import png, reasons
@@ -203,6 +204,8 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
                        mask: Optional[np.ndarray] = None):
     if settings.channels != geometry.Channels.KEEP:
         pixels = geometry.convert_channels(pixels, settings.channels)
+    if settings.crop != crops.Crop.OFF:
+        pixels, mask = _crop(pixels, metadata, record, settings, mask)
     if settings.spacing is not None:
         pixels, mask = _respace(pixels, metadata, record, settings, mask)
     if mask is not None and settings.resize is not None:
@@ -223,6 +226,23 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
     return pixels, metadata
 
 
+def _volume(record: ProbedRecord) -> bool:
+    """Whether a record is a volume (a series', a NIfTI's, an Enhanced stack's): --spacing and
+    --crop work on it in 3-D, on any other record in-plane."""
+    return bool(record.members or record.kind == RecordKind.NIFTI or (record.stacks and record.frame is None))
+
+
+def _crop(pixels: np.ndarray, metadata: dict, record: ProbedRecord, settings: DecodeSettings,
+          mask: Optional[np.ndarray]) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """--crop: the pixels and the mask cut to one box (transforms.images.crop: a volume in 3-D,
+    any other record in-plane), before any resampling; its geometry rewritten and the source's
+    kept with the box (patient_space.cropped). The record is at most as large as planned (the
+    uncropped shape): the shard writer takes it (transforms.output.write.size_mismatch)."""
+    box = crops.crop_box(settings.crop, pixels, mask, _volume(record))
+    metadata.update(patient_space.cropped(metadata, pixels.shape[:3], box))
+    return crops.crop(pixels, box), (None if mask is None else crops.crop(mask, box))
+
+
 def _respace(pixels: np.ndarray, metadata: dict, record: ProbedRecord, settings: DecodeSettings,
              mask: Optional[np.ndarray]) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """--spacing: the pixels and the mask on the grid of the target spacing whose shape the probe
@@ -232,16 +252,19 @@ def _respace(pixels: np.ndarray, metadata: dict, record: ProbedRecord, settings:
     assert settings.spacing is not None
     target = spacing.axis_order(settings.spacing)
     original = patient_space.voxel_spacing(metadata)
-    volume = bool(record.members or record.kind == RecordKind.NIFTI or (record.stacks and record.frame is None))
-    depth = volume and pixels.shape[0] > 1 and original[0] > 0
+    depth = _volume(record) and pixels.shape[0] > 1 and original[0] > 0
     if not (original[1] > 0 and original[2] > 0):
         raise ConversionError(reasons.MISSING_ATTRIBUTE,
                               "--spacing: the record has no pixel spacing in mm to resample from; convert it "
                               "without --spacing")
     source = (original[0] if depth else target[0], original[1], original[2])
     scale = [t / s for s, t in zip(source, target)]
-    shape = (record.spec.depth, record.spec.height, record.spec.width)
+    shape: tuple[int, ...] = (record.spec.depth, record.spec.height, record.spec.width)
     size = pixels.shape[:3]
+    box = metadata.get(patient_space.CROP_BOX)
+    if box is not None and tuple(int(n) for n in box) != crops.full_box(metadata[patient_space.ORIGINAL_SHAPE]):
+        # --crop cut it: its own resampled shape, never past the planned (uncropped) one
+        shape = tuple(min(int(n), int(p)) for n, p in zip(spacing.planned_shape(size, source, target), shape))
     pixels = spacing.resample_image(pixels, source, target, shape)
     if mask is not None:
         mask = spacing.resample_mask(mask, source, target, shape)
