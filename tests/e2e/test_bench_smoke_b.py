@@ -176,3 +176,17 @@ def test_profile_summary():
     assert shares and all(0 < s <= 100 for s in shares), proc.stdout
     assert "write: encode Example" in proc.stdout, proc.stdout
 
+
+
+def test_bench_copy(tmp_path):
+    """copy against a plain copy of the same files, local and on the GCS emulator: every route
+    has both methods, each with MB moved and a positive rate; copy's ratio to the plain copy."""
+    out = tmp_path / "copy.json"
+    proc = run_smoke("bench_copy", "--json", str(out))
+    rows = json.loads(out.read_text())["rows"]
+    routes = {"local -> local", "local -> gs://", "gs:// -> local"}
+    assert {(r["route"], r["method"] == "dcm2tfrecord copy") for r in rows} == {(x, y) for x in routes for y in (0, 1)}
+    for r in rows:
+        assert r["mb"] > 1 and r["wall_s"] > 0 and r["mb_per_s"] > 0, r
+        assert (r["wall_vs_plain"] is not None) == (r["method"] == "dcm2tfrecord copy"), r
+    assert "| local -> gs:// | dcm2tfrecord copy |" in proc.stdout
