@@ -28,6 +28,7 @@ copy of it. Encrypted or not, shards are copied as bytes: nothing is decoded.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -46,6 +47,7 @@ from dcm2tfrecord.dataset.versions import resolve_dataset_dir, set_latest
 
 MARKER_NAME = ".dcm2tfrecord-copy.json"
 CHUNK = 8 << 20                 # bytes read and written at a time
+WORKERS = 4                     # files copied at a time
 _NOT_DATA = (FAILED_RUN_NAME, PLAN_NAME)
 
 
@@ -204,9 +206,10 @@ def _check_destination(dst_root: str, manifest_at_dst: str, manifest_bytes: byte
 
 
 def copy_dataset(source: str, destination: str, version: Optional[str] = None,
-                 progress: Callable[[str], None] = lambda line: None) -> CopyReport:
+                 progress: Callable[[str], None] = lambda line: None, workers: int = WORKERS) -> CopyReport:
     """Copies the dataset at ``source`` (a dataset directory, or a versioned root: its LATEST
-    version, or ``version``) to ``destination``; see the module docstring."""
+    version, or ``version``) to ``destination``, ``workers`` files at a time; see the module
+    docstring."""
     src_root = source.rstrip("/") or "/"
     dst_root = destination.rstrip("/") or "/"
     dataset_dir = resolve_dataset_dir(src_root, version)
@@ -231,20 +234,35 @@ def copy_dataset(source: str, destination: str, version: Optional[str] = None,
     if not FileSystems.exists(manifest_at_dst):
         with incomplete_file(marker_path, dst_root) as tmp, create_output(dst_root, tmp) as handle:
             handle.write(json.dumps(marker, indent=2).encode() + b"\n")
-    for item in files_of(src_root, dataset_dir, manifest_bytes):
+    def one(item: FileToCopy) -> tuple[FileToCopy, bool, int]:
+        """(the file, whether it was copied (else kept, verified), its bytes)."""
         src = FileSystems.join(src_root, item.relative)
         dst = FileSystems.join(dst_root, item.relative)
         if resumed and FileSystems.exists(dst):
             digest, size = _sha256_of(dst)
             expected = item.sha256 if item.sha256 is not None else _sha256_of(src)[0]
             if digest == expected:
-                report.kept += 1
-                report.kept_bytes += size
-                continue
-        size = _copy_one(src, dst, dst_root, item.sha256)
-        report.copied += 1
-        report.copied_bytes += size
-        progress(f"{item.relative} ({size / 1e6:.1f} MB)")
+                return item, False, size
+        return item, True, _copy_one(src, dst, dst_root, item.sha256)
+
+    # a few files at a time: hashing releases the GIL and storage answers each stream on its
+    # own, so reads, writes and digests of several files overlap (docs/BENCHMARKS.md)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(one, item) for item in files_of(src_root, dataset_dir, manifest_bytes)]
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                item, copied, size = future.result()
+                if copied:
+                    report.copied += 1
+                    report.copied_bytes += size
+                    progress(f"{item.relative} ({size / 1e6:.1f} MB)")
+                else:
+                    report.kept += 1
+                    report.kept_bytes += size
+        except BaseException:
+            for future in futures:
+                future.cancel()             # the files not started; those under way finish whole
+            raise
     if not (resumed and FileSystems.exists(manifest_at_dst)):
         _copy_one(manifest_path, manifest_at_dst, dst_root, hashlib.sha256(manifest_bytes).hexdigest())
         report.copied += 1
