@@ -24,6 +24,8 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from dcm2tfrecord.dataset.features import DEPTH, HEIGHT, WIDTH
+
 AFFINE = "dicom/affine"
 VOLUMES = "dicom/volumes"
 VOLUME_INDEX = "dicom/volume_index"
@@ -100,7 +102,7 @@ def to_original_grid(labels: np.ndarray, record: Mapping) -> np.ndarray:
         raise ValueError("the record has no dicom/original_shape: it was not resampled by convert --spacing "
                          "nor cut by convert --crop")
     shape = tuple(int(n) for n in _values(record, ORIGINAL_SHAPE))
-    if all(name in record for name in ("depth", "height", "width")) and labels.shape[:3] != record_shape(record):
+    if all(name in record for name in (DEPTH, HEIGHT, WIDTH)) and labels.shape[:3] != record_shape(record):
         raise ValueError(f"labels of shape {labels.shape} are not on the record's grid {record_shape(record)}")
     box = tuple(int(n) for n in _values(record, CROP_BOX)) if CROP_BOX in record else None
     current = affine(record)
@@ -133,4 +135,4 @@ def to_original_grid(labels: np.ndarray, record: Mapping) -> np.ndarray:
 
 def record_shape(record: Mapping) -> tuple[int, int, int]:
     """``[depth, height, width]`` of a record (its ``depth``, ``height`` and ``width`` features)."""
-    return tuple(int(_values(record, name)[0]) for name in ("depth", "height", "width"))  # type: ignore[return-value]
+    return tuple(int(_values(record, name)[0]) for name in (DEPTH, HEIGHT, WIDTH))  # type: ignore[return-value]

@@ -17,9 +17,10 @@ from dcm2tfrecord.dataset.verify import verify_dataset
 from dcm2tfrecord.reader import geometry as reader_geometry
 from dcm2tfrecord.transforms.images import spacing
 from tests.support import mask_datasets as md
-from tests.transforms.masks.test_nifti_masks_e2e import PATTERN, _save
-from tests.transforms.masks.test_nifti_masks_e2e import _class_map as _nifti_class_map
-from tests.transforms.masks.test_spacing_e2e import CLASS_MAP_YAML, ORIGINALS, _affine, _manifest, _records
+from tests.support.nifti_tasks import PATTERN, save as _save
+from tests.support.nifti_tasks import class_map as _nifti_class_map
+from tests.support.preprocessed import CLASS_MAP_YAML, ORIGINALS, affine as _affine, manifest as _manifest
+from tests.support.preprocessed import records as _records
 
 pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarning")
 

@@ -14,11 +14,8 @@ import csv
 import json
 import os
 
-import nibabel as nib
 import numpy as np
 import pytest
-from nibabel.affines import from_matvec
-from nibabel.eulerangles import euler2mat
 from PIL import Image
 
 from dcm2tfrecord import reader
@@ -26,47 +23,13 @@ from dcm2tfrecord.dataset.verify import verify_dataset
 from dcm2tfrecord.transforms.images.geometry import placement
 from tests.support import run_convert
 from tests.support.processes import errors_of
+from tests.support.nifti_tasks import (CLASS_MAP, CLASSES, OBLIQUE, PATTERN, SHAPES,  # noqa: F401
+                                       class_map as _class_map, image as _image, labels as _labels,
+                                       msd as _msd, save as _save)
 
 OPTIONS = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64, keep_source_path=True, allow_empty=True)
-OBLIQUE = from_matvec(euler2mat(0.3, -0.2, 0.45) @ np.diag((0.7, 0.9, 2.5)), [-101.5, 40.25, -12.0])
-PATTERN = r"imagesTr/(.*)_0000\.nii\.gz=labelsTr/\1.nii.gz"
-CLASS_MAP = 'kidney: ["1"]\ntumour: ["2", "3"]\n'
-CLASSES = ["kidney", "tumour"]
+
 LUT = np.array([0, 1, 2, 2, 0], np.uint8)          # value -> class index (4 maps to no class)
-SHAPES = {"case_1": (9, 7, 5), "case_2": (6, 8, 4), "case_3": (5, 5, 3)}
-
-
-def _image(shape, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(-1024, 3000, size=shape, dtype=np.int16)
-
-
-def _labels(shape, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed + 100).integers(0, 5, size=shape, dtype=np.uint8)
-
-
-def _save(path, data: np.ndarray, affine=OBLIQUE) -> None:
-    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
-    img = nib.Nifti1Image(data, affine)
-    img.header.set_data_dtype(data.dtype)
-    nib.save(img, str(path))
-
-
-def _class_map(folder) -> str:
-    path = os.path.join(str(folder), "classes.yaml")
-    with open(path, "w") as handle:
-        handle.write(CLASS_MAP)
-    return path
-
-
-def _msd(root, cases=SHAPES) -> dict:
-    """An MSD-like task folder: imagesTr/<case>_0000.nii.gz and labelsTr/<case>.nii.gz; name -> (image, labels)."""
-    written = {}
-    for n, (case, shape) in enumerate(sorted(cases.items())):
-        image, labels = _image(shape, n), _labels(shape, n)
-        _save(os.path.join(str(root), "imagesTr", f"{case}_0000.nii.gz"), image)
-        _save(os.path.join(str(root), "labelsTr", f"{case}.nii.gz"), labels)
-        written[case] = (image, labels)
-    return written
 
 
 def _ours(data: np.ndarray) -> np.ndarray:

@@ -7,8 +7,6 @@ kept, and the source's shape, spacing and affine recorded (``dicom/original_*``)
 ``reader.geometry.to_original_grid`` puts a mask back on the source's grid."""
 from __future__ import annotations
 
-import json
-import os
 
 import numpy as np
 import pytest
@@ -21,32 +19,12 @@ from tests.support import enhanced_objects as eo
 from tests.support import mask_datasets as md
 from tests.support import run_convert, write_png_archive
 from tests.support.processes import errors_of
-from tests.transforms.masks.test_nifti_masks_e2e import PATTERN, _msd
-from tests.transforms.masks.test_nifti_masks_e2e import _class_map as _nifti_class_map
+from tests.support.nifti_tasks import PATTERN, msd as _msd
+from tests.support.nifti_tasks import class_map as _nifti_class_map
+from tests.support.preprocessed import (CLASS_MAP_YAML, OPTIONS, ORIGINALS, affine as _affine,  # noqa: F401
+                                        manifest as _manifest, records as _records)
 
 pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarning")
-
-OPTIONS = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64, allow_empty=True, unit="series",
-               keep_source_path=True)
-CLASS_MAP_YAML = 'Liver: ["liver"]\nTumour: [".*tumou?r"]\n'
-ORIGINALS = ("dicom/original_shape", "dicom/original_spacing", "dicom/original_affine")
-
-
-def _records(inputs, out, **options) -> dict:
-    summary = run_convert(inputs, out, **{**OPTIONS, **options})
-    assert summary["failed"] == {} and summary["skipped"] == {}, summary
-    access = reader.RandomAccess(str(out), "train")
-    records = [access[i] for i in range(len(access))]
-    return {bytes(r["source_path"]).decode(): r for r in records}
-
-
-def _manifest(out) -> dict:
-    with open(os.path.join(str(out), "dataset.json")) as handle:
-        return json.load(handle)
-
-
-def _affine(record) -> np.ndarray:
-    return np.asarray(record["dicom/affine"], np.float64).reshape(4, 4)
 
 
 def _volume(record: dict) -> dict:
