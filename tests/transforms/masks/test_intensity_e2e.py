@@ -56,11 +56,28 @@ def test_nifti_images_are_zscored_and_their_label_maps_kept(tmp_path):
     assert not FEATURES & set(_manifest(tmp_path / "plain")["features"])      # none: not written
     assert "float32" in str(manifest["splits"]["train"]) and "int16" not in str(manifest["splits"]["train"])
     assert verify_dataset(str(tmp_path / "out")).ok
+    from dcm2tfrecord.pipeline import cli
+    assert cli.main(["verify", str(tmp_path / "out")]) == 0
     loaded = list(reader.load(str(tmp_path / "out"), "train", batch_size=1, shuffle=False, output="dict"))
     assert len(loaded) == 3
     for batch in loaded:
         assert batch["image"].dtype.name == "float32"
         assert batch[intensity.MEAN].to_list()[0] and batch[intensity.STD].to_list()[0]
+
+
+def test_the_probe_plans_float32(tmp_path):
+    """Shards are planned on 4 bytes a voxel, what the writer writes (its size check is exact)."""
+    from dcm2tfrecord.transforms.records.probe import probe_file
+    from dcm2tfrecord.transforms.settings import DecodeSettings
+    from dcm2tfrecord.transforms.sources.match import expand_pattern
+    root = tmp_path / "msd"
+    _msd_with_background(root)
+    source = next(expand_pattern(str(root / "imagesTr" / "case_1_0000.nii.gz")))
+    plain = probe_file(source)
+    record = probe_file(source, settings=DecodeSettings(intensity=intensity.Intensity.ZSCORE))
+    assert plain.spec.dtype == "int16" and record.spec.dtype == "float32"
+    assert record.spec.shape == plain.spec.shape
+    assert record.spec.num_pixel_bytes == 2 * plain.spec.num_pixel_bytes
 
 
 def _series(root):
