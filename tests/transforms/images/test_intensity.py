@@ -7,6 +7,7 @@ reader.intensity.denormalize."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from dcm2tfrecord.reader import intensity as reader_intensity
 from dcm2tfrecord.transforms.images import intensity
@@ -84,3 +85,18 @@ def test_denormalize_without_the_features_returns_the_image():
 def test_the_features_are_declared_with_the_reader_names():
     assert set(intensity.FEATURES) == {reader_intensity.MEAN, reader_intensity.STD}
     assert intensity.EPSILON == reader_intensity.EPSILON
+
+
+def test_zscore_equals_nnunetv2_zscore_normalization_where_installed():
+    """nnunetv2's own ZScoreNormalization (use_mask_for_norm, seg -1 outside each channel's
+    non-zero region), where nnunetv2 is importable; skipped otherwise (it is no dependency)."""
+    schemes = pytest.importorskip("nnunetv2.preprocessing.normalization.default_normalization_schemes")
+    rng = np.random.default_rng(3)
+    pixels = _volume(rng, channels=2)
+    out, _, _ = intensity.zscore(pixels)
+    for c in range(2):
+        seg = np.where(pixels[..., c] != 0, 0, -1)
+        norm = schemes.ZScoreNormalization(use_mask_for_norm=True, intensityproperties={})
+        expected = norm.run(pixels[..., c].copy(), seg)
+        assert expected.dtype == np.float32
+        np.testing.assert_allclose(out[..., c], expected, rtol=1e-5, atol=1e-5)
