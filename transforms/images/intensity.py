@@ -15,7 +15,8 @@ sets the voxels outside it to 0; here the region is always used, so a record's b
 channel's own non-zero voxels (nnU-Net's is any channel's, shared), and its holes are not filled
 (nnU-Net fills them, ``binary_fill_holes``): a zero voxel inside the body is outside the region
 and stays 0. For images whose background is 0 and whose body holds no exact 0 (MRI, nnU-Net's
-use of this scheme) the result is the same. ``ct`` (a dataset's foreground fingerprint, computed in the job) is not done.
+use of this scheme) the result is the same. ``ct`` (a dataset's foreground fingerprint, computed
+in the job) is to come, not done here.
 
 The mean and std of each channel are kept as ``intensity/mean`` and ``intensity/std`` so that
 ``reader.intensity.denormalize`` undoes it (``x * std + mean`` inside the region). Masks are
