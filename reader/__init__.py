@@ -22,7 +22,7 @@ TensorFlow is imported on first use of ``load``, ``info``, ``parse_fn``,
 from dcm2tfrecord.dataset.errors import CorruptDataError, Dcm2TfrecordError, FormatError
 from dcm2tfrecord.dataset.manifest import ManifestError
 from dcm2tfrecord.dataset.versions import DamagedLatest
-from dcm2tfrecord.reader import geometry
+from dcm2tfrecord.reader import geometry, intensity
 from dcm2tfrecord.reader.options import ReadOptions
 from dcm2tfrecord.reader.loaders import RecordSampler, grain_loader, numpy_collate, torch_loader
 from dcm2tfrecord.reader.random_access import CorruptIndexError, CorruptRecordError, RandomAccess
@@ -34,6 +34,7 @@ __all__ = ["load", "info", "parse_fn", "as_numpy", "DatasetInfo", "ReadOptions",
            "torch_loader", "numpy_collate", "grain_loader", "RecordSampler",
            "ElasticSampler",   # a rank's share of a global order: resume on another world size
            "geometry",      # a record's affine in NIfTI's and ITK's conventions, 4-D records' volumes
+           "intensity",     # a record's intensities back from convert --intensity zscore
            # what the readers raise: a dataset.json that does not parse (ManifestError), a
            # LATEST naming no committed version (DamagedLatest), damaged shard or index bytes
            # (CorruptRecordError, CorruptIndexError); their groups; the base of them all

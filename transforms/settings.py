@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from dcm2tfrecord.transforms.dicom.voi import WindowBits
     from dcm2tfrecord.transforms.images.crop import Crop
     from dcm2tfrecord.transforms.images.geometry import Channels, ResizeMode
+    from dcm2tfrecord.transforms.images.intensity import Intensity
     from dcm2tfrecord.transforms.labels.join import MissingLabel
     from dcm2tfrecord.transforms.labels.table import LabelKey, LabelKeyCase
     from dcm2tfrecord.transforms.masks.settings import MaskSettings
@@ -63,6 +64,9 @@ class DecodeSettings:
     # --crop: cut each record (and its mask) to the image's non-zero or the mask's foreground box
     # before --spacing (transforms.images.crop); off: untouched
     crop: Crop = _choice("off")
+    # --intensity: zscore each record per channel over its non-zero voxels after --crop, before
+    # --spacing, to float32 (transforms.images.intensity); none: untouched
+    intensity: Intensity = _choice("none")
     channels: Channels = _choice("keep")
     frames: Frames = _choice("stack")
     series_gaps: SeriesGaps = _choice("fail")

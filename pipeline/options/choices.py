@@ -17,6 +17,7 @@ from dcm2tfrecord.transforms.dicom.spec import DicomValues
 from dcm2tfrecord.transforms.dicom.voi import WindowBits
 from dcm2tfrecord.transforms.images.crop import Crop
 from dcm2tfrecord.transforms.images.geometry import Channels, ResizeMode
+from dcm2tfrecord.transforms.images.intensity import Intensity
 from dcm2tfrecord.transforms.labels.join import MissingLabel
 from dcm2tfrecord.transforms.labels.table import LabelKey, LabelKeyCase
 from dcm2tfrecord.transforms.masks.settings import MaskLayout, MissingMask
@@ -25,6 +26,6 @@ from dcm2tfrecord.transforms.records.steps import Duplicates
 from dcm2tfrecord.transforms.series.volumes import Series4d, SeriesGaps, Unit
 from dcm2tfrecord.transforms.splits.assign import SplitBy
 
-__all__ = ["Channels", "Compression", "Crop", "DicomValues", "Duplicates", "Frames", "LabelKey", "LabelKeyCase",
-           "MaskLayout", "MissingLabel", "MissingMask", "PixelEncoding", "Progress", "ResizeMode", "Series4d",
-           "SeriesGaps", "SplitBy", "Unit", "WindowBits", "values"]
+__all__ = ["Channels", "Compression", "Crop", "DicomValues", "Duplicates", "Frames", "Intensity", "LabelKey",
+           "LabelKeyCase", "MaskLayout", "MissingLabel", "MissingMask", "PixelEncoding", "Progress", "ResizeMode",
+           "Series4d", "SeriesGaps", "SplitBy", "Unit", "WindowBits", "values"]

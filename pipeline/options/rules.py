@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from dcm2tfrecord.dataset.features import PixelEncoding
 from dcm2tfrecord.dataset.file_adapters import level_refusal
 from dcm2tfrecord.pipeline.options.label_csv_checks import check_label_csv
 from dcm2tfrecord.pipeline.options.table import OPTIONS, ConvertOptions
@@ -18,6 +19,7 @@ from dcm2tfrecord.pipeline.options.salt import RANDOM_SALT, SALT_ENV, check_salt
 from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.transforms.dicom.spec import DicomValues
 from dcm2tfrecord.transforms.images.crop import Crop
+from dcm2tfrecord.transforms.images.intensity import Intensity
 from dcm2tfrecord.transforms.labels.table import LabelKey
 from dcm2tfrecord.transforms.masks.pairing import PatternError, parse_mask_pattern
 from dcm2tfrecord.transforms.records.probe import Frames
@@ -92,6 +94,12 @@ def validate(opts: ConvertOptions) -> None:
     if opts.crop != Crop.OFF and opts.series_4d == Series4d.STACK:
         raise UsageError(f"--crop {opts.crop} needs --series_4d split: a stacked 4-D record's slices are several "
                          "volumes, which one box along the slices would cut apart")
+    if opts.intensity != Intensity.NONE and opts.dicom_values == DicomValues.WINDOW:
+        raise UsageError(f"--intensity {opts.intensity} needs --dicom_values modality or stored: a window's "
+                         "display values are already scaled; z-score the values themselves")
+    if opts.intensity != Intensity.NONE and opts.pixel_encoding == PixelEncoding.PNG:
+        raise UsageError(f"--intensity {opts.intensity} writes float32, which PNG cannot hold: use "
+                         "--pixel_encoding raw")
     if opts.window and opts.dicom_values != DicomValues.WINDOW:
         raise UsageError("--window needs --dicom_values window")
     if opts.id_salt and opts.id_salt_file:

@@ -38,6 +38,7 @@ from typing import Any, Callable, Optional
 
 from dcm2tfrecord.pipeline.options.locations import absolute, recorded_location
 from dcm2tfrecord.pipeline.options.choices import (Channels, Compression, Crop, DicomValues, Duplicates, Frames,
+                                                  Intensity,
                                                   LabelKey, LabelKeyCase, MaskLayout, MissingLabel, MissingMask,
                                                   PixelEncoding, Progress, ResizeMode, Series4d, SeriesGaps, SplitBy,
                                                   Unit, WindowBits, values)
@@ -315,6 +316,12 @@ class ConvertOptions:
         "in-plane), before --spacing; the box is kept as dicom/crop_box", _DECODE,
         Template("Crop"),
         setting="decode.crop"))
+    intensity: Intensity = declare(Option(
+        "intensity", "none or zscore (nnU-Net's per-image z-score): each channel's non-zero voxels to "
+        "(x - mean) / std, the rest 0, as float32, after --crop and before --spacing; mean and std kept "
+        "as intensity/mean and intensity/std", _DECODE,
+        Template("Intensity"),
+        setting="decode.intensity"))
     channels: Channels = declare(Option(
         "channels", "keep, 1 (RGB -> luma) or 3 (gray repeated)", _DECODE,
         Template("Channels"),

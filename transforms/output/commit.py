@@ -11,6 +11,7 @@ from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.images.crop import Crop
+from dcm2tfrecord.transforms.images import intensity
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
 from dcm2tfrecord.transforms.settings import ConversionSettings
 
@@ -191,6 +192,8 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
     if settings.decode.crop != Crop.OFF:      # --crop: every record's box and its source's grid
         features.update({k: dict(v) for k, v in patient_space.SPACING_FEATURES.items()})
         features.update({k: dict(v) for k, v in patient_space.CROP_FEATURES.items()})
+    if settings.decode.intensity == intensity.Intensity.ZSCORE:     # what undoes it (reader.intensity)
+        features.update({k: dict(v) for k, v in intensity.FEATURES.items()})
     if settings.decode.keep_source_path:
         features[SOURCE_PATH] = dict(SOURCE_PATH_FEATURE)
     masks = settings.masks

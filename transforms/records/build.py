@@ -20,6 +20,7 @@ from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
 from dcm2tfrecord.transforms.images import raster
 from dcm2tfrecord.transforms.images import crop as crops
+from dcm2tfrecord.transforms.images import intensity
 from dcm2tfrecord.transforms.images import spacing
 from dcm2tfrecord.transforms.nifti import read as nifti
 from dcm2tfrecord.dataset import png, reasons
@@ -206,6 +207,10 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
         pixels = geometry.convert_channels(pixels, settings.channels)
     if settings.crop != crops.Crop.OFF:
         pixels, mask = _crop(pixels, metadata, record, settings, mask)
+    if settings.intensity == intensity.Intensity.ZSCORE:
+        # nnU-Net's order: crop, normalise, resample (float32 from here; planned so at probe)
+        pixels, mean, std = intensity.zscore(pixels)
+        metadata.update(intensity.features(mean, std))
     if settings.spacing is not None:
         pixels, mask = _respace(pixels, metadata, record, settings, mask)
     if mask is not None and settings.resize is not None:

@@ -30,6 +30,7 @@ from dcm2tfrecord.transforms.errors import ConversionError
 from dcm2tfrecord.transforms.hashing import record_id
 from dcm2tfrecord.transforms.dicom.native import NativePixels, native_layout
 from dcm2tfrecord.transforms.images import spacing
+from dcm2tfrecord.transforms.images.intensity import Intensity
 from dcm2tfrecord.transforms.images.geometry import plan_spec
 from dcm2tfrecord.transforms.record_model import Identifiers, ImageSpec, ProbedRecord, SliceInfo, SourceFile, replaced
 from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
@@ -282,6 +283,8 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     if pixels == 0:
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     spec = plan_spec(spec, settings.resize, settings.channels)
+    if settings.intensity == Intensity.ZSCORE:     # the record builder writes float32 (images/intensity.py)
+        spec = dataclasses.replace(spec, dtype="float32")
     if settings.spacing is not None and kind != RecordKind.NIFTI:    # a NIfTI's is planned from its affine
         _check_spacing(kind, info)
     record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
