@@ -17,44 +17,13 @@ from dcm2tfrecord.dataset.verify import verify_dataset
 from dcm2tfrecord.reader import geometry as reader_geometry
 from dcm2tfrecord.transforms.images import spacing
 from tests.support import mask_datasets as md
-from tests.support.nifti_tasks import PATTERN, save as _save
+from tests.support.nifti_tasks import PATTERN
 from tests.support.nifti_tasks import class_map as _nifti_class_map
 from tests.support.preprocessed import CLASS_MAP_YAML, ORIGINALS, affine as _affine, manifest as _manifest
 from tests.support.preprocessed import records as _records
+from tests.support.preprocessed import CROP_BOX, box as _box, cut as _cut, msd_with_background as _msd_with_background
 
 pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarning")
-
-CROP_BOX = "dicom/crop_box"
-
-
-def _box(selected: np.ndarray) -> tuple:
-    """The half-open [k0, k1, j0, j1, i0, i1] of the true voxels of a [d, h, w] array."""
-    out = []
-    for axis in range(3):
-        hits = np.flatnonzero(selected.any(axis=tuple(a for a in range(3) if a != axis)))
-        out += [int(hits[0]), int(hits[-1]) + 1]
-    return tuple(out)
-
-
-def _cut(array: np.ndarray, box) -> np.ndarray:
-    return array[box[0]:box[1], box[2]:box[3], box[4]:box[5]]
-
-
-def _msd_with_background(root) -> None:
-    """Two cases whose int16 images are zero around a body (nibabel's [i, j, k]), their label
-    maps inside it, and a third all zero (kept whole)."""
-    rng = np.random.default_rng(7)
-    for case, shape, body in (("case_1", (12, 10, 8), (slice(2, 9), slice(3, 8), slice(1, 6))),
-                              ("case_2", (9, 11, 6), (slice(0, 5), slice(4, 11), slice(2, 4))),
-                              ("case_3", (5, 6, 4), None)):
-        image = np.zeros(shape, np.int16)
-        labels = np.zeros(shape, np.uint8)
-        if body is not None:
-            image[body] = rng.integers(1, 3000, size=image[body].shape, dtype=np.int16)
-            labels[body] = rng.integers(0, 5, size=labels[body].shape, dtype=np.uint8)
-        _save(os.path.join(str(root), "imagesTr", f"{case}_0000.nii.gz"), image)
-        _save(os.path.join(str(root), "labelsTr", f"{case}.nii.gz"), labels)
-
 
 def test_nifti_images_and_label_maps_are_cut_to_the_nonzero_box(tmp_path):
     root = tmp_path / "msd"

@@ -14,10 +14,11 @@ from dcm2tfrecord import reader
 from dcm2tfrecord.dataset.verify import verify_dataset
 from dcm2tfrecord.transforms.images import intensity, spacing
 from tests.support import mask_datasets as md
-from tests.transforms.masks.test_crop_e2e import CROP_BOX, _cut, _msd_with_background
-from tests.transforms.masks.test_nifti_masks_e2e import PATTERN
-from tests.transforms.masks.test_nifti_masks_e2e import _class_map as _nifti_class_map
-from tests.transforms.masks.test_spacing_e2e import CLASS_MAP_YAML, _affine, _manifest, _records
+from tests.support.nifti_tasks import PATTERN
+from tests.support.nifti_tasks import class_map as _nifti_class_map
+from tests.support.preprocessed import CLASS_MAP_YAML, CROP_BOX, affine as _affine, cut as _cut
+from tests.support.preprocessed import manifest as _manifest, msd_with_background as _msd_with_background
+from tests.support.preprocessed import records as _records
 
 pytestmark = pytest.mark.filterwarnings("ignore:'FileDataset.is_:DeprecationWarning")
 
