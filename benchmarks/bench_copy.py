@@ -32,6 +32,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks.archives import CACHE_DIR, ct_archive   # noqa: E402
+from dcm2tfrecord.dataset.names import MANIFEST_NAME     # noqa: E402
 
 
 def _cpu() -> float:
@@ -55,7 +56,7 @@ def _dataset(total_mb: float) -> str:
     from dcm2tfrecord.pipeline.options.table import ConvertOptions
     archive = ct_archive(total_mb, log=lambda line: print(line, file=sys.stderr))
     out = os.path.join(CACHE_DIR, "copy", os.path.basename(archive.path))
-    if not os.path.exists(os.path.join(out, "dataset.json")):
+    if not os.path.exists(os.path.join(out, MANIFEST_NAME)):
         tmp = out + ".building"
         shutil.rmtree(tmp, ignore_errors=True)
         options = ConvertOptions(inputs=(archive.path,), output=tmp, id_salt="bench-copy-salt",
