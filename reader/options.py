@@ -71,8 +71,7 @@ class ReadOptions:
             raise ValueError(f"output must be 'tuple' or 'dict', not {self.output!r}")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        pipelines = max(int(getattr(self.input_context, "num_input_pipelines", 1) or 1), 1)
-        global_batch = self.batch_size * (pipelines if self.elastic else 1)
+        global_batch = self.batch_size * (self.pipelines[1] if self.elastic else 1)
         object.__setattr__(self, "start_step", check_start_step(self.start_step, global_batch, self.repeat))
         if self.elastic and not self.ordered:
             raise ValueError("elastic=True needs an order that is a function of the step: a seed and "
