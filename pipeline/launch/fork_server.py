@@ -44,7 +44,7 @@ from dcm2tfrecord.pipeline.launch.peer_checks import (SALT_ENV, SERVER_GONE, SOC
                                                       client_source, folder_id, open_folder, socket_folder,
                                                       through)
 from dcm2tfrecord.pipeline.launch.reaping import gone_clients, kill, reap
-from dcm2tfrecord.pipeline.launch.worker_watch import WorkersWatch
+from dcm2tfrecord.pipeline.launch.worker_watch import DEBUG_ENV, WorkersWatch
 
 SPAWN_ENV = "DCM2TFRECORD_SPAWN_WORKERS"
 STOCK_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
@@ -240,6 +240,8 @@ def _run_worker(env: dict, inherited: list, control: int, server: int) -> None:
         _fresh_logging()   # as in a new interpreter: the launcher's handlers and levels are its own
         os.environ.clear()
         os.environ.update(env)
+        if not env.get(DEBUG_ENV):
+            sys.stderr = _WithoutBrokenLogStream(sys.stderr)
         from apache_beam.runners.worker import sdk_worker_main
         sdk_worker_main.main([])
     except SystemExit as exc:
@@ -252,6 +254,33 @@ def _run_worker(env: dict, inherited: list, control: int, server: int) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+class _WithoutBrokenLogStream:
+    """A forked worker's stderr without Beam's "Logging client failed: ... resetting".
+
+    Beam stops a worker's logging server as soon as the worker command (here the client)
+    ends, before the fork server has killed the worker behind it: the worker then prints
+    gRPC's cancellation under the run's one line (measured in CI when a client was killed).
+    The stream breaks only when the run is ending; $DCM2TFRECORD_DEBUG shows it."""
+    _BEAM_SAYS = "Logging client failed:"
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._dropped = False     # the line's end, which print() writes on its own, goes too
+
+    def write(self, text: str) -> int:
+        if text.startswith(self._BEAM_SAYS):
+            self._dropped = True
+            return len(text)
+        if self._dropped and text == "\n":
+            self._dropped = False
+            return len(text)
+        self._dropped = False
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def _die_with(server: int) -> None:

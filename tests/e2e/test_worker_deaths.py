@@ -141,3 +141,19 @@ def test_a_spawned_worker_started_just_after_a_death_is_stopped_too():
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_forked_workers_stderr_drops_beams_broken_log_stream_and_keeps_the_rest():
+    """Beam stops a worker's logging server once the worker command (the client) ends, before
+    the fork server has killed the worker behind it: measured in CI, the worker then printed
+    gRPC's "Cancelling all calls" under the run's one line."""
+    import io
+    out = io.StringIO()
+    stream = fork_server._WithoutBrokenLogStream(out)
+    print("before", file=stream)
+    print('Logging client failed: <_MultiThreadedRendezvous of RPC that terminated with:\n'
+          '\tstatus = StatusCode.UNAVAILABLE\n>... resetting', file=stream)
+    print("Logging client is fine", file=stream)
+    stream.write("\n")
+    stream.flush()
+    assert out.getvalue() == "before\nLogging client is fine\n\n"
