@@ -125,6 +125,10 @@ setup(
                  # independent RTSTRUCT writer and reader for tests/transforms/masks/test_rtstruct.py
                  # (it pulls opencv-python, whose findContours traces the masks)
                  "rt-utils>=1.2.7",
+                 # nnU-Net v2's own fingerprint extractor and CTNormalization, the reference
+                 # tests/transforms/images/test_fingerprint.py and masks/test_fingerprint_e2e.py
+                 # compare --intensity ct against (issue 44: "equal nnU-Net's own code")
+                 "nnunetv2>=2.5",
                  # scikit-image's point-in-polygon labels: the independent answer
                  # tests/transforms/masks/test_polygons.py checks the RTSTRUCT fill against
                  "scikit-image>=0.21",

@@ -208,11 +208,14 @@ class Manifest:
     groups: Optional[Mapping[str, Json]] = None
     min_shards: Optional[Mapping[str, Json]] = None
     incremental: Optional[Mapping[str, Json]] = None
+    # --intensity ct: the dataset's intensity fingerprint and how it was computed
+    # (transforms.images.fingerprint); None otherwise
+    fingerprint: Optional[Mapping[str, Json]] = None
     mask_classes: Optional[tuple[str, ...]] = None    # with masks: the class names, index 1 first
     extra: Mapping[str, Json] = dataclasses.field(default_factory=dict)
 
     KEYS = ("splits", "features", "format_version", "tool", "counts", "errors_file", "options", "labels",
-            "groups", "min_shards", "incremental")
+            "groups", "min_shards", "incremental", "fingerprint")
 
     @property
     def split_names(self) -> list[str]:
@@ -262,7 +265,7 @@ class Manifest:
         try:
             optional = {key: None if data.get(key) is None else _object(data[key], repr(key))
                         for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
-                                    "incremental")}
+                                    "incremental", "fingerprint")}
             classes = _mask_classes(data.get(MASK_CLASSES))
             return cls(
                 splits={str(name): SplitEntry.from_json(entry, f"split {name!r}")
@@ -285,7 +288,7 @@ class Manifest:
                 **_present(format_version=self.format_version, errors_file=self.errors_file,
                            **{key: None if getattr(self, key) is None else dict(getattr(self, key))
                               for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
-                                          "incremental")})}
+                                          "incremental", "fingerprint")})}
 
 
 def label_count_keys(label) -> list[str]:
@@ -354,7 +357,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
                    splits_sharing_groups: Sequence[str] = (),
                    min_shards: Optional[Mapping[str, tuple[int, int]]] = None,
                    base_version: Optional[tuple[str, str]] = None,
-                   written_also_failed: int = 0, mask_classes: Optional[Sequence[str]] = None) -> Manifest:
+                   written_also_failed: int = 0, mask_classes: Optional[Sequence[str]] = None,
+                   fingerprint: Optional[Mapping] = None) -> Manifest:
     """dataset.json content (``.to_json()`` is the object written).
 
     ``features``: the features beyond CORE_FEATURES (``dicom/*``, ``source_path``);
@@ -365,7 +369,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     ``(name, rebuild reason)`` of the version an ``--incremental`` run built on;
     ``written_also_failed``: inputs the shards counted written that are also failed
     outcomes (a file some of whose frames were written): each counts once, as failed;
-    ``mask_classes``: with masks (``mask_raw``), the class names, index 1 first (0 is background).
+    ``mask_classes``: with masks (``mask_raw``), the class names, index 1 first (0 is background);
+    ``fingerprint``: --intensity ct's (transforms.images.fingerprint.statistics).
     """
     results, outcomes = list(results), list(outcomes)
     by_split: dict = {}
@@ -414,6 +419,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         options=dict(options),
         labels=extra.get("labels"), groups=extra.get("groups"), min_shards=extra.get("min_shards"),
         incremental=extra.get("incremental"),
+        fingerprint=None if fingerprint is None else dict(fingerprint),
         mask_classes=None if mask_classes is None else tuple(mask_classes))
 
 

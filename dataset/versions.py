@@ -260,6 +260,8 @@ class BaseVersion:
     name: str
     shards: tuple[PreviousShard, ...]
     rebuild_reason: str = ""    # non-empty: nothing is reused, and why
+    # --intensity ct: the fingerprint its records were written with, reused by the new ones
+    fingerprint: Optional[Mapping] = None
 
 
 def changed_options(old: Mapping, new: Mapping, placement: frozenset = frozenset()) -> list[str]:
@@ -297,7 +299,7 @@ def base_version(root: str, name: str, manifest: Manifest, options: Mapping,
             return BaseVersion(name, (), f"version {name} was written by an earlier dcm2tfrecord, whose "
                                          f"records files do not fingerprint the sources' bytes (fingerprints "
                                          f"version {made_by}, now {FINGERPRINTS_VERSION})")
-    return BaseVersion(name, tuple(shards))
+    return BaseVersion(name, tuple(shards), fingerprint=manifest.fingerprint)
 
 
 def choose_reused(full: Iterable[PreviousShard], delta_bytes: Mapping[str, int],

@@ -3,7 +3,8 @@ in order::
 
     MatchInputs -> ProbeHeaders -> [DropDuplicates] -> [PairMasks] -> [BuildVolumes | AttachSliceMasks]
     -> [SettleUnmasked] -> [AttachLabels]
-    -> AssignSplits -> CountGroups -> [ReuseShards] -> PlanShards -> DistributeShards
+    -> AssignSplits -> CountGroups -> [DrawFingerprint -> PoolFingerprint] -> [ReuseShards]
+    -> PlanShards -> DistributeShards
     -> WriteShards -> CommitDataset (dataset.json last)
 """
 from __future__ import annotations
@@ -29,7 +30,10 @@ from dcm2tfrecord.transforms.output.steps import WriteShardFn, commit_step, reco
 from dcm2tfrecord.transforms.output.write import shard_target
 from dcm2tfrecord.transforms.planning.shards import for_planning
 from dcm2tfrecord.transforms.planning.steps import PlanShards, ReuseShards
-from dcm2tfrecord.transforms.records.steps import DropDuplicates, PlanSpacingFn, ProbeHeadersFn
+from dcm2tfrecord.transforms.images.fingerprint import TRAINING_SPLIT
+from dcm2tfrecord.transforms.images.intensity import Intensity
+from dcm2tfrecord.transforms.records.steps import (DrawFingerprintFn, DropDuplicates, PlanSpacingFn,
+                                                   PoolFingerprint, ProbeHeadersFn)
 from dcm2tfrecord.transforms.series.steps import BuildVolumes
 from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.sources.steps import MatchInputs
@@ -97,6 +101,7 @@ class ConvertArchive(beam.PTransform):
         group_counts, leaking = records | "CountGroups" >> CountGroups(settings, slice_splits)
         # from here on: no raw identifiers, the order key computed once
         to_write = records | "KeepWhatPlanningNeeds" >> beam.Map(for_planning, settings.seed)
+        fingerprint = self._fingerprint(pbegin, to_write)
         if self.base is not None:
             to_write, reused = to_write | "ReuseShards" >> ReuseShards(self.base, settings.bounds)
             # to_write: ProbedRecord not held by a reused shard; reused: ShardResult
@@ -114,7 +119,7 @@ class ConvertArchive(beam.PTransform):
                                                               records_files=self.base is not None,
                                                               storage_retry_s=settings.storage_retry_s,
                                                               run=self.run),
-                                                 AsSingleton(plan_recorded)))
+                                                 AsSingleton(plan_recorded), fingerprint=AsSingleton(fingerprint)))
         # ShardResult and Outcome on one output, split by type here: no side input reads off a
         # step with several outputs (runners differ in how they keep those apart:
         # BundleBasedDirectRunner mixes every output of such a step into the view of its first)
@@ -139,7 +144,23 @@ class ConvertArchive(beam.PTransform):
                     # what the run produced, each a side input named by its CommitInputs field
                     results=AsList(shards), outcomes=AsList(outcomes), matched=AsSingleton(matched),
                     space=space_side, group_counts=AsDict(group_counts), leaking=AsSingleton(leaking),
-                    layouts=AsDict(layouts), unmatched=AsList(unmatched)))
+                    layouts=AsDict(layouts), unmatched=AsList(unmatched),
+                    fingerprint=AsSingleton(fingerprint)))
+
+    def _fingerprint(self, pbegin, to_write):
+        """--intensity ct: the dataset's fingerprint (transforms.images.fingerprint), from the
+        training split's records, or the base version's when --incremental reuses its shards; one
+        None otherwise (and when no training record has foreground)."""
+        settings = self.settings
+        if settings.decode.intensity != Intensity.CT:
+            return pbegin | "NoFingerprint" >> beam.Create([None])
+        if self.base is not None and self.base.shards and self.base.fingerprint is not None:
+            return pbegin | "BaseFingerprint" >> beam.Create([dict(self.base.fingerprint)])
+        return (to_write
+                | "TrainingRecords" >> beam.Filter(lambda record: record.split == TRAINING_SPLIT)
+                | "DrawFingerprint" >> beam.ParDo(DrawFingerprintFn(settings.decode, settings.storage_retry_s,
+                                                                     run=self.run))
+                | "PoolFingerprint" >> beam.CombineGlobally(PoolFingerprint()))
 
 
 def build(pipeline: beam.Pipeline, opts: ConvertOptions,

@@ -1,4 +1,5 @@
-"""A record's intensities back from ``convert --intensity zscore`` (nnU-Net's z-score).
+"""A record's intensities back from ``convert --intensity zscore`` (nnU-Net's z-score) or
+``--intensity ct`` (nnU-Net's CT scheme with the dataset's fingerprint).
 
 The converter wrote, per channel ``c``, ``(x - mean[c]) / max(std[c], 1e-8)`` over the image's
 non-zero voxels and 0 elsewhere, and kept ``intensity/mean`` and ``intensity/std`` (one value a
@@ -6,6 +7,11 @@ channel). :func:`denormalize` undoes it: ``x * max(std, 1e-8) + mean`` where the
 image is non-zero, 0 elsewhere (the background the source had; a voxel exactly at the mean,
 which normalised to 0, comes back as 0 too). After ``--spacing`` it is the resampled source's
 values, as the resampling left them.
+
+``ct`` clipped every voxel to ``intensity/clip_low`` .. ``intensity/clip_high`` (the train split's
+foreground 0.5 and 99.5 percentiles), then wrote ``(x - mean) / max(std, 1e-8)`` everywhere, with
+the dataset's mean and std: :func:`denormalize` gives ``x * max(std, 1e-8) + mean`` everywhere,
+the source's values where they lay within the clip bounds, the bound where they did not.
 
 NumPy only: no TensorFlow, no Beam.
 """
@@ -17,6 +23,7 @@ import numpy as np
 
 MEAN = "intensity/mean"
 STD = "intensity/std"
+CLIP_LOW = "intensity/clip_low"      # --intensity ct only
 EPSILON = 1e-8
 
 
@@ -49,4 +56,6 @@ def denormalize(image, record: Mapping) -> np.ndarray:
         return values
     mean, std = found
     restored = values * np.maximum(std, EPSILON) + mean
+    if CLIP_LOW in record:      # ct: every voxel was normalised
+        return restored
     return np.where(values != 0, restored, 0.0)

@@ -67,6 +67,11 @@ class DecodeSettings:
     # --intensity: zscore each record per channel over its non-zero voxels after --crop, before
     # --spacing, to float32 (transforms.images.intensity); none: untouched
     intensity: Intensity = _choice("none")
+    # --intensity ct: the dataset fingerprint's (clip low, clip high, mean, std) per channel, handed
+    # to the shard writer by the job (transforms.images.fingerprint.bounds); None until then
+    ct_fingerprint: Optional[tuple] = None
+    # the fingerprint's draw decodes a record up to --crop only (transforms.records.build)
+    fingerprint_pass: bool = False
     channels: Channels = _choice("keep")
     frames: Frames = _choice("stack")
     series_gaps: SeriesGaps = _choice("fail")

@@ -19,6 +19,7 @@ from dcm2tfrecord.pipeline.options.salt import RANDOM_SALT, SALT_ENV, check_salt
 from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.transforms.dicom.spec import DicomValues
 from dcm2tfrecord.transforms.images.crop import Crop
+from dcm2tfrecord.transforms.images.fingerprint import TRAINING_SPLIT
 from dcm2tfrecord.transforms.images.intensity import Intensity
 from dcm2tfrecord.transforms.labels.table import LabelKey
 from dcm2tfrecord.transforms.masks.pairing import PatternError, parse_mask_pattern
@@ -100,6 +101,10 @@ def validate(opts: ConvertOptions) -> None:
     if opts.intensity != Intensity.NONE and opts.pixel_encoding == PixelEncoding.PNG:
         raise UsageError(f"--intensity {opts.intensity} writes float32, which PNG cannot hold: use "
                          "--pixel_encoding raw")
+    if opts.intensity == Intensity.CT and not opts.split_column and \
+            TRAINING_SPLIT not in dict(opts.typed("splits")):
+        raise UsageError(f"--intensity ct computes its fingerprint over the split named {TRAINING_SPLIT!r}, and "
+                         f"--splits {opts.splits} has none; name the training split {TRAINING_SPLIT}")
     if opts.window and opts.dicom_values != DicomValues.WINDOW:
         raise UsageError("--window needs --dicom_values window")
     if opts.id_salt and opts.id_salt_file:

@@ -317,9 +317,11 @@ class ConvertOptions:
         Template("Crop"),
         setting="decode.crop"))
     intensity: Intensity = declare(Option(
-        "intensity", "none or zscore (nnU-Net's per-image z-score): each channel's non-zero voxels to "
-        "(x - mean) / std, the rest 0, as float32, after --crop and before --spacing; mean and std kept "
-        "as intensity/mean and intensity/std", _DECODE,
+        "intensity", "none, zscore (nnU-Net's per-image z-score: each channel's non-zero voxels to "
+        "(x - mean) / std, the rest 0) or ct (nnU-Net's CT scheme: clipped to the 0.5/99.5 percentiles of "
+        "the train split's foreground voxels, then z-scored with their mean and std, a fingerprint the job "
+        "computes and dataset.json keeps); float32, after --crop and before --spacing; the values used are "
+        "kept as intensity/*", _DECODE,
         Template("Intensity"),
         setting="decode.intensity"))
     channels: Channels = declare(Option(

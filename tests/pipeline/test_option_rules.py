@@ -32,6 +32,8 @@ CASES = [
     (["--crop", "nonzero", "--unit", "series", "--series_4d", "stack"], "--series_4d split"),
     (["--intensity", "zscore", "--dicom_values", "window"], "--dicom_values modality or stored"),
     (["--intensity", "zscore", "--pixel_encoding", "png"], "--pixel_encoding raw"),
+    (["--intensity", "ct", "--splits", "fit=0.8,holdout=0.2"], "split named 'train'"),
+    (["--intensity", "ct", "--dicom_values", "window"], "--dicom_values modality or stored"),
     (["--dicom_values", "window", "--window", "lung,wide"], "--window"),
     (["--dicom_values", "window", "--window", "10"], "--window"),
     (["--window", "lung"], "--dicom_values window"),
@@ -53,12 +55,12 @@ def test_bad_option_is_one_line_exit_2_nothing_written(archive, capsys, extra, n
     assert not out.exists()
 
 
-def test_intensity_ct_is_not_accepted_yet(archive, capsys):
-    """--intensity ct (nnU-Net's dataset-fingerprint scheme) is to come: not a choice now."""
-    with pytest.raises(SystemExit) as exited:
-        main(["convert", "--input", str(archive / "in"), "--output", str(archive / "out"), "--intensity", "ct"])
-    code, err = exited.value.code, capsys.readouterr().err
-    assert code == 2 and "--intensity" in err and "invalid choice: 'ct'" in err
+def test_intensity_ct_without_a_train_split_is_refused_before_any_work(archive, capsys):
+    """--intensity ct draws its fingerprint from the split named train: none, no run."""
+    code = main(["convert", "--input", str(archive / "in"), "--output", str(archive / "out"), "--intensity", "ct",
+                 "--splits", "fit=1.0", "--allow_random_salt"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--intensity ct" in err and "split named 'train'" in err, err
     assert not (archive / "out").exists()
 
 

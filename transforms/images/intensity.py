@@ -15,8 +15,8 @@ sets the voxels outside it to 0; here the region is always used, so a record's b
 channel's own non-zero voxels (nnU-Net's is any channel's, shared), and its holes are not filled
 (nnU-Net fills them, ``binary_fill_holes``): a zero voxel inside the body is outside the region
 and stays 0. For images whose background is 0 and whose body holds no exact 0 (MRI, nnU-Net's
-use of this scheme) the result is the same. ``ct`` (a dataset's foreground fingerprint, computed
-in the job) is to come, not done here.
+use of this scheme) the result is the same. ``ct`` (clip and z-score with the dataset's
+foreground fingerprint, computed in the job) is transforms.images.fingerprint.
 
 The mean and std of each channel are kept as ``intensity/mean`` and ``intensity/std`` so that
 ``reader.intensity.denormalize`` undoes it (``x * std + mean`` inside the region). Masks are
@@ -43,9 +43,11 @@ FEATURES = {
 
 
 class Intensity(StrEnum):
-    """``--intensity``: none, or a z-score per image (:func:`zscore`)."""
+    """``--intensity``: none, a z-score per image (:func:`zscore`), or nnU-Net's CT scheme with
+    the dataset's fingerprint (transforms.images.fingerprint)."""
     NONE = "none"
     ZSCORE = "zscore"
+    CT = "ct"           # the dataset's fingerprint: transforms.images.fingerprint
 
 
 def zscore(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -11,7 +11,7 @@ from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.images.crop import Crop
-from dcm2tfrecord.transforms.images import intensity
+from dcm2tfrecord.transforms.images import fingerprint, intensity
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
 from dcm2tfrecord.transforms.settings import ConversionSettings
 
@@ -41,10 +41,11 @@ class CommitInputs:
     leaking: tuple = (0, ())                  # (groups in several splits, those splits)
     layouts: Mapping[str, "SplitLayout"] = dataclasses.field(default_factory=dict)   # split -> layout
     unmatched: Sequence[Any] = ()             # labels CSV rows that label nothing (UnmatchedRows)
+    fingerprint: Optional[Mapping[str, Any]] = None   # --intensity ct: the one the shards were written with
 
     # side inputs of the commit step, by name
     PRODUCED = ("results", "outcomes", "matched", "space", "group_counts", "leaking", "layouts",
-                "unmatched")
+                "unmatched", "fingerprint")
 
 
 def _frame_list(frames: list[int]) -> str:
@@ -194,6 +195,8 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
         features.update({k: dict(v) for k, v in patient_space.CROP_FEATURES.items()})
     if settings.decode.intensity == intensity.Intensity.ZSCORE:     # what undoes it (reader.intensity)
         features.update({k: dict(v) for k, v in intensity.FEATURES.items()})
+    elif settings.decode.intensity == intensity.Intensity.CT:
+        features.update({k: dict(v) for k, v in fingerprint.FEATURES.items()})
     if settings.decode.keep_source_path:
         features[SOURCE_PATH] = dict(SOURCE_PATH_FEATURE)
     masks = settings.masks
@@ -210,4 +213,5 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
                     for split, lay in layouts.items()},
         base_version=None if base is None else (base.name, base.rebuild_reason),
         written_also_failed=written_also_failed,
-        mask_classes=None if masks is None else list(masks.class_map.classes))
+        mask_classes=None if masks is None else list(masks.class_map.classes),
+        fingerprint=inputs.fingerprint if settings.decode.intensity == intensity.Intensity.CT else None)

@@ -18,6 +18,7 @@ from dcm2tfrecord.transforms.output.write import record_fingerprint, write_shard
 from dcm2tfrecord.transforms.record_model import ShardPlan
 from dcm2tfrecord.transforms.settings import DecodeSettings
 from dcm2tfrecord.transforms.errors import StorageOutage
+from dcm2tfrecord.transforms.images.fingerprint import bounds
 from dcm2tfrecord.transforms.sources.read import is_outage, open_source
 from dcm2tfrecord.transforms.sources.steps import ReadsSourcesFn
 
@@ -45,8 +46,12 @@ class WriteShardFn(ReadsSourcesFn):
         self.output_dir = target.output_dir
         self.records_files = records_files   # --incremental: <shard>.records.json beside each shard
 
-    def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None):
-        # plan_recorded: a side input that only orders this step after record_plan
+    def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None, fingerprint: Optional[dict] = None):
+        # plan_recorded: a side input that only orders this step after record_plan; fingerprint:
+        # --intensity ct's (transforms.images.fingerprint), None otherwise
+        settings = self.settings
+        if fingerprint is not None:
+            settings = dataclasses.replace(settings, ct_fingerprint=bounds(fingerprint))
         written: list = []
 
         def on_written(record):
@@ -62,7 +67,7 @@ class WriteShardFn(ReadsSourcesFn):
 
         self.breaker.check()
         try:
-            result, outcomes = write_shard(plan, self.target, opener=opener, settings=self.settings,
+            result, outcomes = write_shard(plan, self.target, opener=opener, settings=settings,
                                            on_written=on_written, on_error=on_error)
             if self.records_files:
                 versions.write_records_file(self.output_dir, result,

@@ -1,6 +1,7 @@
 """Reading one planned record back from its source and serializing it."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import BinaryIO, Callable, Optional
 
@@ -20,7 +21,7 @@ from dcm2tfrecord.transforms.images import geometry
 from dcm2tfrecord.transforms.dicom import native as native_dicom
 from dcm2tfrecord.transforms.images import raster
 from dcm2tfrecord.transforms.images import crop as crops
-from dcm2tfrecord.transforms.images import intensity
+from dcm2tfrecord.transforms.images import fingerprint, intensity
 from dcm2tfrecord.transforms.images import spacing
 from dcm2tfrecord.transforms.nifti import read as nifti
 from dcm2tfrecord.dataset import png, reasons
@@ -207,10 +208,15 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
         pixels = geometry.convert_channels(pixels, settings.channels)
     if settings.crop != crops.Crop.OFF:
         pixels, mask = _crop(pixels, metadata, record, settings, mask)
+    if settings.fingerprint_pass:    # --intensity ct's draw: the cropped pixels and mask, nothing more
+        return pixels, {_DRAWN_MASK: mask}
     if settings.intensity == intensity.Intensity.ZSCORE:
         # nnU-Net's order: crop, normalise, resample (float32 from here; planned so at probe)
         pixels, mean, std = intensity.zscore(pixels)
         metadata.update(intensity.features(mean, std))
+    elif settings.intensity == intensity.Intensity.CT:
+        pixels, per_channel = _ct(pixels, settings)
+        metadata.update(fingerprint.features(per_channel))
     if settings.spacing is not None:
         pixels, mask = _respace(pixels, metadata, record, settings, mask)
     if mask is not None and settings.resize is not None:
@@ -229,6 +235,21 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
     if settings.keep_source_path:
         metadata[SOURCE_PATH] = record.source.uri
     return pixels, metadata
+
+
+def _ct(pixels: np.ndarray, settings: DecodeSettings) -> tuple[np.ndarray, tuple]:
+    """--intensity ct: the pixels clipped and z-scored with the dataset's fingerprint, and its
+    bounds per channel."""
+    if not settings.ct_fingerprint:
+        raise ConversionError(reasons.INVALID_VALUE,
+                              f"--intensity ct: no record of split {fingerprint.TRAINING_SPLIT!r} had a foreground "
+                              "voxel, so the dataset has no intensity fingerprint; give the training records "
+                              "masks with foreground, or use --intensity zscore")
+    try:
+        return fingerprint.normalize(pixels, settings.ct_fingerprint), settings.ct_fingerprint
+    except ValueError as exc:
+        raise ConversionError(reasons.INVALID_VALUE, f"--intensity ct: {exc} (computed from the training "
+                                                     "records with that many)") from None
 
 
 def _volume(record: ProbedRecord) -> bool:
@@ -312,15 +333,33 @@ def decode_volume(record: ProbedRecord, opener: Callable[[str], BinaryIO],
     return _geometry_and_path(pixels, metadata, record, settings, mask)
 
 
-def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
-                 settings: DecodeSettings = DecodeSettings()) -> tuple[list, str, tuple]:
-    """(serialized Example as parts, ``serialize_record_parts``; stored dtype; shape) for one
-    probed record."""
+def decode_pixels(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
+                  settings: DecodeSettings = DecodeSettings()) -> tuple[np.ndarray, dict]:
+    """(pixels (D, H, W, C), metadata features) of one probed record, within --decode_timeout_s."""
     def decode():
         if record.members:
             return decode_volume(record, opener, settings)
         return decode_record(record, read_unchanged(record.source, opener), settings, opener)
-    pixels, metadata = with_timeout(decode, settings.decode_timeout_s, record.source.uri)
+    return with_timeout(decode, settings.decode_timeout_s, record.source.uri)
+
+
+def fingerprint_sample(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
+                       settings: DecodeSettings = DecodeSettings()) -> list:
+    """--intensity ct: a training record's draw for the dataset fingerprint
+    (transforms.images.fingerprint.sample): its pixels after --crop, before any normalisation
+    and --spacing, its foreground from its mask where the run has masks."""
+    pixels, drawn = decode_pixels(record, opener, dataclasses.replace(settings, fingerprint_pass=True))
+    return fingerprint.sample(pixels, fingerprint.foreground(pixels, drawn[_DRAWN_MASK]), record.record_id)
+
+
+_DRAWN_MASK = "mask"     # fingerprint_pass: the record's mask (None without), beside its pixels
+
+
+def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_source,
+                 settings: DecodeSettings = DecodeSettings()) -> tuple[list, str, tuple]:
+    """(serialized Example as parts, ``serialize_record_parts``; stored dtype; shape) for one
+    probed record."""
+    pixels, metadata = decode_pixels(record, opener, settings)
     try:
         payload = serialize_record_parts(pixels, record.record_id, record.kind, record.label, metadata,
                                          settings.pixel_encoding)

@@ -283,7 +283,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
     if pixels == 0:
         raise ConversionError(reasons.INVALID_VALUE, f"header claims an empty image {spec.shape}")
     spec = plan_spec(spec, settings.resize, settings.channels)
-    if settings.intensity == Intensity.ZSCORE:     # the record builder writes float32 (images/intensity.py)
+    if settings.intensity != Intensity.NONE:     # the record builder writes float32 (images/intensity.py)
         spec = dataclasses.replace(spec, dtype="float32")
     if settings.spacing is not None and kind != RecordKind.NIFTI:    # a NIfTI's is planned from its affine
         _check_spacing(kind, info)

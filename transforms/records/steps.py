@@ -1,4 +1,5 @@
-"""ProbeHeaders (a SourceFile -> a planned record) and DropDuplicates (one record per SOP instance)."""
+"""ProbeHeaders (a SourceFile -> a planned record), DropDuplicates (one record per SOP instance),
+PlanSpacing, and the dataset fingerprint of --intensity ct (DrawFingerprint, PoolFingerprint)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -11,6 +12,8 @@ from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.counters import OUTCOMES, count, count_outcome
 from dcm2tfrecord.transforms.errors import ConversionError
+from dcm2tfrecord.transforms.images import fingerprint
+from dcm2tfrecord.transforms.records.build import fingerprint_sample
 from dcm2tfrecord.transforms.records.probe import expand_frames, plan_spacing, probe_file
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.record_model import ProbedRecord, SourceFile, from_bytes, to_bytes
@@ -149,3 +152,43 @@ class PlanSpacingFn(beam.DoFn):
                               frames=record.source_frames, part=part)
             count_outcome(outcome)
             yield TaggedOutput(OUTCOMES, outcome)
+
+
+class DrawFingerprintFn(ReadsSourcesFn):
+    """--intensity ct: a training record -> its draw for the dataset fingerprint
+    (transforms.records.build.fingerprint_sample), as ``{channels: pool}``. A record that does
+    not decode draws nothing: the shard writer names it when it fails there too."""
+
+    def process(self, record: ProbedRecord):
+        self.breaker.check()        # storage stopped answering this process: fail fast
+        try:
+            pool = fingerprint_sample(record, settings=self.settings)
+        except ConversionError as exc:
+            self.breaker.note(exc.outage, record.source.uri, str(exc))
+            return
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception:    # noqa: BLE001 - the writer decodes it again and names what failed
+            return
+        count("fingerprint_records")
+        yield {len(pool): pool}
+
+
+class PoolFingerprint(beam.CombineFn):
+    """The draws of every training record -> dataset.json's ``fingerprint`` (None without any
+    foreground): merged by a sort and a cut, so no runner's bundling or order changes it
+    (transforms.images.fingerprint)."""
+
+    def create_accumulator(self):
+        return []       # draws ({channels: pool}), cut to one when they hold twice the pool's bound
+
+    def add_input(self, accumulator, pool):
+        accumulator.append(pool)
+        held = sum(part[0][1].size for draw in accumulator for part in draw.values() if part)
+        return [fingerprint.merge_by_channels(accumulator)] if held > 2 * fingerprint.MAX_SAMPLES else accumulator
+
+    def merge_accumulators(self, accumulators):
+        return [fingerprint.merge_by_channels([draw for accumulator in accumulators for draw in accumulator])]
+
+    def extract_output(self, accumulator):
+        return fingerprint.dataset_statistics(fingerprint.merge_by_channels(accumulator))
