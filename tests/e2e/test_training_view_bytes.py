@@ -1,8 +1,9 @@
 """The training view (``--spacing``, ``--crop foreground`` and ``--intensity zscore`` together, issue
 44) writes the same bytes whichever way the job runs: an MSD-like NIfTI task whose label maps
-cover part of each body (tests/support/preprocessed.py's, ``--unit series``) converted in-process (the reference), on
-BundleBasedDirectRunner, and from gs:// to gs:// on gcp-storage-emulator; every shard and index
-file equals the reference's, byte for byte, and ``verify`` passes on the reference."""
+cover part of each body (tests/support/preprocessed.py, ``--unit series``) converted in-process
+(the reference), on BundleBasedDirectRunner, and from gs:// to gs:// on gcp-storage-emulator;
+every shard and index file equals the reference's, byte for byte, and ``verify`` passes on the
+reference."""
 from __future__ import annotations
 
 import os
