@@ -180,18 +180,17 @@ def _fact_text(value) -> str:
 
 def _view_facts(manifest: Manifest) -> list[str]:
     """``key = value`` lines of the fingerprint and automatic spacing facts dataset.json holds
-    (top level or among the options, one level of an object flattened), at most _FACTS_LISTED."""
+    (top level, kept as ``extra`` or read by a Manifest property of that name, or among the
+    options; one level of an object flattened), at most _FACTS_LISTED."""
     lines = []
-    sources = (manifest.extra or {}, manifest.options or {})
     for name in _VIEW_FACTS:
-        for source in sources:
-            value = source.get(name) if isinstance(source, Mapping) else None
-            if value is None:
-                continue
-            items = value.items() if isinstance(value, Mapping) else [(None, value)]
-            for key, fact in items:
-                lines.append(f"    {name}{'' if key is None else '.' + str(key)} = {_fact_text(fact)}")
-            break
+        found = [(manifest.extra or {}).get(name), getattr(manifest, name, None), (manifest.options or {}).get(name)]
+        value = next((v for v in found if v is not None and not callable(v)), None)
+        if value is None:
+            continue
+        items = value.items() if isinstance(value, Mapping) else [(None, value)]
+        for key, fact in items:
+            lines.append(f"    {name}{'' if key is None else '.' + str(key)} = {_fact_text(fact)}")
     if len(lines) > _FACTS_LISTED:
         lines = lines[:_FACTS_LISTED] + [f"    ... {len(lines) - _FACTS_LISTED} more in dataset.json"]
     return lines
