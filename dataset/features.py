@@ -46,6 +46,17 @@ MASK_RAW = "mask_raw"
 MASK_DTYPE = "mask_dtype"
 MASK_CHANNELS = "mask_channels"
 MASK_CLASSES = "mask_classes"
+# The training view (convert --crop, --spacing, --intensity; issue 44), checked by verify
+# (dataset/verify_view.py) in this layer: transforms/dicom/patient_space.py spells the geometry
+# through these; transforms/images/intensity.py owns MEAN and STD, equal to INTENSITY_MEAN and
+# INTENSITY_STD (tests/dataset/test_verify_view.py holds them so)
+AFFINE = "dicom/affine"
+PIXEL_SPACING = "dicom/pixel_spacing"
+SLICE_SPACING = "dicom/slice_spacing"
+ORIGINAL_SHAPE = "dicom/original_shape"
+CROP_BOX = "dicom/crop_box"
+INTENSITY_MEAN = "intensity/mean"
+INTENSITY_STD = "intensity/std"
 
 
 class RecordKind(StrEnum):

@@ -11,6 +11,9 @@ system (dataset/storage.py: local or gs://, gzip or not) and checked for:
   Example codec, dataset/example.py, no TensorFlow needed) whose features have the kinds
   and value counts dataset.json declares, and whose ``image_raw`` holds exactly
   depth x height x width x channels x itemsize(dtype) bytes;
+- with ``--intensity zscore``, ``--crop`` or ``--spacing X,Y,Z`` in dataset.json's options,
+  every record shows them (dataset/verify_view.py): one mean and std per channel of a float32
+  image, a crop box inside the source's shape, the target spacing;
 - the ``{shard}.idx`` index (DALI's "offset size" lines) lists the real record
   offsets and sizes, in the uncompressed record stream;
 
@@ -21,7 +24,7 @@ Each problem names the file and, where there is one, the record number
 (0-based, in file order) and the byte offset of the record.
 
 This module runs the checks in order and reports; they live beside it:
-records (dataset/verify_records.py), shards and indexes
+records (dataset/verify_records.py, the training view dataset/verify_view.py), shards and indexes
 (dataset/verify_shards.py), the manifest and errors.jsonl
 (dataset/verify_manifest.py).
 """
@@ -38,6 +41,7 @@ from dcm2tfrecord.dataset.verify_manifest import (check_errors_file, check_manif
                                                   missing_blocks, stray_files)
 from dcm2tfrecord.dataset.verify_records import MaskRule, Problem, RecordIds, RecordStats
 from dcm2tfrecord.dataset.verify_shards import verify_shard
+from dcm2tfrecord.dataset.verify_view import ViewRule
 from dcm2tfrecord.dataset.versions import resolve_dataset_dir
 
 
@@ -111,11 +115,12 @@ def verify_dataset(dataset_dir: str) -> Report:
     schema = dict(manifest.features)
     adapter = manifest.adapter      # the shards' container, once for the dataset
     mask_rule = MaskRule.of(manifest)
+    view = ViewRule.of(manifest)
     ids = RecordIds()
     for split, entry in sorted(manifest.splits.items()):
         stats, complete = RecordStats(), True
         for shard in entry.shards:
-            check = verify_shard(dataset_dir, shard, schema, adapter, split, mask_rule)
+            check = verify_shard(dataset_dir, shard, schema, adapter, split, mask_rule, view)
             ids.add(check.file, bytes(check.ids))
             report.problems.extend(check.problems)
             report.shards += 1

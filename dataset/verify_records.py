@@ -21,6 +21,7 @@ from dcm2tfrecord.dataset import masks as mask_format
 from dcm2tfrecord.dataset.features import (DICOM_PREFIX, DTYPE, ENCODING, ENCODING_PNG, FORMAT, IMAGE_RAW, LABEL,
                                            MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES, RecordKind)
 from dcm2tfrecord.dataset.names import MANIFEST_NAME
+from dcm2tfrecord.dataset.verify_view import ViewRule, check_view
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +75,8 @@ def _text(values: list) -> str:
     return bytes(values[0]).decode("utf-8", "replace")
 
 
-def check_example(features: dict, schema: dict, mask_rule: Optional[MaskRule] = None) -> tuple[list[str], dict]:
+def check_example(features: dict, schema: dict, mask_rule: Optional[MaskRule] = None,
+                  view: Optional[ViewRule] = None) -> tuple[list[str], dict]:
     """Problems of one parsed record against dataset.json's ``features``; also its summary.
 
     Every declared feature must be present with its declared kind and value
@@ -82,13 +84,16 @@ def check_example(features: dict, schema: dict, mask_rule: Optional[MaskRule] = 
     features the schema marks ``optional`` (written only by some records, e.g.
     the per-frame geometry of Enhanced multi-frame files; variable-length, so
     readers see an absent one as empty). An undeclared feature is a problem
-    too: the schema is the reader's contract.
+    too: the schema is the reader's contract. With ``view``, the training view
+    dataset.json's options record (dataset/verify_view.py), which names the
+    features it needs itself when they are missing.
     """
-    problems = []
+    problems = check_view(features, view) if view is not None else []
+    own = view.required() if view is not None else frozenset()
     is_dicom = _text(features.get(FORMAT, (None, []))[1]) == RecordKind.DICOM
     for name, spec in sorted(schema.items()):
         if name not in features:
-            if (name.startswith(DICOM_PREFIX) and not is_dicom) or spec.get("optional"):
+            if (name.startswith(DICOM_PREFIX) and not is_dicom) or spec.get("optional") or name in own:
                 continue
             problems.append(f"feature {name!r} is missing")
             continue

@@ -1,6 +1,7 @@
 """``dcm2tfrecord inspect DIR``: what a dataset holds, from dataset.json and the reader.
 
-Without ``--record``: schema, options used, splits, shards, class balance per
+Without ``--record``: schema, options used, the training view (--spacing, --crop,
+--intensity and any fingerprint facts, when used), splits, shards, class balance per
 split and counts per reason, all from dataset.json (no shard is opened).
 With ``--record N``: the features of record N of ``--split``, read through
 ``reader.load`` (N counts in the reader's unshuffled order), the image
@@ -9,6 +10,7 @@ summarized as shape, dtype, min/max/mean.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Mapping, Optional, Sequence
 
 from dcm2tfrecord.dataset.features import DTYPE, LABEL
@@ -148,6 +150,81 @@ def format_options(manifest: Manifest) -> list[str]:
     return lines
 
 
+# --crop and --intensity values that change nothing
+_VIEW_OFF = (None, "", "off", "none")
+# dataset.json keys (top level) or options that may hold the facts a dataset fingerprint or an
+# automatic --spacing adds: shown when present, whatever they hold, never required
+_VIEW_FACTS = ("fingerprint", "training_view", "auto_spacing", "spacing_auto", "intensity_fingerprint")
+_FACTS_LISTED = 12
+_VIEW_NOTES = {
+    "crop": {"nonzero": "the box of the image's non-zero voxels",
+             "foreground": "the box of the mask's non-zero voxels"},
+    "intensity": {"zscore": "per image and channel, (x - mean) / std over the non-zero voxels, float32"},
+}
+
+
+def _fact_text(value) -> str:
+    """A fact of dataset.json, short: numbers as %.6g, lists of up to VALUES_LISTED, objects by their keys."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        shown = ", ".join(_fact_text(v) for v in value[:VALUES_LISTED])
+        return f"[{shown}" + (f", ... ({len(value)} values)]" if len(value) > VALUES_LISTED else "]")
+    if isinstance(value, dict):
+        return "{" + ", ".join(str(k) for k in list(value)[:VALUES_LISTED]) + (", ...}" if len(value) > VALUES_LISTED
+                                                                               else "}")
+    return str(value)
+
+
+def _view_facts(manifest: Manifest) -> list[str]:
+    """``key = value`` lines of the fingerprint and automatic spacing facts dataset.json holds
+    (top level, kept as ``extra`` or read by a Manifest property of that name, or among the
+    options; one level of an object flattened), at most _FACTS_LISTED."""
+    lines = []
+    for name in _VIEW_FACTS:
+        found = [(manifest.extra or {}).get(name), getattr(manifest, name, None), (manifest.options or {}).get(name)]
+        value = next((v for v in found if v is not None and not callable(v)), None)
+        if value is None:
+            continue
+        items = value.items() if isinstance(value, Mapping) else [(None, value)]
+        for key, fact in items:
+            lines.append(f"    {name}{'' if key is None else '.' + str(key)} = {_fact_text(fact)}")
+    if len(lines) > _FACTS_LISTED:
+        lines = lines[:_FACTS_LISTED] + [f"    ... {len(lines) - _FACTS_LISTED} more in dataset.json"]
+    return lines
+
+
+def format_training_view(manifest: Manifest) -> list[str]:
+    """What --spacing, --crop and --intensity made of the records, and any fingerprint or
+    automatic spacing facts dataset.json holds; nothing when none of the three was used."""
+    options = manifest.options or {}
+    spacing, crop, intensity = (options.get(key) for key in ("spacing", "crop", "intensity"))
+    if spacing in _VIEW_OFF and crop in _VIEW_OFF and intensity in _VIEW_OFF:
+        return []
+    lines = _section("Training view (--spacing, --crop, --intensity)")
+    if spacing in _VIEW_OFF:
+        lines.append("  target spacing: none (the source's)")
+    elif re.fullmatch(r"[^,]+,[^,]+,[^,]+", str(spacing)):
+        lines.append(f"  target spacing: {spacing} mm (X,Y,Z: column, row, slice step; a slice record in-plane "
+                     "only); the source's kept as dicom/original_*")
+    else:
+        lines.append(f"  target spacing: {spacing} (chosen by the conversion; dataset facts below where "
+                     "dataset.json records them); the source's kept as dicom/original_*")
+    for name, value, kept in (("crop", crop, "the box kept as dicom/crop_box"),
+                              ("intensity", intensity, "intensity/mean and intensity/std kept per channel")):
+        if value in _VIEW_OFF:
+            lines.append(f"  {name}: {value or 'none'}")
+            continue
+        note = _VIEW_NOTES[name].get(str(value))
+        lines.append(f"  {name}: {value}" + (f" ({note}); {kept}" if note else f"; {kept}"))
+    facts = _view_facts(manifest)
+    if facts:
+        lines += ["  dataset facts:"] + facts
+    return lines
+
+
 def _shapes(entry: SplitEntry) -> str:
     shapes = entry.shapes
     listed = " ".join("x".join(str(d) for d in s) for s in shapes[:SHAPES_LISTED])
@@ -219,7 +296,7 @@ def format_reasons(manifest: Manifest, dataset_dir: str) -> list[str]:
 
 def format_dataset(manifest: Manifest, dataset_dir: str, all_shards: bool = False) -> str:
     return "\n".join(format_overview(manifest, dataset_dir) + format_schema(manifest)
-                     + format_options(manifest) + format_splits(manifest)
+                     + format_options(manifest) + format_training_view(manifest) + format_splits(manifest)
                      + format_shards(manifest, all_shards) + format_class_balance(manifest)
                      + format_reasons(manifest, dataset_dir))
 

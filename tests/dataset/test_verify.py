@@ -13,9 +13,10 @@ import pytest
 from dcm2tfrecord.pipeline import cli
 from tests.support import mask_datasets, run_convert, write_png_archive
 from dcm2tfrecord.dataset.example import decode_example, encode_example
-from dcm2tfrecord.dataset.tfrecord import FramingError, frame, masked_crc, read_records
+from dcm2tfrecord.dataset.tfrecord import FramingError, masked_crc, read_records
 from dcm2tfrecord.dataset.verify import verify_dataset
 from dcm2tfrecord.dataset.verify_records import check_example
+from tests.support.shard_edits import payload as _payload, replace_record as _replace_record, stream as _stream
 
 SMALL = dict(target_shard_mb=0.03, min_shard_mb=0.01, max_shard_mb=1.0)
 
@@ -154,36 +155,6 @@ def test_deleted_shard_is_named(png_datasets, tmp_path, capsys):
     code, verdict = _verify_cli(path, capsys)
     assert code == 1
     assert f"{shard['file']}: listed in dataset.json but missing" in verdict
-
-
-def _replace_record(path: str, shard_position: int, record: int, payload: bytes) -> None:
-    """Rewrites one shard with record ``record`` replaced by ``payload``, and its index,
-    sha256 and sizes in dataset.json with it: a consistent dataset but for that record."""
-    import hashlib
-    manifest = _manifest(path)
-    shard = manifest["splits"]["train"]["shards"][shard_position]
-    with open(os.path.join(path, shard["file"]), "rb") as handle:
-        payloads = [bytes(r.data) for r in read_records(handle)]
-    payloads[record] = payload
-    data = _stream(*payloads)
-    with open(os.path.join(path, shard["file"]), "wb") as handle:
-        handle.write(data)
-    with open(os.path.join(path, shard["index_file"]), "w") as handle:
-        offset = 0
-        for p in payloads:
-            handle.write(f"{offset} {len(p) + 16}\n")
-            offset += len(p) + 16
-    grown = len(data) - shard["num_bytes"]
-    shard["num_bytes"], shard["sha256"] = len(data), hashlib.sha256(data).hexdigest()
-    manifest["splits"]["train"]["num_bytes"] += grown
-    with open(os.path.join(path, "dataset.json"), "w") as handle:
-        json.dump(manifest, handle)
-
-
-def _payload(path: str, shard_position: int, record: int) -> bytes:
-    shard = _manifest(path)["splits"]["train"]["shards"][shard_position]
-    with open(os.path.join(path, shard["file"]), "rb") as handle:
-        return bytes(list(read_records(handle))[record].data)
 
 
 @pytest.mark.parametrize("where", ["same shard", "other shard"])
@@ -326,14 +297,6 @@ def test_truncated_gzip_shard_is_found(png_datasets, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- the pure functions
-
-
-def _stream(*payloads: bytes) -> bytes:
-    out = io.BytesIO()
-    for payload in payloads:
-        head, tail = frame(payload)
-        out.write(head + payload + tail)
-    return out.getvalue()
 
 
 def test_read_records_reports_offsets_and_both_crcs():

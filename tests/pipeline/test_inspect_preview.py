@@ -7,9 +7,14 @@ from PIL import Image
 
 from dcm2tfrecord import reader
 from dcm2tfrecord.pipeline import cli
+from dcm2tfrecord.dataset.manifest import Manifest
 from dcm2tfrecord.pipeline.commands import preview as preview_cmd
+from dcm2tfrecord.pipeline.commands.inspect import format_training_view
 from dcm2tfrecord.transforms.images import display
 from tests.support import run_convert, write_png_archive
+from tests.support.nifti_tasks import PATTERN
+from tests.support.nifti_tasks import class_map as nifti_class_map
+from tests.support.preprocessed import OPTIONS as PREPROCESSED, msd_with_background
 
 
 
@@ -93,6 +98,55 @@ def test_inspect_usage_errors_exit_2(labelled_dataset, capsys, args, message):
 def test_inspect_of_a_directory_without_dataset_json_exits_2(tmp_path, capsys):
     code, _, err = _cli(capsys, "inspect", str(tmp_path))
     assert code == 2 and "dataset.json" in err
+
+
+def test_inspect_shows_the_training_view_only_when_used(labelled_dataset, tmp_path, capsys):
+    """--spacing, --crop and --intensity: a "Training view" section after the options, naming each
+    (none of a plain dataset); no fingerprint facts where dataset.json holds none."""
+    _, plain, _ = _cli(capsys, "inspect", labelled_dataset)
+    assert "Training view" not in plain
+    msd_with_background(tmp_path / "msd")
+    out = str(tmp_path / "out")
+    summary = run_convert(tmp_path / "msd", out, class_map=nifti_class_map(tmp_path), mask_pattern=PATTERN,
+                          **PREPROCESSED, spacing="1.2,1.1,2.0", crop="foreground", intensity="zscore")
+    assert summary["records"] == 3, summary
+    code, text, _ = _cli(capsys, "inspect", out)
+    assert code == 0
+    assert text.index("\nOptions used") < text.index("\nTraining view") < text.index("\nSplits")
+    section = text[text.index("\nTraining view"):text.index("\nSplits")]
+    assert "  target spacing: 1.2,1.1,2.0 mm (X,Y,Z: column, row, slice step" in section
+    assert "  crop: foreground (the box of the mask's non-zero voxels); the box kept as dicom/crop_box" in section
+    assert "  intensity: zscore (per image and channel" in section
+    assert "dataset facts" not in section
+
+
+def _view_manifest(options: dict, **extra) -> Manifest:
+    return Manifest.from_json({"format_version": 1, "splits": {}, "features": {}, "options": options, **extra})
+
+
+def test_the_training_view_section_shows_fingerprint_facts_where_dataset_json_holds_them():
+    """Facts a fingerprint or --spacing auto records, read defensively: whatever they hold, under
+    the top level or the options; nothing of them when absent; no section without the options."""
+    assert format_training_view(_view_manifest({"spacing": None, "crop": "off", "intensity": "none"})) == []
+    assert format_training_view(_view_manifest({})) == []
+    lines = format_training_view(_view_manifest(
+        {"spacing": "auto", "crop": "off", "intensity": "ct"},
+        fingerprint={"spacing": [0.7, 0.7, 2.5], "percentile_00_5": -1000.25, "cases": 40,
+                     "nested": {"a": 1, "b": 2}},
+        auto_spacing=[0.7, 0.7, 2.5]))
+    assert lines[1] == "Training view (--spacing, --crop, --intensity)"
+    assert "  target spacing: auto (chosen by the conversion; dataset facts below where dataset.json records " \
+           "them); the source's kept as dicom/original_*" in lines
+    assert "  crop: off" in lines
+    assert "  intensity: ct; intensity/mean and intensity/std kept per channel" in lines
+    facts = lines[lines.index("  dataset facts:") + 1:]
+    assert facts == ["    fingerprint.spacing = [0.7, 0.7, 2.5]", "    fingerprint.percentile_00_5 = -1000.25",
+                     "    fingerprint.cases = 40", "    fingerprint.nested = {a, b}",
+                     "    auto_spacing = [0.7, 0.7, 2.5]"], facts
+    odd = format_training_view(_view_manifest({"intensity": "zscore"}, fingerprint="not an object"))
+    assert odd[-1] == "    fingerprint = not an object"
+    many = format_training_view(_view_manifest({"crop": "nonzero"}, fingerprint={str(n): n for n in range(20)}))
+    assert many[-1] == "    ... 8 more in dataset.json" and len(many) == 2 + 3 + 1 + 12 + 1
 
 
 # ---------------------------------------------------------------- preview

@@ -35,12 +35,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from dcm2tfrecord.dataset import reasons
+from dcm2tfrecord.dataset import features as record_format, reasons
 from dcm2tfrecord.transforms.errors import ConversionError
 
 POSITION = "dicom/image_position_patient"
 ORIENTATION = "dicom/image_orientation_patient"
-AFFINE = "dicom/affine"
+AFFINE = record_format.AFFINE
 
 FEATURES = {
     POSITION: {"dtype": "float", "shape": [-1],
@@ -55,11 +55,11 @@ FEATURES = {
 
 # --spacing (transforms.images.spacing): what the record was before it was resampled, so that a
 # prediction on its grid can be put back on the source's (reader.geometry.to_original_grid)
-ORIGINAL_SHAPE = "dicom/original_shape"
+ORIGINAL_SHAPE = record_format.ORIGINAL_SHAPE
 ORIGINAL_SPACING = "dicom/original_spacing"
 ORIGINAL_AFFINE = "dicom/original_affine"
-PIXEL_SPACING = "dicom/pixel_spacing"
-SLICE_SPACING = "dicom/slice_spacing"
+PIXEL_SPACING = record_format.PIXEL_SPACING
+SLICE_SPACING = record_format.SLICE_SPACING
 
 SPACING_FEATURES = {
     ORIGINAL_SHAPE: {"dtype": "int64", "shape": [-1],
@@ -74,7 +74,7 @@ SPACING_FEATURES = {
 
 # --crop (transforms.images.crop): the box the record was cut to, in the source's grid (with
 # dicom/original_* above, which then describe the source before the crop and any resampling)
-CROP_BOX = "dicom/crop_box"
+CROP_BOX = record_format.CROP_BOX
 CROP_FEATURES = {
     CROP_BOX: {"dtype": "int64", "shape": [-1],
                "description": "--crop: the box the record was cut to, [k0, k1, j0, j1, i0, i1] half-open in "
