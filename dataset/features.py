@@ -48,8 +48,7 @@ MASK_CHANNELS = "mask_channels"
 MASK_CLASSES = "mask_classes"
 # The training view (convert --crop, --spacing, --intensity; issue 44), checked by verify
 # (dataset/verify_view.py) in this layer: transforms/dicom/patient_space.py spells the geometry
-# through these; transforms/images/intensity.py owns MEAN and STD, equal to INTENSITY_MEAN and
-# INTENSITY_STD (tests/dataset/test_verify_view.py holds them so)
+# through these, transforms/images/intensity.py and fingerprint.py the intensity/* names
 AFFINE = "dicom/affine"
 PIXEL_SPACING = "dicom/pixel_spacing"
 SLICE_SPACING = "dicom/slice_spacing"
@@ -57,6 +56,8 @@ ORIGINAL_SHAPE = "dicom/original_shape"
 CROP_BOX = "dicom/crop_box"
 INTENSITY_MEAN = "intensity/mean"
 INTENSITY_STD = "intensity/std"
+INTENSITY_CLIP_LOW = "intensity/clip_low"      # --intensity ct
+INTENSITY_CLIP_HIGH = "intensity/clip_high"
 
 
 class RecordKind(StrEnum):

@@ -3,6 +3,8 @@
 
 - ``--intensity zscore``: ``intensity/mean`` and ``intensity/std`` hold one value per channel,
   and the image is float32;
+- ``--intensity ct``: the same, with ``intensity/clip_low`` and ``intensity/clip_high``, and all
+  four equal (as float32) to dataset.json's ``fingerprint``, which every record shares;
 - ``--crop`` (any mode but off): ``dicom/crop_box`` ``[k0, k1, j0, j1, i0, i1]`` is a non-empty
   box inside ``dicom/original_shape`` ``[depth, height, width]``;
 - ``--spacing X,Y,Z`` (three numbers; a spacing the job chose itself is not checked here): the
@@ -22,13 +24,18 @@ from typing import Optional
 
 import numpy as np
 
-from dcm2tfrecord.dataset.features import (AFFINE, CHANNELS, CROP_BOX, DEPTH, DTYPE, INTENSITY_MEAN, INTENSITY_STD,
-                                           ORIGINAL_SHAPE, PIXEL_SPACING, SLICE_SPACING)
+from dcm2tfrecord.dataset.features import (AFFINE, CHANNELS, CROP_BOX, DEPTH, DTYPE, INTENSITY_CLIP_HIGH,
+                                           INTENSITY_CLIP_LOW, INTENSITY_MEAN, INTENSITY_STD, ORIGINAL_SHAPE,
+                                           PIXEL_SPACING, SLICE_SPACING)
 from dcm2tfrecord.dataset.manifest import Manifest
 
 SPACING_TOLERANCE_MM = 1e-4
-ZSCORE = "zscore"                   # --intensity's value whose records this checks
+ZSCORE = "zscore"                   # --intensity's values whose records this checks
+CT = "ct"
 ZSCORE_DTYPE = "float32"
+# --intensity ct: each feature and the fingerprint's statistic it holds
+CT_FEATURES = ((INTENSITY_CLIP_LOW, "percentile_00_5"), (INTENSITY_CLIP_HIGH, "percentile_99_5"),
+               (INTENSITY_MEAN, "mean"), (INTENSITY_STD, "std"))
 CROP_OFF = ("off", "none", "")      # --crop's values that cut nothing
 
 
@@ -49,7 +56,8 @@ def _target(value) -> Optional[tuple[float, float, float]]:
 @dataclasses.dataclass(frozen=True)
 class ViewRule:
     """The training view dataset.json's options record: what every record must show of it."""
-    intensity: bool = False                     # --intensity zscore
+    intensity: Optional[str] = None             # --intensity zscore or ct
+    fingerprint: Optional[dict] = None          # ct: dataset.json's fingerprint
     crop: Optional[str] = None                  # --crop's mode, when it cut
     spacing: Optional[str] = None               # --spacing as given, when three numbers
     target: Optional[tuple] = None              # its (depth, height, width) mm
@@ -62,13 +70,16 @@ class ViewRule:
         crop = str(crop) if crop is not None and str(crop) not in CROP_OFF else None
         spacing = options.get("spacing")
         target = _target(spacing)
-        rule = cls(intensity=options.get("intensity") == ZSCORE, crop=crop,
-                   spacing=spacing if target else None, target=target)
+        scheme = options.get("intensity")
+        rule = cls(intensity=scheme if scheme in (ZSCORE, CT) else None, crop=crop,
+                   spacing=spacing if target else None, target=target,
+                   fingerprint=dict(manifest.fingerprint or {}) if scheme == CT else None)
         return rule if rule.intensity or rule.crop or rule.target else None
 
     def required(self) -> frozenset:
         """The features this rule reports as missing itself (the schema check leaves them)."""
         return frozenset(((INTENSITY_MEAN, INTENSITY_STD) if self.intensity else ())
+                         + ((INTENSITY_CLIP_LOW, INTENSITY_CLIP_HIGH) if self.intensity == CT else ())
                          + ((CROP_BOX, ORIGINAL_SHAPE) if self.crop else ()))
 
 
@@ -91,7 +102,7 @@ def check_view(features: dict, rule: ViewRule) -> list[str]:
     """One decoded record's problems against ``rule``, one line each."""
     problems: list[str] = []
     if rule.intensity:
-        problems.extend(_check_intensity(features))
+        problems.extend(_check_intensity(features, rule))
     if rule.crop:
         problems.extend(_check_crop(features, rule.crop))
     if rule.target:
@@ -99,22 +110,39 @@ def check_view(features: dict, rule: ViewRule) -> list[str]:
     return problems
 
 
-def _check_intensity(features: dict) -> list[str]:
-    fix = _fix("--intensity zscore")
+def _check_intensity(features: dict, rule: ViewRule) -> list[str]:
+    flag = f"--intensity {rule.intensity}"
+    fix = _fix(flag)
     problems = []
     channels = _single_int(features, CHANNELS)
-    for name in (INTENSITY_MEAN, INTENSITY_STD):
+    names = [name for name, _ in CT_FEATURES] if rule.intensity == CT else [INTENSITY_MEAN, INTENSITY_STD]
+    for name in names:
         kind, values = features.get(name, (None, []))
         if name not in features:
-            problems.append(f"feature {name!r} is missing: --intensity zscore keeps one per channel; {fix}")
+            problems.append(f"feature {name!r} is missing: {flag} keeps one per channel; {fix}")
         elif kind != "float" or (channels is not None and len(values) != channels):
-            problems.append(f"feature {name!r} holds {len(values)} {kind or 'empty'} value(s), --intensity zscore "
+            problems.append(f"feature {name!r} holds {len(values)} {kind or 'empty'} value(s), {flag} "
                             f"keeps one float per channel ({channels}); {fix}")
+    if rule.intensity == CT and not problems:
+        problems.extend(_check_fingerprint(features, rule.fingerprint or {}, fix))
     kind, values = features.get(DTYPE, (None, []))
     dtype = bytes(values[0]).decode("utf-8", "replace") if kind == "bytes" and len(values) == 1 else "?"
     if dtype != ZSCORE_DTYPE:
-        problems.append(f"image dtype {dtype}, --intensity zscore writes {ZSCORE_DTYPE}; {fix}")
+        problems.append(f"image dtype {dtype}, {flag} writes {ZSCORE_DTYPE}; {fix}")
     return problems
+
+
+def _check_fingerprint(features: dict, fingerprint: dict, fix: str) -> list[str]:
+    """--intensity ct: the record's clip bounds, mean and std are dataset.json's fingerprint's."""
+    if not fingerprint:
+        return [f"dataset.json has no fingerprint, which --intensity ct records; {fix}"]
+    for name, statistic in CT_FEATURES:
+        expected = np.asarray(fingerprint.get(statistic) or [], dtype=np.float32)
+        found = np.asarray(list(features[name][1]), dtype=np.float32)
+        if expected.shape != found.shape or not np.array_equal(expected, found):
+            return [f"feature {name!r} is {found.tolist()}, dataset.json's fingerprint {statistic} "
+                    f"{expected.tolist()}: the record was normalised with another fingerprint; {fix}"]
+    return []
 
 
 def _check_crop(features: dict, mode: str) -> list[str]:

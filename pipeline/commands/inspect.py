@@ -154,13 +154,15 @@ def format_options(manifest: Manifest) -> list[str]:
 _VIEW_OFF = (None, "", "off", "none")
 # dataset.json keys (top level) or options that may hold the facts a dataset fingerprint or an
 # automatic --spacing adds: shown when present, whatever they hold, never required
-_VIEW_FACTS = ("fingerprint", "training_view", "auto_spacing", "spacing_auto", "intensity_fingerprint")
-_FACTS_LISTED = 12
 _VIEW_NOTES = {
     "crop": {"nonzero": "the box of the image's non-zero voxels",
              "foreground": "the box of the mask's non-zero voxels"},
-    "intensity": {"zscore": "per image and channel, (x - mean) / std over the non-zero voxels, float32"},
+    "intensity": {"zscore": "per image and channel, (x - mean) / std over the non-zero voxels, float32",
+                  "ct": "clipped to the train split's foreground 0.5/99.5 percentiles, then (x - mean) / std "
+                        "with their mean and std (the fingerprint below), float32"},
 }
+_INTENSITY_KEPT = {"zscore": "intensity/mean and intensity/std kept per channel",
+                   "ct": "intensity/clip_low, clip_high, mean and std kept per channel"}
 
 
 def _fact_text(value) -> str:
@@ -179,20 +181,17 @@ def _fact_text(value) -> str:
 
 
 def _view_facts(manifest: Manifest) -> list[str]:
-    """``key = value`` lines of the fingerprint and automatic spacing facts dataset.json holds
-    (top level, kept as ``extra`` or read by a Manifest property of that name, or among the
-    options; one level of an object flattened), at most _FACTS_LISTED."""
-    lines = []
-    for name in _VIEW_FACTS:
-        found = [(manifest.extra or {}).get(name), getattr(manifest, name, None), (manifest.options or {}).get(name)]
-        value = next((v for v in found if v is not None and not callable(v)), None)
-        if value is None:
-            continue
-        items = value.items() if isinstance(value, Mapping) else [(None, value)]
-        for key, fact in items:
-            lines.append(f"    {name}{'' if key is None else '.' + str(key)} = {_fact_text(fact)}")
-    if len(lines) > _FACTS_LISTED:
-        lines = lines[:_FACTS_LISTED] + [f"    ... {len(lines) - _FACTS_LISTED} more in dataset.json"]
+    """The training view's facts dataset.json holds: --intensity ct's fingerprint, a line per
+    channel (its clip bounds, mean and std, and how many voxels of which split gave them)."""
+    found = manifest.fingerprint
+    if not isinstance(found, Mapping):
+        return []
+    lines = [f"    fingerprint of split {found.get('split')!r}: {found.get('rule', '')}"]
+    columns = [found.get(k) if isinstance(found.get(k), list) else []
+               for k in ("percentile_00_5", "percentile_99_5", "mean", "std", "voxels")]
+    for channel, (low, high, mean, std, voxels) in enumerate(zip(*columns)):
+        lines.append(f"    channel {channel}: clip {_fact_text(low)} .. {_fact_text(high)}, mean {_fact_text(mean)}, "
+                     f"std {_fact_text(std)} ({voxels} voxels)")
     return lines
 
 
@@ -213,12 +212,12 @@ def format_training_view(manifest: Manifest) -> list[str]:
         lines.append(f"  target spacing: {spacing} (chosen by the conversion; dataset facts below where "
                      "dataset.json records them); the source's kept as dicom/original_*")
     for name, value, kept in (("crop", crop, "the box kept as dicom/crop_box"),
-                              ("intensity", intensity, "intensity/mean and intensity/std kept per channel")):
+                              ("intensity", intensity, _INTENSITY_KEPT.get(str(intensity), ""))):
         if value in _VIEW_OFF:
             lines.append(f"  {name}: {value or 'none'}")
             continue
         note = _VIEW_NOTES[name].get(str(value))
-        lines.append(f"  {name}: {value}" + (f" ({note}); {kept}" if note else f"; {kept}"))
+        lines.append(f"  {name}: {value}" + (f" ({note})" if note else "") + (f"; {kept}" if kept else ""))
     facts = _view_facts(manifest)
     if facts:
         lines += ["  dataset facts:"] + facts

@@ -140,7 +140,7 @@ def _manifest(options: dict) -> Manifest:
     ({"crop": "off", "intensity": "none", "spacing": None}, None),
     ({"spacing": "auto"}, None),                       # chosen by the job: not checked here
     ({"spacing": "1,2,3"}, ViewRule(spacing="1,2,3", target=(3.0, 2.0, 1.0))),
-    ({"crop": "nonzero", "intensity": "zscore"}, ViewRule(intensity=True, crop="nonzero")),
+    ({"crop": "nonzero", "intensity": "zscore"}, ViewRule(intensity="zscore", crop="nonzero")),
 ])
 def test_the_rule_comes_from_dataset_json_options(options, rule):
     assert ViewRule.of(_manifest(options)) == rule
@@ -150,3 +150,25 @@ def test_a_record_without_any_spacing_fails_the_spacing():
     record = decode_example(encode_example({"depth": 3, "channels": 1, "dtype": "int16"}))
     [problem] = check_view(record, ViewRule(spacing="1,1,1", target=(1.0, 1.0, 1.0)))
     assert problem.startswith("the record holds no spacing (dicom/affine, dicom/pixel_spacing)"), problem
+
+
+def test_a_ct_record_holds_dataset_json_fingerprint_or_fails_naming_it():
+    stats = {"percentile_00_5": [-990.5], "percentile_99_5": [2950.25], "mean": [11.125], "std": [301.5]}
+    rule = ViewRule.of(Manifest.from_json({"format_version": 1, "splits": {}, "features": {},
+                                           "options": {"intensity": "ct"}, "fingerprint": stats}))
+    assert rule == ViewRule(intensity="ct", fingerprint=stats)
+    base = {"depth": 1, "channels": 1, "dtype": "float32", "intensity/clip_low": np.float32([-990.5]),
+            "intensity/clip_high": np.float32([2950.25]), "intensity/mean": np.float32([11.125]),
+            "intensity/std": np.float32([301.5])}
+    assert check_view(decode_example(encode_example(base)), rule) == []
+    other = decode_example(encode_example({**base, "intensity/clip_high": np.float32([3000.0])}))
+    [problem] = check_view(other, rule)
+    assert problem.startswith("feature 'intensity/clip_high' is [3000.0], dataset.json's fingerprint "
+                              "percentile_99_5 [2950.25]: the record was normalised with another fingerprint"), problem
+    missing = decode_example(encode_example({k: v for k, v in base.items() if k != "intensity/clip_low"}))
+    [problem] = check_view(missing, rule)
+    assert "'intensity/clip_low' is missing: --intensity ct keeps one per channel" in problem
+    no_fingerprint = ViewRule.of(Manifest.from_json({"format_version": 1, "splits": {}, "features": {},
+                                                     "options": {"intensity": "ct"}}))
+    [problem] = check_view(decode_example(encode_example(base)), no_fingerprint)
+    assert problem.startswith("dataset.json has no fingerprint"), problem

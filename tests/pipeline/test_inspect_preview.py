@@ -124,29 +124,24 @@ def _view_manifest(options: dict, **extra) -> Manifest:
     return Manifest.from_json({"format_version": 1, "splits": {}, "features": {}, "options": options, **extra})
 
 
-def test_the_training_view_section_shows_fingerprint_facts_where_dataset_json_holds_them():
-    """Facts a fingerprint or --spacing auto records, read defensively: whatever they hold, under
-    the top level or the options; nothing of them when absent; no section without the options."""
+def test_the_training_view_section_shows_the_fingerprint_where_dataset_json_holds_one():
+    """--intensity ct's fingerprint, a line per channel; nothing of it when absent; no section
+    without the options."""
     assert format_training_view(_view_manifest({"spacing": None, "crop": "off", "intensity": "none"})) == []
     assert format_training_view(_view_manifest({})) == []
     lines = format_training_view(_view_manifest(
-        {"spacing": "auto", "crop": "off", "intensity": "ct"},
-        fingerprint={"spacing": [0.7, 0.7, 2.5], "percentile_00_5": -1000.25, "cases": 40,
-                     "nested": {"a": 1, "b": 2}},
-        auto_spacing=[0.7, 0.7, 2.5]))
+        {"spacing": "1,1,1", "crop": "off", "intensity": "ct"},
+        fingerprint={"split": "train", "rule": "nnU-Net v2 CTNormalization", "percentile_00_5": [-1000.25],
+                     "percentile_99_5": [2950.5], "mean": [11.125], "std": [301.0625], "voxels": [40000]}))
     assert lines[1] == "Training view (--spacing, --crop, --intensity)"
-    assert "  target spacing: auto (chosen by the conversion; dataset facts below where dataset.json records " \
-           "them); the source's kept as dicom/original_*" in lines
     assert "  crop: off" in lines
-    assert "  intensity: ct; intensity/mean and intensity/std kept per channel" in lines
+    assert any(line.startswith("  intensity: ct (clipped to the train split's foreground 0.5/99.5 percentiles")
+               and line.endswith("; intensity/clip_low, clip_high, mean and std kept per channel") for line in lines)
     facts = lines[lines.index("  dataset facts:") + 1:]
-    assert facts == ["    fingerprint.spacing = [0.7, 0.7, 2.5]", "    fingerprint.percentile_00_5 = -1000.25",
-                     "    fingerprint.cases = 40", "    fingerprint.nested = {a, b}",
-                     "    auto_spacing = [0.7, 0.7, 2.5]"], facts
-    odd = format_training_view(_view_manifest({"intensity": "zscore"}, fingerprint="not an object"))
-    assert odd[-1] == "    fingerprint = not an object"
-    many = format_training_view(_view_manifest({"crop": "nonzero"}, fingerprint={str(n): n for n in range(20)}))
-    assert many[-1] == "    ... 8 more in dataset.json" and len(many) == 2 + 3 + 1 + 12 + 1
+    assert facts == ["    fingerprint of split 'train': nnU-Net v2 CTNormalization",
+                     "    channel 0: clip -1000.25 .. 2950.5, mean 11.125, std 301.062 (40000 voxels)"], facts
+    zscore = format_training_view(_view_manifest({"intensity": "zscore"}))
+    assert "dataset facts" not in "\n".join(zscore)
 
 
 # ---------------------------------------------------------------- preview

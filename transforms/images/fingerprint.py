@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from dcm2tfrecord.dataset.features import INTENSITY_CLIP_HIGH, INTENSITY_CLIP_LOW
 from dcm2tfrecord.transforms.images.intensity import MEAN, STD
 
 TRAINING_SPLIT = "train"
@@ -154,8 +155,8 @@ def normalize(pixels: np.ndarray, per_channel: Bounds) -> np.ndarray:
     return out
 
 
-CLIP_LOW = "intensity/clip_low"
-CLIP_HIGH = "intensity/clip_high"
+CLIP_LOW = INTENSITY_CLIP_LOW
+CLIP_HIGH = INTENSITY_CLIP_HIGH
 FEATURES = {
     CLIP_LOW: {"dtype": "float", "shape": [-1],
                "description": "--intensity ct: per channel, the dataset fingerprint's 0.5 percentile the "

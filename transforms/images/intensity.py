@@ -28,10 +28,10 @@ from __future__ import annotations
 import numpy as np
 
 from dcm2tfrecord.dataset.choices import StrEnum
+from dcm2tfrecord.dataset.features import INTENSITY_MEAN as MEAN
+from dcm2tfrecord.dataset.features import INTENSITY_STD as STD
 
 EPSILON = 1e-8          # nnU-Net's: max(std, 1e-8)
-MEAN = "intensity/mean"
-STD = "intensity/std"
 FEATURES = {
     MEAN: {"dtype": "float", "shape": [-1],
            "description": "--intensity zscore: per channel, the mean of the image's non-zero voxels "
