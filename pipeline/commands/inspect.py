@@ -187,7 +187,7 @@ def _view_facts(manifest: Manifest) -> list[str]:
     if not isinstance(found, Mapping):
         return []
     lines = [f"    fingerprint of split {found.get('split')!r}: {found.get('rule', '')}"]
-    columns = [found.get(k) if isinstance(found.get(k), list) else []
+    columns: list[list] = [found.get(k) if isinstance(found.get(k), list) else []
                for k in ("percentile_00_5", "percentile_99_5", "mean", "std", "voxels")]
     for channel, (low, high, mean, std, voxels) in enumerate(zip(*columns)):
         lines.append(f"    channel {channel}: clip {_fact_text(low)} .. {_fact_text(high)}, mean {_fact_text(mean)}, "
