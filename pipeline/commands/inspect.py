@@ -180,6 +180,10 @@ def _fact_text(value) -> str:
     return str(value)
 
 
+def _listed(value) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _view_facts(manifest: Manifest) -> list[str]:
     """The training view's facts dataset.json holds: --intensity ct's fingerprint, a line per
     channel (its clip bounds, mean and std, and how many voxels of which split gave them)."""
@@ -187,8 +191,7 @@ def _view_facts(manifest: Manifest) -> list[str]:
     if not isinstance(found, Mapping):
         return []
     lines = [f"    fingerprint of split {found.get('split')!r}: {found.get('rule', '')}"]
-    columns: list[list] = [found.get(k) if isinstance(found.get(k), list) else []
-               for k in ("percentile_00_5", "percentile_99_5", "mean", "std", "voxels")]
+    columns = [_listed(found.get(k)) for k in ("percentile_00_5", "percentile_99_5", "mean", "std", "voxels")]
     for channel, (low, high, mean, std, voxels) in enumerate(zip(*columns)):
         lines.append(f"    channel {channel}: clip {_fact_text(low)} .. {_fact_text(high)}, mean {_fact_text(mean)}, "
                      f"std {_fact_text(std)} ({voxels} voxels)")
