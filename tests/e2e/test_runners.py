@@ -55,7 +55,8 @@ class _SideInputsOffMultiOutputSteps(PipelineVisitor):
 
 
 @pytest.mark.parametrize("extra", [{}, {"labels_from_dirs": True, "labels": None}, {"unit": "series"},
-                                   {"duplicates": "keep", "split_column": "split"}, "incremental"])
+                                   {"duplicates": "keep", "split_column": "split"}, "incremental",
+                                   {"intensity": "ct"}])
 def test_no_side_input_is_read_off_a_step_with_several_outputs(archive, tmp_path, extra):
     """Runners differ in how they keep the outputs of a multi-output step apart when one of
     them is a side input (BundleBasedDirectRunner mixed WriteShards' failures into the view
