@@ -212,10 +212,13 @@ class Manifest:
     # (transforms.images.fingerprint); None otherwise
     fingerprint: Optional[Mapping[str, Json]] = None
     mask_classes: Optional[tuple[str, ...]] = None    # with masks: the class names, index 1 first
+    # --spacing auto: the target spacing the run chose and the rule it applied (its median, the
+    # records it was taken from, whether the coarse axis was brought down)
+    spacing: Optional[Mapping[str, Json]] = None
     extra: Mapping[str, Json] = dataclasses.field(default_factory=dict)
 
     KEYS = ("splits", "features", "format_version", "tool", "counts", "errors_file", "options", "labels",
-            "groups", "min_shards", "incremental", "fingerprint")
+            "groups", "min_shards", "incremental", "fingerprint", "spacing")
 
     @property
     def split_names(self) -> list[str]:
@@ -265,7 +268,7 @@ class Manifest:
         try:
             optional = {key: None if data.get(key) is None else _object(data[key], repr(key))
                         for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
-                                    "incremental", "fingerprint")}
+                                    "incremental", "fingerprint", "spacing")}
             classes = _mask_classes(data.get(MASK_CLASSES))
             return cls(
                 splits={str(name): SplitEntry.from_json(entry, f"split {name!r}")
@@ -288,7 +291,7 @@ class Manifest:
                 **_present(format_version=self.format_version, errors_file=self.errors_file,
                            **{key: None if getattr(self, key) is None else dict(getattr(self, key))
                               for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
-                                          "incremental", "fingerprint")})}
+                                          "incremental", "fingerprint", "spacing")})}
 
 
 def label_count_keys(label) -> list[str]:
@@ -358,7 +361,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
                    min_shards: Optional[Mapping[str, tuple[int, int]]] = None,
                    base_version: Optional[tuple[str, str]] = None,
                    written_also_failed: int = 0, mask_classes: Optional[Sequence[str]] = None,
-                   fingerprint: Optional[Mapping] = None) -> Manifest:
+                   fingerprint: Optional[Mapping] = None,
+                   spacing: Optional[Mapping] = None) -> Manifest:
     """dataset.json content (``.to_json()`` is the object written).
 
     ``features``: the features beyond CORE_FEATURES (``dicom/*``, ``source_path``);
@@ -370,7 +374,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     ``written_also_failed``: inputs the shards counted written that are also failed
     outcomes (a file some of whose frames were written): each counts once, as failed;
     ``mask_classes``: with masks (``mask_raw``), the class names, index 1 first (0 is background);
-    ``fingerprint``: --intensity ct's (transforms.images.fingerprint.statistics).
+    ``fingerprint``: --intensity ct's (transforms.images.fingerprint.statistics);
+    ``spacing``: with ``--spacing auto``, the target chosen and the rule (its ``spacing`` block).
     """
     results, outcomes = list(results), list(outcomes)
     by_split: dict = {}
@@ -420,7 +425,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         labels=extra.get("labels"), groups=extra.get("groups"), min_shards=extra.get("min_shards"),
         incremental=extra.get("incremental"),
         fingerprint=None if fingerprint is None else dict(fingerprint),
-        mask_classes=None if mask_classes is None else tuple(mask_classes))
+        mask_classes=None if mask_classes is None else tuple(mask_classes),
+        spacing=None if spacing is None else dict(spacing))
 
 
 def encode_manifest(manifest: Manifest | Mapping) -> str:

@@ -141,6 +141,11 @@ def format_options(manifest: Manifest) -> list[str]:
     lines = _section("Options used")
     for key, value in sorted((manifest.options or {}).items()):
         lines.append(f"  {key} = {value}")
+    chosen = manifest.spacing or {}
+    if chosen.get("target_mm"):       # --spacing auto: what it chose, and by which rule
+        lines.append(f"  spacing chosen: {','.join(f'{float(v):g}' for v in chosen['target_mm'])} mm (X,Y,Z) by "
+                     f"{chosen.get('rule')} over {chosen.get('records')} records"
+                     + (", anisotropic: the coarse axis at its 10th percentile" if chosen.get("anisotropic") else ""))
     labels = manifest.labels or {}
     if labels.get("source"):
         names = manifest.class_names

@@ -134,6 +134,14 @@ def auto_spacing_of_slices(in_plane: Iterable[Sequence[float]]) -> AutoSpacing:
     return AutoSpacing(target=target, median=target, records=len(rows), from_slices=True)
 
 
+def with_target(settings, chosen: Optional[AutoSpacing]):
+    """The DecodeSettings a step resamples with: with --spacing auto, the run's ``chosen`` target
+    in place of ``auto`` (None where it found no record: nothing to resample); else ``settings``."""
+    if settings.spacing != AUTO:
+        return settings
+    return dataclasses.replace(settings, spacing=None if chosen is None else chosen.target)
+
+
 def axis_order(xyz: Sequence[float]) -> Spacing:
     """``(x, y, z)`` as the option gives it -> ``(depth, height, width)`` order ``(z, y, x)``."""
     return float(xyz[2]), float(xyz[1]), float(xyz[0])
