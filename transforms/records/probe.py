@@ -182,13 +182,13 @@ def _probe_nifti(fileobj: BinaryIO, max_pixels: int,
     be taken from (voxel_sample) and the record planned with it (plan_spacing)."""
     found = nifti.probe(fileobj, max_pixels)
     spec = ImageSpec(found.depth, found.height, found.width, found.channels, found.dtype)
-    if settings.spacing is None:
+    target = settings.spacing
+    if target is None:
         return spec, found.volumes, None, 0.0
     step, rows, columns = patient_space.voxel_spacing({patient_space.AFFINE: found.affine})
-    if settings.spacing == spacing.AUTO:
+    if isinstance(target, str):         # spacing.AUTO
         return spec, found.volumes, SliceInfo(pixel_spacing=(rows, columns)), step
-    spec = spacing.plan_depth(spacing.plan_in_plane(spec, (rows, columns), settings.spacing), step,
-                              settings.spacing)
+    spec = spacing.plan_depth(spacing.plan_in_plane(spec, (rows, columns), target), step, target)
     return spec, found.volumes, None, 0.0
 
 
@@ -327,7 +327,8 @@ def plan_spacing(record: ProbedRecord, settings: DecodeSettings) -> ProbedRecord
     along its slices from its slice step. A NIfTI's was planned at probe, from its affine, but with
     --spacing auto (``settings.spacing`` then the target the run chose) here, from the spacing the
     probe kept."""
-    if settings.spacing is None or settings.spacing == spacing.AUTO:
+    target = settings.spacing
+    if target is None or isinstance(target, str):      # off, or auto before its target is chosen
         return record
     nifti_auto = record.kind == RecordKind.NIFTI and record.slice_info is not None
     if record.kind != RecordKind.DICOM and not nifti_auto:
@@ -335,9 +336,9 @@ def plan_spacing(record: ProbedRecord, settings: DecodeSettings) -> ProbedRecord
     info = record.slice_info
     if info is None or len(info.pixel_spacing) != 2:
         return record           # refused at probe (_check_spacing)
-    spec = spacing.plan_in_plane(record.spec, info.pixel_spacing, settings.spacing)
+    spec = spacing.plan_in_plane(record.spec, info.pixel_spacing, target)
     if nifti_auto or record.members or (record.stacks and record.frame is None):
-        spec = spacing.plan_depth(spec, record.slice_spacing, settings.spacing)
+        spec = spacing.plan_depth(spec, record.slice_spacing, target)
     masks = settings.masks
     mask_bytes = masks_annotation.planned_mask_bytes(spec, masks) if record.mask_bytes and masks is not None \
         else record.mask_bytes
