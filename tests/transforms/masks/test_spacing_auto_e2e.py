@@ -8,11 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dcm2tfrecord.dataset.verify import verify_dataset
 from dcm2tfrecord.pipeline.cli import main
 from dcm2tfrecord.transforms.images import spacing
+from tests.support import mask_datasets as md
 from tests.support.nifti_tasks import PATTERN, msd_spacings
 from tests.support.nifti_tasks import class_map as _nifti_class_map
-from tests.support.preprocessed import affine as _affine, manifest as _manifest, records as _records
+from tests.support.preprocessed import CLASS_MAP_YAML, affine as _affine, manifest as _manifest, records as _records
 
 # name -> (shape along the file's i, j, k; spacing mm along them)
 ISOTROPIC = {"case_1": ((9, 7, 5), (0.7, 0.9, 2.5)), "case_2": ((8, 8, 4), (0.8, 1.0, 2.0)),
@@ -82,3 +84,30 @@ def test_spacing_auto_brings_an_anisotropic_axis_to_its_tenth_percentile(tmp_pat
     plain, auto = _converted(tmp_path, ANISOTROPIC)
     block = _check(tmp_path, plain, auto, (1.0, 1.0, float(np.percentile([5.0, 8.0, 10.0], 10))), anisotropic=True)
     assert block["median_mm"][2] == pytest.approx(8.0)
+
+
+def test_a_dicom_series_and_its_slices_take_their_own_spacing(tmp_path):
+    """A CT series and its SEG: as one volume (--unit series) the target is the volume's spacing
+    (the median of one), as slice records (--unit file) their in-plane medians (from_slices), each
+    written with the spacing chosen and a dataset that verifies."""
+    md.seg_archive(tmp_path, seed=4, depth=4)
+    class_map = tmp_path / "classes.yaml"
+    class_map.write_text(CLASS_MAP_YAML)
+    plain = _records(tmp_path / "in", tmp_path / "plain", class_map=str(class_map))
+    [volume] = plain.values()
+    expected = spacing.axis_order(_voxel(volume))
+    [record] = _records(tmp_path / "in", tmp_path / "auto", class_map=str(class_map), spacing="auto").values()
+    block = _manifest(tmp_path / "auto")["spacing"]
+    assert block["target_mm"] == pytest.approx(list(expected), rel=1e-6)
+    assert block["records"] == 1 and not block["from_slices"]
+    np.testing.assert_allclose(record["dicom/pixel_spacing"], [expected[1], expected[0]], rtol=1e-6)
+    np.testing.assert_allclose(record["dicom/slice_spacing"], [expected[2]], rtol=1e-6)
+    np.testing.assert_array_equal(record["image"], volume["image"])     # its own spacing: unchanged
+    assert verify_dataset(str(tmp_path / "auto")).ok
+    slices = _records(tmp_path / "in", tmp_path / "slices", class_map=str(class_map), unit="file", spacing="auto")
+    block = _manifest(tmp_path / "slices")["spacing"]
+    assert block["from_slices"] and block["records"] == 4
+    assert block["target_mm"][:2] == pytest.approx(list(expected[:2]), rel=1e-6)
+    for record in slices.values():
+        np.testing.assert_allclose(record["dicom/pixel_spacing"], [expected[1], expected[0]], rtol=1e-6)
+        assert int(record["depth"]) == 1
