@@ -16,10 +16,15 @@ def _zyx(result):
     return spacing.axis_order(result.target)
 
 
+ISOTROPIC = [((1.0, 0.8, 0.7), (100, 200, 210)), ((1.5, 0.9, 0.9), (90, 180, 190)),
+             ((1.2, 0.7, 0.8), (110, 190, 200))]
+ANISOTROPIC = [((s, 1.0, 1.0), (12, 256, 256)) for s in (5.0, 6.0, 8.0, 9.0, 10.0, 10.0)]
+FLOORED = [((0.5, 1.2, 1.2), (10, 300, 300))] * 2 + [((4.0, 1.2, 1.2), (10, 300, 300))] * 8
+IN_PLANE = [((1.0, 1.0, s), (300, 300, 20)) for s in (4.0, 5.0, 6.0, 7.0, 8.0)]
+
+
 def test_isotropic_set_takes_the_per_axis_medians():
-    samples = [((1.0, 0.8, 0.7), (100, 200, 210)), ((1.5, 0.9, 0.9), (90, 180, 190)),
-               ((1.2, 0.7, 0.8), (110, 190, 200))]
-    result = spacing.auto_spacing(samples)
+    result = spacing.auto_spacing(ISOTROPIC)
     assert result.target == pytest.approx((0.8, 0.8, 1.2))     # x, y, z
     assert result.median == result.target
     assert not result.anisotropic and result.records == 3
@@ -27,9 +32,8 @@ def test_isotropic_set_takes_the_per_axis_medians():
 
 def test_anisotropic_set_takes_the_tenth_percentile_of_the_coarse_axis():
     # slice steps 5..10 mm, in-plane 1 mm, few slices: the 10th percentile of the steps
-    steps = [5.0, 6.0, 8.0, 9.0, 10.0, 10.0]
-    samples = [((s, 1.0, 1.0), (12, 256, 256)) for s in steps]
-    result = spacing.auto_spacing(samples)
+    steps = [s for (s, _, _), _ in ANISOTROPIC]
+    result = spacing.auto_spacing(ANISOTROPIC)
     assert result.anisotropic
     assert result.median[2] == pytest.approx(np.percentile(steps, 50))
     assert result.target == pytest.approx((1.0, 1.0, np.percentile(steps, 10)))
@@ -45,8 +49,7 @@ def test_anisotropic_spacing_alone_keeps_the_median():
 
 def test_the_coarse_axis_never_drops_below_the_others():
     # median step 4 > 3 x 1.2 but its 10th percentile (0.5) below the in-plane 1.2: 1.2 + 1e-5
-    samples = [((0.5, 1.2, 1.2), (10, 300, 300))] * 2 + [((4.0, 1.2, 1.2), (10, 300, 300))] * 8
-    result = spacing.auto_spacing(samples)
+    result = spacing.auto_spacing(FLOORED)
     assert result.anisotropic
     assert result.target[2] == pytest.approx(1.2 + 1e-5, abs=1e-9)
     assert result.target[2] > 1.2
@@ -54,8 +57,7 @@ def test_the_coarse_axis_never_drops_below_the_others():
 
 def test_the_coarse_axis_may_be_in_plane():
     # the worst axis is the columns' (nnU-Net picks argmax, whichever axis it is)
-    samples = [((1.0, 1.0, s), (300, 300, 20)) for s in (4.0, 5.0, 6.0, 7.0, 8.0)]
-    result = spacing.auto_spacing(samples)
+    result = spacing.auto_spacing(IN_PLANE)
     assert result.anisotropic
     assert result.target == pytest.approx((np.percentile([4.0, 5.0, 6.0, 7.0, 8.0], 10), 1.0, 1.0))
 
@@ -96,14 +98,28 @@ def _nnunet_target(samples):
     return planners.ExperimentPlanner.determine_fullres_target_spacing(planner)
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_equals_nnunetv2_determine_fullres_target_spacing_where_installed(seed):
-    """nnunetv2's own planner function (skipped where nnunetv2, no dependency, is not installed)."""
+def _random_set(seed: int) -> list:
+    """A random set, half of them anisotropic (one axis coarse and short) to reach both branches."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 15))
-    coarse = float(rng.choice([1.0, 2.5, 6.0]))
-    samples = [((float(rng.uniform(0.3, 1.5) * coarse), float(rng.uniform(0.5, 1.2)), float(rng.uniform(0.5, 1.2))),
-                (int(rng.integers(5, 200)), int(rng.integers(100, 300)), int(rng.integers(100, 300))))
-               for _ in range(n)]
+    axis, coarse = int(rng.integers(0, 3)), bool(seed % 2)
+    samples = []
+    for _ in range(int(rng.integers(1, 15))):
+        steps = [float(rng.uniform(0.5, 1.2)) for _ in range(3)]
+        sizes = [int(rng.integers(100, 300)) for _ in range(3)]
+        if coarse:
+            steps[axis] *= float(rng.uniform(1.0, 12.0))
+            sizes[axis] = int(rng.integers(3, 40))
+        samples.append((tuple(steps), tuple(sizes)))
+    return samples
+
+
+@pytest.mark.parametrize("samples", [ISOTROPIC, ANISOTROPIC, FLOORED, IN_PLANE] + [_random_set(s) for s in range(24)])
+def test_equals_nnunetv2_determine_fullres_target_spacing_where_installed(samples):
+    """nnunetv2's own planner function (the test extra installs nnunetv2; skipped where it is not)."""
     expected = _nnunet_target(samples)
     np.testing.assert_allclose(_zyx(spacing.auto_spacing(samples)), expected, rtol=1e-12)
+
+
+def test_the_random_sets_reach_both_branches():
+    results = [spacing.auto_spacing(_random_set(s)) for s in range(24)]
+    assert 3 <= sum(r.anisotropic for r in results) <= 21
