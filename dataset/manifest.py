@@ -30,6 +30,8 @@ from dcm2tfrecord.dataset.storage import FileSystems
 # Distinct [depth, height, width, channels] shapes listed: per shard by the writer, per split in
 # dataset.json, per split by verify. Beyond it a split is simply not fixed-shape.
 MAX_SHAPES = 16
+# --spacing auto: the key of the object that records the target the run chose (Manifest.auto_spacing)
+AUTO_SPACING = "auto_spacing"
 
 
 # ---------------------------------------------------------------- the types
@@ -212,13 +214,18 @@ class Manifest:
     # (transforms.images.fingerprint); None otherwise
     fingerprint: Optional[Mapping[str, Json]] = None
     mask_classes: Optional[tuple[str, ...]] = None    # with masks: the class names, index 1 first
-    # --spacing auto: the target spacing the run chose and the rule it applied (its median, the
-    # records it was taken from, whether the coarse axis was brought down)
-    spacing: Optional[Mapping[str, Json]] = None
     extra: Mapping[str, Json] = dataclasses.field(default_factory=dict)
 
     KEYS = ("splits", "features", "format_version", "tool", "counts", "errors_file", "options", "labels",
-            "groups", "min_shards", "incremental", "fingerprint", "spacing")
+            "groups", "min_shards", "incremental", "fingerprint")
+
+    @property
+    def auto_spacing(self) -> Optional[Mapping[str, Json]]:
+        """``--spacing auto``'s ``auto_spacing`` object (the target spacing the run chose, the rule it
+        applied, its median, the records it was taken from; transforms.images.spacing.AutoSpacing),
+        kept in ``extra`` as written; None when absent or not an object."""
+        value = self.extra.get(AUTO_SPACING)
+        return value if isinstance(value, Mapping) else None
 
     @property
     def split_names(self) -> list[str]:
@@ -268,7 +275,7 @@ class Manifest:
         try:
             optional = {key: None if data.get(key) is None else _object(data[key], repr(key))
                         for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
-                                    "incremental", "fingerprint", "spacing")}
+                                    "incremental", "fingerprint")}
             classes = _mask_classes(data.get(MASK_CLASSES))
             return cls(
                 splits={str(name): SplitEntry.from_json(entry, f"split {name!r}")
@@ -291,7 +298,7 @@ class Manifest:
                 **_present(format_version=self.format_version, errors_file=self.errors_file,
                            **{key: None if getattr(self, key) is None else dict(getattr(self, key))
                               for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
-                                          "incremental", "fingerprint", "spacing")})}
+                                          "incremental", "fingerprint")})}
 
 
 def label_count_keys(label) -> list[str]:
@@ -362,7 +369,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
                    base_version: Optional[tuple[str, str]] = None,
                    written_also_failed: int = 0, mask_classes: Optional[Sequence[str]] = None,
                    fingerprint: Optional[Mapping] = None,
-                   spacing: Optional[Mapping] = None) -> Manifest:
+                   auto_spacing: Optional[Mapping] = None) -> Manifest:
     """dataset.json content (``.to_json()`` is the object written).
 
     ``features``: the features beyond CORE_FEATURES (``dicom/*``, ``source_path``);
@@ -375,7 +382,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     outcomes (a file some of whose frames were written): each counts once, as failed;
     ``mask_classes``: with masks (``mask_raw``), the class names, index 1 first (0 is background);
     ``fingerprint``: --intensity ct's (transforms.images.fingerprint.statistics);
-    ``spacing``: with ``--spacing auto``, the target chosen and the rule (its ``spacing`` block).
+    ``auto_spacing``: with ``--spacing auto``, the target chosen and the rule (its ``auto_spacing`` object).
     """
     results, outcomes = list(results), list(outcomes)
     by_split: dict = {}
@@ -426,7 +433,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         incremental=extra.get("incremental"),
         fingerprint=None if fingerprint is None else dict(fingerprint),
         mask_classes=None if mask_classes is None else tuple(mask_classes),
-        spacing=None if spacing is None else dict(spacing))
+        extra={} if auto_spacing is None else {AUTO_SPACING: dict(auto_spacing)})
 
 
 def encode_manifest(manifest: Manifest | Mapping) -> str:

@@ -85,7 +85,7 @@ class AutoSpacing:
     from_slices: bool = False
 
     def manifest_entry(self) -> dict:
-        """dataset.json's ``spacing`` block."""
+        """dataset.json's ``auto_spacing`` object (dataset.manifest.AUTO_SPACING)."""
         return {"option": AUTO, "rule": AUTO_RULE, "target_mm": None if self.target is None else list(self.target),
                 "median_mm": None if self.median is None else list(self.median), "records": self.records,
                 "anisotropic": self.anisotropic, "from_slices": self.from_slices}

@@ -1,8 +1,8 @@
 """``--spacing auto`` end to end: MSD-like NIfTI tasks whose cases differ in spacing, converted by
 Beam's local runner (``run_convert``) with and without the option. The target is nnU-Net v2's
 (transforms.images.spacing.auto_spacing over every volume record's spacing and shape as probed),
-every record (and its mask) is resampled to it, and dataset.json records it (its ``spacing``
-block, which ``inspect`` shows)."""
+every record (and its mask) is resampled to it, and dataset.json records it (its ``auto_spacing``
+object, which ``inspect`` shows)."""
 from __future__ import annotations
 
 import numpy as np
@@ -62,11 +62,11 @@ def _check(tmp_path, plain, auto, expected_xyz, anisotropic):
         assert record["mask"].size == int(np.prod(shape))
     written = _manifest(tmp_path / "auto")
     assert written["options"]["spacing"] == "auto"
-    block = written["spacing"]
+    block = written["auto_spacing"]
     assert block["rule"] == spacing.AUTO_RULE and block["records"] == len(plain)
     assert block["target_mm"] == pytest.approx(list(chosen.target), rel=1e-9)
     assert block["anisotropic"] is anisotropic and block["from_slices"] is False
-    assert "spacing" not in _manifest(tmp_path / "plain")
+    assert "auto_spacing" not in _manifest(tmp_path / "plain")
     return block
 
 
@@ -77,13 +77,19 @@ def test_spacing_auto_takes_the_median_spacing_of_the_records(tmp_path, capsys):
     assert block["median_mm"] == pytest.approx(block["target_mm"])
     capsys.readouterr()
     assert main(["inspect", str(tmp_path / "auto")]) == 0
-    assert "spacing chosen: 0.7,0.9,2.5 mm (X,Y,Z) by nnunetv2_fullres_target_spacing" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    # its Training view section, under the dataset facts
+    assert "    spacing chosen: 0.7,0.9,2.5 mm (X,Y,Z) by nnunetv2_fullres_target_spacing over 3 records" in shown
 
 
-def test_spacing_auto_brings_an_anisotropic_axis_to_its_tenth_percentile(tmp_path):
+def test_spacing_auto_brings_an_anisotropic_axis_to_its_tenth_percentile(tmp_path, capsys):
     plain, auto = _converted(tmp_path, ANISOTROPIC)
     block = _check(tmp_path, plain, auto, (1.0, 1.0, float(np.percentile([5.0, 8.0, 10.0], 10))), anisotropic=True)
     assert block["median_mm"][2] == pytest.approx(8.0)
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "auto")]) == 0
+    assert ("    spacing chosen: 1,1,5.6 mm (X,Y,Z) by nnunetv2_fullres_target_spacing over 3 records; anisotropic: "
+            "the coarse axis at its 10th percentile (median 1,1,8)") in capsys.readouterr().out
 
 
 def test_a_dicom_series_and_its_slices_take_their_own_spacing(tmp_path):
@@ -97,7 +103,7 @@ def test_a_dicom_series_and_its_slices_take_their_own_spacing(tmp_path):
     [volume] = plain.values()
     expected = spacing.axis_order(_voxel(volume))
     [record] = _records(tmp_path / "in", tmp_path / "auto", class_map=str(class_map), spacing="auto").values()
-    block = _manifest(tmp_path / "auto")["spacing"]
+    block = _manifest(tmp_path / "auto")["auto_spacing"]
     assert block["target_mm"] == pytest.approx(list(expected), rel=1e-6)
     assert block["records"] == 1 and not block["from_slices"]
     np.testing.assert_allclose(record["dicom/pixel_spacing"], [expected[1], expected[0]], rtol=1e-6)
@@ -105,7 +111,7 @@ def test_a_dicom_series_and_its_slices_take_their_own_spacing(tmp_path):
     np.testing.assert_array_equal(record["image"], volume["image"])     # its own spacing: unchanged
     assert verify_dataset(str(tmp_path / "auto")).ok
     slices = _records(tmp_path / "in", tmp_path / "slices", class_map=str(class_map), unit="file", spacing="auto")
-    block = _manifest(tmp_path / "slices")["spacing"]
+    block = _manifest(tmp_path / "slices")["auto_spacing"]
     assert block["from_slices"] and block["records"] == 4
     assert block["target_mm"][:2] == pytest.approx(list(expected[:2]), rel=1e-6)
     for record in slices.values():
