@@ -127,7 +127,9 @@ setup(
                  "rt-utils>=1.2.7",
                  # nnU-Net v2's own fingerprint extractor and CTNormalization, the reference
                  # tests/transforms/images/test_fingerprint.py and masks/test_fingerprint_e2e.py
-                 # compare --intensity ct against (issue 44: "equal nnU-Net's own code")
+                 # compare --intensity ct against (issue 44: "equal nnU-Net's own code"), and its
+                 # planner's determine_fullres_target_spacing, which tests/transforms/images/
+                 # test_auto_spacing.py compares --spacing auto's rule against
                  "nnunetv2>=2.5",
                  # scikit-image's point-in-polygon labels: the independent answer
                  # tests/transforms/masks/test_polygons.py checks the RTSTRUCT fill against

@@ -30,6 +30,8 @@ from dcm2tfrecord.dataset.storage import FileSystems
 # Distinct [depth, height, width, channels] shapes listed: per shard by the writer, per split in
 # dataset.json, per split by verify. Beyond it a split is simply not fixed-shape.
 MAX_SHAPES = 16
+# --spacing auto: the key of the object that records the target the run chose (Manifest.auto_spacing)
+AUTO_SPACING = "auto_spacing"
 
 
 # ---------------------------------------------------------------- the types
@@ -218,6 +220,14 @@ class Manifest:
             "groups", "min_shards", "incremental", "fingerprint")
 
     @property
+    def auto_spacing(self) -> Optional[Mapping[str, Json]]:
+        """``--spacing auto``'s ``auto_spacing`` object (the target spacing the run chose, the rule it
+        applied, its median, the records it was taken from; transforms.images.spacing.AutoSpacing),
+        kept in ``extra`` as written; None when absent or not an object."""
+        value = self.extra.get(AUTO_SPACING)
+        return value if isinstance(value, Mapping) else None
+
+    @property
     def split_names(self) -> list[str]:
         return sorted(self.splits)
 
@@ -358,7 +368,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
                    min_shards: Optional[Mapping[str, tuple[int, int]]] = None,
                    base_version: Optional[tuple[str, str]] = None,
                    written_also_failed: int = 0, mask_classes: Optional[Sequence[str]] = None,
-                   fingerprint: Optional[Mapping] = None) -> Manifest:
+                   fingerprint: Optional[Mapping] = None,
+                   auto_spacing: Optional[Mapping] = None) -> Manifest:
     """dataset.json content (``.to_json()`` is the object written).
 
     ``features``: the features beyond CORE_FEATURES (``dicom/*``, ``source_path``);
@@ -370,7 +381,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     ``written_also_failed``: inputs the shards counted written that are also failed
     outcomes (a file some of whose frames were written): each counts once, as failed;
     ``mask_classes``: with masks (``mask_raw``), the class names, index 1 first (0 is background);
-    ``fingerprint``: --intensity ct's (transforms.images.fingerprint.statistics).
+    ``fingerprint``: --intensity ct's (transforms.images.fingerprint.statistics);
+    ``auto_spacing``: with ``--spacing auto``, the target chosen and the rule (its ``auto_spacing`` object).
     """
     results, outcomes = list(results), list(outcomes)
     by_split: dict = {}
@@ -420,7 +432,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         labels=extra.get("labels"), groups=extra.get("groups"), min_shards=extra.get("min_shards"),
         incremental=extra.get("incremental"),
         fingerprint=None if fingerprint is None else dict(fingerprint),
-        mask_classes=None if mask_classes is None else tuple(mask_classes))
+        mask_classes=None if mask_classes is None else tuple(mask_classes),
+        extra={} if auto_spacing is None else {AUTO_SPACING: dict(auto_spacing)})
 
 
 def encode_manifest(manifest: Manifest | Mapping) -> str:

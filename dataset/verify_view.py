@@ -7,10 +7,11 @@
   four equal (as float32) to dataset.json's ``fingerprint``, which every record shares;
 - ``--crop`` (any mode but off): ``dicom/crop_box`` ``[k0, k1, j0, j1, i0, i1]`` is a non-empty
   box inside ``dicom/original_shape`` ``[depth, height, width]``;
-- ``--spacing X,Y,Z`` (three numbers; a spacing the job chose itself is not checked here): the
-  record's spacing (its ``dicom/affine``'s column lengths, ``dicom/pixel_spacing`` and
-  ``dicom/slice_spacing`` where present) equals the target within :data:`SPACING_TOLERANCE_MM`;
-  a record of one slice in-plane only (its slice step is the source's).
+- ``--spacing X,Y,Z`` (three numbers), or ``--spacing auto`` with the target the job chose
+  (dataset.json's ``auto_spacing`` ``target_mm``): the record's spacing (its ``dicom/affine``'s
+  column lengths, ``dicom/pixel_spacing`` and ``dicom/slice_spacing`` where present) equals the
+  target within :data:`SPACING_TOLERANCE_MM`; a record of one slice in-plane only (its slice step
+  is the source's).
 
 Each problem is one line ending in the fix: convert the inputs again with the option, so that
 the record is what dataset.json says the dataset holds. Only dataset.json's options and the
@@ -37,6 +38,7 @@ ZSCORE_DTYPE = "float32"
 CT_FEATURES = ((INTENSITY_CLIP_LOW, "percentile_00_5"), (INTENSITY_CLIP_HIGH, "percentile_99_5"),
                (INTENSITY_MEAN, "mean"), (INTENSITY_STD, "std"))
 CROP_OFF = ("off", "none", "")      # --crop's values that cut nothing
+AUTO = "auto"                       # --spacing auto: its target is dataset.json's auto_spacing target_mm
 
 
 def _target(value) -> Optional[tuple[float, float, float]]:
@@ -70,6 +72,9 @@ class ViewRule:
         crop = str(crop) if crop is not None and str(crop) not in CROP_OFF else None
         spacing = options.get("spacing")
         target = _target(spacing)
+        chosen = (manifest.auto_spacing or {}).get("target_mm") if spacing == AUTO else None
+        if isinstance(chosen, list) and len(chosen) == 3:     # --spacing auto: the target the job chose
+            target = _target(",".join(str(v) for v in chosen))
         scheme = options.get("intensity")
         rule = cls(intensity=scheme if scheme in (ZSCORE, CT) else None, crop=crop,
                    spacing=spacing if target else None, target=target,

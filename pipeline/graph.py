@@ -2,7 +2,7 @@
 in order::
 
     MatchInputs -> ProbeHeaders -> [DropDuplicates] -> [PairMasks] -> [BuildVolumes | AttachSliceMasks]
-    -> [SettleUnmasked] -> [AttachLabels]
+    -> [SettleUnmasked] -> [[ChooseSpacing] -> PlanSpacing] -> [AttachLabels]
     -> AssignSplits -> CountGroups -> [DrawFingerprint -> PoolFingerprint] -> [ReuseShards]
     -> PlanShards -> DistributeShards
     -> WriteShards -> CommitDataset (dataset.json last)
@@ -32,8 +32,9 @@ from dcm2tfrecord.transforms.planning.shards import for_planning
 from dcm2tfrecord.transforms.planning.steps import PlanShards, ReuseShards
 from dcm2tfrecord.transforms.images.fingerprint import TRAINING_SPLIT
 from dcm2tfrecord.transforms.images.intensity import Intensity
-from dcm2tfrecord.transforms.records.steps import (DrawFingerprintFn, DropDuplicates, PlanSpacingFn,
-                                                   PoolFingerprint, ProbeHeadersFn)
+from dcm2tfrecord.transforms.images.spacing import AUTO
+from dcm2tfrecord.transforms.records.steps import (ChooseSpacing, DrawFingerprintFn, DropDuplicates,
+                                                   PlanSpacingFn, PoolFingerprint, ProbeHeadersFn)
 from dcm2tfrecord.transforms.series.steps import BuildVolumes
 from dcm2tfrecord.transforms.settings import ConversionSettings
 from dcm2tfrecord.transforms.sources.steps import MatchInputs
@@ -84,11 +85,18 @@ class ConvertArchive(beam.PTransform):
         if masks is not None:
             records, unmasked = records | "SettleUnmasked" >> SettleUnmasked(masks)
             outcome_parts.append(unmasked)
+        chosen = None       # --spacing auto: the target the run chose (spacing.AutoSpacing), one value
         if settings.decode.spacing is not None:
             # --spacing: each record's resampled shape, planned before the shards are (and after its
             # masks were placed on the source's rows and columns); a record it makes too large fails
+            if settings.decode.spacing == AUTO:
+                # nnU-Net's rule over every record's spacing as probed (all splits: they are not
+                # assigned yet, and a spacing says nothing of a label); planning, writing and
+                # dataset.json read the one answer
+                chosen = records | "ChooseSpacing" >> ChooseSpacing()
             records, too_large = records | "PlanSpacing" >> beam.ParDo(
-                PlanSpacingFn(settings.decode, settings.bounds.max_bytes)).with_outputs(OUTCOMES, main="records")
+                PlanSpacingFn(settings.decode, settings.bounds.max_bytes),
+                **_chosen(chosen)).with_outputs(OUTCOMES, main="records")
             outcome_parts.append(too_large)
         space = unmatched = slice_splits = None
         if settings.labels_csv or settings.labels_from_dirs:
@@ -119,7 +127,8 @@ class ConvertArchive(beam.PTransform):
                                                               records_files=self.base is not None,
                                                               storage_retry_s=settings.storage_retry_s,
                                                               run=self.run),
-                                                 AsSingleton(plan_recorded), fingerprint=AsSingleton(fingerprint)))
+                                                 AsSingleton(plan_recorded), fingerprint=AsSingleton(fingerprint),
+                                                 **_chosen(chosen)))
         # ShardResult and Outcome on one output, split by type here: no side input reads off a
         # step with several outputs (runners differ in how they keep those apart:
         # BundleBasedDirectRunner mixes every output of such a step into the view of its first)
@@ -145,7 +154,8 @@ class ConvertArchive(beam.PTransform):
                     results=AsList(shards), outcomes=AsList(outcomes), matched=AsSingleton(matched),
                     space=space_side, group_counts=AsDict(group_counts), leaking=AsSingleton(leaking),
                     layouts=AsDict(layouts), unmatched=AsList(unmatched),
-                    fingerprint=AsSingleton(fingerprint)))
+                    fingerprint=AsSingleton(fingerprint),
+                    **({} if chosen is None else {"spacing": AsSingleton(chosen)})))
 
     def _fingerprint(self, pbegin, to_write):
         """--intensity ct: the dataset's fingerprint (transforms.images.fingerprint), from the
@@ -161,6 +171,11 @@ class ConvertArchive(beam.PTransform):
                 | "DrawFingerprint" >> beam.ParDo(DrawFingerprintFn(settings.decode, settings.storage_retry_s,
                                                                      run=self.run))
                 | "PoolFingerprint" >> beam.CombineGlobally(PoolFingerprint()))
+
+
+def _chosen(chosen) -> dict:
+    """--spacing auto: the side input ``chosen`` of PlanSpacingFn and WriteShardFn (none otherwise)."""
+    return {} if chosen is None else {"chosen": AsSingleton(chosen)}
 
 
 def build(pipeline: beam.Pipeline, opts: ConvertOptions,

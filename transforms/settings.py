@@ -59,8 +59,10 @@ class DecodeSettings:
     window_bits: WindowBits = _choice(8)
     resize: Optional[tuple[int, int]] = None
     resize_mode: ResizeMode = _choice("stretch")
-    # --spacing: the target voxel spacing, mm, (x, y, z) as given (transforms.images.spacing); None: off
-    spacing: Optional[tuple[float, float, float]] = None
+    # --spacing: the target voxel spacing, mm, (x, y, z) as given (transforms.images.spacing), or
+    # "auto" (spacing.AUTO: chosen in the run, spacing.auto_spacing; spacing.with_target puts it here
+    # for the steps that resample); None: off
+    spacing: Optional[Union[tuple[float, float, float], str]] = None
     # --crop: cut each record (and its mask) to the image's non-zero or the mask's foreground box
     # before --spacing (transforms.images.crop); off: untouched
     crop: Crop = _choice("off")

@@ -184,13 +184,30 @@ def _listed(value) -> list:
     return value if isinstance(value, list) else []
 
 
+def _spacing_facts(manifest: Manifest) -> list[str]:
+    """--spacing auto's facts (dataset.json's auto_spacing): the target it chose, by which rule,
+    from how many records, and its median where the coarse axis was brought below it."""
+    chosen = manifest.auto_spacing or {}
+    target = _listed(chosen.get("target_mm"))
+    if not target:
+        return []
+    line = (f"    spacing chosen: {','.join(_fact_text(v) for v in target)} mm (X,Y,Z) by {chosen.get('rule', '')} "
+            f"over {chosen.get('records')} {'slice ' if chosen.get('from_slices') else ''}records")
+    if chosen.get("anisotropic"):
+        line += (f"; anisotropic: the coarse axis at its 10th percentile (median "
+                 f"{','.join(_fact_text(v) for v in _listed(chosen.get('median_mm')))})")
+    return [line]
+
+
 def _view_facts(manifest: Manifest) -> list[str]:
-    """The training view's facts dataset.json holds: --intensity ct's fingerprint, a line per
-    channel (its clip bounds, mean and std, and how many voxels of which split gave them)."""
+    """The training view's facts dataset.json holds: --spacing auto's target (_spacing_facts) and
+    --intensity ct's fingerprint, a line per channel (its clip bounds, mean and std, and how many
+    voxels of which split gave them)."""
+    spaced = _spacing_facts(manifest)
     found = manifest.fingerprint
     if not isinstance(found, Mapping):
-        return []
-    lines = [f"    fingerprint of split {found.get('split')!r}: {found.get('rule', '')}"]
+        return spaced
+    lines = spaced + [f"    fingerprint of split {found.get('split')!r}: {found.get('rule', '')}"]
     columns = [_listed(found.get(k)) for k in ("percentile_00_5", "percentile_99_5", "mean", "std", "voxels")]
     for channel, (low, high, mean, std, voxels) in enumerate(zip(*columns)):
         lines.append(f"    channel {channel}: clip {_fact_text(low)} .. {_fact_text(high)}, mean {_fact_text(mean)}, "

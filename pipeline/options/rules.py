@@ -83,6 +83,10 @@ def validate(opts: ConvertOptions) -> None:
     if opts.spacing and opts.resize:
         raise UsageError("--spacing and --resize exclude each other: --spacing sets each record's size from its "
                          "spacing; give one of them")
+    if opts.spacing and str(opts.spacing).strip().lower() == "auto" and opts.incremental:
+        raise UsageError("--spacing auto and --incremental exclude each other: the target is chosen from the "
+                         "records converted, and the base version's records were resampled to its own; give the "
+                         "spacing the base chose (its dataset.json's auto_spacing target_mm) as --spacing X,Y,Z")
     if opts.spacing and opts.series_4d == Series4d.STACK:
         raise UsageError("--spacing needs --series_4d split: a stacked 4-D record's slices are several volumes, "
                          "which resampling along the slices would blend")

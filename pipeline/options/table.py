@@ -305,10 +305,12 @@ class ConvertOptions:
         Template("Resize mode"),
         setting="decode.resize_mode"))
     spacing: Optional[str] = declare(Option(
-        "spacing", "X,Y,Z in mm (column spacing, row spacing, slice step), e.g. 1,1,1: resample volume "
+        "spacing", "X,Y,Z in mm (column spacing, row spacing, slice step), e.g. 1,1,1, or auto (nnU-Net v2's "
+        "target: the per-axis median of the volume records' spacings, an anisotropic dataset's coarse axis "
+        "at its 10th percentile; recorded in dataset.json): resample volume "
         "records (--unit series, Enhanced stacks, NIfTI) and their masks to this spacing, a slice record "
         "in-plane only (a third-order spline, masks class by class); without it: each record's own", _DECODE,
-        Template("Target spacing (mm)", (r"^[0-9.eE+-]+,[0-9.eE+-]+,[0-9.eE+-]+$",)),
+        Template("Target spacing (mm)", (r"^([0-9.eE+-]+,[0-9.eE+-]+,[0-9.eE+-]+|auto)$",)),
         metavar="X,Y,Z", setting="decode.spacing", parse=parse_spacing))
     crop: Crop = declare(Option(
         "crop", "off, nonzero (the box of the image's non-zero voxels, nnU-Net's crop) or foreground (the "

@@ -131,19 +131,46 @@ def test_an_altered_record_fails_naming_the_record_and_the_fix(view_dataset, tmp
     assert expected in capsys.readouterr().out
 
 
-def _manifest(options: dict) -> Manifest:
-    return Manifest.from_json({"format_version": 1, "splits": {}, "features": {}, "options": options})
+def _manifest(options: dict, **top) -> Manifest:
+    return Manifest.from_json({"format_version": 1, "splits": {}, "features": {}, "options": options, **top})
 
 
 @pytest.mark.parametrize("options, rule", [
     ({}, None),
     ({"crop": "off", "intensity": "none", "spacing": None}, None),
-    ({"spacing": "auto"}, None),                       # chosen by the job: not checked here
+    ({"spacing": "auto"}, None),                       # chosen by the job, no auto_spacing: nothing to hold to
     ({"spacing": "1,2,3"}, ViewRule(spacing="1,2,3", target=(3.0, 2.0, 1.0))),
     ({"crop": "nonzero", "intensity": "zscore"}, ViewRule(intensity="zscore", crop="nonzero")),
 ])
 def test_the_rule_comes_from_dataset_json_options(options, rule):
     assert ViewRule.of(_manifest(options)) == rule
+
+
+def test_spacing_auto_is_held_to_the_target_dataset_json_records():
+    """--spacing auto: the target the job chose (auto_spacing's target_mm, X,Y,Z); none without one."""
+    chosen = _manifest({"spacing": "auto"}, auto_spacing={"target_mm": [0.7, 0.9, 2.5], "rule": "r"})
+    assert ViewRule.of(chosen) == ViewRule(spacing="auto", target=(2.5, 0.9, 0.7))
+    assert ViewRule.of(_manifest({"spacing": "auto"}, auto_spacing="not an object")) is None
+    assert ViewRule.of(_manifest({"spacing": "auto"}, auto_spacing={"target_mm": None})) is None
+
+
+def test_a_spacing_auto_record_off_the_chosen_target_fails(tmp_path):
+    """A --spacing auto conversion verifies clean; a record whose pixel spacing is not the target
+    dataset.json's auto_spacing records fails, naming it and the fix."""
+    md.seg_archive(tmp_path, seed=2, depth=3)
+    (tmp_path / "classes.yaml").write_text(CLASS_MAP_YAML)
+    out = str(tmp_path / "out")
+    summary = run_convert(tmp_path / "in", out, **{**OPTIONS, "spacing": "auto",
+                                                   "class_map": str(tmp_path / "classes.yaml")})
+    assert summary["records"] == 1, summary
+    assert verify_dataset(out).problems == []
+
+    def off_target(features):
+        features["dicom/pixel_spacing"] = features["dicom/pixel_spacing"] * np.float32(1.01)
+    edit_record(out, 0, off_target)
+    [problem] = verify_dataset(out).problems
+    assert "spacing from dicom/pixel_spacing" in str(problem) and "not --spacing auto within 0.0001 mm; " \
+           "convert the inputs again with --spacing auto" in str(problem), problem
 
 
 def test_a_record_without_any_spacing_fails_the_spacing():

@@ -85,7 +85,8 @@ def test_the_settings_field_a_choice_feeds_is_typed_with_its_enum(option):
     assert default is None or default in {m.value for m in option.choices}, (option.name, default)
 
 
-@pytest.mark.parametrize("name, text", [("window", "40,400"), ("resize", "64x32"), ("splits", "train=0.5,test=0.5")])
+@pytest.mark.parametrize("name, text", [("window", "40,400"), ("resize", "64x32"), ("spacing", "1,1,2.5"),
+                                        ("splits", "train=0.5,test=0.5")])
 def test_a_structured_option_is_parsed_once_and_the_settings_copy_the_parsed_value(name, text):
     from dcm2tfrecord.pipeline.options.table import ConvertOptions
     opts = ConvertOptions(inputs=("/in",), output="/out", id_salt="choices-salt", **{name: text},
@@ -94,8 +95,18 @@ def test_a_structured_option_is_parsed_once_and_the_settings_copy_the_parsed_val
     parsed = opts.typed(name)
     assert parsed is not None and not isinstance(parsed, str)
     settings = opts.settings()
-    held = getattr(settings.decode, name) if name in ("window", "resize") else settings.splits
+    held = getattr(settings.decode, name) if name in ("window", "resize", "spacing") else settings.splits
     assert held is parsed                        # the same object: copied, not parsed again
+
+
+def test_spacing_auto_is_parsed_to_its_constant_and_the_settings_carry_it():
+    """--spacing auto: the settings hold spacing.AUTO (the target is chosen in the run,
+    transforms.records.steps.ChooseSpacing); dataset.json records the text as given."""
+    from dcm2tfrecord.pipeline.options.table import ConvertOptions
+    from dcm2tfrecord.transforms.images.spacing import AUTO
+    opts = ConvertOptions(inputs=("/in",), output="/out", id_salt="choices-salt", spacing="auto")
+    assert opts.spacing == "auto"
+    assert opts.settings().decode.spacing == AUTO
 
 
 def test_a_bad_structured_option_is_refused_when_the_options_are_made():

@@ -25,6 +25,8 @@ CASES = [
     (["--spacing", "1,nan,1"], "--spacing"),
     (["--spacing", "1,1,-2"], "--spacing"),
     (["--spacing", "1mm,1,1"], "--spacing"),
+    (["--spacing", "automatic"], "--spacing"),
+    (["--spacing", "auto", "--incremental"], "--spacing auto and --incremental"),
     (["--spacing", "1,1,1", "--resize", "64x64"], "--resize"),
     (["--spacing", "1,1,1", "--unit", "series", "--series_4d", "stack"], "--series_4d split"),
     (["--crop", "foreground"], "--class_map"),

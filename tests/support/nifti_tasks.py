@@ -48,3 +48,19 @@ def msd(root, cases=SHAPES) -> dict:
         save(os.path.join(str(root), "labelsTr", f"{case}.nii.gz"), labels_)
         written[case] = (image_, labels_)
     return written
+
+
+def oblique(spacing_ijk) -> np.ndarray:
+    """OBLIQUE's rotation and origin with voxel steps ``spacing_ijk`` (mm, along the file's i, j, k)."""
+    return from_matvec(euler2mat(0.3, -0.2, 0.45) @ np.diag(spacing_ijk), [-101.5, 40.25, -12.0])
+
+
+def msd_spacings(root, cases) -> dict:
+    """:func:`msd` with a spacing of each case's own: ``cases`` name -> (shape, spacing along i, j, k)."""
+    written = {}
+    for n, (case, (shape, steps)) in enumerate(sorted(cases.items())):
+        image_, labels_ = image(shape, n), labels(shape, n)
+        save(os.path.join(str(root), "imagesTr", f"{case}_0000.nii.gz"), image_, oblique(steps))
+        save(os.path.join(str(root), "labelsTr", f"{case}.nii.gz"), labels_, oblique(steps))
+        written[case] = (image_, labels_)
+    return written

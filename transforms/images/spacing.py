@@ -23,12 +23,17 @@ never code of ours:
   slices, when anisotropic), and each voxel takes the class of the largest, or background where
   no class reaches 0.5: no class is invented, none blends into another. A mask of one channel per
   class (``--mask_layout binary``) has each channel resampled so and thresholded at 0.5.
+
+``--spacing auto`` takes the target from the dataset as nnU-Net v2's planner does
+(:func:`auto_spacing`, ``ExperimentPlanner.determine_fullres_target_spacing``): the per-axis
+median of the volume records' spacings, the coarsest axis of an anisotropic dataset brought
+down to its 10th percentile.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -40,14 +45,22 @@ IMAGE_ORDER = 3        # the image's spline order (nnU-Net's)
 MASK_ORDER = 1         # a class indicator's (nnU-Net's order for segmentations)
 THRESHOLD = 0.5        # a class holds a voxel whose resampled indicator reaches this
 
+AUTO = "auto"          # --spacing auto: the target from the dataset (auto_spacing)
+AUTO_RULE = "nnunetv2_fullres_target_spacing"   # how dataset.json names the rule auto_spacing applies
+LOW_PERCENTILE = 10.0  # nnU-Net: the anisotropic axis' target, a percentile of its spacings
+FLOOR_STEP = 1e-5      # nnU-Net: that target never below the other axes' (their largest + this)
+
 Spacing = tuple[float, float, float]
 
 
-def parse_spacing(text: str) -> Spacing:
-    """``--spacing X,Y,Z`` (mm: column spacing, row spacing, slice step) -> ``(x, y, z)``;
-    ValueError naming the option and the fix when it is not three positive finite numbers."""
+def parse_spacing(text: str):
+    """``--spacing X,Y,Z`` (mm: column spacing, row spacing, slice step) -> ``(x, y, z)``, or
+    ``auto`` -> :data:`AUTO` (the target taken from the dataset, :func:`auto_spacing`);
+    ValueError naming the option and the fix when it is neither."""
+    if str(text).strip().lower() == AUTO:
+        return AUTO
     parts = [p.strip() for p in str(text).split(",")]
-    example = "e.g. 1,1,1 or 0.8,0.8,2.5"
+    example = "e.g. 1,1,1 or 0.8,0.8,2.5, or auto"
     try:
         values = tuple(float(p) for p in parts)
     except ValueError:
@@ -57,6 +70,76 @@ def parse_spacing(text: str) -> Spacing:
     if not all(math.isfinite(v) and v > 0 for v in values):
         raise ValueError(f"--spacing {text!r}: each spacing must be a positive finite number of mm, {example}")
     return values[0], values[1], values[2]
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoSpacing:
+    """What :func:`auto_spacing` chose: ``target`` ``(x, y, z)`` mm (None: no record to take it
+    from), the per-axis ``median`` it started from, how many ``records`` it was taken from, whether
+    the coarsest axis was brought down (``anisotropic``), and whether those records were slices
+    (``from_slices``: no volume record; their in-plane medians, the slice axis unused)."""
+    target: Optional[Spacing] = None
+    median: Optional[Spacing] = None
+    records: int = 0
+    anisotropic: bool = False
+    from_slices: bool = False
+
+    def manifest_entry(self) -> dict:
+        """dataset.json's ``auto_spacing`` object (dataset.manifest.AUTO_SPACING)."""
+        return {"option": AUTO, "rule": AUTO_RULE, "target_mm": None if self.target is None else list(self.target),
+                "median_mm": None if self.median is None else list(self.median), "records": self.records,
+                "anisotropic": self.anisotropic, "from_slices": self.from_slices}
+
+
+def auto_spacing(samples: Iterable[tuple[Sequence[float], Sequence[int]]],
+                 threshold: float = ANISOTROPY) -> AutoSpacing:
+    """``--spacing auto``: nnU-Net v2's full-resolution target spacing
+    (``ExperimentPlanner.determine_fullres_target_spacing``) of the volumes' ``(spacing, shape)``,
+    each in array order ``(depth, height, width)`` (mm; voxels); the answer in the option's
+    ``(x, y, z)``. The target is the per-axis median (``np.percentile(.., 50, axis=0)``); where
+    its coarsest axis is more than ``threshold`` times the others' largest (anisotropic spacing)
+    and the median shape along it times ``threshold`` is below the others' smallest (anisotropic
+    voxels), that axis' target is the 10th percentile of its spacings instead, raised to the
+    others' largest + 1e-5 when below it. Percentiles of the sorted samples: the answer does not
+    depend on their order (nor on Beam's bundles)."""
+    rows = sorted((tuple(float(v) for v in s), tuple(int(n) for n in shape)) for s, shape in samples)
+    if not rows:
+        return AutoSpacing()
+    spacings = np.asarray([s for s, _ in rows], dtype=np.float64)
+    shapes = np.asarray([shape for _, shape in rows], dtype=np.float64)
+    target = np.percentile(spacings, 50, axis=0)
+    median = target.copy()
+    sizes = np.percentile(shapes, 50, axis=0)
+    worst = int(np.argmax(target))
+    others = [i for i in range(len(target)) if i != worst]
+    other_spacing = max(float(target[i]) for i in others)
+    aniso_spacing = target[worst] > threshold * other_spacing
+    aniso_voxels = sizes[worst] * threshold < min(float(sizes[i]) for i in others)
+    if aniso_spacing and aniso_voxels:
+        low = float(np.percentile(spacings[:, worst], LOW_PERCENTILE))
+        target[worst] = max(other_spacing, low) + FLOOR_STEP if low < other_spacing else low
+    xyz = axis_order(tuple(float(v) for v in target))
+    return AutoSpacing(target=xyz, median=axis_order(tuple(float(v) for v in median)), records=len(rows),
+                       anisotropic=bool(aniso_spacing and aniso_voxels))
+
+
+def auto_spacing_of_slices(in_plane: Iterable[Sequence[float]]) -> AutoSpacing:
+    """``--spacing auto`` with no volume record: the slices' in-plane ``(row, column)`` spacings'
+    medians, the slice axis (unused: a slice is resampled in-plane only) set to their larger."""
+    rows = sorted(tuple(float(v) for v in s) for s in in_plane)
+    if not rows:
+        return AutoSpacing()
+    row, column = (float(v) for v in np.percentile(np.asarray(rows, dtype=np.float64), 50, axis=0))
+    target = (column, row, max(row, column))
+    return AutoSpacing(target=target, median=target, records=len(rows), from_slices=True)
+
+
+def with_target(settings, chosen: Optional[AutoSpacing]):
+    """The DecodeSettings a step resamples with: with --spacing auto, the run's ``chosen`` target
+    in place of ``auto`` (None where it found no record: nothing to resample); else ``settings``."""
+    if settings.spacing != AUTO:
+        return settings
+    return dataclasses.replace(settings, spacing=None if chosen is None else chosen.target)
 
 
 def axis_order(xyz: Sequence[float]) -> Spacing:

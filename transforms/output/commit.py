@@ -42,10 +42,11 @@ class CommitInputs:
     layouts: Mapping[str, "SplitLayout"] = dataclasses.field(default_factory=dict)   # split -> layout
     unmatched: Sequence[Any] = ()             # labels CSV rows that label nothing (UnmatchedRows)
     fingerprint: Optional[Mapping[str, Any]] = None   # --intensity ct: the one the shards were written with
+    spacing: Any = None                       # --spacing auto: the target chosen (spacing.AutoSpacing)
 
-    # side inputs of the commit step, by name
+    # side inputs of the commit step, by name (spacing only with --spacing auto)
     PRODUCED = ("results", "outcomes", "matched", "space", "group_counts", "leaking", "layouts",
-                "unmatched", "fingerprint")
+                "unmatched", "fingerprint", "spacing")
 
 
 def _frame_list(frames: list[int]) -> str:
@@ -214,4 +215,5 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
         base_version=None if base is None else (base.name, base.rebuild_reason),
         written_also_failed=written_also_failed,
         mask_classes=None if masks is None else list(masks.class_map.classes),
-        fingerprint=inputs.fingerprint if settings.decode.intensity == intensity.Intensity.CT else None)
+        fingerprint=inputs.fingerprint if settings.decode.intensity == intensity.Intensity.CT else None,
+        auto_spacing=None if inputs.spacing is None else inputs.spacing.manifest_entry())

@@ -10,6 +10,7 @@ from dcm2tfrecord.dataset.shard_target import ShardTarget
 from dcm2tfrecord.dataset.storage import FileSystems
 from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.counters import count, count_outcome
+from dcm2tfrecord.transforms.images import spacing
 from dcm2tfrecord.transforms.labels.unmatched import commit_unmatched, with_unmatched
 from dcm2tfrecord.transforms.output.commit import (CommitInputs, accounting_verdict, empty_verdict,
                                                   failure_verdict, leak_verdict, one_outcome_per_input,
@@ -46,10 +47,13 @@ class WriteShardFn(ReadsSourcesFn):
         self.output_dir = target.output_dir
         self.records_files = records_files   # --incremental: <shard>.records.json beside each shard
 
-    def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None, fingerprint: Optional[dict] = None):
+    def process(self, plan: ShardPlan, plan_recorded: Optional[str] = None, fingerprint: Optional[dict] = None,
+                chosen=None):
         # plan_recorded: a side input that only orders this step after record_plan; fingerprint:
-        # --intensity ct's (transforms.images.fingerprint), None otherwise
-        settings = self.settings
+        # --intensity ct's (transforms.images.fingerprint), None otherwise; chosen: with --spacing
+        # auto, the target the run chose (transforms.records.steps.ChooseSpacing), the one
+        # PlanSpacingFn planned the records with
+        settings = spacing.with_target(self.settings, chosen)
         if fingerprint is not None:
             settings = dataclasses.replace(settings, ct_fingerprint=bounds(fingerprint))
         written: list = []

@@ -275,7 +275,8 @@ def _respace(pixels: np.ndarray, metadata: dict, record: ProbedRecord, settings:
     planned (``record.spec``): a volume (a series', a NIfTI's, an Enhanced stack's) in 3-D, any
     other record in-plane (transforms.images.spacing); its geometry rewritten and the source's
     kept (patient_space.respaced)."""
-    assert settings.spacing is not None
+    # a target in mm: --spacing auto's was put in place by the shard writer (spacing.with_target)
+    assert settings.spacing is not None and not isinstance(settings.spacing, str)
     target = spacing.axis_order(settings.spacing)
     original = patient_space.voxel_spacing(metadata)
     depth = _volume(record) and pixels.shape[0] > 1 and original[0] > 0

@@ -173,25 +173,32 @@ def _probe_image(fileobj: BinaryIO) -> ImageSpec:
 
 
 def _probe_nifti(fileobj: BinaryIO, max_pixels: int,
-                 settings: DecodeSettings = DecodeSettings()) -> tuple[ImageSpec, int]:
-    """(the spec of one volume, how many volumes) from a NIfTI header (transforms.nifti.read);
-    ``max_pixels`` bounds the whole file, every volume of a 4-D one (the writer reads it whole).
-    With --spacing the spec is the resampled volume's, planned from the header's affine."""
+                 settings: DecodeSettings = DecodeSettings()) -> tuple[ImageSpec, int, Optional[SliceInfo], float]:
+    """(the spec of one volume, how many volumes, its in-plane spacing, its slice step) from a
+    NIfTI header (transforms.nifti.read); ``max_pixels`` bounds the whole file, every volume of a
+    4-D one (the writer reads it whole). With --spacing X,Y,Z the spec is the resampled volume's,
+    planned from the header's affine; with --spacing auto the spec is the file's and its voxel
+    spacing, from the affine, is kept (a SliceInfo's pixel_spacing, the step), for the target to
+    be taken from (voxel_sample) and the record planned with it (plan_spacing)."""
     found = nifti.probe(fileobj, max_pixels)
     spec = ImageSpec(found.depth, found.height, found.width, found.channels, found.dtype)
-    if settings.spacing is not None:
-        step, rows, columns = patient_space.voxel_spacing({patient_space.AFFINE: found.affine})
-        spec = spacing.plan_depth(spacing.plan_in_plane(spec, (rows, columns), settings.spacing), step,
-                                  settings.spacing)
-    return spec, found.volumes
+    target = settings.spacing
+    if target is None:
+        return spec, found.volumes, None, 0.0
+    step, rows, columns = patient_space.voxel_spacing({patient_space.AFFINE: found.affine})
+    if isinstance(target, str):         # spacing.AUTO
+        return spec, found.volumes, SliceInfo(pixel_spacing=(rows, columns)), step
+    spec = spacing.plan_depth(spacing.plan_in_plane(spec, (rows, columns), target), step, target)
+    return spec, found.volumes, None, 0.0
 
 
 def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
                      opener: Callable[[str], BinaryIO], max_pixels: int = DEFAULT_MAX_PIXELS,
                      ) -> tuple[ImageSpec, str, Optional[Identifiers], Optional[SliceInfo],
-                                Optional[NativePixels], tuple, int, bytes]:
+                                Optional[NativePixels], tuple, int, bytes, float]:
     """(spec, kind, identifiers, slice info, native layout, Enhanced stacks, NIfTI volumes (0
-    for others), the file's fingerprint (transforms.sources.read.fingerprint))."""
+    for others), the file's fingerprint (transforms.sources.read.fingerprint), a NIfTI's slice
+    step with --spacing auto (0.0 otherwise))."""
     with open_checked(source.uri, opener, source.size) as fileobj:
         try:
             head = fileobj.read(FINGERPRINT_BYTES)
@@ -207,19 +214,20 @@ def _sniff_and_probe(source: SourceFile, settings: DecodeSettings,
         try:
             if kind == sniff.IMAGE:
                 return (_probe_image(fileobj), RecordKind.IMAGE, None, None, None, (), 0,
-                        _fingerprint(fileobj, head, source.size))
+                        _fingerprint(fileobj, head, source.size), 0.0)
             if kind == sniff.NIFTI:
-                spec, volumes = _probe_nifti(fileobj, max_pixels, settings)
-                return spec, RecordKind.NIFTI, None, None, None, (), volumes, _fingerprint(fileobj, head, source.size)
+                spec, volumes, info, step = _probe_nifti(fileobj, max_pixels, settings)
+                return (spec, RecordKind.NIFTI, None, info, None, (), volumes,
+                        _fingerprint(fileobj, head, source.size), step)
             try:
                 spec, ids, info, native, stacks, uid_end = _probe_dicom(fileobj, kind, settings, source.size,
                                                                         max_pixels)
             except _Annotation as found:
                 return (_ANNOTATION_SPEC, f"{masks_annotation.ANNOTATION}:{found.kind}",
                         _annotation_identifiers(fileobj, found.kind), None, None, (), 0,
-                        _fingerprint(fileobj, head, source.size))
+                        _fingerprint(fileobj, head, source.size), 0.0)
             return (spec, RecordKind.DICOM, ids, info, native, stacks, 0,
-                    _fingerprint(fileobj, head, source.size, uid_end))
+                    _fingerprint(fileobj, head, source.size, uid_end), 0.0)
         except ConversionError as exc:
             if fileobj.error is not None:      # a read failed underneath the parser
                 raise fileobj.checked(exc) from exc
@@ -269,7 +277,8 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
         if kind:
             raise not_regular(kind)
         raise ConversionError(reasons.EMPTY_FILE, "file is empty (0 bytes)")
-    spec, kind, ids, info, native, stacks, volumes, found = _sniff_and_probe(source, settings, opener, max_pixels)
+    spec, kind, ids, info, native, stacks, volumes, found, step = _sniff_and_probe(source, settings, opener,
+                                                                                  max_pixels)
     source = replaced(source, fingerprint=found)     # what the writer checks it reads
     if kind.startswith(masks_annotation.ANNOTATION):
         return ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
@@ -289,7 +298,7 @@ def probe_file(source: SourceFile, max_pixels: int = DEFAULT_MAX_PIXELS,
         _check_spacing(kind, info)
     record = ProbedRecord(source=source, record_id=record_id(source.rel_path, settings.id_salt),
                           kind=kind, spec=spec, ids=ids, slice_info=info, native=native, stacks=stacks,
-                          source_frames=volumes if volumes > 1 else 0)
+                          source_frames=volumes if volumes > 1 else 0, slice_spacing=step)
     largest = max(expand_frames(record, settings), key=lambda r: r.planned_bytes)
     if max_record_bytes is not None and largest.planned_bytes > max_record_bytes:
         raise ConversionError(reasons.RECORD_TOO_LARGE,
@@ -315,19 +324,41 @@ def plan_spacing(record: ProbedRecord, settings: DecodeSettings) -> ProbedRecord
     resample it, planned once the record is what it will be (a series' volume built, its masks
     attached, which placed them on the source's rows and columns), before the shards are planned
     from it: in-plane from its Pixel Spacing, and a volume (a series', an Enhanced file's stack)
-    along its slices from its slice step. A NIfTI's was planned at probe, from its affine."""
-    if settings.spacing is None or record.kind != RecordKind.DICOM:
+    along its slices from its slice step. A NIfTI's was planned at probe, from its affine, but with
+    --spacing auto (``settings.spacing`` then the target the run chose) here, from the spacing the
+    probe kept."""
+    target = settings.spacing
+    if target is None or isinstance(target, str):      # off, or auto before its target is chosen
+        return record
+    nifti_auto = record.kind == RecordKind.NIFTI and record.slice_info is not None
+    if record.kind != RecordKind.DICOM and not nifti_auto:
         return record
     info = record.slice_info
     if info is None or len(info.pixel_spacing) != 2:
         return record           # refused at probe (_check_spacing)
-    spec = spacing.plan_in_plane(record.spec, info.pixel_spacing, settings.spacing)
-    if record.members or (record.stacks and record.frame is None):
-        spec = spacing.plan_depth(spec, record.slice_spacing, settings.spacing)
+    spec = spacing.plan_in_plane(record.spec, info.pixel_spacing, target)
+    if nifti_auto or record.members or (record.stacks and record.frame is None):
+        spec = spacing.plan_depth(spec, record.slice_spacing, target)
     masks = settings.masks
     mask_bytes = masks_annotation.planned_mask_bytes(spec, masks) if record.mask_bytes and masks is not None \
         else record.mask_bytes
     return replaced(record, spec=spec, mask_bytes=mask_bytes)
+
+
+def voxel_sample(record: ProbedRecord) -> Optional[tuple]:
+    """--spacing auto: what the record adds to the choice of the target (spacing.auto_spacing),
+    from its header as probed, before any pixel is read: a volume (a series', an Enhanced stack's,
+    a NIfTI's) ``("volume", (step, row, column) mm, (depth, height, width))``, any other record
+    with a pixel spacing ``("slice", (row, column) mm)``; None without one (refused at probe)."""
+    info = record.slice_info
+    if info is None or len(info.pixel_spacing) != 2 or not all(v > 0 for v in info.pixel_spacing):
+        return None
+    rows, columns = (float(v) for v in info.pixel_spacing)
+    volume = record.kind == RecordKind.NIFTI or bool(record.members) or bool(record.stacks and record.frame is None)
+    if volume and record.slice_spacing > 0:
+        return ("volume", (float(record.slice_spacing), rows, columns),
+                (record.spec.depth, record.spec.height, record.spec.width))
+    return ("slice", (rows, columns))
 
 
 _ANNOTATION_SPEC = ImageSpec(1, 1, 1, 1, "uint8")     # an annotation plans no pixels of its own

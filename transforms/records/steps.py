@@ -12,9 +12,9 @@ from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.features import RecordKind
 from dcm2tfrecord.transforms.counters import OUTCOMES, count, count_outcome
 from dcm2tfrecord.transforms.errors import ConversionError
-from dcm2tfrecord.transforms.images import fingerprint
+from dcm2tfrecord.transforms.images import fingerprint, spacing
 from dcm2tfrecord.transforms.records.build import fingerprint_sample
-from dcm2tfrecord.transforms.records.probe import expand_frames, plan_spacing, probe_file
+from dcm2tfrecord.transforms.records.probe import expand_frames, plan_spacing, probe_file, voxel_sample
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.record_model import ProbedRecord, SourceFile, from_bytes, to_bytes
 from dcm2tfrecord.transforms.settings import DEFAULT_MAX_PIXELS, DecodeSettings
@@ -128,20 +128,59 @@ class DropDuplicates(beam.PTransform):
         return kept.kept, kept[OUTCOMES]
 
 
+class AutoSpacingFn(beam.CombineFn):
+    """--spacing auto: every record's voxel sample (probe.voxel_sample) -> the run's
+    spacing.AutoSpacing, nnU-Net v2's rule over the volume records (spacing.auto_spacing), or
+    with none the slices' in-plane medians (spacing.auto_spacing_of_slices). The accumulator is
+    the list of samples, sorted before the rule: the answer is the same whatever the bundles."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, accumulator, sample):
+        accumulator.append(sample)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged: list = []
+        for accumulator in accumulators:
+            merged.extend(accumulator)
+        return merged
+
+    def extract_output(self, accumulator):
+        volumes = [(s[1], s[2]) for s in accumulator if s[0] == "volume"]
+        if volumes:
+            return spacing.auto_spacing(volumes)
+        return spacing.auto_spacing_of_slices([s[1] for s in accumulator if s[0] == "slice"])
+
+
+class ChooseSpacing(beam.PTransform):
+    """--spacing auto: records -> one spacing.AutoSpacing (a global combine: the side input that
+    PlanSpacingFn and the shard writer both read, and dataset.json records)."""
+
+    def expand(self, records):
+        return (records
+                | "VoxelSamples" >> beam.FlatMap(lambda r: [s for s in (voxel_sample(r),) if s is not None])
+                | "NnunetTargetSpacing" >> beam.CombineGlobally(AutoSpacingFn()))
+
+
 class PlanSpacingFn(beam.DoFn):
     """--spacing: a record with the shape it will be resampled to (probe.plan_spacing), or, when
-    that makes it larger than --max_shard_mb, an Outcome per input it is made of (record_too_large)."""
+    that makes it larger than --max_shard_mb, an Outcome per input it is made of (record_too_large).
+    With --spacing auto the target is the side input ``chosen`` (ChooseSpacing)."""
 
     def __init__(self, settings: DecodeSettings, max_record_bytes: Optional[int] = None):
         super().__init__()
         self.settings, self.max_record_bytes = settings, max_record_bytes
 
-    def process(self, record: ProbedRecord):
-        planned = plan_spacing(record, self.settings)
+    def process(self, record: ProbedRecord, chosen: Optional[spacing.AutoSpacing] = None):
+        settings = spacing.with_target(self.settings, chosen)
+        planned = plan_spacing(record, settings)
         if self.max_record_bytes is None or planned.planned_bytes <= self.max_record_bytes:
             yield planned
             return
-        message = (f"--spacing {','.join(f'{v:g}' for v in self.settings.spacing or ())}: the record would be "
+        auto = " (auto)" if self.settings.spacing == spacing.AUTO else ""
+        message = (f"--spacing {','.join(f'{v:g}' for v in settings.spacing or ())}{auto}: the record would be "
                    f"{planned.planned_bytes / (1 << 20):.2f} MB {planned.spec.shape} {planned.spec.dtype}, more than "
                    f"--max_shard_mb {self.max_record_bytes / (1 << 20):g}; raise it, or choose a coarser spacing")
         part, index = "frame", record.frame
