@@ -49,7 +49,7 @@ MASK_CLASSES = "mask_classes"
 # --class_locations N (issue 45): per class c = 1..K of the mask as written, its voxel count, its
 # box [k0, k1, j0, j1, i0, i1] (half-open; zeros for an absent class), and up to N of its voxels
 # (k, j, i), chosen deterministically (transforms/masks/locations.py), flat, class after class,
-# with how many each class has: what a patch sampler (reader/patches.py) reads without the pixels
+# with how many each class has: what a patch sampler (reader/patch_sampler.py) reads without the pixels
 CLASS_VOXELS = "classes/voxels"
 CLASS_BOX = "classes/box"
 CLASS_LOCATIONS = "classes/locations"

@@ -1,5 +1,5 @@
 """``--class_locations N`` (issue 45, item 2): where each class of a record's mask lies, for a patch
-sampler that picks a foreground centre without reading the pixels (reader/patches.py).
+sampler that picks a foreground centre without reading the pixels (reader/patch_sampler.py).
 
 For each class c = 1..K of the mask as written (after --crop, --spacing and --resize), its voxel
 count, its box ``[k0, k1, j0, j1, i0, i1]`` (half-open; zeros for an absent class) and up to ``N``
