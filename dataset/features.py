@@ -46,6 +46,27 @@ MASK_RAW = "mask_raw"
 MASK_DTYPE = "mask_dtype"
 MASK_CHANNELS = "mask_channels"
 MASK_CLASSES = "mask_classes"
+# --class_locations N (issue 45): per class c = 1..K of the mask as written, its voxel count, its
+# box [k0, k1, j0, j1, i0, i1] (half-open; zeros for an absent class), and up to N of its voxels
+# (k, j, i), chosen deterministically (transforms/masks/locations.py), flat, class after class,
+# with how many each class has: what a patch sampler (reader/patch_sampler.py) reads without the pixels
+CLASS_VOXELS = "classes/voxels"
+CLASS_BOX = "classes/box"
+CLASS_LOCATIONS = "classes/locations"
+CLASS_LOCATION_COUNTS = "classes/location_counts"
+CLASS_LOCATION_FEATURES = (CLASS_VOXELS, CLASS_BOX, CLASS_LOCATIONS, CLASS_LOCATION_COUNTS)
+
+
+def class_location_features(class_count: int) -> dict:
+    """dataset.json's entries of the --class_locations features for ``class_count`` classes."""
+    k = int(class_count)
+    return {CLASS_VOXELS: {"dtype": "int64", "shape": [k], "description": "voxels of each class 1..K"},
+            CLASS_BOX: {"dtype": "int64", "shape": [6 * k],
+                        "description": "each class's box [k0, k1, j0, j1, i0, i1], half-open; zeros if absent"},
+            CLASS_LOCATIONS: {"dtype": "int64", "shape": [-1],
+                              "description": "sampled voxels (k, j, i) of class 1, then class 2, ..."},
+            CLASS_LOCATION_COUNTS: {"dtype": "int64", "shape": [k],
+                                    "description": "how many (k, j, i) of classes/locations each class has"}}
 # The training view (convert --crop, --spacing, --intensity; issue 44), checked by verify
 # (dataset/verify_view.py) in this layer: transforms/dicom/patient_space.py spells the geometry
 # through these, transforms/images/intensity.py and fingerprint.py the intensity/* names

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 LABEL_MAP = "label_map"
 BINARY = "binary"
 LAYOUTS = (LABEL_MAP, BINARY)
@@ -53,3 +55,12 @@ def known_channels(layout: Optional[str], class_count: int) -> Optional[int]:
 def shared_channels(class_count: int) -> Optional[int]:
     """The channels every mask has in either layout: one for one class, else unknown (None)."""
     return 1 if class_count == 1 else None
+
+
+def class_voxels(mask: np.ndarray, klass: int) -> np.ndarray:
+    """The voxels of class ``klass`` (1-based) of a mask ``[..., channels]`` as booleans ``[...]``,
+    in either layout: one channel holds class indices (a label map, or binary masks of one class,
+    whose 0/1 is the same thing), more channels hold one 0/1 channel per class."""
+    if mask.shape[-1] == 1:
+        return mask[..., 0] == klass
+    return mask[..., klass - 1] != 0

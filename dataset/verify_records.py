@@ -21,6 +21,7 @@ from dcm2tfrecord.dataset import masks as mask_format
 from dcm2tfrecord.dataset.features import (DICOM_PREFIX, DTYPE, ENCODING, ENCODING_PNG, FORMAT, IMAGE_RAW, LABEL,
                                            MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SHAPE_FEATURES, RecordKind)
 from dcm2tfrecord.dataset.names import MANIFEST_NAME
+from dcm2tfrecord.dataset.verify_locations import check_locations
 from dcm2tfrecord.dataset.verify_view import ViewRule, check_view
 
 
@@ -49,6 +50,7 @@ class MaskRule:
     classes: int
     dtypes: frozenset
     channels: Optional[int]
+    locations: int = 0          # --class_locations N as dataset.json's options record it (0: off)
 
     @classmethod
     def of(cls, manifest: Manifest) -> Optional["MaskRule"]:
@@ -56,8 +58,12 @@ class MaskRule:
         if manifest.mask_classes is None:
             return None
         count = len(manifest.mask_classes)
+        options = manifest.options if isinstance(manifest.options, dict) else {}
+        locations = options.get("class_locations")
+        locations = locations if isinstance(locations, int) and not isinstance(locations, bool) \
+            and locations > 0 else 0
         return cls(count, frozenset(mask_format.stored_dtypes(count)),
-                   mask_format.known_channels(manifest.mask_layout, count))
+                   mask_format.known_channels(manifest.mask_layout, count), locations)
 
 
 def _count_fits(count: int, shape: list) -> bool:
@@ -140,7 +146,10 @@ def check_example(features: dict, schema: dict, mask_rule: Optional[MaskRule] = 
         if got != expected:
             problems.append(f"image_raw holds {got} bytes; shape {dims} of {dtype_name} needs {expected}")
     if MASK_RAW in features:
-        problems.extend(_check_mask(features, dims, mask_rule))
+        mask_problems = _check_mask(features, dims, mask_rule)
+        problems.extend(mask_problems)
+        if not mask_problems and mask_rule is not None and mask_rule.locations:
+            problems.extend(check_locations(features, dims, mask_rule.classes, mask_rule.locations))
     label_spec = schema.get(LABEL, {})
     label_values = features[LABEL][1]
     if label_spec.get("shape"):

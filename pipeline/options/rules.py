@@ -73,7 +73,9 @@ def validate(opts: ConvertOptions) -> None:
     if opts.unit == Unit.SERIES and opts.frames == Frames.SPLIT:
         raise UsageError("--unit series and --frames split exclude each other")
     check_mask_pairing(opts)
-    for flag in ("mask_layout", "missing_mask"):
+    if opts.class_locations < 0:
+        raise UsageError(f"--class_locations {opts.class_locations} must be >= 0 (voxels kept per class; 0: none)")
+    for flag in ("mask_layout", "missing_mask", "class_locations"):
         if not opts.class_map and getattr(opts, flag) != _default(flag):
             raise UsageError(f"--{flag} {getattr(opts, flag)} needs --class_map (the mapping that makes masks)")
     for flag in ("series_gaps", "series_4d"):

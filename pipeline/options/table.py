@@ -462,6 +462,13 @@ class ConvertOptions:
         "image's mask path, relative to the --input root (--label_key path)", _LABELS,
         Template("Mask column"),
         metavar="COLUMN", setting="masks.column"))
+    class_locations: int = declare(Option(
+        "class_locations", "--class_map: keep with each record, for each class, its voxel count, its box "
+        "and up to N of its voxels (k, j, i), drawn deterministically from the mask as written (MONAI's "
+        "max_indices_per_class), as classes/*: what a patch sampler picks foreground centres from without "
+        "reading the pixels (off unless given)", _LABELS,
+        Template("Class locations per class", (r"^[0-9]+$",)),
+        metavar="N", setting="masks.locations"))
     labels_from_dirs: bool = declare(Option(
         "labels_from_dirs", "class = parent folder name (ImageNet layout)", _LABELS,
         Template("Labels from folders", (_BOOL,)),

@@ -30,6 +30,8 @@ CASES = [
     (["--spacing", "1,1,1", "--resize", "64x64"], "--resize"),
     (["--spacing", "1,1,1", "--unit", "series", "--series_4d", "stack"], "--series_4d split"),
     (["--crop", "foreground"], "--class_map"),
+    (["--class_locations", "16"], "--class_map"),
+    (["--class_locations", "-1"], "--class_locations"),
     (["--crop", "nonzero", "--resize", "64x64"], "--resize"),
     (["--crop", "nonzero", "--unit", "series", "--series_4d", "stack"], "--series_4d split"),
     (["--intensity", "zscore", "--dicom_values", "window"], "--dicom_values modality or stored"),

@@ -43,6 +43,9 @@ class MaskSettings:
     # column of the labels CSV
     pattern: Optional["MaskPattern"] = None
     column: Optional[str] = None
+    # --class_locations: up to this many voxels of each class kept with the record, its voxel count
+    # and box (transforms.masks.locations); 0: none
+    locations: int = 0
 
     def __post_init__(self) -> None:     # a choice given as its string holds its member
         object.__setattr__(self, "layout", MaskLayout(self.layout))

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from dcm2tfrecord.dataset import manifest, reasons
 from dcm2tfrecord.dataset.features import (ENCODING_RAW, SOURCE_PATH, SOURCE_PATH_FEATURE, RecordKind,
-                                           image_features)
+                                           class_location_features, image_features)
 from dcm2tfrecord.dataset.results import Outcome
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
 from dcm2tfrecord.transforms.dicom import patient_space
@@ -203,6 +203,8 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
     masks = settings.masks
     if masks is not None:
         features.update({k: dict(v) for k, v in masks_annotation.FEATURES.items()})
+        if masks.locations:         # --class_locations
+            features.update(class_location_features(masks.class_count))
     if settings.decode.pixel_encoding != ENCODING_RAW:
         features.update(image_features(settings.decode.pixel_encoding))
     return manifest.build_manifest(

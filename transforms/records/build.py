@@ -14,6 +14,7 @@ from dcm2tfrecord.transforms.masks import annotation as masks_annotation
 from dcm2tfrecord.transforms.masks import nifti_mask
 from dcm2tfrecord.transforms.masks import sources as mask_sources
 from dcm2tfrecord.transforms.masks.grid import Grid
+from dcm2tfrecord.transforms.masks.locations import class_locations
 from dcm2tfrecord.transforms.masks.settings import MaskSettings
 from dcm2tfrecord.transforms.masks import annotation_cache
 from dcm2tfrecord.transforms.dicom import metadata as dicom_metadata
@@ -221,6 +222,10 @@ def _geometry_and_path(pixels, metadata: dict, record: ProbedRecord, settings: D
         pixels, mask = _respace(pixels, metadata, record, settings, mask)
     if mask is not None and settings.resize is not None:
         mask = geometry.resize_nearest(mask, settings.resize, settings.resize_mode)
+    if mask is not None and settings.masks is not None and settings.masks.locations:
+        # --class_locations: of the mask as written (after --crop, --spacing, --resize)
+        metadata.update(class_locations(mask, record.record_id, settings.masks.locations,
+                                        settings.masks.class_count))
     if mask is not None:
         metadata[masks_annotation.MASK_RAW] = mask.data.cast("B")
         metadata[masks_annotation.MASK_DTYPE] = mask.dtype.newbyteorder("=").name
