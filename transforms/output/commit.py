@@ -13,6 +13,7 @@ from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.images.crop import Crop
 from dcm2tfrecord.transforms.images import fingerprint, intensity
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
+from dcm2tfrecord.dataset.encryption import encryption_block
 from dcm2tfrecord.transforms.settings import ConversionSettings
 
 if TYPE_CHECKING:
@@ -214,4 +215,5 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
         base_version=None if base is None else (base.name, base.rebuild_reason),
         written_also_failed=written_also_failed,
         mask_classes=None if masks is None else list(masks.class_map.classes),
-        fingerprint=inputs.fingerprint if settings.decode.intensity == intensity.Intensity.CT else None)
+        fingerprint=inputs.fingerprint if settings.decode.intensity == intensity.Intensity.CT else None,
+        encryption=encryption_block(settings.encrypt_key_uri) if settings.encrypt_key_uri else None)
