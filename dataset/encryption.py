@@ -304,3 +304,38 @@ class DatasetKeys:
 
     def __setstate__(self, state):
         self.__init__(state[0], state[1], state[2], **state[3])   # type: ignore[misc]
+
+
+def rekey(dataset_dir: str, new_key, old_key=None, **options) -> int:
+    """Re-wraps every shard's data key of the encrypted dataset in ``dataset_dir`` under
+    ``new_key`` (a key URI or KEK), unwrapped with ``old_key`` (default: the key URI
+    dataset.json names), and replaces dataset.json at once with the new wrapped keys and key
+    URI; no shard is rewritten. Returns the number of keys re-wrapped. Nothing is written when
+    any key does not unwrap."""
+    import dataclasses
+    from dcm2tfrecord.dataset.files import replace_file
+    from dcm2tfrecord.dataset.manifest import encode_manifest, read_manifest
+    from dcm2tfrecord.dataset.names import MANIFEST_NAME
+    from dcm2tfrecord.dataset.storage import FileSystems
+    manifest = read_manifest(dataset_dir)
+    if manifest.encryption is None or not manifest.key_uri:
+        raise EncryptionError(f"{dataset_dir} is not encrypted (convert --encrypt): it has no keys to rekey")
+    old, new = kek(old_key or manifest.key_uri, **options), kek(new_key, **options)
+    splits, count = {}, 0
+    for name, entry in manifest.splits.items():
+        shards = []
+        for shard in entry.shards:
+            if not shard.wrapped_key:
+                raise DecryptionError(f"{shard.file}: dataset.json lists no wrapped_key for it")
+            try:
+                data_key = old.unwrap(decode_wrapped(shard.wrapped_key, shard.file))
+            except DecryptionError as exc:
+                raise DecryptionError(f"{shard.file}: {exc}") from None
+            shards.append(dataclasses.replace(shard, wrapped_key=encode_wrapped(new.wrap(data_key))))
+            count += 1
+        splits[name] = dataclasses.replace(entry, shards=tuple(shards))
+    renewed = dataclasses.replace(manifest, splits=splits,
+                                  encryption={**manifest.encryption, "key_uri": new.uri})
+    replace_file(FileSystems.join(dataset_dir, MANIFEST_NAME), encode_manifest(renewed).encode("utf-8"),
+                 "application/json")
+    return count

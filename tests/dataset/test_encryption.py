@@ -168,3 +168,137 @@ def test_key_files_are_private_and_never_overwritten(tmp_path):
         encryption.new_key_file(path)
     with pytest.raises(encryption.EncryptionError, match="names no known key source"):
         encryption.kek("aws-kms://nothing")
+
+
+def _cli(*argv) -> tuple[int, str, str]:
+    import contextlib
+    import io
+    from dcm2tfrecord.pipeline.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_verify_checks_integrity_without_the_key_and_decrypts_with_it(encrypted, tmp_path):
+    root, uri = encrypted
+    status, out, err = _cli("verify", str(root / "enc"))
+    assert status == 0 and "schema, pixel sizes" in out, out + err
+    status, out, err = _cli("verify", str(root / "enc"), "--no_decrypt")
+    assert status == 0 and "encrypted records not decrypted without the key" in out, out + err
+    status, out, err = _cli("verify", str(root / "enc"), "--key", f"keyfile:{tmp_path / 'gone.json'}")
+    assert status == 1 and "gone.json cannot be read" in out.splitlines()[0], out + err
+    import shutil
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "enc", copy)
+    shard = sorted(copy.glob("validation-*.tfrecord"))[0]
+    _reframe(shard, 0, lambda data: data[:-1] + bytes([data[-1] ^ 1]))
+    status, out, _ = _cli("verify", str(copy), "--no_decrypt")      # the CRCs were redone: sha256 tells
+    assert status == 1 and "sha256" in out
+    status, out, _ = _cli("verify", str(copy))
+    assert status == 1 and f"{shard.name}" in out and "fails authentication" in out + _
+
+
+def test_inspect_reads_the_metadata_without_the_key(encrypted, tmp_path):
+    root, uri = encrypted
+    import shutil
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "enc", copy)
+    manifest = _manifest(copy)
+    manifest["encryption"]["key_uri"] = f"keyfile:{tmp_path / 'elsewhere.json'}"
+    (copy / "dataset.json").write_text(json.dumps(manifest))
+    status, out, err = _cli("inspect", str(copy))
+    assert status == 0 and "encrypted (aes256gcm-envelope-v1)" in out and "elsewhere.json" in out, err
+    status, out, err = _cli("inspect", str(copy), "--record", "0")
+    assert status == 1 and err.count("\n") == 1 and "elsewhere.json cannot be read" in err, err
+
+
+class KmsStandIn:
+    """A local stand-in for google.cloud.kms.KeyManagementServiceClient: the same
+    encrypt(request=...)/decrypt(request=...) calls and responses, AES-GCM under a key it
+    holds per key name (the real KMS is not reachable from the tests)."""
+
+    def __init__(self):
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        self._aead, self.calls = AESGCM, []
+        self._keys: dict = {}
+
+    def _key(self, name):
+        return self._aead(self._keys.setdefault(name, self._aead.generate_key(bit_length=256)))
+
+    def encrypt(self, request):
+        import types
+        self.calls.append(("encrypt", request["name"]))
+        nonce = os.urandom(12)
+        sealed = self._key(request["name"]).encrypt(nonce, request["plaintext"],
+                                                    request["additional_authenticated_data"])
+        return types.SimpleNamespace(ciphertext=nonce + sealed)
+
+    def decrypt(self, request):
+        import types
+        from cryptography.exceptions import InvalidTag
+        self.calls.append(("decrypt", request["name"]))
+        data = request["ciphertext"]
+        try:
+            plain = self._key(request["name"]).decrypt(data[:12], data[12:], request["additional_authenticated_data"])
+        except InvalidTag:
+            raise ValueError("400 Decryption failed: the ciphertext is invalid.") from None
+        return types.SimpleNamespace(plaintext=plain)
+
+
+def test_rekey_rewraps_under_a_new_key_without_rewriting_shards(encrypted, tmp_path):
+    root, uri = encrypted
+    import shutil
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "enc", copy)
+    shards = {p.name: p.read_bytes() for p in copy.glob("*.tfrecord")}
+    before = [bytes(r) for r in (reader.RandomAccess(str(copy), "train")[i]["image"] for i in range(3))]
+    new = tmp_path / "new.json"
+    assert _cli("keygen", str(new))[0] == 0
+    assert _cli("keygen", str(new))[0] == 2           # never over a key
+    status, out, err = _cli("rekey", str(copy), "--new_key", f"keyfile:{new}")
+    assert status == 0 and "data keys now wrapped" in out, err
+    assert {p.name: p.read_bytes() for p in copy.glob("*.tfrecord")} == shards
+    assert _manifest(copy)["encryption"]["key_uri"] == f"keyfile:{new}"
+    after = [bytes(r) for r in (reader.RandomAccess(str(copy), "train")[i]["image"] for i in range(3))]
+    assert after == before
+    with pytest.raises(DecryptionError, match="does not unwrap"):     # the old key opens it no more
+        reader.RandomAccess(str(copy), "train", key=uri)[0]
+    status, _, err = _cli("rekey", str(copy), "--new_key", f"keyfile:{new}", "--old_key", uri)
+    assert status == 1 and "does not unwrap" in err and err.count("\n") == 1
+    # to Cloud KMS (its stand-in) and back: wrapped by KMS, read through it
+    kms = KmsStandIn()
+    kms_uri = "gcp-kms://projects/p/locations/global/keyRings/r/cryptoKeys/k"
+    assert encryption.rekey(str(copy), kms_uri, kms_client=kms) == sum(
+        len(e["shards"]) for e in _manifest(copy)["splits"].values())
+    assert _manifest(copy)["encryption"]["key_uri"] == kms_uri and kms.calls[0] == ("encrypt", kms_uri[10:])
+    key = encryption.GcpKmsKek(kms_uri, kms)
+    assert [bytes(reader.RandomAccess(str(copy), "train", key=key)[i]["image"]) for i in range(3)] == before
+    with pytest.raises(KeyUnavailable, match="Cloud KMS decrypt failed"):
+        reader.RandomAccess(str(copy), "train", key=encryption.GcpKmsKek(kms_uri, _Refusing()))[0]
+    with pytest.raises(DecryptionError, match="does not unwrap"):
+        reader.RandomAccess(str(copy), "train", key=encryption.GcpKmsKek(kms_uri, KmsStandIn()))[0]
+    # crypto-shredding: the KEK destroyed, no copy of the shards reads
+    os.remove(new)
+    with pytest.raises(KeyUnavailable):
+        encryption.rekey(str(copy), f"keyfile:{new}", old_key=f"keyfile:{new}")
+
+
+class _Refusing:
+    def decrypt(self, request):
+        raise PermissionError("403 Permission 'cloudkms.cryptoKeyVersions.useToDecrypt' denied")
+
+
+def test_convert_refuses_a_key_it_cannot_use_and_gzip_in_one_line(tmp_path):
+    from dcm2tfrecord.pipeline.options.usage import UsageError
+    archive = tmp_path / "archive"
+    write_png_archive(archive, 2, 8, 8)
+    with pytest.raises(UsageError, match=r"--encrypt: key keyfile:.*missing.json cannot be read"):
+        run_convert(archive, tmp_path / "out", encrypt=f"keyfile:{tmp_path / 'missing.json'}")
+    with pytest.raises(UsageError, match="names no known key source"):
+        run_convert(archive, tmp_path / "out", encrypt="vault://x")
+    key = tmp_path / "kek.json"
+    encryption.new_key_file(str(key))
+    with pytest.raises(UsageError, match="--encrypt and --compression gzip exclude each other"):
+        run_convert(archive, tmp_path / "out", encrypt=f"keyfile:{key}", compression="gzip")
+    assert not (tmp_path / "out").exists()
