@@ -12,7 +12,8 @@ from dcm2tfrecord import reader
 from dcm2tfrecord.dataset import encryption
 from dcm2tfrecord.dataset.encryption import DecryptionError, KeyUnavailable
 from dcm2tfrecord.dataset.tfrecord import read_records
-from tests.support import run_convert, write_png_archive
+from tests.support import IN_MEMORY, run_convert, write_png_archive
+from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 
 SIZE = 16
 
@@ -302,3 +303,25 @@ def test_convert_refuses_a_key_it_cannot_use_and_gzip_in_one_line(tmp_path):
     with pytest.raises(UsageError, match="--encrypt and --compression gzip exclude each other"):
         run_convert(archive, tmp_path / "out", encrypt=f"keyfile:{key}", compression="gzip")
     assert not (tmp_path / "out").exists()
+
+
+def test_gs_round_trip_on_the_emulator_with_a_key_file_in_the_bucket(encrypted, gcs_emulator, tmp_path):  # noqa: F811
+    root, uri = encrypted
+    key = tmp_path / "kek.json"
+    encryption.new_key_file(str(key))
+    gs_key = f"keyfile:{gcs_emulator.upload_file(str(key), 'keys/kek.json')}"
+    gcs_emulator.upload_tree(str(root / "archive"), "crypt/archive")
+    out = gcs_emulator.url("crypt/out")
+    options = dict(splits="train=0.75,validation=0.25", min_shards=2, min_shard_mb=0.0001)
+    run_convert(gcs_emulator.url("crypt/archive"), out, encrypt=gs_key,
+                beam_args=IN_MEMORY + [f"--temp_location={gcs_emulator.url('tmp')}"], **options)
+    remote, local = reader.RandomAccess(out, "train"), reader.RandomAccess(str(root / "plain"), "train")
+    assert len(remote) == len(local)
+    for i in range(len(local)):
+        np.testing.assert_array_equal(remote[i]["image"], local[i]["image"])
+    assert _cli("verify", out)[0] == 0
+    copy = tmp_path / "copy"
+    gcs_emulator.download_tree("crypt/out", str(copy))
+    assert json.loads((copy / "dataset.json").read_text())["encryption"]["key_uri"] == gs_key
+    shards = b"".join(p.read_bytes() for p in copy.glob("*.tfrecord"))
+    assert local[0]["image"].tobytes()[:SIZE] not in shards
