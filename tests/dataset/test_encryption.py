@@ -325,3 +325,16 @@ def test_gs_round_trip_on_the_emulator_with_a_key_file_in_the_bucket(encrypted, 
     assert json.loads((copy / "dataset.json").read_text())["encryption"]["key_uri"] == gs_key
     shards = b"".join(p.read_bytes() for p in copy.glob("*.tfrecord"))
     assert local[0]["image"].tobytes()[:SIZE] not in shards
+
+
+def test_torch_and_grain_loaders_read_encrypted_records_in_worker_processes(encrypted):
+    root, _ = encrypted
+    plain = reader.RandomAccess(str(root / "plain"), "train")
+    records = reader.RandomAccess(str(root / "enc"), "train")
+    want = sorted(plain[i]["image"].tobytes() for i in range(len(plain)))
+    torch_batches = list(reader.torch_loader(records, 3, shuffle=True, seed=1, num_workers=2))
+    got = sorted(image.numpy().tobytes() if hasattr(image, "numpy") else np.asarray(image).tobytes()
+                 for batch in torch_batches for image in batch["image"])
+    assert got == want
+    grain_batches = list(reader.grain_loader(records, 3, seed=1))
+    assert sorted(np.asarray(image).tobytes() for batch in grain_batches for image in batch["image"]) == want
