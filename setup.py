@@ -61,6 +61,11 @@ INSTALL_REQUIRES = [
     # --class_map's YAML form (transforms/masks/classes.py); Beam depends on it too, named
     # here because we import it ourselves
     "pyyaml>=5.4",
+    # convert --encrypt (dataset/encryption.py): AES-256-GCM from the cryptography package
+    # (OpenSSL's), no primitive of ours; it came with google-auth before, named now because we
+    # import it ourselves. Cloud KMS keys (gcp-kms://) use google-cloud-kms, which
+    # apache-beam[gcp] brings.
+    "cryptography>=41",
     # class-map rules and --mask_pattern are users' regexes matched against ROI names and
     # paths nobody controls: RE2 matches in time linear in the text, where Python's re
     # backtracks for hours holding the GIL (transforms/masks/patterns.py); regex runs, with a

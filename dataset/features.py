@@ -15,6 +15,10 @@ from dcm2tfrecord.dataset.choices import StrEnum
 from dcm2tfrecord.dataset.example import encode_example_parts
 
 FORMAT_VERSION = 1        # dataset.json's; a reader refuses a newer one (dataset/manifest.py)
+# an encrypted dataset's (convert --encrypt, dataset/encryption.py): readers from before
+# encryption refuse it in one line rather than parse ciphertext; plain datasets keep FORMAT_VERSION
+ENCRYPTED_FORMAT_VERSION = 2
+READABLE_FORMAT_VERSION = ENCRYPTED_FORMAT_VERSION     # the newest this code reads
 
 
 class PixelEncoding(StrEnum):

@@ -20,7 +20,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from dcm2tfrecord.dataset import file_adapters, reasons
 from dcm2tfrecord.dataset.errors import FormatError, OutputError
-from dcm2tfrecord.dataset.features import CORE_FEATURES, FORMAT_VERSION, LABEL, MASK_CLASSES, MASK_RAW
+from dcm2tfrecord.dataset.features import (CORE_FEATURES, ENCRYPTED_FORMAT_VERSION, FORMAT_VERSION, LABEL,
+                                          MASK_CLASSES, MASK_RAW, READABLE_FORMAT_VERSION)
 from dcm2tfrecord.dataset.files import read_json, write_atomically
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, UNMATCHED_ROWS_NAME,
                                         index_file_name)
@@ -102,9 +103,11 @@ class ShardEntry:
     index_file: Optional[str] = None
     num_bytes: Optional[int] = None
     sha256: Optional[str] = None
+    # --encrypt: the shard's data key wrapped by the dataset's KEK (base64; dataset/encryption.py)
+    wrapped_key: Optional[str] = None
     extra: Mapping[str, Json] = dataclasses.field(default_factory=dict)
 
-    KEYS = ("file", "num_records", "index_file", "num_bytes", "sha256")
+    KEYS = ("file", "num_records", "index_file", "num_bytes", "sha256", "wrapped_key")
 
     @property
     def index(self) -> str:
@@ -122,11 +125,14 @@ class ShardEntry:
                    else _text(data["index_file"], f"{where}: index_file"),
                    num_bytes=_maybe_whole(data.get("num_bytes"), f"{where}: num_bytes"),
                    sha256=None if data.get("sha256") is None else _text(data["sha256"], f"{where}: sha256"),
+                   wrapped_key=None if data.get("wrapped_key") is None
+                   else _text(data["wrapped_key"], f"{where}: wrapped_key"),
                    extra=_extra(data, cls.KEYS))
 
     def to_json(self) -> dict:
         return {**self.extra, "file": self.file, "num_records": self.num_records,
-                **_present(index_file=self.index_file, num_bytes=self.num_bytes, sha256=self.sha256)}
+                **_present(index_file=self.index_file, num_bytes=self.num_bytes, sha256=self.sha256,
+                           wrapped_key=self.wrapped_key)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,10 +220,30 @@ class Manifest:
     # (transforms.images.fingerprint); None otherwise
     fingerprint: Optional[Mapping[str, Json]] = None
     mask_classes: Optional[tuple[str, ...]] = None    # with masks: the class names, index 1 first
+    # --encrypt: {"scheme", "key_uri"} (dataset/encryption.py); None: plain records
+    encryption: Optional[Mapping[str, Json]] = None
     extra: Mapping[str, Json] = dataclasses.field(default_factory=dict)
 
     KEYS = ("splits", "features", "format_version", "tool", "counts", "errors_file", "options", "labels",
-            "groups", "min_shards", "incremental", "fingerprint")
+            "groups", "min_shards", "incremental", "fingerprint", "encryption")
+
+    @property
+    def key_uri(self) -> Optional[str]:
+        """The key URI of an encrypted dataset's KEK, None for plain records."""
+        value = (self.encryption or {}).get("key_uri")
+        return value if isinstance(value, str) else None
+
+    def keys(self, key=None, **options):
+        """An encrypted dataset's shard ciphers (dataset.encryption.DatasetKeys), opened with
+        ``key`` (a KEK or key URI; default: ``key_uri``); None for plain records."""
+        if self.encryption is None:
+            return None
+        from dcm2tfrecord.dataset.encryption import SCHEME, DatasetKeys, EncryptionError
+        if self.encryption.get("scheme") != SCHEME or not self.key_uri:
+            raise EncryptionError(f"encryption scheme {self.encryption.get('scheme')!r} is not one this "
+                                  f"dcm2tfrecord reads ({SCHEME}): upgrade dcm2tfrecord")
+        wrapped = {s.file: s.wrapped_key for e in self.splits.values() for s in e.shards}
+        return DatasetKeys(self.key_uri, wrapped, key, **options)
 
     @property
     def auto_spacing(self) -> Optional[Mapping[str, Json]]:
@@ -275,7 +301,7 @@ class Manifest:
         try:
             optional = {key: None if data.get(key) is None else _object(data[key], repr(key))
                         for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
-                                    "incremental", "fingerprint")}
+                                    "incremental", "fingerprint", "encryption")}
             classes = _mask_classes(data.get(MASK_CLASSES))
             return cls(
                 splits={str(name): SplitEntry.from_json(entry, f"split {name!r}")
@@ -298,7 +324,7 @@ class Manifest:
                 **_present(format_version=self.format_version, errors_file=self.errors_file,
                            **{key: None if getattr(self, key) is None else dict(getattr(self, key))
                               for key in ("tool", "counts", "options", "labels", "groups", "min_shards",
-                                          "incremental", "fingerprint")})}
+                                          "incremental", "fingerprint", "encryption")})}
 
 
 def label_count_keys(label) -> list[str]:
@@ -331,7 +357,7 @@ def _split_entry(shards: list[ShardResult], num_groups: int) -> SplitEntry:
         label_counts={str(k): v for k, v in sorted(labels.items())},
         num_groups=num_groups,
         shards=tuple(ShardEntry(file=s.file, index_file=index_file_name(s.file), num_records=s.num_records,
-                                num_bytes=s.num_bytes, sha256=s.sha256)
+                                num_bytes=s.num_bytes, sha256=s.sha256, wrapped_key=s.wrapped_key)
                      for s in sorted(shards, key=lambda s: (s.file, s.index))))
 
 
@@ -369,7 +395,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
                    base_version: Optional[tuple[str, str]] = None,
                    written_also_failed: int = 0, mask_classes: Optional[Sequence[str]] = None,
                    fingerprint: Optional[Mapping] = None,
-                   auto_spacing: Optional[Mapping] = None) -> Manifest:
+                   auto_spacing: Optional[Mapping] = None,
+                   encryption: Optional[Mapping] = None) -> Manifest:
     """dataset.json content (``.to_json()`` is the object written).
 
     ``features``: the features beyond CORE_FEATURES (``dicom/*``, ``source_path``);
@@ -382,7 +409,9 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     outcomes (a file some of whose frames were written): each counts once, as failed;
     ``mask_classes``: with masks (``mask_raw``), the class names, index 1 first (0 is background);
     ``fingerprint``: --intensity ct's (transforms.images.fingerprint.statistics);
-    ``auto_spacing``: with ``--spacing auto``, the target chosen and the rule (its ``auto_spacing`` object).
+    ``auto_spacing``: with ``--spacing auto``, the target chosen and the rule (its ``auto_spacing`` object);
+    ``encryption``: --encrypt's block (dataset.encryption.encryption_block), which makes the
+    manifest's format_version ENCRYPTED_FORMAT_VERSION.
     """
     results, outcomes = list(results), list(outcomes)
     by_split: dict = {}
@@ -414,7 +443,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     splits = {name: _split_entry(shards, (num_groups or {}).get(name, 0))
               for name, shards in sorted(by_split.items())}
     return Manifest(
-        format_version=FORMAT_VERSION,
+        format_version=FORMAT_VERSION if encryption is None else ENCRYPTED_FORMAT_VERSION,
         tool={"name": "dcm2tfrecord", "version": tool_version},
         features=all_features,
         splits=splits,
@@ -432,6 +461,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         labels=extra.get("labels"), groups=extra.get("groups"), min_shards=extra.get("min_shards"),
         incremental=extra.get("incremental"),
         fingerprint=None if fingerprint is None else dict(fingerprint),
+        encryption=None if encryption is None else dict(encryption),
         mask_classes=None if mask_classes is None else tuple(mask_classes),
         extra={} if auto_spacing is None else {AUTO_SPACING: dict(auto_spacing)})
 
@@ -505,7 +535,7 @@ class NewerFormatError(ManifestError):
 
     def __init__(self, path: str, found: int):
         super().__init__(path, f"has format_version {found}; this dcm2tfrecord reads up to "
-                               f"{FORMAT_VERSION}: upgrade dcm2tfrecord (or dcm2tfrecord-reader)")
+                               f"{READABLE_FORMAT_VERSION}: upgrade dcm2tfrecord (or dcm2tfrecord-reader)")
         self.found = found
 
 
@@ -518,7 +548,7 @@ def check_format_version(value: Json, path: str = MANIFEST_NAME) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ManifestError(path, f"has format_version {value!r}, not a whole number; restore it, "
                                   "or convert again")
-    if value > FORMAT_VERSION:
+    if value > READABLE_FORMAT_VERSION:
         raise NewerFormatError(path, value)
 
 

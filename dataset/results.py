@@ -47,3 +47,4 @@ class ShardResult:
     label_counts: tuple[tuple[str, int], ...] = ()
     kinds: tuple[str, ...] = ()
     max_depth: int = 1
+    wrapped_key: Optional[str] = None    # --encrypt: its data key, wrapped (dataset/encryption.py)

@@ -22,6 +22,9 @@ from dcm2tfrecord.dataset.file_adapters import FileAdapter
 from dcm2tfrecord.dataset.storage import FileSystems
 
 
+_KEKS: dict = {}      # key URI -> its KEK, in this process
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardTarget:
     """Where a run's new shards go and what they are in; ``file_name`` and ``parse`` are
@@ -30,13 +33,14 @@ class ShardTarget:
     adapter: FileAdapter = file_adapters.ADAPTERS[file_adapters.DEFAULT]
     tag: str = ""                   # --incremental: "v0002" in the new shards' names, "" otherwise
     level: Optional[int] = None     # the compressor's level (--gzip_level; None: the container's default)
+    key_uri: str = ""               # --encrypt: the KEK's key URI (dataset/encryption.py); "": plain records
 
     @classmethod
     def of(cls, output_dir: str, compression: Union[FileAdapter, str, None] = None, tag: str = "",
-           level: Optional[int] = None) -> "ShardTarget":
+           level: Optional[int] = None, key_uri: str = "") -> "ShardTarget":
         """The target of ``--compression`` value ``compression`` (ValueError naming the known
-        containers when none has that name)."""
-        return cls(str(output_dir), file_adapters.adapter(compression), tag, level)
+        containers when none has that name); ``key_uri``: --encrypt's."""
+        return cls(str(output_dir), file_adapters.adapter(compression), tag, level, key_uri or "")
 
     @property
     def compression(self) -> str:
@@ -56,6 +60,17 @@ class ShardTarget:
                 or names.version_tag(parsed.version) != self.tag:
             return None
         return parsed
+
+    def kek(self):
+        """The KEK of ``key_uri`` (read once per process: each worker reads the key file or
+        reaches KMS itself); None for plain records."""
+        if not self.key_uri:
+            return None
+        found = _KEKS.get(self.key_uri)
+        if found is None:
+            from dcm2tfrecord.dataset.encryption import kek
+            found = _KEKS[self.key_uri] = kek(self.key_uri)
+        return found
 
     def path(self, file: str) -> str:
         """Where shard ``file`` (or a file named after it) is written."""

@@ -8,12 +8,15 @@ local paths and gs:// behave alike, in the container of the run's one
 ``ShardTarget`` (dataset/shard_target.py, which also named the shard). The shard and its ``.idx`` are written
 under ``.incomplete/`` and renamed into place only when complete, the index
 first: a file with a final shard name is always whole, and has its index.
+With a target's ``key_uri`` (--encrypt) each record is encrypted under the shard's fresh
+data key (dataset/encryption.py) before it is framed; the sink's ``wrapped_key`` is that
+key wrapped by the KEK, for dataset.json.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Optional
 
 from dcm2tfrecord.dataset.files import create_output, incomplete_file
 from dcm2tfrecord.dataset.names import index_file_name
@@ -41,7 +44,13 @@ class _HashingWriter:
 class ShardSink:
     """The open shard: ``append`` one encoded record at a time."""
 
-    def __init__(self, raw: BinaryIO, target: ShardTarget):
+    def __init__(self, raw: BinaryIO, target: ShardTarget, file_name: str = ""):
+        self._cipher = None
+        self.wrapped_key: Optional[str] = None
+        key = target.kek()
+        if key is not None:
+            from dcm2tfrecord.dataset.encryption import ShardCipher
+            self._cipher, self.wrapped_key = ShardCipher.new(key, file_name)
         self._file = _HashingWriter(raw)
         self._target = target.open_stream(self._file)  # type: ignore[arg-type]
         self.offsets: list[tuple[int, int]] = []    # (offset, size) per record, uncompressed stream
@@ -50,6 +59,9 @@ class ShardSink:
     def append(self, record) -> None:
         """Frames ``record`` onto the shard: bytes, a memoryview of them, or a list of parts
         in order (``serialize_record_parts``), whose large ones are written as they are."""
+        if self._cipher is not None:
+            plain = b"".join(bytes(p) for p in record) if isinstance(record, list) else record
+            record = self._cipher.encrypt(plain, len(self.offsets))
         segments = framed_segments(record if isinstance(record, list) else [record])
         if self._target is self._file:
             for segment in segments:
@@ -91,7 +103,7 @@ def open_shard(target: ShardTarget, file_name: str) -> Iterator[ShardSink]:
     output_dir = target.output_dir
     with incomplete_file(target.path(file_name), output_dir) as tmp:
         with create_output(output_dir, tmp) as raw:
-            shard = ShardSink(raw, target)
+            shard = ShardSink(raw, target, file_name)
             yield shard
             shard._finish()
         with incomplete_file(target.path(index_file_name(file_name)), output_dir) as index_tmp:

@@ -252,6 +252,8 @@ def tfds_metadata(manifest: Manifest, output_dir: str) -> TfdsMetadata:
     """The TFDS files of ``manifest``'s dataset in ``output_dir`` (its version names TFDS's version;
     an object store's ``gs://`` path refuses ``../`` templates), or the refusal."""
     refusal = manifest.adapter.tfds_refusal
+    if manifest.encryption is not None:      # --encrypt: TFDS would parse ciphertext
+        refusal = "its records are encrypted (convert --encrypt), which TFDS cannot read"
     splits, why = _splits(manifest, "://" not in output_dir)
     if refusal or why:
         return TfdsMetadata(refusal=refusal or why)

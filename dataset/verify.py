@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from dcm2tfrecord.dataset.encryption import EncryptionError
 from dcm2tfrecord.dataset.manifest import Manifest, ManifestError, NewerFormatError, check_format_version, parse_json
 from dcm2tfrecord.dataset.names import MANIFEST_NAME
 from dcm2tfrecord.dataset.storage import FileSystems
@@ -54,6 +55,8 @@ class Report:
     shards: int = 0
     records: int = 0
     num_bytes: int = 0
+    # an encrypted dataset (convert --encrypt) checked without its key: records not decrypted
+    undecrypted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -61,6 +64,10 @@ class Report:
 
     def verdict(self) -> str:
         """One line: OK with what was checked, or CORRUPT with the first problem."""
+        if self.ok and self.undecrypted:
+            return (f"OK {self.dataset_dir}: {self.shards} shards, {self.records} records, "
+                    f"{self.num_bytes} bytes verified (framing, CRC32C, sha256, index; encrypted records "
+                    "not decrypted without the key: schema and pixel sizes not checked)")
         if self.ok:
             return (f"OK {self.dataset_dir}: {self.shards} shards, {self.records} records, "
                     f"{self.num_bytes} bytes verified (framing, CRC32C, sha256, schema, pixel sizes, index)")
@@ -90,8 +97,13 @@ def load_manifest(dataset_dir: str) -> tuple[Optional[dict], list[Problem]]:
         return None, [Problem(MANIFEST_NAME, f"cannot be read: {exc}")]
 
 
-def verify_dataset(dataset_dir: str) -> Report:
+def verify_dataset(dataset_dir: str, key=None, decrypt: bool = True) -> Report:
     """Every check above, shard by shard; problems in the order they are found.
+
+    An encrypted dataset (convert --encrypt) is decrypted with ``key`` (a key URI or KEK;
+    default: dataset.json's key URI); with ``decrypt=False`` its records are checked without
+    the key: framing, CRC32Cs, sizes, sha256 and indexes (a note says what was not). A key
+    that cannot be had is a problem, a wrapped key it does not open one per shard.
 
     A versioned root (--incremental) is checked at the version LATEST names; a dataset.json
     newer than this code reads is refused (NewerFormatError), not reported as corrupt.
@@ -117,10 +129,22 @@ def verify_dataset(dataset_dir: str) -> Report:
     mask_rule = MaskRule.of(manifest)
     view = ViewRule.of(manifest)
     ids = RecordIds()
+    encrypted, keys = manifest.encryption is not None, None
+    if encrypted and decrypt:
+        try:
+            keys = manifest.keys(key)
+            keys.kek()
+        except EncryptionError as exc:
+            report.problems.append(Problem(MANIFEST_NAME, f"the records cannot be decrypted: {exc} "
+                                                          "(verify --no_decrypt checks them without it)"))
+            keys = None
+    report.undecrypted = encrypted and keys is None
+    if report.undecrypted and not decrypt:
+        report.notes.append(f"records not decrypted (--no_decrypt): encrypted under {manifest.key_uri}")
     for split, entry in sorted(manifest.splits.items()):
-        stats, complete = RecordStats(), True
+        stats, complete = RecordStats(), not report.undecrypted
         for shard in entry.shards:
-            check = verify_shard(dataset_dir, shard, schema, adapter, split, mask_rule, view)
+            check = verify_shard(dataset_dir, shard, schema, adapter, split, mask_rule, view, keys, encrypted)
             ids.add(check.file, bytes(check.ids))
             report.problems.extend(check.problems)
             report.shards += 1

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 from typing import BinaryIO, Optional
 
+from dcm2tfrecord.dataset.encryption import EncryptionError
 from dcm2tfrecord.dataset.example import ProtoError, decode_example
 from dcm2tfrecord.dataset.features import ID
 from dcm2tfrecord.dataset.file_adapters import FileAdapter
@@ -52,10 +53,14 @@ class ShardCheck:
 
 
 def read_shard(path: str, name: str, schema: dict, adapter: FileAdapter,
-               mask_rule: Optional[MaskRule] = None, view: Optional[ViewRule] = None) -> ShardCheck:
+               mask_rule: Optional[MaskRule] = None, view: Optional[ViewRule] = None,
+               keys=None, encrypted: bool = False) -> ShardCheck:
     """Reads one shard start to end: framing, CRCs, records against the schema (and their masks
     against ``mask_rule``, their training view against ``view``), size and sha256; ``adapter`` is
-    the dataset's container (``Manifest.adapter``)."""
+    the dataset's container (``Manifest.adapter``). An ``encrypted`` dataset's records are
+    decrypted and authenticated with ``keys`` (dataset.encryption.DatasetKeys) before they are
+    checked; without ``keys`` only their framing, CRCs (which cover the ciphertext), sizes and
+    sha256 are."""
     check = ShardCheck(file=name)
 
     def problem(message: str, record: Optional[int] = None, offset: Optional[int] = None) -> Problem:
@@ -81,8 +86,18 @@ def read_shard(path: str, name: str, schema: dict, adapter: FileAdapter,
                         f"{first + len(framed.data) - 1}) or its CRC was altered",
                         framed.index, framed.offset))
                     continue
+                data = framed.data
+                if encrypted:
+                    if keys is None:
+                        continue
+                    try:
+                        data = keys.decrypt(name, data, framed.index)
+                    except EncryptionError as exc:
+                        check.problems.append(problem(str(exc).removeprefix(f"{name}: "), framed.index,
+                                                      framed.offset))
+                        continue
                 try:
-                    features = decode_example(framed.data)
+                    features = decode_example(data)
                 except ProtoError as exc:
                     check.problems.append(problem(f"not a tf.train.Example: {exc}", framed.index, framed.offset))
                     continue
@@ -124,7 +139,7 @@ def check_index(path: str, name: str, actual: list[tuple[int, int]]) -> list[Pro
 
 def verify_shard(dataset_dir: str, entry: ShardEntry, schema: dict, adapter: FileAdapter,
                  split: Optional[str] = None, mask_rule: Optional[MaskRule] = None,
-                 view: Optional[ViewRule] = None) -> ShardCheck:
+                 view: Optional[ViewRule] = None, keys=None, encrypted: bool = False) -> ShardCheck:
     """One dataset.json shard entry against the files: shard, then its index (and, in a
     versioned dataset, the split its records file says it was written for); ``adapter`` is
     the container the dataset's manifest names (``Manifest.adapter``), found once per dataset."""
@@ -134,7 +149,7 @@ def verify_shard(dataset_dir: str, entry: ShardEntry, schema: dict, adapter: Fil
         check = ShardCheck(file=name)
         check.problems.append(Problem(name, "listed in dataset.json but missing"))
         return check
-    check = read_shard(path, name, schema, adapter, mask_rule, view)
+    check = read_shard(path, name, schema, adapter, mask_rule, view, keys, encrypted)
     if check.records != entry.num_records:
         check.problems.append(Problem(name, f"holds {check.records} readable records, dataset.json "
                                             f"says {entry.num_records}"))

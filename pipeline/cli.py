@@ -21,6 +21,8 @@ commands:
   tag       name a version of a versioned root (reader.load(..., version=NAME)); list tags
   prune     remove old versions of a versioned root, never LATEST's or a tagged one
   copy      copy a dataset to another folder or bucket, every byte checked, resumable
+  keygen    write a fresh key-encryption key file, for convert --encrypt keyfile:PATH
+  rekey     re-wrap an encrypted dataset's data keys under another key (rotation)
 
 run 'dcm2tfrecord COMMAND --help' for a command's options."""
 
@@ -31,7 +33,8 @@ COMMANDS = {"convert": ("convert", "main"), "demo": ("commands.demo", "main"), "
             "inspect": ("commands.inspect", "main"), "preview": ("commands.preview", "main"),
             "versions": ("commands.versions", "versions_main"), "rollback": ("commands.versions", "rollback_main"),
             "tag": ("commands.versions", "tag_main"), "prune": ("commands.versions", "prune_main"),
-            "copy": ("commands.copy_dataset", "main")}
+            "copy": ("commands.copy_dataset", "main"), "keygen": ("commands.keys", "keygen_main"),
+            "rekey": ("commands.keys", "rekey_main")}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -65,6 +65,7 @@ class ReadOptions:
     resumable: bool = False
     masks: bool = False                   # --class_map datasets: (images, masks, labels)
     elastic: bool = False                 # every pipeline's share of the global order (resume after n changed)
+    key: Any = None                       # --encrypt datasets: the KEK (key URI or object); None: dataset.json's
 
     def __post_init__(self) -> None:
         if self.output not in ("tuple", "dict"):

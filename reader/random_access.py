@@ -99,19 +99,27 @@ class RandomAccess:
     - ``verify``: check both TFRecord CRCs of every record read (a corrupt
       record raises ``CorruptRecordError`` naming its shard and index).
     - ``version``: for a root written with ``convert --incremental``.
+    - ``key``: for a dataset written with ``convert --encrypt``, the key-encryption key: a
+      key URI (``keyfile:PATH``, ``gcp-kms://...``) or a KEK object
+      (``dcm2tfrecord.dataset.encryption``); default: the key URI dataset.json names. Each
+      record is decrypted and authenticated after its CRCs are checked: a wrong key or a
+      changed record raises ``DecryptionError`` naming the shard, the record and the key URI.
 
     Thread-safe; picklable (open files are not carried, each process opens
     its own), so it works in ``torch.utils.data.DataLoader`` workers and
     Grain's multi-process loader.
     """
 
-    def __init__(self, dataset_dir: str, split: str = "train", *, version=None, verify: bool = True):
-        self._init(dataset_dir, split, version, verify)
+    def __init__(self, dataset_dir: str, split: str = "train", *, version=None, verify: bool = True,
+                 key=None):
+        self._init(dataset_dir, split, version, verify, key=key)
 
-    def _init(self, dataset_dir, split, version, verify, manifest=None, directory=None):
+    def _init(self, dataset_dir, split, version, verify, manifest=None, directory=None, key=None):
         if manifest is None:
             manifest, directory = _read_manifest(dataset_dir, version)
-        self._args = (dataset_dir, split, version, verify, manifest, directory)
+        self._args = (dataset_dir, split, version, verify, manifest, directory, key)
+        # an encrypted dataset's ciphers: the KEK is reached when the first record is read
+        self._keys = manifest.keys(key, read_bytes=storage.read_bytes)
         self.dataset_dir = directory
         self.split = split
         self.verify = verify
@@ -125,6 +133,7 @@ class RandomAccess:
         self.layout: Layout = split_layout(manifest, split, entry)
         pieces = splits.pieces(slices, {s.split: manifest.splits[s.split].shard_records for s in slices})
         shards = [manifest.splits[p.split].shards[p.shard] for p in pieces]
+        self._files = [s.file for s in shards]
         self._paths = [names.shard_path(directory, s.file) for s in shards]
         self._index_paths = [names.shard_path(directory, s.index) for s in shards]
         # what each shard's .idx must add up to (the writer's byte count; a hand-written
@@ -199,12 +208,16 @@ class RandomAccess:
         return checked_index(text, path, shard_bytes)
 
     def serialized(self, index) -> memoryview:
-        """The serialized ``tf.train.Example`` of record ``index`` (CRC-checked with ``verify``)."""
+        """The serialized ``tf.train.Example`` of record ``index`` (CRC-checked with ``verify``;
+        decrypted, for an encrypted dataset)."""
         shard, k = self.locate(index)
         offsets, sizes = self._index(shard)
         offset, size = int(offsets[k]), int(sizes[k])
         record = self._readers[shard].read(offset, size)
-        return unframe(record, self._paths[shard], k, self.verify)
+        data = unframe(record, self._paths[shard], k, self.verify)
+        if self._keys is None:
+            return data
+        return memoryview(self._keys.decrypt(self._files[shard], data, k))
 
     def __getitem__(self, index) -> dict:
         shard, k = self.locate(index)

@@ -27,9 +27,9 @@ from typing import Any, Callable, Optional
 from dcm2tfrecord.reader.tfquiet import tf
 
 from dcm2tfrecord.dataset.manifest import SplitEntry
-from dcm2tfrecord.reader import splits
+from dcm2tfrecord.reader import splits, storage
 from dcm2tfrecord.reader.decode import batch_parser, conversion
-from dcm2tfrecord.reader.manifest import DatasetInfo, info
+from dcm2tfrecord.reader.manifest import DatasetInfo, info, shard_path
 from dcm2tfrecord.reader.options import ReadOptions
 from dcm2tfrecord.reader.layout import require_masks
 from dcm2tfrecord.reader.schedule import Order
@@ -187,6 +187,11 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
       ``image_raw``; a feature a record lacks reads as ``b""``, -1 or NaN, and
       variable-length ones come back as ``tf.RaggedTensor``.
     - ``cycle_length``: shards read in parallel (default ``min(shards, 16)``).
+    - ``key``: for a dataset written with ``convert --encrypt``, the key-encryption key (a key
+      URI, or a KEK object of ``dcm2tfrecord.dataset.encryption``); default: the key URI
+      dataset.json names. The key is reached when ``load`` is called (no access: one error
+      naming the key URI); every record is decrypted and authenticated as it is read (a
+      changed record fails the iteration, naming its shard and index).
     - ``version``: for a root written with ``convert --incremental``, the version
       to read (a number, or a tag's name: ``dcm2tfrecord tag``); default: the one its
       LATEST file names.
@@ -228,6 +233,10 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
                          "resumable=True to the uninterrupted run as well: a seed alone reads "
                          "another order")
     deterministic = read.is_deterministic
+    decrypt = _decryptor(manifest, read.key)
+    if decrypt is not None and read.cache and read.cache != "memory":
+        raise ValueError(f"cache={read.cache!r}: {dataset_dir} is encrypted, and a cache file would "
+                         "hold its records decrypted; use cache='memory'")
     plan = manifest.read_plan(split, None if read.elastic else read.input_context)
     if plan.mode != ALL:
         logger.info(plan.describe(split, len(manifest.pieces(split))))
@@ -242,9 +251,10 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
     if read.ordered and (read.shuffle or read.start_step or read.elastic):
         window = (read.shuffle_buffer or _shuffle_buffer(entry, SHUFFLE_WINDOW_BYTES)) if read.shuffle else 1
         if read.elastic:
-            records = _elastic_share(plan, key, read, window, cycle, compression, read_buffer)
+            records = _elastic_share(plan, key, read, window, cycle, compression, read_buffer, decrypt)
         else:
-            records = _ordered_records(plan, key, read, window, cycle, compression, read_buffer)
+            records = _ordered_records(plan, key, read, window, cycle, compression, read_buffer,
+                                       decrypt=decrypt)
         return _batch_and_parse(records, manifest, layout, read, True)
 
     if plan.partial:            # a slice: the pieces' first record and length travel along
@@ -257,7 +267,7 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
         files = files.shuffle(max(len(plan.files), 1), seed=read.seed, reshuffle_each_iteration=True)
 
     def read_piece(path, start=0, length=-1):
-        return _read_shard(path, plan, compression, read_buffer, start=start, length=length)
+        return _read_shard(path, plan, compression, read_buffer, start=start, length=length, decrypt=decrypt)
 
     records = files.interleave(read_piece, cycle_length=cycle, block_length=1,
                                num_parallel_calls=AUTOTUNE, deterministic=deterministic)
@@ -287,8 +297,33 @@ def _batch_and_parse(records: tf.data.Dataset, manifest: DatasetInfo, layout: An
     return batches.with_options(options).prefetch(AUTOTUNE)
 
 
+def _decryptor(manifest: DatasetInfo, key) -> Optional[Callable]:
+    """For an encrypted dataset, ``decrypt(path, index, data)`` (NumPy values: a shard's path,
+    a record's index in it, its stored bytes) -> the serialized Example; None for plain records.
+    The KEK is reached now, so a missing key fails ``load`` itself, in one line."""
+    keys = manifest.manifest.keys(key, read_bytes=storage.read_bytes)
+    if keys is None:
+        return None
+    keys.kek()
+    files = {shard_path(manifest.dataset_dir, s.file): s.file
+             for entry in manifest.manifest.splits.values() for s in entry.shards}
+
+    def decrypt(path, index, data):
+        return keys.decrypt(files[path.decode("utf-8")], data, int(index))
+    return decrypt
+
+
+def _decrypted(records: tf.data.Dataset, path, decrypt: Callable) -> tf.data.Dataset:
+    """``(index, stored bytes)`` pairs of one shard -> its serialized Examples, decrypted."""
+    def one(index, data):
+        plain = tf.numpy_function(decrypt, [path, index, data], tf.string, stateful=False)
+        plain.set_shape([])
+        return plain
+    return records.map(tf.autograph.experimental.do_not_convert(one))
+
+
 def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0, start=0,
-                length=-1) -> tf.data.Dataset:
+                length=-1, decrypt: Optional[Callable] = None) -> tf.data.Dataset:
     """One shard's records in this pipeline's view, from its ``skip``-th on.
 
     In a slice, the shard's piece only: records ``start .. start + length - 1``
@@ -299,12 +334,18 @@ def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0
     """
     records = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=read_buffer)
     step = plan.pipelines if plan.mode == BY_RECORD else 1
+    first: Any = 0
     if not (isinstance(start, int) and isinstance(skip, int) and start == skip == 0):
-        records = records.skip(start + skip * step)     # whole shards from their start: no op
+        first = start + skip * step
+        records = records.skip(first)     # whole shards from their start: no op
+    if decrypt is not None:     # each record's index in its shard is bound into its ciphertext
+        records = records.enumerate(tf.cast(first, tf.int64))
     if plan.partial:            # traced only for slices: whole-shard reads keep their graph
         rest = tf.maximum(tf.cast(length, tf.int64) - skip * step, 0)
         records = records.take(tf.where(length < 0, tf.constant(-1, tf.int64), rest))
-    return records.shard(step, plan.pipeline) if plan.mode == BY_RECORD else records
+    if plan.mode == BY_RECORD:
+        records = records.shard(step, plan.pipeline)
+    return records if decrypt is None else _decrypted(records, path, decrypt)
 
 
 def _window_seed(seed: Optional[int], split: str, epoch, window) -> tf.Tensor:
@@ -329,7 +370,7 @@ def _shuffle_window(records: tf.data.Dataset, window: int, seed: tf.Tensor) -> t
 
 
 def _elastic_share(plan: ReadPlan, split: str, read: ReadOptions, window: int, cycle: int,
-                   compression: str, read_buffer: int) -> tf.data.Dataset:
+                   compression: str, read_buffer: int, decrypt: Optional[Callable] = None) -> tf.data.Dataset:
     """This input pipeline's share of the split's one global order (``elastic=True``).
 
     The global order is the single-pipeline order of the whole split (``reader.schedule``:
@@ -347,12 +388,13 @@ def _elastic_share(plan: ReadPlan, split: str, read: ReadOptions, window: int, c
     whole = dataclasses.replace(read, batch_size=read.batch_size * pipelines, input_context=None,
                                 elastic=False)
     records = _ordered_records(plan, split, whole, window, cycle, compression, read_buffer,
-                               whole_batches=read.drop_remainder)
+                               whole_batches=read.drop_remainder, decrypt=decrypt)
     return records.shard(pipelines, index) if pipelines > 1 else records
 
 
 def _ordered_records(plan: ReadPlan, split: str, read: ReadOptions, window: int, cycle: int,
-                     compression: str, read_buffer: int, whole_batches: bool = False) -> tf.data.Dataset:
+                     compression: str, read_buffer: int, whole_batches: bool = False,
+                     decrypt: Optional[Callable] = None) -> tf.data.Dataset:
     """The records of a seeded (or unshuffled) load, from batch ``read.start_step`` on;
     ``whole_batches``: each pass of a finite ``repeat`` ends at its last whole batch."""
     seed, repeat, batch_size = read.order_seed, read.repeat, read.batch_size
@@ -384,7 +426,7 @@ def _ordered_records(plan: ReadPlan, split: str, read: ReadOptions, window: int,
     @tf.autograph.experimental.do_not_convert
     def read_piece(shard, skip):
         return _read_shard(tf.gather(files, shard), plan, compression, read_buffer, skip,
-                           tf.gather(starts, shard), tf.gather(lengths, shard))
+                           tf.gather(starts, shard), tf.gather(lengths, shard), decrypt)
 
     @tf.autograph.experimental.do_not_convert
     def epoch_records(epoch, position):

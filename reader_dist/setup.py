@@ -50,6 +50,10 @@ setup(
         "tensorflow": ["tensorflow>=2.15"],
         "gcs": ["google-cloud-storage>=2.0"],
         "png": ["pillow>=10.0"],
+        # datasets written with convert --encrypt (dataset/encryption.py); gcp-kms for their
+        # gcp-kms:// keys
+        "encryption": ["cryptography>=41"],
+        "gcp-kms": ["cryptography>=41", "google-cloud-kms>=2.0"],
         # reader.torch_loader / reader.grain_loader (reader/loaders.py) import them when called
         "torch": ["torch>=2.0"],
         "grain": ["grain>=0.2"],

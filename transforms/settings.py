@@ -118,6 +118,7 @@ class ConversionSettings:
     storage_retry_s: float = 60.0      # how long one gs:// request is retried (Beam's default: 120)
     allow_empty: bool = False          # commit a dataset of no records (inputs matched, none written)
     allow_split_leak: bool = False     # commit although --split_column put a group in several splits
+    encrypt_key_uri: str = ""          # --encrypt: the KEK's key URI (dataset/encryption.py); "": plain
 
     @property
     def masks(self) -> Optional["MaskSettings"]:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from typing import Mapping, Optional, Sequence
 
+from dcm2tfrecord.dataset.encryption import EncryptionError
 from dcm2tfrecord.dataset.features import DTYPE, LABEL
 from dcm2tfrecord.dataset.manifest import Manifest, NewerFormatError, SplitEntry
 from dcm2tfrecord.dataset.names import ERRORS_NAME
@@ -111,7 +113,16 @@ def format_overview(manifest: Manifest, dataset_dir: str) -> list[str]:
             f"  {records} records in {shards} shards, {size / MB:.2f} MB; files: "
             f"{counts.get('matched', 0)} matched, {counts.get('written', 0)} written, "
             f"{sum(counts.get('skipped', {}).values())} skipped, "
-            f"{sum(counts.get('failed', {}).values())} failed"] + _version_lines(manifest)
+            f"{sum(counts.get('failed', {}).values())} failed"] + _encryption_lines(manifest) \
+        + _version_lines(manifest)
+
+
+def _encryption_lines(manifest: Manifest) -> list[str]:
+    """convert --encrypt's scheme and key URI (dataset.json holds no key: this reads without one)."""
+    if manifest.encryption is None:
+        return []
+    return [f"  encrypted ({manifest.encryption.get('scheme')}), data keys wrapped by {manifest.key_uri}; "
+            "reading records needs that key"]
 
 
 def _version_lines(manifest: Manifest) -> list[str]:
@@ -400,6 +411,10 @@ def main(argv: Sequence[str]) -> int:
     records = manifest.splits[split].num_records
     if not 0 <= args.record < records:
         raise UsageError(f"--record {args.record}: split {split!r} holds records 0..{records - 1}")
-    features = read_record(dataset_dir, split, args.record)
+    try:
+        features = read_record(dataset_dir, split, args.record)
+    except EncryptionError as exc:     # an encrypted dataset's key out of reach: one line
+        print(f"dcm2tfrecord inspect: error: {exc}", file=sys.stderr)
+        return 1
     print(printable(format_record(manifest, split, args.record, features)))
     return 0

@@ -26,6 +26,12 @@ def parse_verify(argv: Sequence[str]) -> argparse.Namespace:
                     "framing and CRC32Cs, record counts, sizes and sha256, every record against the "
                     "schema (pixel byte counts included), and the .idx index files.")
     parser.add_argument("dataset", metavar="DIR", help="the dataset directory, local or gs://")
+    parser.add_argument("--key", metavar="KEY_URI", default=None,
+                        help="an encrypted dataset (convert --encrypt): the key URI to decrypt it with "
+                             "(default: the one dataset.json names)")
+    parser.add_argument("--no_decrypt", action="store_true",
+                        help="an encrypted dataset: check framing, CRC32Cs (they cover the ciphertext), "
+                             "sizes, sha256 and indexes without the key; records are not decrypted")
     parser.add_argument("--max_problems", type=int, default=20, metavar="N",
                         help="problems listed on stderr after the verdict (default 20)")
     return parser.parse_args(list(argv))
@@ -53,7 +59,7 @@ def main(argv: Sequence[str]) -> int:
               "committed there); give the --output of a finished conversion", file=sys.stderr)
         return 2
     try:
-        report = verify_dataset(dataset_dir)      # resolved once: LATEST read once
+        report = verify_dataset(dataset_dir, args.key, not args.no_decrypt)   # resolved once: LATEST read once
     except NewerFormatError as exc:
         print(f"dcm2tfrecord verify: error: {exc}", file=sys.stderr)
         return 2

@@ -56,6 +56,8 @@ def validate(opts: ConvertOptions) -> None:
         raise UsageError("--min_shards must be >= 1")
     if opts.gcs_retry_s <= 0:
         raise UsageError(f"--gcs_retry_s {opts.gcs_retry_s} must be > 0 (seconds)")
+    if opts.encrypt:
+        _check_encrypt(opts)
     if opts.incremental and opts.overwrite:
         raise UsageError("--incremental and --overwrite exclude each other: --incremental adds a "
                          "version and keeps the earlier ones (roll back with 'dcm2tfrecord rollback')")
@@ -119,6 +121,26 @@ def validate(opts: ConvertOptions) -> None:
         raise UsageError(f"no identifier salt: set --id_salt_file (or --id_salt, or ${SALT_ENV}) to a "
                          "secret kept the same across runs (stable hashes, stable splits), or pass "
                          "--allow_random_salt")
+
+
+def _check_encrypt(opts: ConvertOptions) -> None:
+    """--encrypt: a key URI some key source takes, shards nothing else wraps."""
+    from dcm2tfrecord.dataset.encryption import EncryptionError, check_uri
+    try:
+        check_uri(opts.encrypt or "")
+    except EncryptionError as exc:
+        raise UsageError(f"--encrypt: {exc}") from None
+    try:       # the launcher can use the key: a missing key file fails now, in one line
+        from dcm2tfrecord.dataset.encryption import KEY_BYTES, kek
+        kek(opts.encrypt or "").wrap(bytes(KEY_BYTES))
+    except EncryptionError as exc:
+        raise UsageError(f"--encrypt: {exc}") from None
+    if str(opts.compression) != "none":
+        raise UsageError("--encrypt and --compression gzip exclude each other: ciphertext does not "
+                         "compress; use --pixel_encoding png for smaller encrypted shards")
+    if opts.incremental:
+        raise UsageError("--encrypt does not combine with --incremental yet: convert the whole "
+                         "dataset into a new directory")
 
 
 def _default(name: str) -> Any:

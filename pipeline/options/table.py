@@ -269,6 +269,16 @@ class ConvertOptions:
         "gzip_level", "with --compression gzip: the deflate level, higher is smaller and slower (up to 9)", _SHARDS,
         Template("Gzip level", (r"^[1-9]$",)),
         setting="conversion.gzip_level", content=False))
+    encrypt: Optional[str] = declare(Option(
+        "encrypt", "encrypt every record (AES-256-GCM, a fresh data key per shard) under the key-encryption "
+        "key this key URI names: keyfile:PATH (made by 'dcm2tfrecord keygen PATH'; local or gs://, read "
+        "by each worker) or gcp-kms://projects/P/locations/L/keyRings/R/cryptoKeys/K; dataset.json holds "
+        "the URI and the wrapped data keys only", _SHARDS,
+        Template("Encryption key URI", (r"^(gcp-kms://projects/[^\n\r]+|keyfile:gs://[^\n\r]+)$",),
+                 note="On Dataflow a Cloud KMS key the workers' service account may use to encrypt "
+                      "(roles/cloudkms.cryptoKeyEncrypter), or a key file in a restricted bucket."),
+        metavar="KEY_URI", setting="conversion.encrypt_key_uri",
+        to_setting=lambda v: v or "", recorded=False))
     pixel_encoding: PixelEncoding = declare(Option(
         "pixel_encoding", "image_raw's bytes: raw pixels, or png (one PNG image a record, compressed "
         "and still randomly addressable; integers of 8 or 16 bits)", _SHARDS,

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from dcm2tfrecord.dataset.features import FORMAT_VERSION
+from dcm2tfrecord.dataset.features import FORMAT_VERSION, READABLE_FORMAT_VERSION
 from dcm2tfrecord.dataset.manifest import (Manifest, ManifestError, NewerFormatError, ShardEntry, SplitEntry,
                                            encode_manifest, parse_manifest)
 from tests.support import run_convert, write_png_archive
@@ -123,7 +123,7 @@ def test_a_value_of_the_wrong_kind_is_refused_by_name(dataset, edit, named):
 
 
 NEWER = FORMAT_VERSION + 2
-REFUSAL = (f"has format_version {NEWER}; this dcm2tfrecord reads up to {FORMAT_VERSION}: "
+REFUSAL = (f"has format_version {NEWER}; this dcm2tfrecord reads up to {READABLE_FORMAT_VERSION}: "
            "upgrade dcm2tfrecord")
 
 

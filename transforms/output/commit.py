@@ -13,6 +13,7 @@ from dcm2tfrecord.transforms.dicom import patient_space
 from dcm2tfrecord.transforms.images.crop import Crop
 from dcm2tfrecord.transforms.images import fingerprint, intensity
 from dcm2tfrecord.transforms.masks import annotation as masks_annotation
+from dcm2tfrecord.dataset.encryption import encryption_block
 from dcm2tfrecord.transforms.settings import ConversionSettings
 
 if TYPE_CHECKING:
@@ -218,4 +219,5 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
         written_also_failed=written_also_failed,
         mask_classes=None if masks is None else list(masks.class_map.classes),
         fingerprint=inputs.fingerprint if settings.decode.intensity == intensity.Intensity.CT else None,
-        auto_spacing=None if inputs.spacing is None else inputs.spacing.manifest_entry())
+        auto_spacing=None if inputs.spacing is None else inputs.spacing.manifest_entry(),
+        encryption=encryption_block(settings.encrypt_key_uri) if settings.encrypt_key_uri else None)

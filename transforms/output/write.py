@@ -85,8 +85,9 @@ def _outcomes(record: ProbedRecord, status: str, reason: str, message: str) -> l
 
 def shard_target(settings: ConversionSettings, tag: str = "") -> ShardTarget:
     """The run's one ShardTarget: its output directory and ``--compression`` container at
-    ``--gzip_level``, and ``tag`` (--incremental: "v0002") in the new shards' names."""
-    return ShardTarget.of(settings.output_dir, settings.compression, tag, settings.gzip_level)
+    ``--gzip_level``, ``--encrypt``'s key URI, and ``tag`` (--incremental: "v0002") in the new shards' names."""
+    return ShardTarget.of(settings.output_dir, settings.compression, tag, settings.gzip_level,
+                          settings.encrypt_key_uri)
 
 
 def write_shard(plan: ShardPlan, target: ShardTarget,
@@ -143,5 +144,6 @@ def write_shard(plan: ShardPlan, target: ShardTarget,
         planned_bytes=sum(r.planned_bytes for r in plan.records),
         dtypes=tuple(sorted(dtypes)), shapes=tuple(sorted(shapes)), sources_written=sources_written,
         label_counts=tuple(sorted(labels.items())),
-        kinds=tuple(sorted({r.kind for r in plan.records})), max_depth=max_depth)
+        kinds=tuple(sorted({r.kind for r in plan.records})), max_depth=max_depth,
+        wrapped_key=shard.wrapped_key)
     return result, outcomes
