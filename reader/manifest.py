@@ -223,3 +223,20 @@ def info(dataset_dir: str, version=None) -> DatasetInfo:
         data = parse_json(handle.read(), path)
     return DatasetInfo(data, dataset_dir, Manifest.from_json(data, path))
 
+
+def info_via_storage(dataset_dir: str, version=None) -> DatasetInfo:
+    """``info``, read through ``reader.storage`` (google-cloud-storage for ``gs://``) instead of
+    TensorFlow's file system: what ``load(..., local_cache=...)`` reads a bucket's manifest with,
+    as it reads the shards (a client that honours ``STORAGE_EMULATOR_HOST``, as RandomAccess)."""
+    from dcm2tfrecord.reader import storage
+
+    def read_latest(root: str) -> Optional[str]:
+        path = names.join(root, names.LATEST_NAME)
+        return names.parse_version(storage.read_text(path)) if storage.exists(path) else None
+
+    dataset_dir = locate_dataset(dataset_dir, version, storage.exists, read_latest, read_text=storage.read_text)
+    path = names.join(dataset_dir, names.MANIFEST_NAME)
+    if not storage.exists(path):
+        raise missing_manifest(path, dataset_dir)
+    data = parse_json(storage.read_bytes(path), path)
+    return DatasetInfo(data, dataset_dir, Manifest.from_json(data, path))

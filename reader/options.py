@@ -13,6 +13,8 @@ import numbers
 from typing import Any, Optional, Union
 
 
+from dcm2tfrecord.reader.shard_cache import check_options as check_local_cache
+
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -66,12 +68,15 @@ class ReadOptions:
     masks: bool = False                   # --class_map datasets: (images, masks, labels)
     elastic: bool = False                 # every pipeline's share of the global order (resume after n changed)
     key: Any = None                       # --encrypt datasets: the KEK (key URI or object); None: dataset.json's
+    local_cache: Optional[str] = None     # gs:// shards: a local directory of bounded copies
+    local_cache_bytes: Optional[int] = None   # ... holding at most this many bytes
 
     def __post_init__(self) -> None:
         if self.output not in ("tuple", "dict"):
             raise ValueError(f"output must be 'tuple' or 'dict', not {self.output!r}")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        check_local_cache(self.local_cache, self.local_cache_bytes)
         global_batch = self.batch_size * (self.pipelines[1] if self.elastic else 1)
         object.__setattr__(self, "start_step", check_start_step(self.start_step, global_batch, self.repeat))
         if self.elastic and not self.ordered:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import io
 import operator
+import os
 import threading
 from typing import Mapping, Optional
 
@@ -35,7 +36,7 @@ from dcm2tfrecord.dataset.features import DTYPE, ENCODING_PNG, IMAGE_RAW, LABEL,
 from dcm2tfrecord.dataset.manifest import Manifest, missing_manifest, parse_manifest
 from dcm2tfrecord.dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
 from dcm2tfrecord.dataset.versions import locate_dataset
-from dcm2tfrecord.reader import splits, storage
+from dcm2tfrecord.reader import shard_cache, splits, storage
 from dcm2tfrecord.reader.layout import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
 
 __all__ = ["RandomAccess", "CorruptRecordError", "CorruptIndexError"]
@@ -104,6 +105,11 @@ class RandomAccess:
       (``dcm2tfrecord.dataset.encryption``); default: the key URI dataset.json names. Each
       record is decrypted and authenticated after its CRCs are checked: a wrong key or a
       changed record raises ``DecryptionError`` naming the shard, the record and the key URI.
+    - ``local_cache``, ``local_cache_bytes``: for a ``gs://`` dataset, a local directory
+      holding at most that many bytes of whole shard copies (``reader.shard_cache``): a
+      shard is fetched (checked against the manifest's sha256) on the first read of any of
+      its records and read locally from then on, the least recently used copies evicted
+      to stay within the limit. Accepted and ignored for a local dataset (no copy).
 
     Thread-safe; picklable (open files are not carried, each process opens
     its own), so it works in ``torch.utils.data.DataLoader`` workers and
@@ -111,13 +117,15 @@ class RandomAccess:
     """
 
     def __init__(self, dataset_dir: str, split: str = "train", *, version=None, verify: bool = True,
-                 key=None):
-        self._init(dataset_dir, split, version, verify, key=key)
+                 key=None, local_cache: Optional[str] = None, local_cache_bytes: Optional[int] = None):
+        shard_cache.check_options(local_cache, local_cache_bytes)
+        self._init(dataset_dir, split, version, verify, key=key, local=(local_cache, local_cache_bytes))
 
-    def _init(self, dataset_dir, split, version, verify, manifest=None, directory=None, key=None):
+    def _init(self, dataset_dir, split, version, verify, manifest=None, directory=None, key=None,
+              local=(None, None)):
         if manifest is None:
             manifest, directory = _read_manifest(dataset_dir, version)
-        self._args = (dataset_dir, split, version, verify, manifest, directory, key)
+        self._args = (dataset_dir, split, version, verify, manifest, directory, key, local)
         # an encrypted dataset's ciphers: the KEK is reached when the first record is read
         self._keys = manifest.keys(key, read_bytes=storage.read_bytes)
         self.dataset_dir = directory
@@ -145,6 +153,18 @@ class RandomAccess:
         self._starts = list(np.cumsum([0] + counts[:-1]).tolist())
         self._len = int(sum(counts))
         self._readers = [storage.RangeReader(p) for p in self._paths]
+        self._cache: Optional[shard_cache.ShardCache] = None
+        self._copies: list[shard_cache.Shard] = []
+        if local[0] is not None and storage.is_gcs(directory):
+            self._cache = shard_cache.shared(local[0], local[1])
+            for path, size in zip(self._paths, self._shard_bytes):
+                size = size if isinstance(size, int) and not isinstance(size, bool) else storage.size(path)
+                self._copies.append(shard_cache.Shard(path, shards[len(self._copies)].sha256, size))
+            largest = max(self._copies, key=lambda c: c.size, default=None)
+            if largest is not None and largest.size > self._cache.limit_bytes:
+                raise ValueError(f"shard {largest.uri} is {largest.size} bytes, more than {shard_cache.OPTION}="
+                                 f"{self._cache.limit_bytes} holds: raise {shard_cache.OPTION} to at least "
+                                 f"{largest.size}")
         self._indexes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
         features = dict(manifest.features)
@@ -213,7 +233,15 @@ class RandomAccess:
         shard, k = self.locate(index)
         offsets, sizes = self._index(shard)
         offset, size = int(offsets[k]), int(sizes[k])
-        record = self._readers[shard].read(offset, size)
+        if self._cache is None:
+            record = self._readers[shard].read(offset, size)
+        else:
+            copy = self._copies[shard]
+            pinned = self._cache.acquire(copy.uri, copy.sha256, copy.size)
+            try:
+                record = os.pread(pinned.fd, size, offset)
+            finally:
+                self._cache.release(pinned)
         data = unframe(record, self._paths[shard], k, self.verify)
         if self._keys is None:
             return data

@@ -27,9 +27,9 @@ from typing import Any, Callable, Optional
 from dcm2tfrecord.reader.tfquiet import tf
 
 from dcm2tfrecord.dataset.manifest import SplitEntry
-from dcm2tfrecord.reader import splits, storage
+from dcm2tfrecord.reader import shard_cache, splits, storage
 from dcm2tfrecord.reader.decode import batch_parser, conversion
-from dcm2tfrecord.reader.manifest import DatasetInfo, info, shard_path
+from dcm2tfrecord.reader.manifest import DatasetInfo, info, info_via_storage, shard_path
 from dcm2tfrecord.reader.options import ReadOptions
 from dcm2tfrecord.reader.layout import require_masks
 from dcm2tfrecord.reader.schedule import Order
@@ -215,7 +215,8 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
     given = {"split": split, "batch_size": batch_size}
     changes.update({k: v for k, v in given.items() if v is not None})
     read = dataclasses.replace(options, **changes) if options is not None else ReadOptions(**changes)
-    manifest: DatasetInfo = info(dataset_dir, read.version)
+    remote = read.local_cache is not None and storage.is_gcs(dataset_dir)
+    manifest: DatasetInfo = info_via_storage(dataset_dir, read.version) if remote else info(dataset_dir, read.version)
     if read.masks:
         require_masks(manifest.manifest, dataset_dir)
     split = read.split
@@ -244,6 +245,7 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
     compression = manifest.adapter.tf_compression_type    # the container's, as TFRecordDataset takes it
     read_buffer = _read_buffer(entry, compression, plan.files)
     cycle = max(1, min(read.cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
+    local = _Localizer.of(manifest, split, read, cycle) if remote else None
 
     # Unshuffled from the start, the ordered pipeline's records are the plain one's (files in
     # manifest order, the same deterministic interleave: what reader.schedule replays), which
@@ -251,10 +253,10 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
     if read.ordered and (read.shuffle or read.start_step or read.elastic):
         window = (read.shuffle_buffer or _shuffle_buffer(entry, SHUFFLE_WINDOW_BYTES)) if read.shuffle else 1
         if read.elastic:
-            records = _elastic_share(plan, key, read, window, cycle, compression, read_buffer, decrypt)
+            records = _elastic_share(plan, key, read, window, cycle, compression, read_buffer, decrypt, local)
         else:
             records = _ordered_records(plan, key, read, window, cycle, compression, read_buffer,
-                                       decrypt=decrypt)
+                                       decrypt=decrypt, local=local)
         return _batch_and_parse(records, manifest, layout, read, True)
 
     if plan.partial:            # a slice: the pieces' first record and length travel along
@@ -266,8 +268,15 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
     if read.shuffle:
         files = files.shuffle(max(len(plan.files), 1), seed=read.seed, reshuffle_each_iteration=True)
 
+    if local is not None and not read.shuffle:       # the same known order every epoch
+        local.plan(plan.files)
+
     def read_piece(path, start=0, length=-1):
-        return _read_shard(path, plan, compression, read_buffer, start=start, length=length, decrypt=decrypt)
+        if local is None:
+            return _read_shard(path, plan, compression, read_buffer, start=start, length=length, decrypt=decrypt)
+        copy = local.acquire(path)
+        return local.released(_read_shard(copy, plan, compression, read_buffer, start=start, length=length,
+                                          decrypt=decrypt, source=path), copy)
 
     records = files.interleave(read_piece, cycle_length=cycle, block_length=1,
                                num_parallel_calls=AUTOTUNE, deterministic=deterministic)
@@ -322,8 +331,67 @@ def _decrypted(records: tf.data.Dataset, path, decrypt: Callable) -> tf.data.Dat
     return records.map(tf.autograph.experimental.do_not_convert(one))
 
 
+class _Localizer:
+    """``local_cache=`` in a tf.data pipeline: each remote shard is read from its local copy
+    (``reader.shard_cache``), fetched (and pinned) when the interleave opens it, unpinned
+    after its last record; the interleave opens up to ``cycle_length`` shards ahead, so
+    those are fetched while the open ones are read. Where the order is known (``resumable``,
+    ``shuffle=False``), eviction keeps the shards needed soonest and the next ones are
+    prefetched."""
+
+    def __init__(self, cache: shard_cache.ShardCache, shards: dict):
+        self.cache, self.shards = cache, shards
+
+    @classmethod
+    def of(cls, manifest: DatasetInfo, split: str, read: ReadOptions, cycle: int) -> "_Localizer":
+        assert read.local_cache is not None and read.local_cache_bytes is not None
+        cache = shard_cache.shared(read.local_cache, read.local_cache_bytes)
+        shards = {}
+        for piece in manifest.pieces(split):
+            entry = manifest.manifest.splits[piece.split].shards[piece.shard]
+            uri = manifest._piece_path(piece)
+            size = entry.num_bytes if isinstance(entry.num_bytes, int) else storage.size(uri)
+            shards[uri] = shard_cache.Shard(uri, entry.sha256, size)
+        sizes = sorted((s.size for s in shards.values()), reverse=True)
+        if sizes and sizes[0] > cache.limit_bytes:
+            largest = max(shards.values(), key=lambda s: s.size)
+            raise ValueError(f"shard {largest.uri} is {largest.size} bytes, more than {shard_cache.OPTION}="
+                             f"{cache.limit_bytes} holds: raise {shard_cache.OPTION} to at least {largest.size}")
+        if sum(sizes[:cycle]) > cache.limit_bytes:
+            raise ValueError(f"{shard_cache.OPTION}={cache.limit_bytes} holds fewer than the {cycle} shards "
+                             f"reader.load reads at once (cycle_length; the {cycle} largest: "
+                             f"{sum(sizes[:cycle])} bytes): raise it, or lower cycle_length")
+        return cls(cache, shards)
+
+    def plan(self, uris) -> None:
+        self.cache.plan([self.shards[str(u)] for u in uris])
+
+    def _fetch(self, uri) -> bytes:
+        shard = self.shards[uri.decode() if isinstance(uri, bytes) else str(uri)]
+        return self.cache.acquire(shard.uri, shard.sha256, shard.size).path.encode()
+
+    def _release(self, path) -> bytes:
+        self.cache.release(path.decode() if isinstance(path, bytes) else str(path))
+        return b""
+
+    def acquire(self, uri: tf.Tensor) -> tf.Tensor:
+        path = tf.numpy_function(self._fetch, [uri], tf.string, stateful=True)
+        path.set_shape([])
+        return path
+
+    def released(self, records: tf.data.Dataset, path: tf.Tensor) -> tf.data.Dataset:
+        """``records``, then the copy unpinned (a last turn yielding nothing: the interleave's
+        order is unchanged, its turn noticing the shard's end simply unpins it first)."""
+        def release(p):
+            done = tf.numpy_function(self._release, [p], tf.string, stateful=True)
+            done.set_shape([])
+            return done
+        tail = tf.data.Dataset.from_tensors(path).map(release).filter(lambda _: False)
+        return records.concatenate(tail)
+
+
 def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0, start=0,
-                length=-1, decrypt: Optional[Callable] = None) -> tf.data.Dataset:
+                length=-1, decrypt: Optional[Callable] = None, source=None) -> tf.data.Dataset:
     """One shard's records in this pipeline's view, from its ``skip``-th on.
 
     In a slice, the shard's piece only: records ``start .. start + length - 1``
@@ -345,7 +413,8 @@ def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0
         records = records.take(tf.where(length < 0, tf.constant(-1, tf.int64), rest))
     if plan.mode == BY_RECORD:
         records = records.shard(step, plan.pipeline)
-    return records if decrypt is None else _decrypted(records, path, decrypt)
+    # decrypted under the shard's own name (``source``: its URI where ``path`` is a local copy)
+    return records if decrypt is None else _decrypted(records, path if source is None else source, decrypt)
 
 
 def _window_seed(seed: Optional[int], split: str, epoch, window) -> tf.Tensor:
@@ -370,7 +439,8 @@ def _shuffle_window(records: tf.data.Dataset, window: int, seed: tf.Tensor) -> t
 
 
 def _elastic_share(plan: ReadPlan, split: str, read: ReadOptions, window: int, cycle: int,
-                   compression: str, read_buffer: int, decrypt: Optional[Callable] = None) -> tf.data.Dataset:
+                   compression: str, read_buffer: int, decrypt: Optional[Callable] = None,
+                   local: Optional["_Localizer"] = None) -> tf.data.Dataset:
     """This input pipeline's share of the split's one global order (``elastic=True``).
 
     The global order is the single-pipeline order of the whole split (``reader.schedule``:
@@ -388,13 +458,14 @@ def _elastic_share(plan: ReadPlan, split: str, read: ReadOptions, window: int, c
     whole = dataclasses.replace(read, batch_size=read.batch_size * pipelines, input_context=None,
                                 elastic=False)
     records = _ordered_records(plan, split, whole, window, cycle, compression, read_buffer,
-                               whole_batches=read.drop_remainder, decrypt=decrypt)
+                               whole_batches=read.drop_remainder, decrypt=decrypt, local=local)
     return records.shard(pipelines, index) if pipelines > 1 else records
 
 
 def _ordered_records(plan: ReadPlan, split: str, read: ReadOptions, window: int, cycle: int,
                      compression: str, read_buffer: int, whole_batches: bool = False,
-                     decrypt: Optional[Callable] = None) -> tf.data.Dataset:
+                     decrypt: Optional[Callable] = None,
+                     local: Optional["_Localizer"] = None) -> tf.data.Dataset:
     """The records of a seeded (or unshuffled) load, from batch ``read.start_step`` on;
     ``whole_batches``: each pass of a finite ``repeat`` ends at its last whole batch."""
     seed, repeat, batch_size = read.order_seed, read.repeat, read.batch_size
@@ -419,14 +490,20 @@ def _ordered_records(plan: ReadPlan, split: str, read: ReadOptions, window: int,
         first_whole = max(whole - step * batch_size, 0)
 
     def inputs_from(epoch, position):
-        return order.inputs_from(int(epoch), int(position))
+        shards, skips = order.inputs_from(int(epoch), int(position))
+        if local is not None:             # the epoch's shards in order: evict and prefetch by it
+            local.plan([plan.files[s] for s in shards])
+        return shards, skips
 
     # Plain Python on constants: traced as written, without autograph's conversion (tracing
     # is most of the cost of starting a pipeline).
     @tf.autograph.experimental.do_not_convert
     def read_piece(shard, skip):
-        return _read_shard(tf.gather(files, shard), plan, compression, read_buffer, skip,
-                           tf.gather(starts, shard), tf.gather(lengths, shard), decrypt)
+        uri = tf.gather(files, shard)
+        path = uri if local is None else local.acquire(uri)
+        records = _read_shard(path, plan, compression, read_buffer, skip,
+                              tf.gather(starts, shard), tf.gather(lengths, shard), decrypt, source=uri)
+        return records if local is None else local.released(records, path)
 
     @tf.autograph.experimental.do_not_convert
     def epoch_records(epoch, position):
