@@ -40,7 +40,8 @@ from typing import Iterable, Iterator
 
 from dcm2tfrecord.transforms.hashing import ORDER_KEY_SPACE, order_key
 from dcm2tfrecord.transforms.settings import ShardBounds
-from dcm2tfrecord.transforms.record_model import ProbedRecord, from_bytes, replaced, to_bytes
+from dcm2tfrecord.transforms.record_codec import pack_record, unpack_record
+from dcm2tfrecord.transforms.record_model import ProbedRecord, replaced
 
 # Hash buckets per split: the side input of bucket starts holds at most this many
 # numbers per split (~2.5 MB); a bucket of a 16 M record split holds ~250 records.
@@ -173,18 +174,22 @@ def bucket_of_order(order: int, buckets: int = PLANNING_BUCKETS) -> int:
 
 # A planning entry: what the planning shuffles move per record, a plain tuple
 # (order key, record id, planned bytes, the record as opaque bytes). Planning reads
-# the first three; the record itself is unpickled once, in front of the writer.
+# the first three; the record itself is decoded once, in front of the writer. Its bytes are
+# transforms.record_codec's compact encoding, without the order key and record id that the
+# tuple already carries (docs/SCALE.md, "Bytes per record").
 ORDER, RECORD_ID, PLANNED_BYTES, PAYLOAD = range(4)
 
 
 def planning_entry(record: ProbedRecord, seed: int = 0) -> tuple[str, tuple]:
     """(split, entry) of a record (see for_planning)."""
     record = for_planning(record, seed)
-    return record.split, (record.order, record.record_id, record.planned_bytes, to_bytes(record))
+    order, rid = record.order, record.record_id
+    return record.split, (order, rid, record.planned_bytes,
+                          pack_record(record, {"order": order, "record_id": rid}))
 
 
 def entry_record(entry: tuple) -> ProbedRecord:
-    return from_bytes(entry[PAYLOAD])
+    return unpack_record(entry[PAYLOAD], {"order": entry[ORDER], "record_id": entry[RECORD_ID]})
 
 
 def bucket_starts(bucket_bytes: Iterable[tuple[tuple[str, int], int]]) -> dict:
