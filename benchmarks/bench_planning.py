@@ -66,7 +66,7 @@ from apache_beam.options.pipeline_options import PipelineOptions          # noqa
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner     # noqa: E402
 
 from dcm2tfrecord.transforms.counters import NAMESPACE                               # noqa: E402
-from dcm2tfrecord.transforms.planning.shards import (PLANNED_BYTES, PLANNING_BUCKETS,  # noqa: E402
+from dcm2tfrecord.transforms.planning.shards import (PLANNING_BUCKETS, entry_planned_bytes,  # noqa: E402
                                                      entry_record, for_planning, planning_entry)
 from dcm2tfrecord.transforms.planning.steps import BUCKET_RECORDS, PlanShards, bucket_key  # noqa: E402
 from dcm2tfrecord.transforms.hashing import record_id                                  # noqa: E402
@@ -195,11 +195,11 @@ class _PicklePlan:
     records: tuple
 
 
-def _pickle_entry(split: str, entry: tuple) -> tuple:
-    """A planning entry as it was before transforms.record_codec: the record pickled whole
-    (order key and record id included) as the payload."""
+def _pickle_entry(split: str, entry: bytes) -> tuple:
+    """A planning entry as it was before transforms.record_codec: a tuple (order key, record id,
+    planned bytes, the record pickled whole, order key and record id included)."""
     record = entry_record(entry)
-    return split, entry[:3] + (to_bytes(record),)
+    return split, (record.order, record.record_id, record.planned_bytes, to_bytes(record))
 
 
 def probed_ct_slice(i: int = 0) -> "ProbedRecord | None":
@@ -224,7 +224,7 @@ def _kv_bytes(records) -> tuple[float, float]:
     """Mean encoded bytes of ((split, bucket), entry) per record: (before, now)."""
     entries = [planning_entry(r) for r in records]
     now = [len(CODER.encode(bucket_key(*e))) for e in entries]
-    before = [len(CODER.encode(bucket_key(*_pickle_entry(*e)))) for e in entries]
+    before = [len(CODER.encode((bucket_key(*e)[0], _pickle_entry(*e)[1]))) for e in entries]
     return sum(before) / len(before), sum(now) / len(now)
 
 
@@ -311,7 +311,7 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
     if measure:
         _ = (records
              | "BenchBucketKey" >> beam.Map(lambda r: bucket_key(*planning_entry(r, seed)))
-             | "BenchPlannedBytes" >> beam.MapTuple(lambda key, e: (key, e[PLANNED_BYTES]))
+             | "BenchPlannedBytes" >> beam.MapTuple(lambda key, e: (key, entry_planned_bytes(e)))
              | "BenchCountPerBucket" >> beam.CombinePerKey(_BucketCountFn())
              | "BenchCollectBuckets" >> beam.combiners.ToList()
              | "BenchSummarize" >> beam.Map(_bucket_summary)

@@ -170,6 +170,19 @@ def _put(out: bytearray, value) -> None:
             _put(out, state[name])
 
 
+def put_value(out: bytearray, value) -> None:
+    """``value`` appended to ``out`` as one tagged value (see the module's docstring)."""
+    _put(out, value)
+
+
+def get_value(data: bytes, pos: int) -> tuple:
+    """(value, position after it) of the tagged value at ``pos``."""
+    return _get(data, pos)
+
+
+put_varint, read_varint = _varint, _read_varint
+
+
 def _pickled(out: bytearray, value) -> None:
     data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
     out.append(_PICKLE)
@@ -286,9 +299,10 @@ def pack_record(record: rm.ProbedRecord, context: dict | None = None) -> bytes:
     return bytes(out)
 
 
-def unpack_record(data: bytes, context: dict | None = None) -> rm.ProbedRecord:
+def unpack_record(data: bytes, context: dict | None = None, start: int = 0) -> rm.ProbedRecord:
+    """The record ``pack_record(record, context)`` gave, from ``data[start:]``."""
     known = _known(context or {})
-    mask, pos = _read_varint(data, 0)
+    mask, pos = _read_varint(data, start)
     values = []
     for i in range(len(_FIELDS)):
         if mask >> i & 1:
