@@ -197,6 +197,7 @@ def planning_entry(record: ProbedRecord, seed: int = 0) -> tuple[str, bytes]:
     """(split, entry) of a record (see for_planning)."""
     record = for_planning(record, seed)
     order, rid = record.order, record.record_id
+    assert order is not None
     return record.split, make_entry(order, rid, record.planned_bytes,
                                     pack_record(record, {"order": order, "record_id": rid}))
 
@@ -234,8 +235,8 @@ def bucket_starts(bucket_bytes: Iterable[tuple[tuple[str, int], int]]) -> dict:
     return starts
 
 
-def assign_entries(entries: Iterable[tuple], start: int,
-                   split_layout: SplitLayout) -> Iterator[tuple[int, tuple]]:
+def assign_entries(entries: Iterable[bytes], start: int,
+                   split_layout: SplitLayout) -> Iterator[tuple[int, bytes]]:
     """(shard index, entry) for one bucket's entries, given the bucket's start offset:
     in (order key, record id) order, shard ``offset * n // total`` (the cut; its index as
     written is its rank among the occupied cuts, see dense_index)."""
