@@ -35,6 +35,7 @@ Splits: 80 % train, 10 % validation, 10 % test.
         .venv/bin/python -m benchmarks.bench_planning --records 1000000
     .venv/bin/python -m benchmarks.bench_planning --records 100000 --json out.json
     .venv/bin/python -m benchmarks.bench_planning --records 100000 --plain   # no instrumentation
+    .venv/bin/python -m benchmarks.bench_planning --scale 1000000,2000000,4000000 --plain  # RSS vs N, 20 M
     .venv/bin/python -m benchmarks.bench_planning --smoke    # 2,000 records, seconds (tests/e2e/test_bench_smoke_b.py)
 
 Run one record count per process: ``ru_maxrss`` is the lifetime peak of the process.
@@ -65,11 +66,12 @@ from apache_beam.options.pipeline_options import PipelineOptions          # noqa
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner     # noqa: E402
 
 from dcm2tfrecord.transforms.counters import NAMESPACE                               # noqa: E402
-from dcm2tfrecord.transforms.planning.shards import PLANNED_BYTES, PLANNING_BUCKETS, planning_entry  # noqa: E402
+from dcm2tfrecord.transforms.planning.shards import (PLANNING_BUCKETS, entry_planned_bytes,  # noqa: E402
+                                                     entry_record, for_planning, planning_entry)
 from dcm2tfrecord.transforms.planning.steps import BUCKET_RECORDS, PlanShards, bucket_key  # noqa: E402
 from dcm2tfrecord.transforms.hashing import record_id                                  # noqa: E402
 from dcm2tfrecord.transforms.record_model import (Identifiers, ImageSpec, ProbedRecord,   # noqa: E402
-                               ShardPlan, SourceFile)
+                               ShardPlan, SourceFile, to_bytes)
 from dcm2tfrecord.dataset.results import ShardResult                                   # noqa: E402
 from dcm2tfrecord.transforms.planning.shards import bucket_starts                           # noqa: E402
 from dcm2tfrecord.transforms.settings import MB, ShardBounds                              # noqa: E402
@@ -183,12 +185,67 @@ def with_ids(record: ProbedRecord, i: int) -> ProbedRecord:
         sop_uid=f"{root}{10**32 + i}.1.1"), **extra)
 
 
+@dataclasses.dataclass(frozen=True)
+class _PicklePlan:
+    """ShardPlan as it crossed the Reshuffle before transforms.record_codec: pickled as a
+    dataclass, each record by its own __reduce__ (the baseline of the byte counts)."""
+    split: str
+    index: int
+    num_shards: int
+    records: tuple
+
+
+def _pickle_entry(split: str, entry: bytes) -> tuple:
+    """A planning entry as it was before transforms.record_codec: a tuple (order key, record id,
+    planned bytes, the record pickled whole, order key and record id included)."""
+    record = entry_record(entry)
+    return split, (record.order, record.record_id, record.planned_bytes, to_bytes(record))
+
+
+def probed_ct_slice(i: int = 0) -> "ProbedRecord | None":
+    """pydicom's CT_small.dcm as the probe gives it (raw identifiers, slice geometry, a source
+    fingerprint and the native pixel layout with its packed dicom/* features), under a path of
+    the benchmark's length; None where pydicom's test files are not installed."""
+    try:
+        from pydicom.data import get_testdata_file
+        from dcm2tfrecord.transforms.records.probe import probe_file
+        from dcm2tfrecord.transforms.settings import DecodeSettings
+        path = get_testdata_file("CT_small.dcm")
+        record = probe_file(SourceFile(path, "CT_small.dcm", os.path.getsize(path), MTIME),
+                            settings=DecodeSettings())
+    except Exception:   # noqa: BLE001 - a figure the benchmark can do without
+        return None
+    rel = _rel_path(i)
+    source = dataclasses.replace(record.source, uri=ROOT + rel, rel_path=rel)
+    return dataclasses.replace(record, source=source, record_id=record_id(rel))
+
+
+def _kv_bytes(records) -> tuple[float, float]:
+    """Mean encoded bytes of ((split, bucket), entry) per record: (before, now)."""
+    entries = [planning_entry(r) for r in records]
+    now = [len(CODER.encode(bucket_key(*e))) for e in entries]
+    before = [len(CODER.encode((bucket_key(*e)[0], _pickle_entry(*e)[1]))) for e in entries]
+    return sum(before) / len(before), sum(now) / len(now)
+
+
+def _plan_bytes(records) -> tuple[float, float]:
+    """Encoded bytes per record of one ShardPlan of ``records`` as planning makes them: (before, now)."""
+    planned = tuple(for_planning(r) for r in records)
+    now = len(CODER.encode(ShardPlan("train", 0, 1, planned)))
+    before = len(CODER.encode(_PicklePlan("train", 0, 1, planned)))
+    return before / len(planned), now / len(planned)
+
+
 def per_record_bytes(sample: int = 2000) -> dict:
     """Encoded bytes per record of each PCollection that crosses a shuffle.
 
     The pipeline runs on records without ``ids`` (as the brief's synthetic
     archive); the ``*_with_ids`` figures are the same records carrying raw
-    DICOM identifiers, as ``probe_file`` produces them for DICOM input.
+    DICOM identifiers and slice geometry, as ``probe_file`` produces them for DICOM input,
+    through the same steps (planning_entry drops both before planning); ``ct_native_*`` is a
+    real probed CT slice that also carries its native pixel layout. Each planning figure has
+    its ``*_baseline``: the same records in the encoding before transforms.record_codec
+    (the record pickled whole), measured in this same run.
     """
     records = [make_record(i * 997) for i in range(sample)]
     full = [with_ids(r, i * 997) for i, r in enumerate(records)]
@@ -199,23 +256,28 @@ def per_record_bytes(sample: int = 2000) -> dict:
     result = ShardResult("train", 7, 1954, "train-00007-of-01954.tfrecord", 480,
                          268_000_000, "0" * 64, 268_000_000, ("int16",),
                          ((1, 512, 512, 1),), 480, (("-1", 480),), ("dicom",), 1)
-    return {
+    out = {
         "source_file": mean([len(CODER.encode((r.source.uri, r.source))) for r in records]),
         "probed_record": mean([len(CODER.encode(r)) for r in records]),
         "probed_record_pickle": mean([len(pickle.dumps(r, pickle.HIGHEST_PROTOCOL))
                                       for r in records]),
-        "group_hash_buckets_kv": mean([len(CODER.encode(bucket_key(*planning_entry(r))))
-                                       for r in records]),
         "group_shards_kv": mean([len(CODER.encode(((r.split, 1234), planning_entry(r)[1])))
                                  for r in records]),
         "split_bytes_kv": mean([len(CODER.encode((r.split, r.planned_bytes)))
                                 for r in records]),
         "shard_result_per_shard": len(CODER.encode(result)),
         "probed_record_with_ids": mean([len(CODER.encode(r)) for r in full]),
-        "group_kv_with_ids": mean([len(CODER.encode(((r.split, 12345), r))) for r in full]),
-        "shard_plan_per_record_with_ids": len(CODER.encode(
-            ShardPlan("train", 0, 1, tuple(full[:400])))) / len(full[:400]),
     }
+    out["group_hash_buckets_kv_baseline"], out["group_hash_buckets_kv"] = _kv_bytes(records)
+    out["shard_plan_per_record_baseline"], out["shard_plan_per_record"] = _plan_bytes(records[:400])
+    out["group_kv_with_ids_baseline"], out["group_kv_with_ids"] = _kv_bytes(full)
+    out["shard_plan_per_record_with_ids_baseline"], out["shard_plan_per_record_with_ids"] = \
+        _plan_bytes(full[:400])
+    ct = [probed_ct_slice(i * 997) for i in range(min(sample, 400))]
+    if ct[0] is not None:
+        out["ct_native_group_kv_baseline"], out["ct_native_group_kv"] = _kv_bytes(ct)
+        out["ct_native_plan_per_record_baseline"], out["ct_native_plan_per_record"] = _plan_bytes(ct)
+    return out
 
 
 # ---------------------------------------------------------------- pipeline
@@ -249,7 +311,7 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
     if measure:
         _ = (records
              | "BenchBucketKey" >> beam.Map(lambda r: bucket_key(*planning_entry(r, seed)))
-             | "BenchPlannedBytes" >> beam.MapTuple(lambda key, e: (key, e[PLANNED_BYTES]))
+             | "BenchPlannedBytes" >> beam.MapTuple(lambda key, e: (key, entry_planned_bytes(e)))
              | "BenchCountPerBucket" >> beam.CombinePerKey(_BucketCountFn())
              | "BenchCollectBuckets" >> beam.combiners.ToList()
              | "BenchSummarize" >> beam.Map(_bucket_summary)
@@ -338,13 +400,12 @@ def print_report(rows: list[dict], per_record: dict) -> None:
     print("  (side inputs = bucket-size list + prefix-sum dict, one number per bucket;"
           " layouts = one entry per split)")
     print()
-    print("Bytes per record through each shuffle (FastPrimitivesCoder -> pickle fallback)")
+    print("Bytes per record through each shuffle (FastPrimitivesCoder; pickle fallback)")
     rows_b = [
         ("match: (uri, SourceFile) into DropRepeatedMatches", per_record["source_file"]),
-        ("ProbedRecord alone", per_record["probed_record"]),
+        ("ProbedRecord alone (pickled: before planning)", per_record["probed_record"]),
         ("  (plain pickle, protocol 5)", per_record["probed_record_pickle"]),
         ("plan: (split, bytes) into SumSplitBytes (lifted combine)", per_record["split_bytes_kv"]),
-        ("plan: ((split, bucket), entry) GroupHashBuckets", per_record["group_hash_buckets_kv"]),
         ("plan: ((split, shard), entry) GroupShards", per_record["group_shards_kv"]),
     ]
     for r in rows:
@@ -356,12 +417,73 @@ def print_report(rows: list[dict], per_record: dict) -> None:
         print(f"  {label:<60} {value:>8.1f} B")
     print(f"  {'results: ShardResult, per shard (not per record)':<60} "
           f"{per_record['shard_result_per_shard']:>8.1f} B")
-    print("  same records as a DICOM probe fills them (patient id + 3 UIDs, slice geometry):")
-    for label, key in (("ProbedRecord with ids", "probed_record_with_ids"),
-                       ("GroupHashBuckets / GroupShards KV with ids", "group_kv_with_ids"),
-                       ("ShardPlan per record with ids (plan of 400)",
-                        "shard_plan_per_record_with_ids")):
-        print(f"  {label:<60} {per_record[key]:>8.1f} B")
+    print(f"  {'ProbedRecord with ids (pickled: before planning)':<60} "
+          f"{per_record['probed_record_with_ids']:>8.1f} B")
+    print()
+    print("Planning shuffles, per record: record pickled whole (before) -> transforms.record_codec (now)")
+    for label, key in (
+            ("benchmark records: GroupHashBuckets / GroupShards KV", "group_hash_buckets_kv"),
+            ("benchmark records: Reshuffle, ShardPlan of 400", "shard_plan_per_record"),
+            ("probed DICOM (patient id + 3 UIDs, slice geometry): KV", "group_kv_with_ids"),
+            ("probed DICOM: Reshuffle, ShardPlan of 400", "shard_plan_per_record_with_ids"),
+            ("probed CT slice + native layout (CT_small.dcm): KV", "ct_native_group_kv"),
+            ("probed CT slice + native layout: Reshuffle, plan of 400", "ct_native_plan_per_record")):
+        if key not in per_record:
+            continue
+        before, now = per_record[key + "_baseline"], per_record[key]
+        print(f"  {label:<58} x{now / before:.2f} {before:>7.1f} B -> {now:>7.1f} B")
+
+
+def scale_runs(counts: list[int], extra: list[str], target: int = 20_000_000,
+               budget_gb: float = 24.0) -> dict:
+    """One subprocess per record count (``ru_maxrss`` is a process's lifetime peak), then a
+    least-squares line through (N, peak RSS) and (N, CPU): the local runner's bytes held per
+    record (the slope), its fixed cost (the intercept), and both extrapolated to ``target``."""
+    import subprocess
+    rows = []
+    for n in counts:
+        with tempfile.TemporaryDirectory(prefix="bench_planning_scale_") as workdir:
+            out = os.path.join(workdir, "run.json")
+            print(f"planning {n:,} records in a process of its own ...", flush=True)
+            subprocess.run([sys.executable, "-m", "benchmarks.bench_planning", "--records", str(n),
+                            "--json", out, *extra], check=True, stdout=subprocess.DEVNULL,
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            with open(out) as f:
+                run_ = json.load(f)["runs"][0]
+        rows.append({key: run_[key] for key in ("records", "wall_s", "cpu_s", "peak_rss_mb",
+                                                "num_shards", "shards_outside_bounds")})
+        print(f"  {n:,}: {run_['cpu_s']:.1f} s CPU, peak RSS {run_['peak_rss_mb']:,.0f} MB", flush=True)
+
+    def fit(key):
+        xs, ys = [r["records"] for r in rows], [r[key] for r in rows]
+        mx, my = statistics.mean(xs), statistics.mean(ys)
+        slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+                 / max(sum((x - mx) ** 2 for x in xs), 1))
+        return slope, my - slope * mx
+
+    rss_slope, rss_base = fit("peak_rss_mb")
+    cpu_slope, cpu_base = fit("cpu_s")
+    at_target = rss_base + rss_slope * target
+    return {"rows": rows, "rss_bytes_per_record": rss_slope * 1024 * 1024, "rss_base_mb": rss_base,
+            "cpu_us_per_record": cpu_slope * 1e6, "cpu_base_s": cpu_base, "target_records": target,
+            "target_rss_gb": at_target / 1024, "target_cpu_s": cpu_base + cpu_slope * target,
+            "budget_gb": budget_gb, "within_budget": at_target / 1024 <= budget_gb}
+
+
+def print_scale(result: dict) -> None:
+    print()
+    print("Local runner (FnApiRunner in-process), one process per record count")
+    header = f"{'records':>10} {'wall s':>8} {'cpu s':>7} {'peak RSS MB':>11} {'RSS B/record':>12} {'shards':>7}"
+    print(header)
+    print("-" * len(header))
+    for r in result["rows"]:
+        print(f"{r['records']:>10,} {r['wall_s']:>8.1f} {r['cpu_s']:>7.1f} {r['peak_rss_mb']:>11,.0f} "
+              f"{r['peak_rss_mb'] * 1024 * 1024 / r['records']:>12,.0f} {r['num_shards']:>7,}")
+    print(f"  fit: peak RSS = {result['rss_base_mb']:,.0f} MB + {result['rss_bytes_per_record']:,.0f} B "
+          f"per record; CPU = {result['cpu_base_s']:.1f} s + {result['cpu_us_per_record']:.1f} us per record")
+    print(f"  {result['target_records']:,} records: peak RSS ~{result['target_rss_gb']:.1f} GB "
+          f"({'within' if result['within_budget'] else 'beyond'} {result['budget_gb']:.0f} GB), "
+          f"~{result['target_cpu_s']:,.0f} s CPU")
 
 
 def main(argv=None) -> int:
@@ -379,6 +501,11 @@ def main(argv=None) -> int:
     parser.add_argument("--plain", action="store_true",
                         help="time PlanShards alone: skip the bucket-count branch, the "
                              "in-step metric and the re-encoding of every plan")
+    parser.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")],
+                        help="record counts (e.g. 1000000,2000000,4000000), each planned in a "
+                             "process of its own; fits peak RSS and CPU against N and "
+                             "extrapolates them to --scale-target records")
+    parser.add_argument("--scale-target", type=int, default=20_000_000)
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs (2,000 records "
@@ -387,6 +514,15 @@ def main(argv=None) -> int:
     if args.smoke:
         args.records, args.chunk = [SMOKE_RECORDS], SMOKE_RECORDS // 4
     bounds = ShardBounds.from_mb(args.target_mb, args.min_mb, args.max_mb)
+    if args.scale:
+        extra = ["--chunk", str(args.chunk), "--target-mb", str(args.target_mb), "--min-mb",
+                 str(args.min_mb), "--max-mb", str(args.max_mb), "--seed", str(args.seed)]
+        result = scale_runs(args.scale, extra + (["--plain"] if args.plain else []), args.scale_target)
+        print_scale(result)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"scale": result}, f, indent=2)
+        return 0
     per_record = per_record_bytes(200 if args.smoke else 2000)
     rows = []
     for n in args.records:

@@ -297,3 +297,16 @@ class ShardPlan:
     index: int
     num_shards: int
     records: tuple[ProbedRecord, ...]
+
+    def __reduce__(self):
+        # A plan crosses the Reshuffle in front of the writer: its records packed compactly
+        # (transforms.record_codec; each record's split is the plan's, so not sent), where
+        # pickle would name each record's module and tag each of its fields
+        from dcm2tfrecord.transforms.record_codec import pack_records
+        return _shard_plan, (self.split, self.index, self.num_shards,
+                             pack_records(self.records, {"split": self.split}))
+
+
+def _shard_plan(split: str, index: int, num_shards: int, records: bytes) -> ShardPlan:
+    from dcm2tfrecord.transforms.record_codec import unpack_records
+    return ShardPlan(split, index, num_shards, unpack_records(records, {"split": split}))

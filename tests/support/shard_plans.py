@@ -1,9 +1,9 @@
 """The pipeline's shard planning run in plain Python (transforms/planning/test_shards.py,
 test_shards_property.py): records of given sizes, and their plan bucket by bucket."""
 from dcm2tfrecord.transforms.hashing import ORDER_KEY_SPACE
-from dcm2tfrecord.transforms.planning.shards import (ORDER, PLANNED_BYTES, assign_entries, bucket_of_order,
-                                                     bucket_starts, dense_index, entry_record, layout,
-                                                     occupied_cuts, over_max, planning_entry)
+from dcm2tfrecord.transforms.planning.shards import (assign_entries, bucket_of_order, bucket_starts, dense_index,
+                                                     entry_order, entry_planned_bytes, entry_record, layout,
+                                                     make_entry, occupied_cuts, over_max, planning_entry)
 from dcm2tfrecord.transforms.record_model import ImageSpec, ProbedRecord, SourceFile
 
 
@@ -16,7 +16,7 @@ def _records(sizes):
 
 
 def _bucket_of(record) -> int:
-    return bucket_of_order(planning_entry(record)[1][ORDER])
+    return bucket_of_order(entry_order(planning_entry(record)[1]))
 
 
 def _assign(records, start, lay):
@@ -38,19 +38,19 @@ def _plan_in_order(sizes, bounds):
     spread over the key space, so in several buckets): the planner fed any order, not only
     the one the hash of some ids makes. Returns the layout and {shard index: sizes}."""
     n = len(sizes)
-    entries = [(k * ORDER_KEY_SPACE // n, f"{k:032x}", size, b"") for k, size in enumerate(sizes)]
+    entries = [make_entry(k * ORDER_KEY_SPACE // n, f"{k:032x}", int(size)) for k, size in enumerate(sizes)]
     lay, shards = _plan_entries(entries, bounds)
-    return lay, {index: [e[PLANNED_BYTES] for e in es] for index, es in shards.items()}
+    return lay, {index: [entry_planned_bytes(e) for e in es] for index, es in shards.items()}
 
 
 def _plan_entries(entries, bounds):
     """_plan on planning entries (transforms.planning.shards.planning_entry's)."""
-    sizes = [e[PLANNED_BYTES] for e in entries]
+    sizes = [entry_planned_bytes(e) for e in entries]
     lay = layout(sum(sizes), len(entries), max(sizes), bounds, min_record_bytes=min(sizes))
     buckets = {}
     for e in entries:
-        buckets.setdefault(("train", bucket_of_order(e[ORDER])), []).append(e)
-    starts = bucket_starts([(k, sum(e[PLANNED_BYTES] for e in v)) for k, v in buckets.items()])
+        buckets.setdefault(("train", bucket_of_order(entry_order(e))), []).append(e)
+    starts = bucket_starts([(k, sum(entry_planned_bytes(e) for e in v)) for k, v in buckets.items()])
 
     def cut(split_layout):
         by_cut = {}
@@ -60,7 +60,7 @@ def _plan_entries(entries, bounds):
         return by_cut
 
     by_cut = cut(lay)
-    shard_sizes = [(("train", i), (sum(e[PLANNED_BYTES] for e in v), len(v))) for i, v in by_cut.items()]
+    shard_sizes = [(("train", i), (sum(entry_planned_bytes(e) for e in v), len(v))) for i, v in by_cut.items()]
     if "train" in over_max(shard_sizes, bounds):
         by_cut = cut(lay.fine())
     occupied = occupied_cuts(("train", c) for c in by_cut)["train"]

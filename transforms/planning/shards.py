@@ -40,7 +40,9 @@ from typing import Iterable, Iterator
 
 from dcm2tfrecord.transforms.hashing import ORDER_KEY_SPACE, order_key
 from dcm2tfrecord.transforms.settings import ShardBounds
-from dcm2tfrecord.transforms.record_model import ProbedRecord, from_bytes, replaced, to_bytes
+from dcm2tfrecord.transforms.record_codec import (get_value, pack_record, put_value, put_varint, read_varint,
+                                                 unpack_record)
+from dcm2tfrecord.transforms.record_model import ProbedRecord, replaced
 
 # Hash buckets per split: the side input of bucket starts holds at most this many
 # numbers per split (~2.5 MB); a bucket of a 16 M record split holds ~250 records.
@@ -171,20 +173,52 @@ def bucket_of_order(order: int, buckets: int = PLANNING_BUCKETS) -> int:
     return order * buckets // ORDER_KEY_SPACE
 
 
-# A planning entry: what the planning shuffles move per record, a plain tuple
-# (order key, record id, planned bytes, the record as opaque bytes). Planning reads
-# the first three; the record itself is unpickled once, in front of the writer.
-ORDER, RECORD_ID, PLANNED_BYTES, PAYLOAD = range(4)
+# A planning entry: what the planning shuffles move per record, one bytes value
+#   order key (8 bytes, big endian: bytes order is key order) + planned bytes (varint)
+#   + record id (a tagged value) + the record (transforms.record_codec, without those two).
+# Planning reads the first three (entry_order, entry_planned_bytes, entry_sort_key); the record
+# is decoded once, in front of the writer (entry_record). One bytes object rather than a tuple:
+# Beam's local runner holds every GroupByKey's values decoded, and a bytes object is its data
+# plus 33 bytes, where a tuple of two ints, a string and bytes took ~220 bytes more
+# (docs/SCALE.md, "Bytes per record").
+_ORDER_BYTES = 8
 
 
-def planning_entry(record: ProbedRecord, seed: int = 0) -> tuple[str, tuple]:
+def make_entry(order: int, record_id: str, planned_bytes: int, packed: bytes = b"") -> bytes:
+    """An entry from its parts; ``packed``: pack_record(record, {"order": ..., "record_id": ...})."""
+    out = bytearray(order.to_bytes(_ORDER_BYTES, "big"))
+    put_varint(out, planned_bytes)
+    put_value(out, record_id)
+    out += packed
+    return bytes(out)
+
+
+def planning_entry(record: ProbedRecord, seed: int = 0) -> tuple[str, bytes]:
     """(split, entry) of a record (see for_planning)."""
     record = for_planning(record, seed)
-    return record.split, (record.order, record.record_id, record.planned_bytes, to_bytes(record))
+    order, rid = record.order, record.record_id
+    assert order is not None
+    return record.split, make_entry(order, rid, record.planned_bytes,
+                                    pack_record(record, {"order": order, "record_id": rid}))
 
 
-def entry_record(entry: tuple) -> ProbedRecord:
-    return from_bytes(entry[PAYLOAD])
+def entry_order(entry: bytes) -> int:
+    return int.from_bytes(entry[:_ORDER_BYTES], "big")
+
+
+def entry_planned_bytes(entry: bytes) -> int:
+    return read_varint(entry, _ORDER_BYTES)[0]
+
+
+def entry_sort_key(entry: bytes) -> tuple[bytes, str]:
+    """Sorts entries as (order key, record id) would."""
+    pos = read_varint(entry, _ORDER_BYTES)[1]
+    return entry[:_ORDER_BYTES], get_value(entry, pos)[0]
+
+
+def entry_record(entry: bytes) -> ProbedRecord:
+    rid, pos = get_value(entry, read_varint(entry, _ORDER_BYTES)[1])
+    return unpack_record(entry, {"order": entry_order(entry), "record_id": rid}, pos)
 
 
 def bucket_starts(bucket_bytes: Iterable[tuple[tuple[str, int], int]]) -> dict:
@@ -201,16 +235,16 @@ def bucket_starts(bucket_bytes: Iterable[tuple[tuple[str, int], int]]) -> dict:
     return starts
 
 
-def assign_entries(entries: Iterable[tuple], start: int,
-                   split_layout: SplitLayout) -> Iterator[tuple[int, tuple]]:
+def assign_entries(entries: Iterable[bytes], start: int,
+                   split_layout: SplitLayout) -> Iterator[tuple[int, bytes]]:
     """(shard index, entry) for one bucket's entries, given the bucket's start offset:
     in (order key, record id) order, shard ``offset * n // total`` (the cut; its index as
     written is its rank among the occupied cuts, see dense_index)."""
     n, total = split_layout.num_shards, max(split_layout.total_bytes, 1)
     offset = start
-    for entry in sorted(entries, key=lambda e: (e[ORDER], e[RECORD_ID])):
+    for entry in sorted(entries, key=entry_sort_key):
         yield min(n - 1, offset * n // total), entry
-        offset += entry[PLANNED_BYTES]
+        offset += entry_planned_bytes(entry)
 
 
 def over_max(shard_sizes: Iterable[tuple[tuple[str, int], tuple[int, int]]],

@@ -23,9 +23,10 @@ from dcm2tfrecord.dataset.versions import (FINGERPRINTS_VERSION, BaseVersion, Pr
                                            fingerprints_version, read_records_file, shard_result_from_json)
 from dcm2tfrecord.transforms.output.write import record_fingerprint
 from dcm2tfrecord.transforms.counters import distribution
-from dcm2tfrecord.transforms.planning.shards import (ORDER, PLANNED_BYTES, PLANNING_BUCKETS, RECORD_ID,
-                                        assign_entries, bucket_of_order, bucket_starts, dense_index, entry_record,
-                                        layout, occupied_cuts, over_max, planning_entry)
+from dcm2tfrecord.transforms.planning.shards import (PLANNING_BUCKETS, assign_entries, bucket_of_order,
+                                        bucket_starts, dense_index, entry_order, entry_planned_bytes,
+                                        entry_record, entry_sort_key, layout, occupied_cuts, over_max,
+                                        planning_entry)
 from dcm2tfrecord.transforms.settings import ShardBounds
 from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from dcm2tfrecord.transforms.record_model import ProbedRecord, ShardPlan
@@ -130,9 +131,9 @@ class SplitTotalsFn(beam.CombineFn):
         return acc
 
 
-def bucket_key(split: str, entry: tuple, buckets: int = PLANNING_BUCKETS):
+def bucket_key(split: str, entry: bytes, buckets: int = PLANNING_BUCKETS):
     """((split, hash bucket), entry): the key GroupHashBuckets groups by."""
-    return (split, bucket_of_order(entry[ORDER], buckets)), entry
+    return (split, bucket_of_order(entry_order(entry), buckets)), entry
 
 
 def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping):
@@ -147,7 +148,7 @@ def _shards_of_bucket(keyed, starts: Mapping, layouts: Mapping):
 
 def _planned_shard_size(keyed):
     (split, index), (_, entry) = keyed
-    return (split, index), (entry[PLANNED_BYTES], 1)
+    return (split, index), (entry_planned_bytes(entry), 1)
 
 
 def _choose_cut(keyed, over: frozenset):
@@ -169,7 +170,7 @@ def _with_occupied(split_layout, occupied: Mapping):
 
 def _to_plan(keyed, occupied: Mapping) -> ShardPlan:
     (split, cut), entries = keyed
-    ordered = sorted(entries, key=lambda e: (e[ORDER], e[RECORD_ID]))
+    ordered = sorted(entries, key=entry_sort_key)
     cuts = occupied[split]
     return ShardPlan(split=split, index=dense_index(cut, cuts), num_shards=len(cuts),
                      records=tuple(entry_record(e) for e in ordered))
@@ -193,9 +194,9 @@ class PlanShards(beam.PTransform):
     def expand(self, records):
         bounds, seed, min_shards = self.bounds, self.seed, self.min_shards
         entries = records | "PlanningEntries" >> beam.Map(planning_entry, seed)
-        # (split, (order key, record id, planned bytes, record as bytes)), see planning.shards
+        # (split, entry): order key, planned bytes, record id and the record as bytes, see planning.shards
         layouts = (entries
-                   | "KeyPlannedBytesBySplit" >> beam.MapTuple(lambda split, e: (split, e[PLANNED_BYTES]))
+                   | "KeyPlannedBytesBySplit" >> beam.MapTuple(lambda split, e: (split, entry_planned_bytes(e)))
                    | "SumSplitBytes" >> beam.CombinePerKey(SplitTotalsFn())
                    # (split, (bytes, records, largest record, smallest record))
                    | "ChooseShardCounts" >> beam.MapTuple(
@@ -205,7 +206,7 @@ class PlanShards(beam.PTransform):
         bucketed = entries | "AssignHashBucket" >> beam.MapTuple(bucket_key, self.buckets)
                    # ((split, bucket), entry)
         starts = (bucketed
-                  | "BucketPlannedBytes" >> beam.MapTuple(lambda key, e: (key, e[PLANNED_BYTES]))
+                  | "BucketPlannedBytes" >> beam.MapTuple(lambda key, e: (key, entry_planned_bytes(e)))
                   | "SumBucketBytes" >> beam.CombinePerKey(sum)
                   | "CollectBucketSizes" >> beam.combiners.ToList()
                   | "PrefixSumBuckets" >> beam.Map(bucket_starts))

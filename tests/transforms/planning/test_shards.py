@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from dcm2tfrecord.transforms.settings import MB, ShardBounds
-from dcm2tfrecord.transforms.planning.shards import (ORDER, bucket_starts, choose_num_shards, for_planning,
+from dcm2tfrecord.transforms.planning.shards import (bucket_starts, choose_num_shards, entry_order, for_planning,
                                         planning_entry)
 from tests.support.shard_plans import _assign, _bucket_of, _plan, _records
 
@@ -64,7 +64,7 @@ def test_for_planning_keeps_what_planning_and_writing_use():
     assert slim.ids is None and slim.slice_info is None and slim.order is not None
     assert dataclasses.replace(slim, ids=record.ids, slice_info=record.slice_info, order=None) == record
     assert for_planning(slim, seed=5) is slim
-    assert planning_entry(slim, 5)[1][ORDER] == planning_entry(record, 5)[1][ORDER]
+    assert entry_order(planning_entry(slim, 5)[1]) == entry_order(planning_entry(record, 5)[1]) == slim.order
 
 
 def test_huge_record_never_leaves_an_empty_shard():
