@@ -107,7 +107,7 @@ class GcpKmsKek:
     def _kms(self):
         if self._client is None:
             try:
-                from google.cloud import kms      # type: ignore[attr-defined]
+                from google.cloud import kms      # type: ignore[attr-defined,unused-ignore]
             except ImportError:
                 raise KeyUnavailable(f"{self.uri}: Cloud KMS keys need google-cloud-kms "
                                      "(pip install google-cloud-kms)") from None

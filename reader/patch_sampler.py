@@ -62,7 +62,8 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, stacklevel=3)
 
 
-def cut(volume: np.ndarray, origin: Sequence[int], size: Sequence[int], pad_value: Any = 0) -> np.ndarray:
+def cut(volume: np.ndarray, origin: Sequence[int] | np.ndarray, size: Sequence[int],
+        pad_value: Any = 0) -> np.ndarray:
     """``volume[origin : origin + size]`` on its first three axes, padded with ``pad_value`` where
     the box leaves the volume; a new contiguous array."""
     out = np.full(tuple(size) + volume.shape[3:], pad_value, dtype=volume.dtype)
@@ -103,9 +104,10 @@ class _Record:
         self.stored = counts is not None and len(counts) == classes
         if self.stored:
             points = np.asarray(record[CLASS_LOCATIONS], np.int64).reshape(-1, 3)
-            ends = np.cumsum(counts)
+            ends = np.cumsum(np.asarray(counts, np.int64))
             for c, own in enumerate(np.split(points, ends[:-1])):
-                self._voxels[c + 1] = np.ravel_multi_index(own.T, self.shape) if len(own) else np.zeros(0, np.int64)
+                self._voxels[c + 1] = (np.asarray(np.ravel_multi_index(own.T, self.shape), np.int64) if len(own)
+                                       else np.zeros(0, np.int64))
 
     def voxels(self, label: int) -> np.ndarray:
         """Flat indices of voxels of foreground ``label`` (the stored sample, or the mask's all)."""
@@ -335,7 +337,8 @@ def torch_patches(sampler: PatchSampler, batch_size: int, *, start: int = 0, num
 
     def collate(items):
         return numpy_collate(items, keys)
-    return torch.utils.data.DataLoader(sampler, batch_size=batch_size, sampler=positions, num_workers=num_workers,
+    dataset: Any = sampler      # map-style: __len__ and __getitem__ (not a torch Dataset subclass)
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=positions, num_workers=num_workers,
                                        drop_last=drop_last, collate_fn=collate, **kwargs)
 
 
