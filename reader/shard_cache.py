@@ -183,7 +183,7 @@ class ShardCache:
             if entry.name.endswith(PART_SUFFIX):
                 continue
             use = self._next_use(entry.name)
-            if use > before:
+            if use > before or before == float("inf"):       # without a bound: any unpinned file
                 ranked.append((-use, entry.stat().st_atime_ns, entry))
         ranked.sort(key=lambda item: (item[0], item[1]))
         return [entry for _, _, entry in ranked]
@@ -225,6 +225,17 @@ class ShardCache:
         except FileNotFoundError:
             return None
         fcntl.flock(fd, fcntl.LOCK_SH)
+        self._pins[path] = [fd, 1]
+        return Pinned(path, fd)
+
+    def _adopt(self, path: str, fd: int) -> Pinned:
+        """Pins ``path`` with ``fd``, already open on it and holding a shared lock (under the
+        directory lock); where ``path`` is pinned already, that pin is counted and ``fd`` closed."""
+        held = self._pins.get(path)
+        if held is not None:
+            os.close(fd)
+            held[1] += 1
+            return Pinned(path, held[0])
         self._pins[path] = [fd, 1]
         return Pinned(path, fd)
 
@@ -301,7 +312,7 @@ class ShardCache:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self}: no room for {uri} ({shard.size} bytes) after {self.wait_s:.0f} s: "
                                    f"every cached file is in use; raise {OPTION} (it must hold every shard "
-                                   "read at once: cycle_length of them for reader.load)")
+                                   "read at once: twice cycle_length of them for reader.load)")
             with self._room:
                 self._room.wait(0.05)
 
@@ -354,9 +365,14 @@ class ShardCache:
                 raise ValueError(f"{shard.uri}: {got}, the manifest says {shard.size} bytes, sha256 "
                                  f"{shard.sha256}: the remote shard differs from dataset.json")
             with self._locked():
+                # the .part's exclusive lock becomes the copy's pin (a shared lock on the same
+                # descriptor): a second descriptor's shared lock would wait on our own exclusive
+                # one (flock locks of one process's descriptors conflict), and under the
+                # directory lock no cleaner sees the .part unlocked in between
+                fcntl.flock(fd, fcntl.LOCK_SH)
                 os.replace(part_path, path)
-                pinned = self._pin(path)
-            assert pinned is not None
+                pinned = self._adopt(path, fd)
+            fd = -1                               # the pin holds it now
             stat = os.fstat(pinned.fd)
             self._verified.add((path, stat.st_ino, stat.st_size, stat.st_mtime_ns))
             self.downloads += 1
@@ -367,7 +383,8 @@ class ShardCache:
                 os.unlink(part_path)
             raise
         finally:
-            os.close(fd)                          # the .part's lock (the final file has its pin)
+            if fd >= 0:
+                os.close(fd)                      # the .part's lock, where no pin took it over
             with self._room:
                 self._room.notify_all()
 

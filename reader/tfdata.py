@@ -357,10 +357,13 @@ class _Localizer:
             largest = max(shards.values(), key=lambda s: s.size)
             raise ValueError(f"shard {largest.uri} is {largest.size} bytes, more than {shard_cache.OPTION}="
                              f"{cache.limit_bytes} holds: raise {shard_cache.OPTION} to at least {largest.size}")
-        if sum(sizes[:cycle]) > cache.limit_bytes:
-            raise ValueError(f"{shard_cache.OPTION}={cache.limit_bytes} holds fewer than the {cycle} shards "
-                             f"reader.load reads at once (cycle_length; the {cycle} largest: "
-                             f"{sum(sizes[:cycle])} bytes): raise it, or lower cycle_length")
+        # tf.data's parallel interleave opens cycle_length shards and prefetches as many more
+        # (its future elements): each is pinned from when it is opened to its last record
+        opened = 2 * cycle
+        if sum(sizes[:opened]) > cache.limit_bytes:
+            raise ValueError(f"{shard_cache.OPTION}={cache.limit_bytes} holds fewer than the {opened} shards "
+                             f"reader.load may hold open at once (twice cycle_length={cycle}; the {opened} "
+                             f"largest: {sum(sizes[:opened])} bytes): raise it, or lower cycle_length")
         return cls(cache, shards)
 
     def plan(self, uris) -> None:
