@@ -312,7 +312,8 @@ def main(argv: list[str]) -> int:
         nnunet_env = nnunet_layout(root, os.path.join(base, "nnunet"), specs)
         cmd = [sys.executable, "-m", "benchmarks.bench_preprocess", "--nnunet-run", "--spacing", args.spacing,
                "--workers", str(args.workers)]
-        runs["nnunet"] = measure("nnunet", cmd, {**env, **nnunet_env, "PYTHONPATH": REPO}, args, work)
+        pythonpath = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)     # the caller's kept
+        runs["nnunet"] = measure("nnunet", cmd, {**env, **nnunet_env, "PYTHONPATH": pythonpath}, args, work)
         if runs["nnunet"] is None:
             return 1
         outputs["nnunet"] = os.path.join(nnunet_env["nnUNet_preprocessed"], NNUNET_NAME, "nnUNetPlans_3d_fullres")

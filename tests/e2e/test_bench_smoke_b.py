@@ -40,8 +40,10 @@ def own_cache(tmp_path_factory):
 
 
 def run_smoke(name: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    # the repository first, the caller's PYTHONPATH kept (a checkout's code ahead of an installed one)
+    pythonpath = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--smoke", *args], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=timeout)
+                          env=dict(os.environ, PYTHONPATH=pythonpath), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return proc
 
