@@ -26,7 +26,7 @@ of voxels within 1e-3, as written (each tool's own fingerprint) and with our rec
 by nnU-Net's statistics (what the resampling alone makes of it); the mask's Dice per class.
 
     .venv/bin/python -m benchmarks.bench_preprocess --cases 20 --json /tmp/preprocess.json
-    .venv/bin/python -m benchmarks.bench_preprocess --cases 8                # what docs/BENCHMARKS.md §23 ran
+    .venv/bin/python -m benchmarks.bench_preprocess --cases 8 --json /tmp/preprocess8.json   # docs/BENCHMARKS.md §23
     .venv/bin/python -m benchmarks.bench_preprocess --smoke --json /tmp/p.json   # 2 volumes of 32 x 32 x 12, seconds
 
 ``--smoke``: 2 volumes of 32 x 32 x 12 (one anisotropic, one isotropic), no wait for a quiet
@@ -62,6 +62,8 @@ NNUNET_ID = 944
 NNUNET_NAME = f"Dataset{NNUNET_ID}_BenchCT"
 SMOKE_SHAPE = (12, 32, 32)                             # slices, rows, columns
 TOOLS = ("plain", "preprocess", "nnunet")
+RATIOS = {"cpu": "cpu_s", "wall": "wall_s", "peak_largest": "peak_largest_mb", "peak_sum": "peak_sum_mb",
+          "output_bytes": "output_bytes"}                # ours against plain and nnU-Net: these, ours / theirs
 LABELS = {"plain": "dcm2tfrecord convert", "preprocess": "dcm2tfrecord convert + preprocessing",
           "nnunet": "nnU-Net v2 fingerprint + plan + preprocess"}
 
@@ -331,11 +333,12 @@ def main(argv: list[str]) -> int:
                      "output_gb": round(out_bytes[tool] / 1e9, 4), "foreign_cpu_s": round(r.foreign_cpu_s, 1),
                      "processes": [(p.name, round(p.hwm_kib * 1024 / 1e6, 1)) for p in r.processes]})
     by = {r["tool"]: r for r in rows}
-    ratios = {"preprocess_vs_plain_cpu": round(by["preprocess"]["cpu_s"] / by["plain"]["cpu_s"], 2),
-              "preprocess_vs_plain_wall": round(by["preprocess"]["wall_s"] / by["plain"]["wall_s"], 2)}
-    if "nnunet" in by:
-        ratios["preprocess_vs_nnunet_cpu"] = round(by["preprocess"]["cpu_s"] / by["nnunet"]["cpu_s"], 2)
-        ratios["preprocess_vs_nnunet_wall"] = round(by["preprocess"]["wall_s"] / by["nnunet"]["wall_s"], 2)
+    ratios = {}
+    for other in ("plain", "nnunet"):
+        if other not in by:
+            continue
+        for key, field in RATIOS.items():
+            ratios[f"preprocess_vs_{other}_{key}"] = round(by["preprocess"][field] / by[other][field], 2)
     largest = max(specs, key=lambda s: math.prod(s["shape"]))
     src_mb = math.prod(largest["shape"]) * 2 / 1e6
     out_mb = max(math.prod(round(n * v / t) for n, v, t in zip(s["shape"][::-1], s["spacing"], spacing)) * 4 / 1e6
@@ -349,9 +352,12 @@ def main(argv: list[str]) -> int:
     for r in rows:
         print(f"| {r['label']} | {r['cpu_s']:.1f} | {r['cpu_s_per_case']:.2f} | {r['wall_s']:.1f} "
               f"| {r['peak_largest_mb']:.0f} | {r['peak_sum_mb']:.0f} | {r['output_gb']:.3f} |")
-    print("\n| ratio | value |\n|---|---:|")
-    for k, v in ratios.items():
-        print(f"| {k.replace('_', ' ')} | {v:.2f} |")
+    print("\n| ratio | CPU | wall | peak RSS largest process | peak RSS tree sum | output bytes |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for other in ("plain", "nnunet"):
+        if other in by:
+            print(f"| preprocessing / {LABELS[other].split()[0]} {'convert' if other == 'plain' else ''}".rstrip()
+                  + " | " + " | ".join(f"{ratios[f'preprocess_vs_{other}_{key}']:.2f}" for key in RATIOS) + " |")
 
     result = {"machine": machine_description(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
               "spacing": list(spacing), "specs": specs, "source_gb": round(source_bytes / 1e9, 4),
