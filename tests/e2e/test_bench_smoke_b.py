@@ -85,7 +85,9 @@ def test_bench_memory(tmp_path):
     assert len(rows) == 2 and rows[0]["files"] < rows[1]["files"], rows
     for row in rows:
         assert row["shards"] >= 1 and row["output_mib"] > 0, row
-        assert row["peak_largest_mib"] > 0 and row["peak_sum_mib"] >= row["peak_largest_mib"], row
+        # no order between the two: the largest is the kernel's VmHWM (a spike between two polls
+        # included), the sum is of VmRSS at a poll, so a one-process run's sum can fall just short
+        assert row["peak_largest_mib"] > 0 and row["peak_sum_mib"] > 0, row
         assert row["processes"], row                  # proc_monitor saw the tree
     assert rows[0]["ratio_largest"] == rows[0]["ratio_sum"] == 1.0 and rows[1]["ratio_largest"] > 0, rows
     table = [line for line in proc.stdout.splitlines() if re.match(r"\| \d", line)]
