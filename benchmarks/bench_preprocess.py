@@ -26,7 +26,7 @@ of voxels within 1e-3, as written (each tool's own fingerprint) and with our rec
 by nnU-Net's statistics (what the resampling alone makes of it); the mask's Dice per class.
 
     .venv/bin/python -m benchmarks.bench_preprocess --cases 20 --json /tmp/preprocess.json
-    .venv/bin/python -m benchmarks.bench_preprocess --cases 8 --json /tmp/preprocess8.json   # docs/BENCHMARKS.md §23
+    .venv/bin/python -m benchmarks.bench_preprocess --cases 8 --json /tmp/preprocess8.json   # what docs/BENCHMARKS.md §23 ran
     .venv/bin/python -m benchmarks.bench_preprocess --smoke --json /tmp/p.json   # 2 volumes of 32 x 32 x 12, seconds
 
 ``--smoke``: 2 volumes of 32 x 32 x 12 (one anisotropic, one isotropic), no wait for a quiet
