@@ -218,4 +218,5 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
         written_also_failed=written_also_failed,
         mask_classes=None if masks is None else list(masks.class_map.classes),
         fingerprint=inputs.fingerprint if settings.decode.intensity == intensity.Intensity.CT else None,
-        auto_spacing=None if inputs.spacing is None else inputs.spacing.manifest_entry())
+        auto_spacing=None if inputs.spacing is None else inputs.spacing.manifest_entry(),
+        volume_chunks=settings.decode.chunks)
