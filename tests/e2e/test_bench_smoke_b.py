@@ -190,3 +190,19 @@ def test_bench_copy(tmp_path):
         assert r["mb"] > 1 and r["wall_s"] > 0 and r["mb_per_s"] > 0, r
         assert (r["wall_vs_plain"] is not None) == (r["method"] == "dcm2tfrecord copy"), r
     assert "| local -> gs:// | dcm2tfrecord copy |" in proc.stdout
+
+
+def test_bench_bricks(tmp_path):
+    out = tmp_path / "bricks.json"
+    proc = run_smoke("bench_bricks", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert set(result["layouts"]) == {"plain", "none", "zstd"}, result
+    for name, row in result["layouts"].items():
+        assert row["shard_bytes"] > 0 and row["whole_ms"] > 0 and row["patch_ms"] > 0, (name, row)
+    # a patch of one brick's size reads its bricks, not the volume
+    assert result["layouts"]["none"]["patch_kib"] < result["layouts"]["plain"]["patch_kib"] / 4, result
+    codecs = {f"{what} {codec}" for what in ("int16 image", "uint8 mask")
+              for codec in ("none", "zstd", "lz4", "blosc2")}
+    assert set(result["codecs"]) == codecs, result["codecs"]
+    assert all(row["bytes"] > 0 and row["decode_mb_s"] > 0 for row in result["codecs"].values()), result
+    assert len(table_rows(proc.stdout, "zstd")) == 1, proc.stdout
