@@ -77,16 +77,25 @@ def overlapping(shape: Sequence[int], edge: int, start: Sequence[int], stop: Seq
     return [int(np.ravel_multi_index(ks, counts)) for ks in itertools.product(*ranges)]
 
 
+def _imagecodecs():
+    try:
+        import imagecodecs
+    except ImportError:
+        raise ImportError("zstd bricks (--volume_codec zstd) need imagecodecs: pip install imagecodecs, "
+                         "or the reader's zstd extra (pip install './reader_dist[zstd]')") from None
+    return imagecodecs
+
+
 def _compress(data: bytes, codec: str) -> bytes:
     if codec == VolumeCodec.ZSTD:
-        import imagecodecs
+        imagecodecs = _imagecodecs()
         return bytes(imagecodecs.zstd_encode(data, level=ZSTD_LEVEL))
     return data
 
 
 def _decompress(data, codec: str, size: int) -> bytes:
     if codec == VolumeCodec.ZSTD:
-        import imagecodecs
+        imagecodecs = _imagecodecs()
         try:
             return bytes(imagecodecs.zstd_decode(bytes(data), out=size))
         except Exception as exc:       # imagecodecs.ZstdError, or a wrong size

@@ -50,6 +50,8 @@ setup(
         "tensorflow": ["tensorflow>=2.15"],
         "gcs": ["google-cloud-storage>=2.0"],
         "png": ["pillow>=10.0"],
+        # --volume_codec zstd bricks (dataset/bricks.py imports it when one is read)
+        "zstd": ["imagecodecs>=2024.1"],
         # reader.torch_loader / reader.grain_loader (reader/loaders.py) import them when called
         "torch": ["torch>=2.0"],
         "grain": ["grain>=0.2"],

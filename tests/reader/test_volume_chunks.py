@@ -198,3 +198,60 @@ def test_decoding_a_record_by_hand_follows_the_documented_layout(converted):
     parts = {i: record[at:at + n] for i, (at, n) in enumerate(spans)}
     volume = bricks.assemble(parts, shape, 4, "none", features["dtype"][1][0].decode())
     np.testing.assert_array_equal(volume, ra[0]["image"])
+
+
+def _equal_records(plain: str, chunked: str) -> tuple[RandomAccess, RandomAccess]:
+    a, b = RandomAccess(plain), RandomAccess(chunked)
+    assert len(a) == len(b) > 0
+    for i in range(len(a)):
+        x, y = a[i], b[i]
+        assert sorted(x) == sorted(y)
+        for key in x:
+            np.testing.assert_array_equal(np.asarray(x[key]), np.asarray(y[key]), err_msg=key)
+            assert np.asarray(x[key]).dtype == np.asarray(y[key]).dtype, key
+    return a, b
+
+
+def test_a_series_with_a_seg_of_binary_masks(tmp_path):
+    """--unit series: a CT series with a two-segment SEG (--mask_layout binary, two mask channels)
+    and one without (--missing_mask empty); preview reads the chunked dataset too."""
+    from dcm2tfrecord.pipeline import cli
+    from tests.support import mask_datasets, run_convert
+    from tests.support import series_builders as sb
+    a = mask_datasets.series(tmp_path / "in" / "a", 6, 2.5, shape=(24, 40), seed=21)
+    sb.regular(str(tmp_path / "in" / "b"), 3, 2.5, shape=(24, 40), seed=22, origin=(0.0, 0.0, 500.0))
+    mask_datasets.write_seg(a, mask_datasets.random_masks(a, 2, 5), tmp_path / "in" / "seg.dcm", "chunks")
+    options = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64, allow_empty=True, unit="series",
+                   missing_mask="empty", mask_layout="binary", class_map=mask_datasets.class_map(tmp_path))
+    for name, extra in (("plain", {}), ("chunked", dict(volume_chunks=4, volume_codec="zstd"))):
+        summary = run_convert(tmp_path / "in", tmp_path / name, **options, **extra)
+        assert summary["records"] == 2 and summary["failed"] == {}, summary
+    plain, chunked = _equal_records(str(tmp_path / "plain"), str(tmp_path / "chunked"))
+    for i in range(len(plain)):
+        assert chunked[i]["mask"].shape[-1] == 2
+        for start, size in [((0, 0, 0), (4, 4, 4)), ((1, 3, 5), (5, 30, 9)), ((-1, 20, 36), (3, 9, 9))]:
+            got, want = chunked.region(i, start, size), plain.region(i, start, size)
+            for key in want:
+                np.testing.assert_array_equal(got[key], want[key], err_msg=f"{key} {start} {size}")
+    assert verify_dataset(str(tmp_path / "chunked")).ok
+    assert cli.main(["preview", str(tmp_path / "chunked"), "-n", "2", "--out", str(tmp_path / "sheet.png")]) == 0
+
+
+def test_two_dimensional_rgb_records_are_one_brick_deep(tmp_path):
+    from tests.support import run_convert, write_png_archive
+    write_png_archive(tmp_path / "in", count=3, height=10, width=13, channels=3)
+    options = dict(target_shard_mb=4, min_shard_mb=1, max_shard_mb=64)
+    run_convert(tmp_path / "in", tmp_path / "plain", **options)
+    run_convert(tmp_path / "in", tmp_path / "chunked", volume_chunks=4, **options)
+    plain, chunked = _equal_records(str(tmp_path / "plain"), str(tmp_path / "chunked"))
+    assert chunked[0]["image"].shape == (10, 13, 3)
+    got = chunked.region(0, (0, 3, 5), (1, 4, 9))["image"]
+    np.testing.assert_array_equal(got, plain.region(0, (0, 3, 5), (1, 4, 9))["image"])
+    np.testing.assert_array_equal(got[0, :, :8], plain[0]["image"][3:7, 5:13])
+    assert verify_dataset(str(tmp_path / "chunked")).ok
+
+
+def test_tf_data_refuses_a_chunked_dataset_naming_the_readers_that_take_it(converted):
+    from dcm2tfrecord import reader
+    with pytest.raises(ValueError, match="--volume_chunks.*RandomAccess"):
+        reader.load(converted["none4"])
