@@ -20,8 +20,10 @@ import pytest
 from dcm2tfrecord.dataset import bricks, names, wire
 from dcm2tfrecord.dataset.example import decode_example
 from dcm2tfrecord.dataset.features import IMAGE_BRICKS, IMAGE_RAW, MASK_BRICKS
+from dcm2tfrecord.dataset.manifest import read_manifest
 from dcm2tfrecord.dataset.tfrecord import FOOTER_BYTES, HEADER_BYTES, masked_crc
 from dcm2tfrecord.dataset.verify import verify_dataset
+from dcm2tfrecord.pipeline.commands.inspect import format_overview
 from dcm2tfrecord.reader.patch_sampler import PatchSampler
 from dcm2tfrecord.reader.random_access import RandomAccess
 from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
@@ -57,6 +59,9 @@ def test_manifest_declares_the_layout(converted):
         assert IMAGE_RAW not in manifest["features"]
         tfds = json.load(open(os.path.join(converted[name], names.TFDS_FEATURES_NAME)))
         assert "volume_chunks" in json.dumps(tfds)
+        overview = format_overview(read_manifest(converted[name]), converted[name])
+        assert any(f"bricks of {edge}^3 voxels, codec {codec}" in line for line in overview), overview
+    assert not any("bricks" in line for line in format_overview(read_manifest(converted["plain"]), "plain"))
 
 
 @pytest.mark.parametrize("name", sorted(CHUNKED))
