@@ -59,6 +59,13 @@ CLASS_BOX = "classes/box"
 CLASS_LOCATIONS = "classes/locations"
 CLASS_LOCATION_COUNTS = "classes/location_counts"
 CLASS_LOCATION_FEATURES = (CLASS_VOXELS, CLASS_BOX, CLASS_LOCATIONS, CLASS_LOCATION_COUNTS)
+# --volume_chunks N (issue 45): image_raw (and mask_raw) as bricks of N^3 voxels, C order of brick
+# index, each value one brick (compressed by --volume_codec), with each value's size in bytes;
+# dataset/bricks.py. The sizes sort before the bricks, so a reader reads them first.
+IMAGE_BRICKS = "image_bricks"
+IMAGE_BRICK_SIZES = "image_brick_sizes"
+MASK_BRICKS = "mask_bricks"
+MASK_BRICK_SIZES = "mask_brick_sizes"
 
 
 def class_location_features(class_count: int) -> dict:
@@ -131,16 +138,20 @@ def _label_feature(label):
 
 
 def serialize_record(pixels: np.ndarray, record_id: str, kind: str, label=-1,
-                     metadata: Mapping[str, object] | None = None, encoding: str = ENCODING_RAW) -> bytes:
+                     metadata: Mapping[str, object] | None = None, encoding: str = ENCODING_RAW,
+                     chunks: tuple[int, str] | None = None) -> bytes:
     """One serialized tf.train.Example for a (D, H, W, C) pixel array."""
-    return b"".join(serialize_record_parts(pixels, record_id, kind, label, metadata, encoding))
+    return b"".join(serialize_record_parts(pixels, record_id, kind, label, metadata, encoding, chunks))
 
 
 def serialize_record_parts(pixels: np.ndarray, record_id: str, kind: str, label=-1,
-                           metadata: Mapping[str, object] | None = None, encoding: str = ENCODING_RAW) -> list:
+                           metadata: Mapping[str, object] | None = None, encoding: str = ENCODING_RAW,
+                           chunks: tuple[int, str] | None = None) -> list:
     """:func:`serialize_record`'s bytes as parts (``encode_example_parts``): raw pixels
     stay a view of ``pixels``, uncopied, for the shard writer to frame and write; with
-    ``encoding`` png they are one PNG image (:class:`png.NotEncodable` where they cannot be)."""
+    ``encoding`` png they are one PNG image (:class:`png.NotEncodable` where they cannot be);
+    with ``chunks`` ``(edge, codec)`` (--volume_chunks) the image and mask are bricks
+    (dataset/bricks.py)."""
     depth, height, width, channels = pixels.shape
     features: dict = {
         IMAGE_RAW: pixels.data.cast("B") if encoding == ENCODING_RAW else png.encode(pixels),
@@ -156,4 +167,7 @@ def serialize_record_parts(pixels: np.ndarray, record_id: str, kind: str, label=
     }
     if metadata:
         features.update(metadata)
+    if chunks:
+        from dcm2tfrecord.dataset import bricks     # it spells its feature names through this module
+        features = bricks.record_features(features, pixels, chunks[0], chunks[1])
     return encode_example_parts(features)

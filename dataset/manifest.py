@@ -18,10 +18,10 @@ import json
 from collections import Counter
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from dcm2tfrecord.dataset import file_adapters, reasons
+from dcm2tfrecord.dataset import bricks, file_adapters, reasons
 from dcm2tfrecord.dataset.errors import FormatError, OutputError
 from dcm2tfrecord.dataset.features import (CORE_FEATURES, ENCRYPTED_FORMAT_VERSION, FORMAT_VERSION, LABEL,
-                                          MASK_CLASSES, MASK_RAW, READABLE_FORMAT_VERSION)
+                                          MASK_BRICKS, MASK_CLASSES, MASK_RAW, READABLE_FORMAT_VERSION)
 from dcm2tfrecord.dataset.files import read_json, write_atomically
 from dcm2tfrecord.dataset.names import (ERRORS_NAME, FAILED_RUN_NAME, MANIFEST_NAME, PARENT, UNMATCHED_ROWS_NAME,
                                         index_file_name)
@@ -254,6 +254,17 @@ class Manifest:
         return value if isinstance(value, Mapping) else None
 
     @property
+    def volume_chunks(self) -> Optional[bricks.Chunks]:
+        """``--volume_chunks``' layout (dataset/bricks.py ``Chunks``: edge, codec) from its
+        ``volume_chunks`` object; None for records that hold ``image_raw``."""
+        return bricks.of_manifest(self.extra)
+
+    @property
+    def has_masks(self) -> bool:
+        """Whether its records hold masks (``mask_raw``, or ``mask_bricks``)."""
+        return MASK_RAW in self.features or MASK_BRICKS in self.features
+
+    @property
     def split_names(self) -> list[str]:
         return sorted(self.splits)
 
@@ -272,7 +283,7 @@ class Manifest:
     def mask_layout(self) -> Optional[str]:
         """The ``--mask_layout`` its masks were written in (``options.mask_layout``; dataset/masks.py),
         None when its records hold no masks (no ``mask_raw`` feature) or it is not recorded."""
-        value = (self.options or {}).get("mask_layout") if MASK_RAW in self.features else None
+        value = (self.options or {}).get("mask_layout") if self.has_masks else None
         return value if isinstance(value, str) else None
 
     @property
@@ -396,7 +407,8 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
                    written_also_failed: int = 0, mask_classes: Optional[Sequence[str]] = None,
                    fingerprint: Optional[Mapping] = None,
                    auto_spacing: Optional[Mapping] = None,
-                   encryption: Optional[Mapping] = None) -> Manifest:
+                   encryption: Optional[Mapping] = None,
+                   volume_chunks: Optional[tuple[int, str]] = None) -> Manifest:
     """dataset.json content (``.to_json()`` is the object written).
 
     ``features``: the features beyond CORE_FEATURES (``dicom/*``, ``source_path``);
@@ -411,7 +423,9 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     ``fingerprint``: --intensity ct's (transforms.images.fingerprint.statistics);
     ``auto_spacing``: with ``--spacing auto``, the target chosen and the rule (its ``auto_spacing`` object);
     ``encryption``: --encrypt's block (dataset.encryption.encryption_block), which makes the
-    manifest's format_version ENCRYPTED_FORMAT_VERSION.
+    manifest's format_version ENCRYPTED_FORMAT_VERSION;
+    ``volume_chunks``: ``(edge, codec)`` of --volume_chunks (the ``volume_chunks`` object; its records'
+    image and mask as bricks, dataset/bricks.py).
     """
     results, outcomes = list(results), list(outcomes)
     by_split: dict = {}
@@ -424,6 +438,10 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
     all_features = dict(CORE_FEATURES)
     all_features.update(features or {})
     extra: dict = {}
+    top: dict = {} if auto_spacing is None else {AUTO_SPACING: dict(auto_spacing)}
+    if volume_chunks is not None:
+        all_features = bricks.manifest_features(all_features, *volume_chunks)
+        top[bricks.MANIFEST_KEY] = bricks.manifest_entry(*volume_chunks)
     if labels is not None:
         extra["labels"] = dict(labels)
         all_features[LABEL] = extra["labels"].pop("feature")
@@ -463,7 +481,7 @@ def build_manifest(results: Iterable[ShardResult], outcomes: Iterable[Outcome], 
         fingerprint=None if fingerprint is None else dict(fingerprint),
         encryption=None if encryption is None else dict(encryption),
         mask_classes=None if mask_classes is None else tuple(mask_classes),
-        extra={} if auto_spacing is None else {AUTO_SPACING: dict(auto_spacing)})
+        extra=top)
 
 
 def encode_manifest(manifest: Manifest | Mapping) -> str:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Mapping, Optional
 
 from dcm2tfrecord.dataset import masks
 from dcm2tfrecord.dataset.file_adapters import DEFAULT
+from dcm2tfrecord.dataset.bricks import MANIFEST_KEY as MANIFEST_VOLUME_CHUNKS
 from dcm2tfrecord.dataset.features import (CHANNELS, CORE_FEATURES, DEPTH, ENCODING_RAW, HEIGHT, IMAGE_RAW, LABEL,
                                            MASK_CHANNELS, MASK_DTYPE, MASK_RAW, SOURCE_PATH, WIDTH)
 from dcm2tfrecord.dataset.files import remove_output_file, write_atomically
@@ -188,7 +189,11 @@ def _features(manifest: Manifest, files: dict, notes: list) -> dict:
     flat: dict = {}
     encoding = str(manifest.feature(IMAGE_RAW).get("encoding", ENCODING_RAW))
     dtypes = {d for e in manifest.splits.values() for d in e.dtypes}
-    if encoding != ENCODING_RAW:
+    if manifest.volume_chunks is not None:
+        # --volume_chunks: no image_raw; image_bricks and the sizes as bytes and int64 lists (their
+        # descriptions give the layout, dataset.json's volume_chunks object the edge and codec)
+        notes.append(f"{MANIFEST_VOLUME_CHUNKS}: the pixels are bricks, read as their bytes")
+    elif encoding != ENCODING_RAW:
         notes.append(f"{IMAGE_RAW}: {encoding}-encoded, read as its encoded bytes")
         flat[IMAGE_RAW] = _text(str(manifest.feature(IMAGE_RAW).get("description", "")))
     else:

@@ -42,6 +42,7 @@ from dcm2tfrecord.dataset.verify_manifest import (check_errors_file, check_manif
                                                   missing_blocks, stray_files)
 from dcm2tfrecord.dataset.verify_records import MaskRule, Problem, RecordIds, RecordStats
 from dcm2tfrecord.dataset.verify_shards import verify_shard
+from dcm2tfrecord.dataset.verify_bricks import plain_schema
 from dcm2tfrecord.dataset.verify_view import ViewRule
 from dcm2tfrecord.dataset.versions import resolve_dataset_dir
 
@@ -125,6 +126,13 @@ def verify_dataset(dataset_dir: str, key=None, decrypt: bool = True) -> Report:
         return report
     manifest_problems = missing or check_manifest(manifest)
     schema = dict(manifest.features)
+    try:
+        chunks = manifest.volume_chunks
+    except ValueError as exc:
+        report.problems.append(Problem(MANIFEST_NAME, f"volume_chunks: {exc}"))
+        return report
+    if chunks is not None:        # --volume_chunks: records checked with their bricks put back
+        schema = plain_schema(schema)
     adapter = manifest.adapter      # the shards' container, once for the dataset
     mask_rule = MaskRule.of(manifest)
     view = ViewRule.of(manifest)
@@ -144,7 +152,8 @@ def verify_dataset(dataset_dir: str, key=None, decrypt: bool = True) -> Report:
     for split, entry in sorted(manifest.splits.items()):
         stats, complete = RecordStats(), not report.undecrypted
         for shard in entry.shards:
-            check = verify_shard(dataset_dir, shard, schema, adapter, split, mask_rule, view, keys, encrypted)
+            check = verify_shard(dataset_dir, shard, schema, adapter, split, mask_rule, view, keys, encrypted,
+                                 chunks)
             ids.add(check.file, bytes(check.ids))
             report.problems.extend(check.problems)
             report.shards += 1

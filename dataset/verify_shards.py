@@ -15,7 +15,9 @@ from dcm2tfrecord.dataset.manifest import ShardEntry
 from dcm2tfrecord.dataset.names import records_file_name
 from dcm2tfrecord.dataset.storage import FileSystems
 from dcm2tfrecord.dataset.tfrecord import HEADER_BYTES, FramingError, parse_index, read_records
+from dcm2tfrecord.dataset.bricks import Chunks
 from dcm2tfrecord.dataset.verify_records import MaskRule, Problem, RecordStats, check_example, id_bytes
+from dcm2tfrecord.dataset.verify_bricks import unbrick
 from dcm2tfrecord.dataset.verify_view import ViewRule
 from dcm2tfrecord.dataset.versions import shard_uri
 
@@ -54,7 +56,7 @@ class ShardCheck:
 
 def read_shard(path: str, name: str, schema: dict, adapter: FileAdapter,
                mask_rule: Optional[MaskRule] = None, view: Optional[ViewRule] = None,
-               keys=None, encrypted: bool = False) -> ShardCheck:
+               keys=None, encrypted: bool = False, chunks: Optional[Chunks] = None) -> ShardCheck:
     """Reads one shard start to end: framing, CRCs, records against the schema (and their masks
     against ``mask_rule``, their training view against ``view``), size and sha256; ``adapter`` is
     the dataset's container (``Manifest.adapter``). An ``encrypted`` dataset's records are
@@ -101,6 +103,11 @@ def read_shard(path: str, name: str, schema: dict, adapter: FileAdapter,
                 except ProtoError as exc:
                     check.problems.append(problem(f"not a tf.train.Example: {exc}", framed.index, framed.offset))
                     continue
+                if chunks is not None:       # --volume_chunks: the bricks walked, decoded, put back
+                    features, messages = unbrick(framed.data, features, chunks)
+                    if messages:
+                        check.problems.extend(problem(m, framed.index, framed.offset) for m in messages)
+                        continue
                 messages, summary = check_example(features, schema, mask_rule, view)
                 check.problems.extend(problem(m, framed.index, framed.offset) for m in messages)
                 kind, values = features.get(ID, (None, []))
@@ -139,7 +146,8 @@ def check_index(path: str, name: str, actual: list[tuple[int, int]]) -> list[Pro
 
 def verify_shard(dataset_dir: str, entry: ShardEntry, schema: dict, adapter: FileAdapter,
                  split: Optional[str] = None, mask_rule: Optional[MaskRule] = None,
-                 view: Optional[ViewRule] = None, keys=None, encrypted: bool = False) -> ShardCheck:
+                 view: Optional[ViewRule] = None, keys=None, encrypted: bool = False,
+                 chunks: Optional[Chunks] = None) -> ShardCheck:
     """One dataset.json shard entry against the files: shard, then its index (and, in a
     versioned dataset, the split its records file says it was written for); ``adapter`` is
     the container the dataset's manifest names (``Manifest.adapter``), found once per dataset."""
@@ -149,7 +157,7 @@ def verify_shard(dataset_dir: str, entry: ShardEntry, schema: dict, adapter: Fil
         check = ShardCheck(file=name)
         check.problems.append(Problem(name, "listed in dataset.json but missing"))
         return check
-    check = read_shard(path, name, schema, adapter, mask_rule, view, keys, encrypted)
+    check = read_shard(path, name, schema, adapter, mask_rule, view, keys, encrypted, chunks)
     if check.records != entry.num_records:
         check.problems.append(Problem(name, f"holds {check.records} readable records, dataset.json "
                                             f"says {entry.num_records}"))

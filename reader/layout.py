@@ -110,7 +110,7 @@ def mask_classes(manifest: Manifest) -> list[str]:
 
 def require_masks(manifest: Manifest, dataset_dir: str) -> None:
     """A one-line ValueError when the dataset's records hold no masks."""
-    if MASK_RAW not in manifest.features:
+    if not manifest.has_masks:
         raise ValueError(f"{dataset_dir} has no masks (dataset.json declares no {MASK_RAW!r} feature): "
                          "masks=True needs a dataset converted with --unit series --class_map FILE")
 

@@ -22,7 +22,7 @@ from dcm2tfrecord.dataset.manifest import Manifest, SplitEntry, missing_manifest
 from dcm2tfrecord.dataset.versions import locate_dataset
 from dcm2tfrecord.reader import splits
 from dcm2tfrecord.reader.parse_spec import label_spec
-from dcm2tfrecord.reader.layout import MASK_FEATURES, Layout, mask_classes, mask_dtype, split_layout
+from dcm2tfrecord.reader.layout import Layout, mask_classes, mask_dtype, split_layout
 from dcm2tfrecord.reader.sharding import ReadPlan, plan_reads
 
 
@@ -122,7 +122,7 @@ class DatasetInfo(dict):
     @property
     def has_masks(self) -> bool:
         """Whether the records hold masks (converted with ``--class_map``: ``load(masks=True)``)."""
-        return MASK_FEATURES[0] in self.manifest.features
+        return self.manifest.has_masks
 
     @property
     def mask_classes(self) -> list[str]:

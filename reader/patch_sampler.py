@@ -33,20 +33,23 @@ volume is smaller than the patch it is padded (nnU-Net pads to the patch size): 
 "index": i}``, contiguous arrays.
 
 Records are read whole, by ``RandomAccess`` (the plain layout: every visit reads and decodes the
-whole volume; warned once; ``per_volume`` amortises it, the last records read are kept).
+whole volume; warned once; ``per_volume`` amortises it, the last records read are kept). On a
+dataset converted with ``--volume_chunks N`` a patch is a region read
+(``RandomAccess.region``): only the bricks it overlaps, plus each record's small features once;
+the whole mask only where a draw needs it (no stored class locations, a background centre).
 """
 from __future__ import annotations
 
 import collections
 import threading
 import warnings
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from dcm2tfrecord.dataset import masks as mask_format
-from dcm2tfrecord.dataset.features import CLASS_LOCATION_COUNTS, CLASS_LOCATIONS
-from dcm2tfrecord.reader.random_access import RandomAccess
+from dcm2tfrecord.dataset.features import CLASS_LOCATION_COUNTS, CLASS_LOCATIONS, SHAPE_FEATURES
+from dcm2tfrecord.reader.random_access import RandomAccess, cut
 from dcm2tfrecord.reader.schedule import _rng
 
 __all__ = ["PatchSampler", "torch_patches", "grain_patches", "patches", "cut"]
@@ -60,22 +63,6 @@ def _warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         warnings.warn(message, stacklevel=3)
-
-
-def cut(volume: np.ndarray, origin: Sequence[int] | np.ndarray, size: Sequence[int],
-        pad_value: Any = 0) -> np.ndarray:
-    """``volume[origin : origin + size]`` on its first three axes, padded with ``pad_value`` where
-    the box leaves the volume; a new contiguous array."""
-    out = np.full(tuple(size) + volume.shape[3:], pad_value, dtype=volume.dtype)
-    src, dst = [], []
-    for o, s, n in zip(origin, size, volume.shape[:3]):
-        lo, hi = max(int(o), 0), min(int(o) + int(s), n)
-        if hi <= lo:
-            return out
-        src.append(slice(lo, hi))
-        dst.append(slice(lo - int(o), hi - int(o)))
-    out[tuple(dst)] = volume[tuple(src)]
-    return out
 
 
 def _bounds(shape: Sequence[int], size: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -92,11 +79,14 @@ class _Record:
     """A record as the sampler uses it: image, mask, and each label's voxels (flat, C order)
     where known."""
 
-    def __init__(self, record: dict, classes: int, mask_dtype: np.dtype):
-        image = record["image"]
-        self.image = image
-        self.shape = tuple(int(n) for n in image.shape[:3])
-        self.mask = record["mask"].astype(mask_dtype, copy=False)
+    def __init__(self, record: dict, classes: int, mask_dtype: np.dtype,
+                 load_mask: Optional[Callable[[], np.ndarray]] = None):
+        image = record.get("image")
+        self.image = image           # None on a chunked dataset: patches are read as regions
+        self.shape = tuple(int(n) for n in image.shape[:3]) if image is not None else \
+            tuple(int(record[name]) for name in SHAPE_FEATURES[:3])
+        self._mask = None if load_mask is not None else record["mask"].astype(mask_dtype, copy=False)
+        self._load_mask, self._mask_dtype = load_mask, mask_dtype
         self.id = bytes(record["id"])
         self._classes = classes
         self._voxels: dict[int, np.ndarray] = {}
@@ -106,8 +96,16 @@ class _Record:
             points = np.asarray(record[CLASS_LOCATIONS], np.int64).reshape(-1, 3)
             ends = np.cumsum(np.asarray(counts, np.int64))
             for c, own in enumerate(np.split(points, ends[:-1])):
-                self._voxels[c + 1] = (np.asarray(np.ravel_multi_index(own.T, self.shape), np.int64) if len(own)
-                                       else np.zeros(0, np.int64))
+                self._voxels[c + 1] = np.asarray(np.ravel_multi_index(own.T, self.shape)) if len(own) \
+                    else np.zeros(0, np.int64)
+
+    @property
+    def mask(self) -> np.ndarray:
+        """The whole mask (on a chunked dataset read when first needed: a scan, a background draw)."""
+        if self._mask is None:
+            assert self._load_mask is not None
+            self._mask = self._load_mask().astype(self._mask_dtype, copy=False)
+        return self._mask
 
     def voxels(self, label: int) -> np.ndarray:
         """Flat indices of voxels of foreground ``label`` (the stored sample, or the mask's all)."""
@@ -173,8 +171,11 @@ class PatchSampler:
         self.mask_channels = mask_format.known_channels(records.manifest.mask_layout, len(self.class_names))
         options = records.manifest.options if isinstance(records.manifest.options, dict) else {}
         self.stored_locations = bool(options.get("class_locations"))
-        _warn_once("plain", "PatchSampler reads each visited record whole (the plain layout): a patch costs a "
-                            "whole volume's read and decode; per_volume > 1 spreads that cost over its patches")
+        self.chunked = records.chunks is not None
+        if not self.chunked:
+            _warn_once("plain", "PatchSampler reads each visited record whole (the plain layout): a patch costs a "
+                                "whole volume's read and decode; per_volume > 1 spreads that cost over its patches "
+                                "(convert --volume_chunks N: a patch reads only its bricks)")
         if not self.stored_locations:
             _warn_once("scan", f"{records.dataset_dir} has no class locations (convert --class_locations N): "
                                f"foreground patches scan each visited record's mask")
@@ -259,7 +260,13 @@ class PatchSampler:
             if found is not None:
                 self._cached.move_to_end(index)
                 return found
-        found = _Record(self.records[index], len(self.class_names), self.mask_dtype)
+        if self.chunked:
+            info = self.records.info(index)
+            shape = [int(info[name]) for name in SHAPE_FEATURES[:3]]
+            found = _Record(info, len(self.class_names), self.mask_dtype,
+                            lambda: self.records.region(index, (0, 0, 0), shape, image=False)["mask"])
+        else:
+            found = _Record(self.records[index], len(self.class_names), self.mask_dtype)
         with self._lock:
             self._cached[index] = found
             while len(self._cached) > self.cache:
@@ -310,8 +317,14 @@ class PatchSampler:
             centre = origin + np.asarray(self.size, np.int64) // 2
         else:
             origin = np.clip(centre - np.asarray(self.size, np.int64) // 2, low, high)
-        return {"image": cut(record.image, origin, self.size, self.pad_value),
-                "mask": cut(record.mask, origin, self.size, 0),
+        if record.image is None:      # a chunked dataset: the bricks the patch overlaps
+            box = self.records.region(record_index, origin, self.size, pad_value=self.pad_value)
+            image = box["image"].astype(self.image_dtype, copy=False)
+            mask = box["mask"].astype(self.mask_dtype, copy=False)
+        else:
+            image = cut(record.image, origin, self.size, self.pad_value)
+            mask = cut(record.mask, origin, self.size, 0)
+        return {"image": image, "mask": mask,
                 "origin": origin, "centre": centre, "label": np.int64(label),
                 "record": np.int64(record_index), "id": record.id, "index": np.int64(index)}
 

@@ -22,17 +22,19 @@ either; the PyPI ``tfrecord`` package reads gzip shards with their ``.idx`` file
 from __future__ import annotations
 
 import bisect
+import collections
 import io
 import operator
 import os
 import threading
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from dcm2tfrecord.dataset import names, png
+from dcm2tfrecord.dataset import bricks, names, png, wire
 from dcm2tfrecord.dataset.example import decode_example
-from dcm2tfrecord.dataset.features import DTYPE, ENCODING_PNG, IMAGE_RAW, LABEL, MASK_CHANNELS, MASK_DTYPE, MASK_RAW
+from dcm2tfrecord.dataset.features import (DTYPE, ENCODING_PNG, IMAGE_BRICK_SIZES, IMAGE_BRICKS, IMAGE_RAW, LABEL,
+                                           MASK_BRICK_SIZES, MASK_BRICKS, MASK_CHANNELS, MASK_DTYPE, MASK_RAW)
 from dcm2tfrecord.dataset.manifest import Manifest, missing_manifest, parse_manifest
 from dcm2tfrecord.dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
 from dcm2tfrecord.dataset.versions import locate_dataset
@@ -42,6 +44,17 @@ from dcm2tfrecord.reader.layout import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SH
 __all__ = ["RandomAccess", "CorruptRecordError", "CorruptIndexError"]
 
 _NUMPY = {"int64": np.int64, "float": np.float32}
+_BRICK_FEATURES = (IMAGE_BRICKS, IMAGE_BRICK_SIZES, MASK_BRICKS, MASK_BRICK_SIZES)
+HEADER = 12              # a TFRecord's length and its CRC, before the Example
+LAYOUTS_KEPT = 4096      # chunked records whose layout (small features, brick offsets) is kept
+
+
+class _Chunked:
+    """One chunked record's layout: its small features and each brick's (offset, size) in
+    its shard, image and mask."""
+
+    def __init__(self, fields: dict, image: list, mask: Optional[list], table_bytes: int):
+        self.fields, self.image, self.mask, self.table_bytes = fields, image, mask, table_bytes
 
 
 def _read_manifest(dataset_dir: str, version) -> tuple[Manifest, str]:
@@ -167,6 +180,11 @@ class RandomAccess:
                                  f"{largest.size}")
         self._indexes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
+        # --volume_chunks: image and mask as bricks (dataset/bricks.py); None for image_raw records
+        self.chunks: Optional[bricks.Chunks] = manifest.volume_chunks
+        self._layouts: collections.OrderedDict = collections.OrderedDict()
+        self.bytes_read = 0          # bytes this object (in this process) has read from shards
+        self.reads = 0               # and in how many reads
         features = dict(manifest.features)
         features.setdefault(LABEL, DEFAULT_LABEL)
         self._features = {}
@@ -227,25 +245,139 @@ class RandomAccess:
             shard_bytes = storage.size(self._paths[shard])
         return checked_index(text, path, shard_bytes)
 
+    def _read(self, shard: int, offset: int, size: int) -> bytes:
+        if self._cache is None:
+            data = self._readers[shard].read(offset, size)
+        else:                      # local_cache: the shard's local copy, pinned while it is read
+            copy = self._copies[shard]
+            pinned = self._cache.acquire(copy.uri, copy.sha256, copy.size)
+            try:
+                data = os.pread(pinned.fd, size, offset)
+            finally:
+                self._cache.release(pinned)
+        with self._lock:
+            self.bytes_read += len(data)
+            self.reads += 1
+        return data
+
     def serialized(self, index) -> memoryview:
         """The serialized ``tf.train.Example`` of record ``index`` (CRC-checked with ``verify``;
         decrypted, for an encrypted dataset)."""
         shard, k = self.locate(index)
         offsets, sizes = self._index(shard)
         offset, size = int(offsets[k]), int(sizes[k])
-        if self._cache is None:
-            record = self._readers[shard].read(offset, size)
-        else:
-            copy = self._copies[shard]
-            pinned = self._cache.acquire(copy.uri, copy.sha256, copy.size)
-            try:
-                record = os.pread(pinned.fd, size, offset)
-            finally:
-                self._cache.release(pinned)
+        record = self._read(shard, offset, size)
         data = unframe(record, self._paths[shard], k, self.verify)
         if self._keys is None:
             return data
         return memoryview(self._keys.decrypt(self._files[shard], data, k))
+
+    def _fields(self, values: Mapping, where: str) -> dict:
+        """Every declared feature but the pixels, as ``ra[i]`` gives them."""
+        return {name: feature.value(values.get(name, ()), where) for name, feature in self._features.items()
+                if name != IMAGE_RAW and name not in _BRICK_FEATURES}
+
+    def _chunked(self, index) -> _Chunked:
+        """Record ``index``'s layout (chunked datasets): its entries walked by small reads, the
+        bricks' payloads unread (dataset/wire.py); kept for the next region of the record."""
+        shard, k = self.locate(index)
+        key = (shard, k)
+        with self._lock:
+            found = self._layouts.get(key)
+            if found is not None:
+                self._layouts.move_to_end(key)
+                return found
+        offsets, sizes = self._index(shard)
+        start, size = int(offsets[k]) + HEADER, int(sizes[k]) - HEADER - 4
+        where = f"{self._paths[shard]} record {k}"
+        try:
+            walk = wire.walk_example(lambda at, n: self._read(shard, start + at, n), size, bricks.BRICK_FEATURES)
+            values = {name: found for name, (_, found) in decode_example(walk.small).items()}
+        except Exception as error:
+            raise CorruptRecordError(f"{where}: not a chunked tf.train.Example ({error})") from error
+        fields = self._fields(values, where)
+        spans: list[Optional[list[tuple[int, int]]]] = []
+        for name, sizes_name in (bricks.IMAGE, bricks.MASK):
+            span = walk.spans.get(name)
+            if span is None:
+                spans.append(None)
+                continue
+            listed = [int(n) for n in values.get(sizes_name, ())]
+            placed = wire.bytes_values(start + span.offset, listed)
+            if not placed or placed[-1][0] + placed[-1][1] != start + span.offset + span.size:
+                raise CorruptRecordError(f"{where}: {sizes_name} does not add up to {name}'s {span.size} bytes")
+            spans.append(placed)
+        if spans[0] is None:
+            raise CorruptRecordError(f"{where}: feature {IMAGE_BRICKS!r} is missing")
+        found = _Chunked(fields, spans[0], spans[1], walk.bytes_read)
+        with self._lock:
+            self._layouts[key] = found
+            while len(self._layouts) > LAYOUTS_KEPT:
+                self._layouts.popitem(last=False)
+        return found
+
+    def info(self, index) -> dict:
+        """Record ``index``'s features without its pixels (``ra[i]`` less ``image`` and ``mask``):
+        on a chunked dataset read without the bricks."""
+        if self.chunks is None:
+            out = self[index]
+            out.pop("image", None)
+            out.pop("mask", None)
+            return out
+        return dict(self._chunked(index).fields)
+
+    def region(self, index, start: Union[Sequence[int], np.ndarray], size: Union[Sequence[int], np.ndarray], *,
+               image: bool = True, mask: bool = True, pad_value=0) -> dict:
+        """The box ``[start, start + size)`` of record ``index``'s ``(d, h, w)`` voxels:
+        ``{"image": [d, h, w, c], "mask": [d, h, w, mask_channels]}`` (``mask`` where the records
+        hold masks; ``image``/``mask`` False leave one out), where the box leaves the volume padded
+        (the image with ``pad_value``, the mask with 0). A 2-D record is one voxel deep.
+
+        On a chunked dataset (``convert --volume_chunks``) only the bricks the box overlaps are
+        read (and the record's layout, once: its small features); otherwise the record is read
+        whole. Region reads of bricks check no TFRecord CRC (that covers the whole record): a
+        brick that does not decode to its voxels raises ``CorruptRecordError``."""
+        start = tuple(int(n) for n in start)
+        size = tuple(int(n) for n in size)
+        if len(start) != 3 or len(size) != 3 or min(size) < 1:
+            raise ValueError(f"region: start {start} and size {size} must be three numbers (d, h, w), sizes >= 1")
+        if self.chunks is None:
+            record = self[index]
+            out = {}
+            for name, pad in (("image", pad_value), ("mask", 0)):
+                if name in record and (image if name == "image" else mask):
+                    volume = record[name] if self.layout.volume else record[name][None]
+                    out[name] = cut(volume, start, size, pad)
+            return out
+        layout = self._chunked(index)
+        shard, k = self.locate(index)
+        where = f"{self._paths[shard]} record {k}"
+        fields = layout.fields
+        shape = tuple(int(fields[name]) for name in SHAPE_FEATURES[:3])
+        lo = [max(a, 0) for a in start]
+        hi = [min(a + n, m) for a, n, m in zip(start, size, shape)]
+        out = {}
+        wanted = [("image", layout.image, int(fields[SHAPE_FEATURES[3]]), _text(fields[DTYPE]),
+                   np.dtype(self.layout.dtype), pad_value)] if image else []
+        if mask and layout.mask is not None:
+            wanted.append(("mask", layout.mask, int(fields[MASK_CHANNELS]), _text(fields[MASK_DTYPE]),
+                           np.dtype(_text(fields[MASK_DTYPE])), 0))
+        for name, placed, channels, stored, dtype, pad in wanted:
+            box = np.full(size + (channels,), pad, dtype=dtype)
+            if all(b > a for a, b in zip(lo, hi)):
+                indices = bricks.overlapping(shape, self.chunks.edge, lo, hi)
+                if len(placed) != len(bricks.boxes(shape, self.chunks.edge)):
+                    raise CorruptRecordError(f"{where}: {len(placed)} {name} bricks for shape {list(shape)} "
+                                             f"in bricks of {self.chunks.edge}")
+                data = bricks.read_bricks(lambda at, n: self._read(shard, at, n), [placed[i] for i in indices])
+                try:
+                    part = bricks.assemble(dict(zip(indices, data)), shape + (channels,), self.chunks.edge,
+                                           self.chunks.codec, stored, lo, hi)
+                except bricks.BrickError as error:
+                    raise CorruptRecordError(f"{where}: {name} {error}") from None
+                box[tuple(slice(a - s, b - s) for a, b, s in zip(lo, hi, start))] = part.astype(dtype, copy=False)
+            out[name] = box
+        return out
 
     def __getitem__(self, index) -> dict:
         shard, k = self.locate(index)
@@ -255,16 +387,38 @@ class RandomAccess:
             values = {name: found for name, (_, found) in decode_example(serialized).items()}
         except Exception as error:       # protobuf's DecodeError: say which record
             raise CorruptRecordError(f"{where}: not a tf.train.Example ({error})") from error
-        out = {}
-        for name, feature in self._features.items():
-            if name != IMAGE_RAW:
-                out[name] = feature.value(values.get(name, ()), where)
+        out = self._fields(values, where)
+        if self.chunks is not None:
+            return self._whole_chunked(values, out, where)
         raw = values.get(IMAGE_RAW)
         if not raw:
             raise ValueError(f"{where}: feature {IMAGE_RAW!r} is missing")
         out["image"] = self._image(raw[0], out, where)
         if MASK_RAW in out:
             out["mask"] = self._mask(out.pop(MASK_RAW), out, where)
+        return out
+
+    def _whole_chunked(self, values: Mapping, out: dict, where: str) -> dict:
+        """``ra[i]`` of a chunked record: its bricks reassembled."""
+        assert self.chunks is not None
+        shape = tuple(int(out[name]) for name in SHAPE_FEATURES)
+        pixels = [(IMAGE_BRICKS, "image", shape, _text(out[DTYPE]), self.layout.dtype)]
+        if MASK_BRICKS in values:
+            stored = _text(out[MASK_DTYPE])
+            pixels.append((MASK_BRICKS, "mask", shape[:3] + (int(out[MASK_CHANNELS]),), stored, stored))
+        for feature, name, full, stored, dtype in pixels:
+            found = values.get(feature)
+            if not found:
+                raise ValueError(f"{where}: feature {feature!r} is missing")
+            if len(found) != len(bricks.boxes(full, self.chunks.edge)):
+                raise CorruptRecordError(f"{where}: {len(found)} {name} bricks for shape {list(full)} in bricks "
+                                         f"of {self.chunks.edge}")
+            try:
+                volume = bricks.assemble(dict(enumerate(found)), full, self.chunks.edge, self.chunks.codec, stored)
+            except bricks.BrickError as error:
+                raise CorruptRecordError(f"{where}: {name} {error}") from None
+            volume = volume.astype(np.dtype(dtype), copy=False)
+            out[name] = volume if self.layout.volume else volume[0]
         return out
 
     def _mask(self, raw, features: dict, where: str) -> np.ndarray:
@@ -305,3 +459,23 @@ class RandomAccess:
         # astype copies: a writable array in native byte order (torch wants one).
         image = image.astype(out) if image.dtype != out or not image.flags.writeable else image
         return image if layout.volume else image[0]
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def cut(volume: np.ndarray, origin: Union[Sequence[int], np.ndarray], size: Union[Sequence[int], np.ndarray],
+        pad_value: Any = 0) -> np.ndarray:
+    """``volume[origin : origin + size]`` on its first three axes, padded with ``pad_value`` where
+    the box leaves the volume; a new contiguous array."""
+    out = np.full(tuple(size) + volume.shape[3:], pad_value, dtype=volume.dtype)
+    src, dst = [], []
+    for o, s, n in zip(origin, size, volume.shape[:3]):
+        lo, hi = max(int(o), 0), min(int(o) + int(s), n)
+        if hi <= lo:
+            return out
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - int(o), hi - int(o)))
+    out[tuple(dst)] = volume[tuple(src)]
+    return out

@@ -217,6 +217,11 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
     read = dataclasses.replace(options, **changes) if options is not None else ReadOptions(**changes)
     remote = read.local_cache is not None and storage.is_gcs(dataset_dir)
     manifest: DatasetInfo = info_via_storage(dataset_dir, read.version) if remote else info(dataset_dir, read.version)
+    if manifest.manifest.volume_chunks is not None:
+        raise ValueError(f"{dataset_dir} stores its volumes as bricks (convert --volume_chunks), which tf.data "
+                         "does not put back together: read it with reader.RandomAccess (whole records or "
+                         "regions) or reader.PatchSampler (whose patches() front end feeds tf.data), or "
+                         "convert it without --volume_chunks")
     if read.masks:
         require_masks(manifest.manifest, dataset_dir)
     split = read.split

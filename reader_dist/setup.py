@@ -54,6 +54,8 @@ setup(
         # gcp-kms:// keys
         "encryption": ["cryptography>=41"],
         "gcp-kms": ["cryptography>=41", "google-cloud-kms>=2.0"],
+        # --volume_codec zstd bricks (dataset/bricks.py imports it when one is read)
+        "zstd": ["imagecodecs>=2024.1"],
         # reader.torch_loader / reader.grain_loader (reader/loaders.py) import them when called
         "torch": ["torch>=2.0"],
         "grain": ["grain>=0.2"],

@@ -10,6 +10,7 @@ import stat
 import unicodedata
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from dcm2tfrecord.dataset.bricks import VolumeCodec
 from dcm2tfrecord.dataset.errors import OptionError
 from dcm2tfrecord.dataset.features import PixelEncoding, RecordKind
 from dcm2tfrecord.dataset.file_adapters import DEFAULT_GZIP_LEVEL, Compression
@@ -88,6 +89,15 @@ class DecodeSettings:
     allow_burned_in: bool = False
     decode_timeout_s: float = 300.0
     pixel_encoding: PixelEncoding = PixelEncoding.RAW   # image_raw's bytes (dataset/png.py)
+    # --volume_chunks N: each record's image and mask as bricks of N^3 voxels (dataset/bricks.py),
+    # compressed by --volume_codec; 0: one image_raw value a record
+    volume_chunks: int = 0
+    volume_codec: VolumeCodec = VolumeCodec.NONE
+
+    @property
+    def chunks(self) -> Optional[tuple[int, str]]:
+        """(edge, codec) of --volume_chunks, None when off."""
+        return (int(self.volume_chunks), str(self.volume_codec)) if self.volume_chunks else None
 
 
 @dataclasses.dataclass(frozen=True)

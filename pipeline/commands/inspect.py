@@ -114,7 +114,7 @@ def format_overview(manifest: Manifest, dataset_dir: str) -> list[str]:
             f"{counts.get('matched', 0)} matched, {counts.get('written', 0)} written, "
             f"{sum(counts.get('skipped', {}).values())} skipped, "
             f"{sum(counts.get('failed', {}).values())} failed"] + _encryption_lines(manifest) \
-        + _version_lines(manifest)
+        + _version_lines(manifest) + _chunk_lines(manifest)
 
 
 def _encryption_lines(manifest: Manifest) -> list[str]:
@@ -123,6 +123,18 @@ def _encryption_lines(manifest: Manifest) -> list[str]:
         return []
     return [f"  encrypted ({manifest.encryption.get('scheme')}), data keys wrapped by {manifest.key_uri}; "
             "reading records needs that key"]
+
+
+def _chunk_lines(manifest: Manifest) -> list[str]:
+    """--volume_chunks: how the records' pixels are stored (dataset.json's volume_chunks)."""
+    try:
+        chunks = manifest.volume_chunks
+    except ValueError as exc:
+        return [f"  volume_chunks: unreadable ({exc})"]
+    if chunks is None:
+        return []
+    return [f"  pixels in bricks of {chunks.edge}^3 voxels, codec {chunks.codec} (--volume_chunks): "
+            "RandomAccess.region reads a patch's bricks only"]
 
 
 def _version_lines(manifest: Manifest) -> list[str]:

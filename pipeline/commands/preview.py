@@ -217,9 +217,15 @@ def draw_sheet(tiles: Sequence[Tile], thumb: int, cols: Optional[int] = None,
 
 def sample_records(dataset_dir: str, split: str, count: int, seed: int, masks: bool = False) -> list[dict]:
     """``count`` records of ``split`` in ``reader.load``'s seeded shuffled order (with
-    ``masks``, each with its ``mask``)."""
+    ``masks``, each with its ``mask``); of a ``--volume_chunks`` dataset, through
+    ``RandomAccess`` in a seeded permutation."""
     from dcm2tfrecord import reader
-    exact = reader.info(dataset_dir).layout(split).dtype      # stored values, shown as they are
+    info = reader.info(dataset_dir)
+    if info.manifest.volume_chunks is not None:    # --volume_chunks: tf.data does not put bricks together
+        records_ = reader.RandomAccess(dataset_dir, split)
+        order = np.random.default_rng(seed).permutation(len(records_))[:count]
+        return [{k: v for k, v in records_[int(i)].items() if masks or k != "mask"} for i in order]
+    exact = info.layout(split).dtype      # stored values, shown as they are
     ds = reader.load(dataset_dir, split=split, batch_size=1, shuffle=True, seed=seed,
                      output="dict", pad=True, dtype=exact, masks=masks)
     records = []

@@ -9,6 +9,7 @@ registry; ``MaskLayout`` and ``MissingMask`` beside the masks (transforms/masks/
 """
 from __future__ import annotations
 
+from dcm2tfrecord.dataset.bricks import VolumeCodec
 from dcm2tfrecord.dataset.choices import values
 from dcm2tfrecord.dataset.features import PixelEncoding
 from dcm2tfrecord.dataset.file_adapters import Compression
@@ -28,4 +29,4 @@ from dcm2tfrecord.transforms.splits.assign import SplitBy
 
 __all__ = ["Channels", "Compression", "Crop", "DicomValues", "Duplicates", "Frames", "Intensity", "LabelKey",
            "LabelKeyCase", "MaskLayout", "MissingLabel", "MissingMask", "PixelEncoding", "Progress", "ResizeMode",
-           "Series4d", "SeriesGaps", "SplitBy", "Unit", "WindowBits", "values"]
+           "Series4d", "SeriesGaps", "SplitBy", "Unit", "VolumeCodec", "WindowBits", "values"]

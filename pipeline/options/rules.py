@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from dcm2tfrecord.dataset.bricks import edge_refusal
 from dcm2tfrecord.dataset.features import PixelEncoding
+from dcm2tfrecord.dataset.file_adapters import Compression
 from dcm2tfrecord.dataset.file_adapters import level_refusal
 from dcm2tfrecord.pipeline.options.label_csv_checks import check_label_csv
 from dcm2tfrecord.pipeline.options.table import OPTIONS, ConvertOptions
@@ -113,6 +115,7 @@ def validate(opts: ConvertOptions) -> None:
             TRAINING_SPLIT not in dict(opts.typed("splits")):
         raise UsageError(f"--intensity ct computes its fingerprint over the split named {TRAINING_SPLIT!r}, and "
                          f"--splits {opts.splits} has none; name the training split {TRAINING_SPLIT}")
+    check_volume_chunks(opts)
     if opts.window and opts.dicom_values != DicomValues.WINDOW:
         raise UsageError("--window needs --dicom_values window")
     if opts.id_salt and opts.id_salt_file:
@@ -141,6 +144,33 @@ def _check_encrypt(opts: ConvertOptions) -> None:
     if opts.incremental:
         raise UsageError("--encrypt does not combine with --incremental yet: convert the whole "
                          "dataset into a new directory")
+
+
+def check_volume_chunks(opts: ConvertOptions) -> None:
+    """--volume_chunks N and --volume_codec: bricks of raw pixels, read by byte offset."""
+    refusal = edge_refusal(opts.volume_chunks)
+    if refusal:
+        raise UsageError(refusal)
+    if not opts.volume_chunks:
+        if opts.volume_codec != _default("volume_codec"):
+            raise UsageError(f"--volume_codec {opts.volume_codec} needs --volume_chunks N (the bricks it "
+                             "compresses), e.g. --volume_chunks 64")
+        return
+    if opts.pixel_encoding == PixelEncoding.PNG:
+        raise UsageError(f"--volume_chunks {opts.volume_chunks} stores raw pixels as bricks, which "
+                         "--pixel_encoding png cannot: use --pixel_encoding raw (with --volume_codec zstd "
+                         "to compress the bricks)")
+    if opts.compression != Compression.NONE:
+        raise UsageError(f"--volume_chunks {opts.volume_chunks}: bricks are read at their byte offsets, which "
+                         f"--compression {opts.compression} shards cannot be entered at; use --compression none "
+                         "(with --volume_codec zstd to compress the bricks)")
+    if opts.encrypt:
+        raise UsageError(f"--volume_chunks {opts.volume_chunks} and --encrypt exclude each other: a patch is read "
+                         "at its bricks' byte offsets, and an encrypted record is one ciphertext, read and "
+                         "authenticated whole; drop one of them")
+    if opts.frames == Frames.SPLIT:
+        raise UsageError(f"--volume_chunks {opts.volume_chunks} makes bricks of volumes, and --frames split "
+                         "makes every record one 2-D frame: drop one of them")
 
 
 def _default(name: str) -> Any:

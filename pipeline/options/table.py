@@ -41,7 +41,7 @@ from dcm2tfrecord.pipeline.options.choices import (Channels, Compression, Crop, 
                                                   Intensity,
                                                   LabelKey, LabelKeyCase, MaskLayout, MissingLabel, MissingMask,
                                                   PixelEncoding, Progress, ResizeMode, Series4d, SeriesGaps, SplitBy,
-                                                  Unit, WindowBits, values)
+                                                  Unit, VolumeCodec, WindowBits, values)
 from dcm2tfrecord.pipeline.options.salt import RANDOM_SALT, SALT_ENV, resolve_salt
 from dcm2tfrecord.pipeline.options.usage import UsageError
 from dcm2tfrecord.transforms.dicom.voi import PRESETS, parse_window
@@ -284,6 +284,17 @@ class ConvertOptions:
         "and still randomly addressable; integers of 8 or 16 bits)", _SHARDS,
         Template("Pixel encoding"),
         setting="decode.pixel_encoding"))
+    volume_chunks: int = declare(Option(
+        "volume_chunks", "store each record's image (and mask) as bricks of N x N x N voxels, so a patch "
+        "is read without the rest of its volume (reader.RandomAccess.region, PatchSampler); a 2-D record is "
+        "one brick deep (off unless given: one image_raw value a record)", _SHARDS,
+        Template("Volume brick edge (voxels)", (r"^[0-9]+$",)),
+        metavar="N", setting="decode.volume_chunks"))
+    volume_codec: VolumeCodec = declare(Option(
+        "volume_codec", "with --volume_chunks: each brick's bytes as they are (none), or compressed by "
+        "zstd (a fixed level: equal input, equal bytes)", _SHARDS,
+        Template("Volume brick codec"),
+        setting="decode.volume_codec"))
     seed: int = declare(Option(
         "seed", "record order seed", _SHARDS,
         Template("Record order seed", (r"^-?[0-9]+$",)),

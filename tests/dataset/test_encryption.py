@@ -302,6 +302,8 @@ def test_convert_refuses_a_key_it_cannot_use_and_gzip_in_one_line(tmp_path):
     encryption.new_key_file(str(key))
     with pytest.raises(UsageError, match="--encrypt and --compression gzip exclude each other"):
         run_convert(archive, tmp_path / "out", encrypt=f"keyfile:{key}", compression="gzip")
+    with pytest.raises(UsageError, match="--volume_chunks 64 and --encrypt exclude each other"):
+        run_convert(archive, tmp_path / "out", encrypt=f"keyfile:{key}", volume_chunks=64)
     assert not (tmp_path / "out").exists()
 
 

@@ -226,3 +226,19 @@ def test_bench_preprocess(tmp_path):
     for label in ("dcm2tfrecord convert", "dcm2tfrecord convert + preprocessing", "nnU-Net v2"):
         assert len(table_rows(proc.stdout, label)) == 1 + (label == "dcm2tfrecord convert"), proc.stdout
     assert len(table_rows(proc.stdout, "case_0")) == 2, proc.stdout
+
+
+def test_bench_bricks(tmp_path):
+    out = tmp_path / "bricks.json"
+    proc = run_smoke("bench_bricks", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert set(result["layouts"]) == {"plain", "none", "zstd"}, result
+    for name, row in result["layouts"].items():
+        assert row["shard_bytes"] > 0 and row["whole_ms"] > 0 and row["patch_ms"] > 0, (name, row)
+    # a patch of one brick's size reads its bricks, not the volume
+    assert result["layouts"]["none"]["patch_kib"] < result["layouts"]["plain"]["patch_kib"] / 4, result
+    codecs = {f"{what} {codec}" for what in ("int16 image", "uint8 mask")
+              for codec in ("none", "zstd", "lz4", "blosc2")}
+    assert set(result["codecs"]) == codecs, result["codecs"]
+    assert all(row["bytes"] > 0 and row["decode_mb_s"] > 0 for row in result["codecs"].values()), result
+    assert len(table_rows(proc.stdout, "zstd")) == 1, proc.stdout

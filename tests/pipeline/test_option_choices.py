@@ -22,7 +22,7 @@ def test_the_choices_are_the_enums_of_every_option_with_fixed_choices():
     assert {o.name for o in CHOICES} == {
         "duplicates", "compression", "pixel_encoding", "dicom_values", "window_bits", "resize_mode", "crop",
         "intensity", "channels", "frames", "unit", "series_gaps", "series_4d", "label_key", "label_key_case",
-        "mask_layout", "missing_mask", "missing_label", "split_by", "progress"}
+        "mask_layout", "missing_mask", "missing_label", "split_by", "progress", "volume_codec"}
 
 
 @pytest.mark.parametrize("option", CHOICES, ids=lambda o: o.name)

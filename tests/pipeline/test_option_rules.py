@@ -46,6 +46,13 @@ CASES = [
     (["--gzip_level", "5"], "--compression gzip"),           # a level for a plain shard
     (["--compression", "gzip", "--gzip_level", "0"], "--gzip_level"),
     (["--compression", "gzip", "--gzip_level", "10"], "--gzip_level"),
+    (["--volume_chunks", "1"], "--volume_chunks 1 must be a brick edge"),
+    (["--volume_chunks", "-64"], "--volume_chunks -64 must be a brick edge"),
+    (["--volume_chunks", "99999"], "--volume_chunks 99999 must be a brick edge"),
+    (["--volume_codec", "zstd"], "needs --volume_chunks N"),
+    (["--volume_chunks", "64", "--pixel_encoding", "png"], "--pixel_encoding raw"),
+    (["--volume_chunks", "64", "--compression", "gzip"], "--compression none"),
+    (["--volume_chunks", "64", "--frames", "split"], "--frames split"),
 ]
 
 

@@ -26,7 +26,8 @@ FORMAT_DIR = READER_DIR.parent / "dataset"
 FORBIDDEN = ("apache_beam", "dcm2tfrecord.pipeline", "dcm2tfrecord.transforms", "pydicom", "PIL")
 PRODUCT = ("dcm2tfrecord", "benchmarks", "tools", "tests")
 # what the format package (dataset/) may import besides the standard library and itself
-FORMAT_THIRD_PARTY = ("numpy", "google.protobuf", "google_crc32c")
+# (imagecodecs: on use, for --volume_codec zstd bricks; reader_dist's zstd extra)
+FORMAT_THIRD_PARTY = ("numpy", "google.protobuf", "google_crc32c", "imagecodecs")
 # and the reader, besides those and the format package: TensorFlow for load(), Pillow for
 # PNG/JPEG records and google-cloud-storage for RandomAccess on gs://, each imported on use
 READER_THIRD_PARTY = FORMAT_THIRD_PARTY + ("tensorflow", "PIL", "google.cloud", "torch", "grain")
@@ -65,7 +66,8 @@ def _outside(name: str, own: tuple, third_party: tuple) -> bool:
 
 def test_format_package_is_a_leaf():
     """dataset/ imports nothing of the converter (transforms/, pipeline/) or the reader, and
-    nothing heavier than numpy, protobuf and crc32c: both sides stand on it."""
+    nothing heavier than numpy, protobuf and crc32c (and imagecodecs on use, for zstd bricks):
+    both sides stand on it."""
     stray = [f"dataset/{module} imports {name}" for module, name in _imports(FORMAT_DIR)
              if _outside(name, ("dcm2tfrecord.dataset",), FORMAT_THIRD_PARTY)]
     assert not stray, stray

@@ -220,4 +220,5 @@ def run_manifest(inputs: CommitInputs, outcomes: list, written_also_failed: int 
         mask_classes=None if masks is None else list(masks.class_map.classes),
         fingerprint=inputs.fingerprint if settings.decode.intensity == intensity.Intensity.CT else None,
         auto_spacing=None if inputs.spacing is None else inputs.spacing.manifest_entry(),
-        encryption=encryption_block(settings.encrypt_key_uri) if settings.encrypt_key_uri else None)
+        encryption=encryption_block(settings.encrypt_key_uri) if settings.encrypt_key_uri else None,
+        volume_chunks=settings.decode.chunks)

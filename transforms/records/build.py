@@ -368,7 +368,7 @@ def build_record(record: ProbedRecord, opener: Callable[[str], BinaryIO] = open_
     pixels, metadata = decode_pixels(record, opener, settings)
     try:
         payload = serialize_record_parts(pixels, record.record_id, record.kind, record.label, metadata,
-                                         settings.pixel_encoding)
+                                         settings.pixel_encoding, settings.chunks)
     except png.NotEncodable as exc:
         raise ConversionError(reasons.NOT_PNG_ENCODABLE,
                               f"--pixel_encoding png cannot hold this record: {exc}; convert it with "
