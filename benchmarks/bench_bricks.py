@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 from dcm2tfrecord.dataset import bricks
+from dcm2tfrecord.dataset.names import SHARD_SUFFIX
 
 CLASS_MAP = "organ: [\"1\"]\n"
 CODECS = ("none", "zstd")
@@ -72,7 +73,7 @@ def layouts(paths: dict, repeats: int, patches: int, edge: int = 64) -> dict:
     from dcm2tfrecord.reader.random_access import RandomAccess
     out = {}
     for name, path in paths.items():
-        shard = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".tfrecord"))
+        shard = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(SHARD_SUFFIX))
         ra = RandomAccess(path)
         whole = []
         for _ in range(repeats):

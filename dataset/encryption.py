@@ -107,11 +107,11 @@ class GcpKmsKek:
     def _kms(self):
         if self._client is None:
             try:
-                from google.cloud import kms      # type: ignore[attr-defined,unused-ignore]
+                from google.cloud.kms import KeyManagementServiceClient   # type: ignore[attr-defined,unused-ignore]
             except ImportError:
                 raise KeyUnavailable(f"{self.uri}: Cloud KMS keys need google-cloud-kms "
                                      "(pip install google-cloud-kms)") from None
-            self._client = kms.KeyManagementServiceClient()
+            self._client = KeyManagementServiceClient()
         return self._client
 
     def _call(self, method: str, request: dict) -> bytes:

@@ -42,9 +42,10 @@ import threading
 import time
 from typing import Iterable, Optional
 
+from dcm2tfrecord.dataset import names
 from dcm2tfrecord.reader import storage
 
-LOCK_NAME = ".lock"
+LOCK_NAME = names.LOCK_NAME      # the cache directory's lock file (one name for every lock file)
 PART_SUFFIX = ".part"
 CHUNK_BYTES = 8 << 20
 WAIT_S = 600.0

@@ -192,6 +192,10 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
       dataset.json names. The key is reached when ``load`` is called (no access: one error
       naming the key URI); every record is decrypted and authenticated as it is read (a
       changed record fails the iteration, naming its shard and index).
+    - ``local_cache``, ``local_cache_bytes``: for a ``gs://`` dataset, a local directory and
+      its limit in bytes: whole shard copies (``reader.shard_cache``), sha256-checked, the ones
+      needed next prefetched and the least useful evicted, never more than the limit held
+      (it must hold twice ``cycle_length`` shards); ignored for a local dataset.
     - ``version``: for a root written with ``convert --incremental``, the version
       to read (a number, or a tag's name: ``dcm2tfrecord tag``); default: the one its
       LATEST file names.

@@ -138,9 +138,9 @@ def _check_encrypt(opts: ConvertOptions) -> None:
         kek(opts.encrypt or "").wrap(bytes(KEY_BYTES))
     except EncryptionError as exc:
         raise UsageError(f"--encrypt: {exc}") from None
-    if str(opts.compression) != "none":
-        raise UsageError("--encrypt and --compression gzip exclude each other: ciphertext does not "
-                         "compress; use --pixel_encoding png for smaller encrypted shards")
+    if opts.compression != Compression.NONE:
+        raise UsageError(f"--encrypt and --compression {opts.compression} exclude each other: ciphertext does "
+                         "not compress; use --pixel_encoding png for smaller encrypted shards")
     if opts.incremental:
         raise UsageError("--encrypt does not combine with --incremental yet: convert the whole "
                          "dataset into a new directory")

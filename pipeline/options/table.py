@@ -278,7 +278,7 @@ class ConvertOptions:
                  note="On Dataflow a Cloud KMS key the workers' service account may use to encrypt "
                       "(roles/cloudkms.cryptoKeyEncrypter), or a key file in a restricted bucket."),
         metavar="KEY_URI", setting="conversion.encrypt_key_uri",
-        to_setting=lambda v: v or "", recorded=False))
+        text=lambda v: v or None, to_setting=lambda v: v or "", recorded=False))
     pixel_encoding: PixelEncoding = declare(Option(
         "pixel_encoding", "image_raw's bytes: raw pixels, or png (one PNG image a record, compressed "
         "and still randomly addressable; integers of 8 or 16 bits)", _SHARDS,

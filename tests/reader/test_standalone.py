@@ -27,7 +27,10 @@ FORBIDDEN = ("apache_beam", "dcm2tfrecord.pipeline", "dcm2tfrecord.transforms", 
 PRODUCT = ("dcm2tfrecord", "benchmarks", "tools", "tests")
 # what the format package (dataset/) may import besides the standard library and itself
 # (imagecodecs: on use, for --volume_codec zstd bricks; reader_dist's zstd extra)
-FORMAT_THIRD_PARTY = ("numpy", "google.protobuf", "google_crc32c", "imagecodecs")
+# and, imported on use by dataset/encryption.py for --encrypt datasets only (the reader's
+# "encryption" and "gcp-kms" extras): cryptography's AES-GCM and the Cloud KMS client
+FORMAT_THIRD_PARTY = ("numpy", "google.protobuf", "google_crc32c", "imagecodecs", "cryptography",
+                      "google.cloud.kms")
 # and the reader, besides those and the format package: TensorFlow for load(), Pillow for
 # PNG/JPEG records and google-cloud-storage for RandomAccess on gs://, each imported on use
 READER_THIRD_PARTY = FORMAT_THIRD_PARTY + ("tensorflow", "PIL", "google.cloud", "torch", "grain")
