@@ -109,7 +109,7 @@ class Option:
     setting: str = ""
     to_setting: Optional[Callable[[Any], Any]] = None
     parse: Optional[Callable[[str], Any]] = None     # its text -> the typed value (ValueError if bad)
-    text: Optional[Callable[[Any], str]] = None      # the typed default -> its text
+    text: Optional[Callable[[Any], Optional[str]]] = None      # the typed default -> its text (None: unset)
     recorded: bool = True
     content: bool = True
     not_in_template: str = ""           # why the option is no Flex Template parameter
