@@ -261,7 +261,8 @@ SAMPLES = {"incremental": "True", "input": "gs://bucket/archive", "output": "gs:
            "split_column": "split", "window": "lung", "resize": "512x512", "spacing": "0.8,0.8,2.5",
            "max_failures": "3",
            "keep_tags": "BodyPartExamined,ViewPosition", "summary_json": "gs://bucket/summary.json",
-           "mask_pattern": r"imagesTr/(.*)_0000\.nii\.gz=labelsTr/\1.nii.gz", "mask_column": "mask"}
+           "mask_pattern": r"imagesTr/(.*)_0000\.nii\.gz=labelsTr/\1.nii.gz", "mask_column": "mask",
+           "encrypt": "gcp-kms://projects/p/locations/europe-west4/keyRings/r/cryptoKeys/k"}
 
 
 def _metadata() -> dict:
