@@ -29,6 +29,13 @@ by nnU-Net's statistics (what the resampling alone makes of it); the mask's Dice
     .venv/bin/python -m benchmarks.bench_preprocess --cases 8 --json /tmp/preprocess8.json   # what docs/BENCHMARKS.md §23 ran
     .venv/bin/python -m benchmarks.bench_preprocess --smoke --json /tmp/p.json   # 2 volumes of 32 x 32 x 12, seconds
 
+``--variants``: no nnU-Net; the same cases converted five ways, each measured, CPU per case and
+its ratio to plain printed (where the CPU of the training view goes, §23 "Where the CPU goes"):
+plain, ``--intensity ct``, ``--spacing 1,1,1``, ``--spacing 1,1,1 --intensity ct`` and
+``--spacing 1,1,1 --crop nonzero --intensity ct``:
+
+    .venv/bin/python -m benchmarks.bench_preprocess --variants --cases 4 --json /tmp/variants4.json
+
 ``--smoke``: 2 volumes of 32 x 32 x 12 (one anisotropic, one isotropic), no wait for a quiet
 machine; nnU-Net runs too (about 30 s: its imports and planning) unless ``--no-nnunet``; the
 figures mean nothing, the point is that every step of the harness still runs
@@ -62,6 +69,7 @@ NNUNET_ID = 944
 NNUNET_NAME = f"Dataset{NNUNET_ID}_BenchCT"
 SMOKE_SHAPE = (12, 32, 32)                             # slices, rows, columns
 TOOLS = ("plain", "preprocess", "nnunet")
+VARIANTS = ("plain", "intensity", "spacing", "spacing_intensity", "spacing_crop_intensity")   # --variants
 RATIOS = {"cpu": "cpu_s", "wall": "wall_s", "peak_largest": "peak_largest_mb", "peak_sum": "peak_sum_mb",
           "output_bytes": "output_bytes"}                # ours against plain and nnU-Net: these, ours / theirs
 LABELS = {"plain": "dcm2tfrecord convert", "preprocess": "dcm2tfrecord convert + preprocessing",
@@ -254,6 +262,41 @@ def measure(name: str, cmd: list[str], env: dict, args, log_dir: str):
     return result
 
 
+def variant_options(name: str, spacing: str) -> list[str]:
+    """convert's extra options of one --variants run."""
+    return {"plain": [], "intensity": ["--intensity", "ct"], "spacing": ["--spacing", spacing],
+            "spacing_intensity": ["--spacing", spacing, "--intensity", "ct"],
+            "spacing_crop_intensity": ["--spacing", spacing, *PREPROCESS]}[name]
+
+
+def run_variants(args, specs: list[dict], root: str, work: str, class_map: str, env: dict) -> dict:
+    """--variants: each of VARIANTS over the same cases; CPU per case and the ratio to plain."""
+    rows = []
+    for name in VARIANTS:
+        output = os.path.join(work, name)
+        cmd = convert_command(root, output, class_map, args.workers, variant_options(name, args.spacing))
+        r = measure(name, cmd, env, args, work)
+        if r is None:
+            return {}
+        rows.append({"variant": name, "options": " ".join(variant_options(name, args.spacing)) or "(none)",
+                     "cases": len(specs), "cpu_s": round(r.cpu_s, 2), "cpu_s_per_case": round(r.cpu_s / len(specs), 3),
+                     "wall_s": round(r.wall_s, 2), "peak_largest_mb": round(r.peak_largest_mib * MIB / 1e6, 1),
+                     "output_bytes": tfrecord_bytes(output), "foreign_cpu_s": round(r.foreign_cpu_s, 1)})
+        shutil.rmtree(output, ignore_errors=True)
+    plain = rows[0]["cpu_s"]
+    for row in rows:
+        row["cpu_vs_plain"] = round(row["cpu_s"] / plain, 2)
+    print("\n| variant | options | CPU s | CPU s per case | ÷ plain | wall s | peak RSS largest MB "
+          "| output bytes | other processes' CPU s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['variant']} | `{r['options']}` | {r['cpu_s']:.1f} | {r['cpu_s_per_case']:.2f} "
+              f"| {r['cpu_vs_plain']:.2f} | {r['wall_s']:.1f} | {r['peak_largest_mb']:.0f} "
+              f"| {r['output_bytes']:,} | {r['foreign_cpu_s']:.1f} |")
+    return {"machine": machine_description(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "spacing": args.spacing, "specs": specs, "variants": rows}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=20, help="CT volumes (default 20)")
@@ -268,6 +311,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--smoke", action="store_true",
                         help="2 volumes of 32 x 32 x 12, seconds: what tests/e2e/test_bench_smoke_b.py runs")
+    parser.add_argument("--variants", action="store_true",
+                        help="no nnU-Net: plain, --intensity ct, --spacing, --spacing + --intensity ct and all three "
+                             "options over the same cases, CPU per case and the ratio to plain")
     parser.add_argument("--nnunet-run", action="store_true", help=argparse.SUPPRESS)   # the nnU-Net subprocess
     args = parser.parse_args(argv)
     spacing = tuple(float(v) for v in args.spacing.split(","))
@@ -297,6 +343,14 @@ def main(argv: list[str]) -> int:
                 while f.read(1 << 24):
                     pass
     env = bench_env()
+    if args.variants:
+        result = run_variants(args, specs, root, work, class_map, env)
+        if result and args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+        if not args.keep_output:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0 if result else 1
     outputs = {"plain": os.path.join(work, "plain"), "preprocess": os.path.join(work, "preprocess")}
     runs, out_bytes = {}, {}
     for tool, extra in (("plain", []), ("preprocess", ["--spacing", args.spacing, *PREPROCESS])):

@@ -196,6 +196,21 @@ def test_bench_copy(tmp_path):
     assert "| local -> gs:// | dcm2tfrecord copy |" in proc.stdout
 
 
+def test_bench_preprocess_variants(tmp_path):
+    """--variants: the same 2 tiny volumes converted plain, with --intensity ct, --spacing, both, and
+    all three options; CPU per case and the ratio to plain of each (no nnU-Net)."""
+    out = tmp_path / "variants.json"
+    proc = run_smoke("bench_preprocess", "--variants", "--json", str(out))
+    rows = json.loads(out.read_text())["variants"]
+    assert [r["variant"] for r in rows] == ["plain", "intensity", "spacing", "spacing_intensity",
+                                            "spacing_crop_intensity"], rows
+    for row in rows:
+        assert row["cases"] == 2 and row["output_bytes"] > 0, row
+        assert all(positive(row[k]) for k in ("cpu_s", "cpu_s_per_case", "cpu_vs_plain")), row
+    assert rows[0]["cpu_vs_plain"] == 1.0, rows[0]
+    assert len(table_rows(proc.stdout, "spacing_crop_intensity")) == 1, proc.stdout[-2000:]
+
+
 def test_bench_preprocess(tmp_path):
     """A plain conversion, one with --spacing 1,1,1 --crop nonzero --intensity ct and nnU-Net v2's own
     fingerprint, planning and preprocessing of the same 2 tiny volumes: each measured (CPU, wall, peak

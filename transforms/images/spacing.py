@@ -182,22 +182,45 @@ def _affine(volume: np.ndarray, scale: Sequence[float], shape: Sequence[int], or
                                     order=order, mode="nearest", output=np.float32)
 
 
+def _slice_index(spacing: Sequence[float], target: Sequence[float], shape: Sequence[int],
+                 depth: int) -> Optional[np.ndarray]:
+    """None when a ``depth``-slice volume is resampled in 3-D; else (resampled slice by slice: the
+    depth kept, or the data anisotropic) the input slice each output slice copies, by nearest
+    neighbour: output slice ``n`` is input slice ``floor(n * scale + 0.5)`` clamped to the input's,
+    what scipy's order 0 with mode nearest picks (the position clamped, then rounded half up)."""
+    scale = float(target[0]) / float(spacing[0])
+    if shape[0] == depth and scale == 1.0:
+        return np.arange(depth, dtype=np.intp)
+    if not anisotropic(spacing, target):
+        return None
+    index = np.floor(np.arange(shape[0], dtype=np.float64) * scale + 0.5)
+    return np.clip(index, 0, depth - 1).astype(np.intp)
+
+
+def _in_plane(volume: np.ndarray, slices: np.ndarray, scale: Sequence[float], shape: Sequence[int],
+              order: int) -> np.ndarray:
+    """The ``slices`` of a ``(D, H, W)`` float volume, each resampled in-plane with ``order``."""
+    planes = np.empty((len(slices), shape[1], shape[2]), dtype=np.float32)
+    for n, d in enumerate(slices):
+        planes[n] = _affine(volume[d], scale[1:], shape[1:], order)
+    return planes
+
+
 def _resample_volume(volume: np.ndarray, spacing: Sequence[float], target: Sequence[float],
                      shape: Sequence[int], order: int) -> np.ndarray:
     """One ``(D, H, W)`` float volume onto the target grid: in 3-D with ``order``, or, when the
     depth stays or the data are anisotropic, slice by slice in-plane with ``order`` and then
-    along the slices by nearest neighbour."""
+    along the slices by nearest neighbour (whole slices copied, :func:`_slice_index`; a slice
+    no output slice copies is not resampled)."""
     scale = [float(t) / float(s) for s, t in zip(spacing, target)]
-    depth = volume.shape[0]
-    keeps_depth = shape[0] == depth and scale[0] == 1.0
-    if not keeps_depth and not anisotropic(spacing, target):
+    index = _slice_index(spacing, target, shape, volume.shape[0])
+    if index is None:
         return _affine(volume, scale, shape, order)
-    planes = np.empty((depth, shape[1], shape[2]), dtype=np.float32)
-    for d in range(depth):
-        planes[d] = _affine(volume[d], scale[1:], shape[1:], order)
-    if keeps_depth:
+    used, position = np.unique(index, return_inverse=True)
+    planes = _in_plane(volume, used, scale, shape, order)
+    if len(used) == len(index) and np.array_equal(used, index):
         return planes
-    return _affine(planes, (scale[0], 1.0, 1.0), shape, 0)
+    return np.take(planes, position.reshape(-1), axis=0)
 
 
 def resample_image(arr: np.ndarray, spacing: Sequence[float], target: Sequence[float],
@@ -213,6 +236,13 @@ def resample_image(arr: np.ndarray, spacing: Sequence[float], target: Sequence[f
     out = np.empty(shape + (arr.shape[3],), dtype=np.float32)
     for c in range(arr.shape[3]):
         out[..., c] = _resample_volume(arr[..., c].astype(np.float32), spacing, target, shape, IMAGE_ORDER)
+    if arr.dtype == np.float32:
+        return out
+    if arr.dtype.kind in "iu" and arr.dtype.itemsize <= 2:
+        # geometry._cast_like's values without its float64 copy: float32 holds every integer of
+        # these dtypes and their bounds exactly, so its rint and clip are float64's
+        info = np.iinfo(arr.dtype)
+        return np.clip(np.rint(out, out=out), info.min, info.max, out=out).astype(arr.dtype)
     return np.ascontiguousarray(_cast_like(out, arr.dtype))
 
 
@@ -226,18 +256,45 @@ def resample_mask(mask: np.ndarray, spacing: Sequence[float], target: Sequence[f
     if tuple(mask.shape[:3]) == shape and tuple(map(float, spacing)) == tuple(map(float, target)):
         return mask
     out = np.zeros(shape + (mask.shape[3],), dtype=mask.dtype)
+    index = _slice_index(spacing, target, shape, mask.shape[0])
+    position: Optional[np.ndarray] = None       # the voted slice each output slice copies (None: all, in order)
+    if index is not None:
+        # slice by slice: each class voted on the in-plane grid of the slices that are copied,
+        # then whole slices copied (the vote is voxel by voxel: the same as voting after the copy)
+        used, inverse = np.unique(index, return_inverse=True)
+        if not np.array_equal(used, index):
+            position = inverse.reshape(-1)
+        grid = (len(used),) + tuple(shape[1:])
+        scale = [float(t) / float(s) for s, t in zip(spacing, target)]
+
+        def resample(indicator: np.ndarray) -> np.ndarray:
+            return _in_plane(indicator, used, scale, grid, MASK_ORDER)
+    else:
+        grid = tuple(shape)
+
+        def resample(indicator: np.ndarray) -> np.ndarray:
+            return _resample_volume(indicator, spacing, target, shape, MASK_ORDER)
     for c in range(mask.shape[3]):
         channel = mask[..., c]
+        voted = np.zeros(grid, dtype=mask.dtype)
         if mask.shape[3] > 1:
-            weight = _resample_volume((channel != 0).astype(np.float32), spacing, target, shape, MASK_ORDER)
-            out[..., c] = (weight >= THRESHOLD).astype(mask.dtype)
-            continue
-        best = np.zeros(shape, dtype=np.float32)
-        for value in np.unique(channel):
-            if value == 0:
-                continue
-            weight = _resample_volume((channel == value).astype(np.float32), spacing, target, shape, MASK_ORDER)
-            wins = (weight >= THRESHOLD) & (weight > best)
-            out[..., c][wins] = value
-            best = np.maximum(best, np.where(weight >= THRESHOLD, weight, 0.0))
+            voted[...] = resample((channel != 0).astype(np.float32)) >= THRESHOLD
+        else:
+            best = np.zeros(grid, dtype=np.float32)
+            for value in _values(channel):
+                if value == 0:
+                    continue
+                weight = resample((channel == value).astype(np.float32))
+                wins = (weight >= THRESHOLD) & (weight > best)
+                voted[wins] = value
+                best = np.maximum(best, np.where(weight >= THRESHOLD, weight, 0.0))
+        out[..., c] = voted if position is None else np.take(voted, position, axis=0)
     return np.ascontiguousarray(out)
+
+
+def _values(channel: np.ndarray) -> np.ndarray:
+    """The values a mask channel holds, ascending (np.unique's, without its sort for small unsigned
+    dtypes: a count of each value)."""
+    if channel.dtype.kind == "u" and channel.dtype.itemsize <= 2:
+        return np.flatnonzero(np.bincount(channel.reshape(-1))).astype(channel.dtype)
+    return np.unique(channel)

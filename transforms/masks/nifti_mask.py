@@ -53,6 +53,9 @@ def grid_mismatch(image: NiftiSpec, mask: NiftiSpec) -> str:
     return ""
 
 
+COUNTED_LABELS = 1 << 16     # draw: integer label maps below this counted, not sorted
+
+
 def draw(values: np.ndarray, class_map: classes.ClassMap, canvas: classes.Canvas) -> None:
     """A label map ``[k, j, i]`` drawn on ``canvas`` (of its shape): each value named as text,
     mapped by ``class_map``; ConversionError(mask_invalid) for values that are no class indices
@@ -73,9 +76,19 @@ def draw(values: np.ndarray, class_map: classes.ClassMap, canvas: classes.Canvas
                                                     f"map holds class indices, 0 the background")
     # one pass over the voxels: each present value's class by a lookup table, then one region per
     # class mapped (a mask of 2 M labels costs its voxels and its classes, not labels x voxels)
-    present, inverse = np.unique(values, return_inverse=True)
-    lookup = np.asarray([class_map.index_of(str(int(v))) if int(v) else 0 for v in present], np.int64)
-    indices = lookup[inverse.reshape(values.shape)]
+    high = values.max() if values.size and values.dtype.kind in "iu" else None
+    if high is not None and high < COUNTED_LABELS:
+        # integer labels below COUNTED_LABELS: the present values by a count of each (np.unique's
+        # sort of every voxel cost more than the rest of the draw), each voxel's class by a table
+        present = np.flatnonzero(np.bincount(values.reshape(-1)))
+        table = np.zeros(int(high) + 1, np.int64)
+        table[present] = [class_map.index_of(str(int(v))) if int(v) else 0 for v in present]
+        lookup = table[present]
+        indices = table[values]
+    else:
+        present, inverse = np.unique(values, return_inverse=True)
+        lookup = np.asarray([class_map.index_of(str(int(v))) if int(v) else 0 for v in present], np.int64)
+        indices = lookup[inverse.reshape(values.shape)]
     for index in np.unique(lookup[lookup > 0]):
         canvas.add(int(index), indices == index)
 
