@@ -12,6 +12,9 @@ slices (``ct_archive``, 400 slices). Measured on each, plain against encrypted:
           stored; the encrypted one with ``key=`` the KEK), batches handed to Python, the
           page cache warm: images/s (best and median of ``--repeats`` passes, round-robin)
           and CPU ms per 1000 images of this process. Target: encrypted >= 0.8 x plain.
+          ``plain_handoff``: the plain shards through the same per-record hand-off to Python
+          (reader/tfdata.py ``_decrypted``'s ``tf.numpy_function``) with no decryption, the
+          record handed back as it came: the floor of that design.
   ra    - ``reader.RandomAccess`` in a random permutation of every index, records handed to
           Python one by one: CPU ms per 1000 records (and records/s). Target: encrypted
           CPU <= 1.3 x plain.
@@ -90,6 +93,24 @@ def random_access(dataset: str, key, seed: int = 0) -> dict:
             "records_per_s": len(order) / wall}
 
 
+class _HandOffOnly:
+    """reader.load of plain shards through the decryption hand-off, nothing decrypted."""
+
+    def __enter__(self):
+        from dcm2tfrecord.reader import tfdata
+        self._tfdata, self._decryptor = tfdata, tfdata._decryptor
+        tfdata._decryptor = lambda manifest, key: (lambda path, index, data: data)
+
+    def __exit__(self, *exc):
+        self._tfdata._decryptor = self._decryptor
+
+
+def handoff_only(dataset: str, batch: int):
+    from dcm2tfrecord import reader
+    with _HandOffOnly():
+        return reader.load(dataset, batch_size=batch)      # the pipeline is built here
+
+
 def aes_us_per_record(record_bytes: int, rounds: int) -> float:
     """AES-256-GCM decryption of one record's bytes alone (the floor of any hand-off)."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -136,7 +157,8 @@ def bench_dataset(name: str, archive: Archive, kek_uri: str, args, log=print) ->
     _warm_page_cache(files)
     b = args.batch
     load = measure({"plain": lambda: reader.load(plain_dir, batch_size=b),
-                    "encrypted": lambda: reader.load(enc_dir, batch_size=b, key=kek_uri)},
+                    "encrypted": lambda: reader.load(enc_dir, batch_size=b, key=kek_uri),
+                    "plain_handoff": lambda: handoff_only(plain_dir, b)},
                    args.repeats, args.quiet_wait, log=lambda line: log(f"  {name} load{line}"))
     ra_runs: dict = {"plain": [], "encrypted": []}
     for round_ in range(args.repeats):
@@ -157,6 +179,9 @@ def bench_dataset(name: str, archive: Archive, kek_uri: str, args, log=print) ->
                 "load_median": _ratio(load["encrypted"]["median_images_per_s"],
                                       load["plain"]["median_images_per_s"]),
                 "load_cpu": _ratio(load["encrypted"]["cpu_ms_per_1000"], load["plain"]["cpu_ms_per_1000"]),
+                "handoff_best": _ratio(load["plain_handoff"]["best_images_per_s"],
+                                       load["plain"]["best_images_per_s"]),
+                "handoff_cpu": _ratio(load["plain_handoff"]["cpu_ms_per_1000"], load["plain"]["cpu_ms_per_1000"]),
                 "ra_cpu": _ratio(ra["encrypted"]["cpu_ms_per_1000"], ra["plain"]["cpu_ms_per_1000"]),
                 "ra_speed": _ratio(ra["encrypted"]["best_records_per_s"], ra["plain"]["best_records_per_s"]),
                 "write_cpu": _ratio(write["encrypted"]["cpu_ms_per_1000"], write["plain"]["cpu_ms_per_1000"]),
@@ -176,6 +201,12 @@ def table(results: dict) -> list[str]:
             f"{load['encrypted']['median_images_per_s']:,.0f} | {q['load_median']:.2f} | | |",
             f"| {name} | load CPU ms / 1000 images | {load['plain']['cpu_ms_per_1000']:,.0f} | "
             f"{load['encrypted']['cpu_ms_per_1000']:,.0f} | {q['load_cpu']:.2f} | | |",
+            f"| {name} | floor: plain through the hand-off, images/s (best) | "
+            f"{load['plain']['best_images_per_s']:,.0f} | {load['plain_handoff']['best_images_per_s']:,.0f} | "
+            f"{q['handoff_best']:.2f} | | |",
+            f"| {name} | floor: plain through the hand-off, CPU ms / 1000 images | "
+            f"{load['plain']['cpu_ms_per_1000']:,.0f} | {load['plain_handoff']['cpu_ms_per_1000']:,.0f} | "
+            f"{q['handoff_cpu']:.2f} | | |",
             f"| {name} | RandomAccess CPU ms / 1000 records | {ra['plain']['cpu_ms_per_1000']:,.0f} | "
             f"{ra['encrypted']['cpu_ms_per_1000']:,.0f} | {q['ra_cpu']:.2f} | <= {TARGETS['ra_cpu']} | "
             f"{_verdict(q['ra_cpu'], TARGETS['ra_cpu'], False)} |",
