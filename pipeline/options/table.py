@@ -109,7 +109,7 @@ class Option:
     setting: str = ""
     to_setting: Optional[Callable[[Any], Any]] = None
     parse: Optional[Callable[[str], Any]] = None     # its text -> the typed value (ValueError if bad)
-    text: Optional[Callable[[Any], str]] = None      # the typed default -> its text
+    text: Optional[Callable[[Any], Any]] = None      # the typed default -> its text (None: unset)
     recorded: bool = True
     content: bool = True
     not_in_template: str = ""           # why the option is no Flex Template parameter
@@ -278,7 +278,7 @@ class ConvertOptions:
                  note="On Dataflow a Cloud KMS key the workers' service account may use to encrypt "
                       "(roles/cloudkms.cryptoKeyEncrypter), or a key file in a restricted bucket."),
         metavar="KEY_URI", setting="conversion.encrypt_key_uri",
-        to_setting=lambda v: v or "", recorded=False))
+        to_setting=lambda v: v or "", text=lambda v: v or None, recorded=False))     # unset: None
     pixel_encoding: PixelEncoding = declare(Option(
         "pixel_encoding", "image_raw's bytes: raw pixels, or png (one PNG image a record, compressed "
         "and still randomly addressable; integers of 8 or 16 bits)", _SHARDS,

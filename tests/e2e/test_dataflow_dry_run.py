@@ -313,7 +313,7 @@ def test_flex_template_parameters_are_convert_options():
             assert param["isOptional"] is False, name
         regexes = [re.compile(r) for r in param.get("regexes", [])]
         values = [str(c) for c in action.choices] if action.choices else []
-        if action.default not in (None, (), [], ""):     # "": not given (--encrypt)
+        if action.default not in (None, (), []):
             values.append(str(action.default))
         values.append(SAMPLES.get(name, values[0] if values else ""))
         for value in values:

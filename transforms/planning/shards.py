@@ -180,7 +180,7 @@ def bucket_of_order(order: int, buckets: int = PLANNING_BUCKETS) -> int:
 # is decoded once, in front of the writer (entry_record). One bytes object rather than a tuple:
 # Beam's local runner holds every GroupByKey's values decoded, and a bytes object is its data
 # plus 33 bytes, where a tuple of two ints, a string and bytes took ~220 bytes more
-# (docs/SCALE.md, "Bytes per record").
+# (docs/SCALE.md, "Bytes per record, step by step").
 _ORDER_BYTES = 8
 
 
