@@ -43,6 +43,8 @@ KEYFILE = "keyfile:"
 GCP_KMS = "gcp-kms://"
 _KEK_TYPE = "dcm2tfrecord-kek"
 _WRAP_AAD = b"dcm2tfrecord data key v1"
+WRAPPED_SECRET_TYPE = "dcm2tfrecord-wrapped-secret"     # a wrapped --id_salt_file's "type"
+_SECRET_AAD = b"dcm2tfrecord wrapped secret v1"
 
 
 class EncryptionError(FormatError):
@@ -197,6 +199,56 @@ def kek(uri: str, **options) -> Kek:
     raise AssertionError(uri)    # pragma: no cover - check_uri said one takes it
 
 
+def wrap_secret(text: str, key, **options) -> str:
+    """``text`` (an identifier salt) sealed under the KEK ``key`` names, as the JSON text of a
+    ``--id_salt_file``: the envelope of the shards (a fresh data key wrapped by the KEK, the text
+    under AES-256-GCM with an associated data of its own, so a wrapped secret is never taken for
+    a record or a data key). The file names the key URI; it holds nothing readable without it."""
+    kek_ = kek(key, **options)
+    data_key = _aesgcm().generate_key(bit_length=256)
+    nonce = os.urandom(NONCE_BYTES)
+    sealed = nonce + _aesgcm()(data_key).encrypt(nonce, text.encode("utf-8"), _SECRET_AAD)
+    return json.dumps({"type": WRAPPED_SECRET_TYPE, "key_uri": kek_.uri,
+                       "wrapped_key": encode_wrapped(kek_.wrap(data_key)),
+                       "ciphertext": encode_wrapped(sealed)}, indent=2) + "\n"
+
+
+def is_wrapped_secret(text: str) -> bool:
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return False
+    try:
+        found = json.loads(stripped)
+    except ValueError:
+        return False
+    return isinstance(found, dict) and found.get("type") == WRAPPED_SECRET_TYPE
+
+
+def unwrap_secret(text: str, where: str, key=None, **options) -> str:
+    """The secret :func:`wrap_secret` sealed, unwrapped by ``key`` (default: the key URI the
+    text names). KeyUnavailable when the key cannot be had, DecryptionError when it is the wrong
+    key or the text was changed; each one line naming ``where``."""
+    from cryptography.exceptions import InvalidTag
+    try:
+        found = json.loads(text)
+        uri, wrapped, sealed = found["key_uri"], found["wrapped_key"], found["ciphertext"]
+    except (ValueError, KeyError, TypeError):
+        raise DecryptionError(f"{where}: not a wrapped secret (JSON with key_uri, wrapped_key, "
+                              "ciphertext)") from None
+    kek_ = kek(key if key is not None else uri, **options)
+    try:
+        data_key = kek_.unwrap(decode_wrapped(wrapped, where))
+    except DecryptionError as exc:
+        raise DecryptionError(f"{where}: {exc}") from None
+    sealed_bytes = decode_wrapped(sealed, where)
+    try:
+        plain = _aesgcm()(data_key).decrypt(sealed_bytes[:NONCE_BYTES], sealed_bytes[NONCE_BYTES:], _SECRET_AAD)
+    except InvalidTag:
+        raise DecryptionError(f"{where}: the wrapped secret fails authentication with key {kek_.uri}: "
+                              "the file was changed") from None
+    return plain.decode("utf-8")
+
+
 def new_key_file(path: str) -> None:
     """Writes a fresh KEK to local ``path`` (readable by its owner only); never over a file."""
     key = base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode("ascii")
@@ -260,12 +312,14 @@ class ShardCipher:
 
     def decrypt(self, data, index: int) -> bytes:
         from cryptography.exceptions import InvalidTag
-        data = bytes(data)
-        if len(data) < OVERHEAD:
-            raise DecryptionError(f"{self.shard}: record {index} is {len(data)} bytes, too short "
+        # slices of a view, not of bytes: a copy of a large record (a fresh allocation, its pages
+        # faulted in) cost ten times the decryption itself (benchmarks/bench_encryption.py)
+        view = memoryview(data).cast("B")
+        if len(view) < OVERHEAD:
+            raise DecryptionError(f"{self.shard}: record {index} is {len(view)} bytes, too short "
                                   f"to be encrypted ({OVERHEAD} at least)")
         try:
-            return self._aead.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], _aad(self.shard, index))
+            return self._aead.decrypt(view[:NONCE_BYTES], view[NONCE_BYTES:], _aad(self.shard, index))
         except InvalidTag:
             raise DecryptionError(f"{self.shard}: record {index} fails authentication with key "
                                   f"{self.key_uri}: the record was changed or moved") from None

@@ -23,6 +23,7 @@ commands:
   copy      copy a dataset to another folder or bucket, every byte checked, resumable
   keygen    write a fresh key-encryption key file, for convert --encrypt keyfile:PATH
   rekey     re-wrap an encrypted dataset's data keys under another key (rotation)
+  wrap-salt seal an identifier salt under a key-encryption key, for --id_salt_file
 
 run 'dcm2tfrecord COMMAND --help' for a command's options."""
 
@@ -34,7 +35,7 @@ COMMANDS = {"convert": ("convert", "main"), "demo": ("commands.demo", "main"), "
             "versions": ("commands.versions", "versions_main"), "rollback": ("commands.versions", "rollback_main"),
             "tag": ("commands.versions", "tag_main"), "prune": ("commands.versions", "prune_main"),
             "copy": ("commands.copy_dataset", "main"), "keygen": ("commands.keys", "keygen_main"),
-            "rekey": ("commands.keys", "rekey_main")}
+            "rekey": ("commands.keys", "rekey_main"), "wrap-salt": ("commands.keys", "wrap_salt_main")}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

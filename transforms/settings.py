@@ -200,8 +200,11 @@ def read_salt_file(uri: str) -> str:
     not a regular file (a FIFO, a device, a directory: never opened, so nothing blocks),
     missing, empty, not UTF-8, larger than MAX_SALT_BYTES, or without a visible character
     (only spaces, byte order marks, zero-width characters: a known constant, no secret).
-    Read through the format package's storage facade (Beam's FileSystems once installed:
-    transforms/beam_files.py), as the dataset is.
+    A file ``dcm2tfrecord wrap-salt`` wrote holds the salt sealed under a key-encryption key
+    (dataset/encryption.py ``wrap_secret``): it is unwrapped with the key URI it names, by
+    whoever reads it (each worker, as for ``--encrypt``); a key that cannot be had or does not
+    unwrap it is a SaltFileError too. Read through the format package's storage facade
+    (Beam's FileSystems once installed: transforms/beam_files.py), as the dataset is.
     """
     data = read_side_file(uri, "--id_salt_file", MAX_SALT_BYTES, SaltFileError,
                           "(e.g. a mounted secret) or a storage object")
@@ -213,6 +216,13 @@ def read_salt_file(uri: str) -> str:
     except UnicodeDecodeError:
         raise SaltFileError(f"--id_salt_file {uri} is not UTF-8 text: write the salt as text "
                             "(e.g. openssl rand -hex 32)") from None
+    text = text.removeprefix("\ufeff")
+    from dcm2tfrecord.dataset import encryption
+    if encryption.is_wrapped_secret(text):       # 'dcm2tfrecord wrap-salt': sealed under a KEK
+        try:
+            text = encryption.unwrap_secret(text.strip(), f"--id_salt_file {uri}")
+        except encryption.EncryptionError as exc:
+            raise SaltFileError(str(exc)) from None
     salt = text.removeprefix("\ufeff").strip()
     if not salt:
         raise SaltFileError(f"--id_salt_file {uri} is empty")

@@ -25,10 +25,23 @@ def job_not_run_here(options: PipelineOptions) -> str:
     return how
 
 
+def _job_environment(job, options: PipelineOptions) -> dict:
+    """The job's environment as Dataflow would receive it (camelCase names): a dry run stages
+    nothing, so Beam never fills the job's own; it is built here the way Beam builds it on
+    submission, without packages (the staged files are listed in the pipeline's environments)."""
+    import json
+    from apache_beam.runners.dataflow.internal import apiclient
+    version = getattr(apiclient, "_FNAPI_ENVIRONMENT_MAJOR_VERSION", "")
+    proto = apiclient.Environment(packages=[], options=options, environment_version=version,
+                                  proto_pipeline_staged_url="", proto_pipeline=job.proto_pipeline).proto
+    return json.loads(type(proto).to_json(proto))
+
+
 def report_job_not_run(result, options: PipelineOptions, how: str, quiet: bool) -> dict:
     """No dataset.json to read yet. A dry run writes the job it built to --dataflow_job_file
     (Beam itself writes that file only on submission): the portable pipeline Runner v2
-    executes, with its worker environment, and the pipeline options."""
+    executes, with its worker environment, the pipeline options, and the job's environment
+    (``environment``: the service account, ``serviceKmsKeyName`` from --dataflow_kms_key)."""
     import json
     from apache_beam.options.pipeline_options import DebugOptions, GoogleCloudOptions
     from google.protobuf import json_format
@@ -39,7 +52,8 @@ def report_job_not_run(result, options: PipelineOptions, how: str, quiet: bool) 
     if how == "dry_run" and job is not None and job_file:
         description = {"name": job.proto.name, "type": job.proto.type_.name,
                        "pipeline": json_format.MessageToDict(job.proto_pipeline),
-                       "options": options.get_all_options(drop_default=True)}
+                       "options": options.get_all_options(drop_default=True),
+                       "environment": _job_environment(job, options)}
         with FileSystems.create(job_file, mime_type="application/json") as handle:
             handle.write(json.dumps(description, indent=1, sort_keys=True, default=str).encode())
         summary["job_file"] = job_file

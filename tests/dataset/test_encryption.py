@@ -340,3 +340,50 @@ def test_torch_and_grain_loaders_read_encrypted_records_in_worker_processes(encr
     assert got == want
     grain_batches = list(reader.grain_loader(records, 3, seed=1))
     assert sorted(np.asarray(image).tobytes() for batch in grain_batches for image in batch["image"]) == want
+
+
+def test_a_salt_wrapped_by_the_key_keys_the_ids_as_the_plain_salt(encrypted, tmp_path):
+    """dcm2tfrecord wrap-salt: the salt file sealed under the KEK; --id_salt_file of it gives the
+    ids of the plain salt, and neither the salt nor any readable form of it is in the file."""
+    from dcm2tfrecord.transforms.settings import SaltFileError, read_salt_file
+    from tests.support import TEST_SALT
+    root, uri = encrypted
+    plain = tmp_path / "salt.txt"
+    plain.write_text(TEST_SALT + "\n")
+    wrapped = tmp_path / "salt.wrapped"
+    status, out, err = _cli("wrap-salt", str(plain), str(wrapped), "--key", uri)
+    assert status == 0 and "--id_salt_file" in out, err
+    assert oct(wrapped.stat().st_mode & 0o777) == "0o600"
+    text = wrapped.read_text()
+    assert TEST_SALT not in text and json.loads(text)["key_uri"] == uri
+    assert _cli("wrap-salt", str(plain), str(wrapped), "--key", uri)[0] == 2      # never over a file
+    assert read_salt_file(str(wrapped)) == TEST_SALT
+    # the ids of a conversion with the wrapped salt are those of the plain salt's
+    archive = root / "archive"
+    run_convert(archive, tmp_path / "wrapped_out", id_salt="", id_salt_file=str(wrapped))
+    run_convert(archive, tmp_path / "plain_out", id_salt="", id_salt_file=str(plain))
+    shards = [{p.name: p.read_bytes() for p in (tmp_path / name).glob("*.tfrecord")}
+              for name in ("wrapped_out", "plain_out")]
+    assert shards[0] == shards[1] and shards[0]       # the record ids are in the shards
+    run_convert(archive, tmp_path / "other_out", id_salt="another salt")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "other_out").glob("*.tfrecord")} != shards[0]
+    # another key, a changed file, an unreadable key: one line each
+    other = tmp_path / "other.kek"
+    encryption.new_key_file(str(other))
+    with pytest.raises(SaltFileError, match="does not unwrap"):
+        encryption_text = text.replace(uri, f"keyfile:{other}")
+        (tmp_path / "other.wrapped").write_text(encryption_text)
+        read_salt_file(str(tmp_path / "other.wrapped"))
+    sealed = json.loads(text)
+    body = bytearray(encryption.decode_wrapped(sealed["ciphertext"], "t"))
+    body[-1] ^= 1
+    sealed["ciphertext"] = encryption.encode_wrapped(bytes(body))
+    (tmp_path / "changed.wrapped").write_text(json.dumps(sealed))
+    with pytest.raises(SaltFileError, match="fails authentication"):
+        read_salt_file(str(tmp_path / "changed.wrapped"))
+    (tmp_path / "gone.wrapped").write_text(text.replace(uri, f"keyfile:{tmp_path / 'missing.kek'}"))
+    with pytest.raises(SaltFileError) as info:
+        read_salt_file(str(tmp_path / "gone.wrapped"))
+    assert "\n" not in str(info.value)
+    status, _, err = _cli("wrap-salt", str(plain), str(tmp_path / "x"), "--key", f"keyfile:{tmp_path / 'missing.kek'}")
+    assert status == 1 and err.count("\n") == 1 and not (tmp_path / "x").exists()

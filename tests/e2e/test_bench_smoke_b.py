@@ -257,3 +257,29 @@ def test_bench_bricks(tmp_path):
     assert set(result["codecs"]) == codecs, result["codecs"]
     assert all(row["bytes"] > 0 and row["decode_mb_s"] > 0 for row in result["codecs"].values()), result
     assert len(table_rows(proc.stdout, "zstd")) == 1, proc.stdout
+
+
+def test_bench_encryption(tmp_path):
+    out = tmp_path / "encryption.json"
+    proc = run_smoke("bench_encryption", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert set(result["datasets"]) == {"224x224x3 uint8", "512x512 int16 CT"}, result
+    assert [d["records"] for d in result["datasets"].values()] == [40, 8], result
+    for name, data in result["datasets"].items():
+        for part in ("write", "ra"):
+            assert set(data[part]) == {"plain", "encrypted"}, (name, part, data[part])
+        assert set(data["load"]) == {"plain", "encrypted", "plain_handoff"}, data["load"]
+        assert all(data["load"][k]["best_images_per_s"] > 0 for k in ("plain", "encrypted")), data["load"]
+        assert all(data["ra"][k]["best_records_per_s"] > 0 for k in ("plain", "encrypted")), data["ra"]
+        assert all(data["write"][k]["cpu_ms_per_1000"] > 0 for k in ("plain", "encrypted")), data["write"]
+        assert data["aes_us_per_record"] > 0 and data["record_bytes"] > 0, data
+        assert set(data["ratios"]) >= {"load_best", "ra_cpu", "write_cpu"}, data["ratios"]
+    # the table: every measure of both datasets, the three targets with a verdict each
+    for name in result["datasets"]:
+        rows = table_rows(proc.stdout, name)
+        assert len(rows) == 10, proc.stdout
+        verdicts = [cells[6] for cells in rows if cells[5]]
+        assert len(verdicts) == 3 and set(verdicts) <= {"met", "NOT met", "n/a"}, rows
+        assert positive(rows[0][2]) and positive(rows[0][3]), rows[0]
+    # the key-encryption key the run made is gone with it
+    assert not [f for f in os.listdir(os.environ["DCM2TFRECORD_BENCH_CACHE"]) if ".kek." in f]

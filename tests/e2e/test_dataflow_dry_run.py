@@ -28,6 +28,8 @@ from tests.support.runners import _byte_strings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "run_dataflow.sh")
+# a customer-managed key for the job's state (Beam's --dataflow_kms_key): passed through
+KMS_KEY = "projects/fake-project/locations/europe-west4/keyRings/ring/cryptoKeys/job-state"
 REQUIRED = ("PROJECT", "REGION", "INPUT", "OUTPUT", "TEMP_LOCATION")
 
 EXPECTED_STEPS = ("MatchInputs", "ProbeHeaders", "AttachLabels", "AssignSplits", "ReuseShards",
@@ -85,7 +87,7 @@ def dry_run(gcs_emulator, tmp_path_factory):
                    "--temp_location", gcs_emulator.url("df/tmp"), "--dry_run",
                    "--labels", labels, "--splits=train=0.8,validation=0.2", "--incremental",
                    "--max_num_workers=7", f"--dataflow_job_file={job_file}", "--id_salt_file", salt_file,
-                   "--unit", "series",
+                   "--unit", "series", f"--dataflow_kms_key={KMS_KEY}",
                    env=_env(TMPDIR=str(work / "tmp")))
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(job_file) as handle:
@@ -163,6 +165,15 @@ def test_worker_settings_and_defaults(dry_run):
     assert options["machine_type"] == "n2-highmem-4" and options["disk_size_gb"] == 50
     assert options["max_num_workers"] == 7      # a flag overrides the default
     assert "id_salt" not in options             # convert's own options are not Beam options
+
+
+def test_customer_managed_key_reaches_the_job(dry_run):
+    """--dataflow_kms_key: the job's state (shuffle, Persistent Disks, temp files Dataflow
+    writes) is encrypted with the user's Cloud KMS key: the option reaches the job the runner
+    builds (environment.serviceKmsKeyName), not only the option list."""
+    job = dry_run[0]
+    assert job["options"]["dataflow_kms_key"] == KMS_KEY
+    assert job["environment"]["serviceKmsKeyName"] == KMS_KEY, job["environment"]
 
 
 def test_worker_sdk_matches_installed_beam_and_gets_the_sdist(dry_run):
