@@ -43,7 +43,7 @@ _LEN = 2  # wire type "length-delimited"
 _SMALL = [bytes([i]) for i in range(0x80)]   # one-byte varints
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
     """Base-128 varint; negative int64 as its 64-bit two's complement."""
     if 0 <= value < 0x80:
         return _SMALL[value]
@@ -61,7 +61,7 @@ def _varint(value: int) -> bytes:
 
 
 def _field(number: int, payload_len: int) -> bytes:
-    return _SMALL[(number << 3) | _LEN] + _varint(payload_len)
+    return _SMALL[(number << 3) | _LEN] + varint(payload_len)
 
 
 _KEY_PREFIXES: dict = {}
@@ -95,7 +95,7 @@ def _bytes_list(values: Sequence) -> list:
 def _int64_list(values: Sequence[int]) -> list:
     if len(values) == 0:
         return []
-    packed = b"".join([_varint(int(v)) for v in values])
+    packed = b"".join([varint(int(v)) for v in values])
     return [_field(1, len(packed)), packed]
 
 
@@ -156,8 +156,8 @@ def _feature_parts(kind: str, values: Sequence) -> tuple[list, int]:
         if isinstance(value, str):
             value = value.encode("utf-8")
         size = _size(value)
-        inner_head = b"\x0a" + _varint(size)          # BytesList.value, field 1
-        head = b"\x0a" + _varint(len(inner_head) + size) + inner_head   # Feature.bytes_list, field 1
+        inner_head = b"\x0a" + varint(size)          # BytesList.value, field 1
+        head = b"\x0a" + varint(len(inner_head) + size) + inner_head   # Feature.bytes_list, field 1
         return [head, value], len(head) + size
     feature = _feature(kind, values)
     return feature, _parts_len(feature)
@@ -183,9 +183,9 @@ def encode_example_parts(features: Mapping[str, FeatureValue]) -> list:
         kind, values = _kind_and_values(features[key])
         feature, feature_len = _feature_parts(kind, values)
         prefix = _key_prefix(key)
-        value_field = b"\x12" + _varint(feature_len)      # map entry value, field 2
+        value_field = b"\x12" + varint(feature_len)      # map entry value, field 2
         entry_len = len(prefix) + len(value_field) + feature_len
-        head = b"\x0a" + _varint(entry_len) + prefix + value_field   # Features.feature, field 1
+        head = b"\x0a" + varint(entry_len) + prefix + value_field   # Features.feature, field 1
         if feature_len <= 256:
             map_parts.append(head + b"".join(feature))
         else:
@@ -194,7 +194,7 @@ def encode_example_parts(features: Mapping[str, FeatureValue]) -> list:
         total += len(head) + feature_len
     if not map_parts:
         return []
-    return [b"\x0a" + _varint(total)] + map_parts   # Example.features, field 1
+    return [b"\x0a" + varint(total)] + map_parts   # Example.features, field 1
 
 
 # ---------------------------------------------------------------- decoding

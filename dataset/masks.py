@@ -64,3 +64,15 @@ def class_voxels(mask: np.ndarray, klass: int) -> np.ndarray:
     if mask.shape[-1] == 1:
         return mask[..., 0] == klass
     return mask[..., klass - 1] != 0
+
+
+def box(selected: np.ndarray) -> list[int]:
+    """The half-open ``[k0, k1, j0, j1, i0, i1]`` of the true voxels of a ``[d, h, w]`` array; zeros
+    when none is."""
+    out: list[int] = []
+    for axis in range(3):
+        hits = np.flatnonzero(selected.any(axis=tuple(a for a in range(3) if a != axis)))
+        if not hits.size:
+            return [0] * 6
+        out += [int(hits[0]), int(hits[-1]) + 1]
+    return out

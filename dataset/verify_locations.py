@@ -18,7 +18,7 @@ import numpy as np
 
 from dcm2tfrecord.dataset.features import (CLASS_BOX, CLASS_LOCATION_COUNTS, CLASS_LOCATIONS, CLASS_VOXELS,
                                            MASK_CHANNELS, MASK_DTYPE, MASK_RAW)
-from dcm2tfrecord.dataset.masks import class_voxels
+from dcm2tfrecord.dataset.masks import box, class_voxels
 
 
 def _fix(limit: int) -> str:
@@ -29,15 +29,6 @@ def _ints(features: dict, name: str):
     kind, values = features.get(name, (None, []))
     return np.asarray(list(values), dtype=np.int64) if kind == "int64" else None
 
-
-def _box(selected: np.ndarray) -> list[int]:
-    out: list[int] = []
-    for axis in range(3):
-        hits = np.flatnonzero(selected.any(axis=tuple(a for a in range(3) if a != axis)))
-        if not hits.size:
-            return [0] * 6
-        out += [int(hits[0]), int(hits[-1]) + 1]
-    return out
 
 
 def check_locations(features: dict, dims: list, classes: int, limit: int) -> list[str]:
@@ -70,9 +61,10 @@ def check_locations(features: dict, dims: list, classes: int, limit: int) -> lis
         count = int(selected.sum())
         if int(voxels[c]) != count:
             return [f"classes/voxels says class {klass} has {int(voxels[c])} voxels, the mask has {count}; {fix}"]
-        box = _box(selected)
-        if boxes[6 * c:6 * c + 6].tolist() != box:
-            return [f"classes/box of class {klass} is {boxes[6 * c:6 * c + 6].tolist()}, the mask's is {box}; {fix}"]
+        expected = box(selected)
+        if boxes[6 * c:6 * c + 6].tolist() != expected:
+            return [f"classes/box of class {klass} is {boxes[6 * c:6 * c + 6].tolist()}, the mask's is {expected}; "
+                    f"{fix}"]
         if int(counts[c]) != min(limit, count):
             return [f"classes/location_counts says class {klass} has {int(counts[c])} locations: --class_locations "
                     f"{limit} keeps min({limit}, {count} voxels) = {min(limit, count)}; {fix}"]
@@ -83,7 +75,7 @@ def check_locations(features: dict, dims: list, classes: int, limit: int) -> lis
         if not inside.all():
             bad = own[np.flatnonzero(~inside)[0]].tolist()
             return [f"classes/locations of class {klass}: {bad} lies outside the image {list(dims[:3])}; {fix}"]
-        lo, hi = np.asarray(box[0::2]), np.asarray(box[1::2])
+        lo, hi = np.asarray(expected[0::2]), np.asarray(expected[1::2])
         in_box = ((own >= lo) & (own < hi)).all(axis=1)
         on_class = selected[own[:, 0], own[:, 1], own[:, 2]]
         if not (in_box & on_class).all():

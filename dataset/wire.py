@@ -18,6 +18,7 @@ import dataclasses
 from typing import Callable, Collection
 
 from dcm2tfrecord.dataset.errors import CorruptDataError
+from dcm2tfrecord.dataset.example import varint
 
 WINDOW = 4096          # bytes a read asks for beyond what is needed, to cover the next entries
 
@@ -65,18 +66,6 @@ def varint_size(value: int) -> int:
         value >>= 7
         size += 1
     return size
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        bits = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(bits | 0x80)
-        else:
-            out.append(bits)
-            return bytes(out)
 
 
 class _Window:

@@ -15,7 +15,7 @@ import hashlib
 import numpy as np
 
 from dcm2tfrecord.dataset.features import CLASS_BOX, CLASS_LOCATION_COUNTS, CLASS_LOCATIONS, CLASS_VOXELS
-from dcm2tfrecord.dataset.masks import class_voxels
+from dcm2tfrecord.dataset.masks import box, class_voxels
 
 
 def class_seed(record_id: str, klass: int) -> int:
@@ -23,17 +23,6 @@ def class_seed(record_id: str, klass: int) -> int:
     digest = hashlib.sha256(f"{record_id}\x00class_locations\x00{int(klass)}".encode()).digest()
     return int.from_bytes(digest[:16], "little")
 
-
-def box(selected: np.ndarray) -> list[int]:
-    """The half-open ``[k0, k1, j0, j1, i0, i1]`` of the true voxels of a ``[d, h, w]`` array; zeros
-    when none is."""
-    out: list[int] = []
-    for axis in range(3):
-        hits = np.flatnonzero(selected.any(axis=tuple(a for a in range(3) if a != axis)))
-        if not hits.size:
-            return [0] * 6
-        out += [int(hits[0]), int(hits[-1]) + 1]
-    return out
 
 
 def class_locations(mask: np.ndarray, record_id: str, limit: int, class_count: int) -> dict:
