@@ -230,13 +230,5 @@ def info_via_storage(dataset_dir: str, version=None) -> DatasetInfo:
     as it reads the shards (a client that honours ``STORAGE_EMULATOR_HOST``, as RandomAccess)."""
     from dcm2tfrecord.reader import storage
 
-    def read_latest(root: str) -> Optional[str]:
-        path = names.join(root, names.LATEST_NAME)
-        return names.parse_version(storage.read_text(path)) if storage.exists(path) else None
-
-    dataset_dir = locate_dataset(dataset_dir, version, storage.exists, read_latest, read_text=storage.read_text)
-    path = names.join(dataset_dir, names.MANIFEST_NAME)
-    if not storage.exists(path):
-        raise missing_manifest(path, dataset_dir)
-    data = parse_json(storage.read_bytes(path), path)
+    data, path, dataset_dir = storage.read_dataset_json(dataset_dir, version)
     return DatasetInfo(data, dataset_dir, Manifest.from_json(data, path))

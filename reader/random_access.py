@@ -35,9 +35,8 @@ from dcm2tfrecord.dataset import bricks, names, png, wire
 from dcm2tfrecord.dataset.example import decode_example
 from dcm2tfrecord.dataset.features import (DTYPE, ENCODING_PNG, IMAGE_BRICK_SIZES, IMAGE_BRICKS, IMAGE_RAW, LABEL,
                                            MASK_BRICK_SIZES, MASK_BRICKS, MASK_CHANNELS, MASK_DTYPE, MASK_RAW)
-from dcm2tfrecord.dataset.manifest import Manifest, missing_manifest, parse_manifest
+from dcm2tfrecord.dataset.manifest import Manifest
 from dcm2tfrecord.dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, scan_index, unframe
-from dcm2tfrecord.dataset.versions import locate_dataset
 from dcm2tfrecord.reader import shard_cache, splits, storage
 from dcm2tfrecord.reader.layout import DEFAULT_LABEL, MISSING, RAW, REQUIRED, SHAPE_FEATURES, Layout, split_layout
 
@@ -58,15 +57,8 @@ class _Chunked:
 
 
 def _read_manifest(dataset_dir: str, version) -> tuple[Manifest, str]:
-    def read_latest(root: str) -> Optional[str]:
-        path = names.join(root, names.LATEST_NAME)
-        return names.parse_version(storage.read_text(path)) if storage.exists(path) else None
-
-    directory = locate_dataset(dataset_dir, version, storage.exists, read_latest, read_text=storage.read_text)
-    path = names.join(directory, names.MANIFEST_NAME)
-    if not storage.exists(path):
-        raise missing_manifest(path, directory)
-    return parse_manifest(storage.read_bytes(path), path), directory
+    data, path, directory = storage.read_dataset_json(dataset_dir, version)
+    return Manifest.from_json(data, path), directory
 
 
 class _Feature:

@@ -113,3 +113,22 @@ class RangeReader:
             self.close()
         except Exception:
             pass
+
+
+def read_dataset_json(dataset_dir: str, version=None) -> tuple[Any, str, str]:
+    """dataset.json of ``dataset_dir`` (of ``version``, for a root written with ``--incremental``),
+    read through this module: ``(its parsed JSON, its path, the directory holding it)``; what
+    ``RandomAccess`` and ``load(..., local_cache=...)`` locate a dataset with."""
+    from dcm2tfrecord.dataset import names
+    from dcm2tfrecord.dataset.manifest import missing_manifest, parse_json
+    from dcm2tfrecord.dataset.versions import locate_dataset
+
+    def read_latest(root: str):
+        path = names.join(root, names.LATEST_NAME)
+        return names.parse_version(read_text(path)) if exists(path) else None
+
+    directory = locate_dataset(dataset_dir, version, exists, read_latest, read_text=read_text)
+    path = names.join(directory, names.MANIFEST_NAME)
+    if not exists(path):
+        raise missing_manifest(path, directory)
+    return parse_json(read_bytes(path), path), path, directory
