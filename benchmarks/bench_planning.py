@@ -65,6 +65,8 @@ from apache_beam.metrics.metric import MetricsFilter                      # noqa
 from apache_beam.options.pipeline_options import PipelineOptions          # noqa: E402
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner     # noqa: E402
 
+from dcm2tfrecord.pipeline.launch.fork_server import local_runner                   # noqa: E402
+
 from dcm2tfrecord.transforms.counters import NAMESPACE                               # noqa: E402
 from dcm2tfrecord.transforms.planning.shards import (PLANNING_BUCKETS, entry_planned_bytes,  # noqa: E402
                                                      entry_record, for_planning, planning_entry)
@@ -283,16 +285,22 @@ def per_record_bytes(sample: int = 2000) -> dict:
 # ---------------------------------------------------------------- pipeline
 
 
+# --runner: the FnApiRunner a local conversion runs on (pipeline.launch.fork_server.local_runner:
+# freed memory handed back between stages, pipeline.launch.heap), or Beam's own, the baseline
+RUNNERS = ("local", "stock")
+
+
 def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: str,
-        measure: bool = True) -> dict:
+        measure: bool = True, runner: str = "local") -> dict:
     """measure=False: PlanShards plus per-plan counts only (no bucket branch, no
     in-step metric, no re-encoding of plans), to time planning without the
-    benchmark's own instrumentation."""
+    benchmark's own instrumentation. ``runner``: one of RUNNERS."""
     plans_path = os.path.join(workdir, "plans.json")
     buckets_path = os.path.join(workdir, "buckets.json")
     layouts_path = os.path.join(workdir, "layouts.json")
     options = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
-    pipeline = beam.Pipeline(runner=FnApiRunner(), options=options)
+    pipeline = beam.Pipeline(runner=local_runner(None) if runner == "local" else FnApiRunner(),
+                             options=options)
     records = (pipeline
                | "ChunkStarts" >> beam.Create(list(range(0, num_records, chunk)))
                | "MakeRecords" >> beam.FlatMap(make_chunk, chunk, num_records))
@@ -358,6 +366,7 @@ def run(num_records: int, chunk: int, bounds: ShardBounds, seed: int, workdir: s
                                       {"groups": dist.count, "records": dist.sum,
                                        "min": dist.min, "max": dist.max}),
         "measured": measure,
+        "runner": runner,
         "reshuffle_bytes_per_record": plan_bytes / max(planned_records, 1),
         "reshuffle_total_mb": plan_bytes / MB,
         "max_plan_encoded_mb": max(row[5] for row in plan_rows) / MB,
@@ -470,9 +479,11 @@ def scale_runs(counts: list[int], extra: list[str], target: int = 20_000_000,
             "budget_gb": budget_gb, "within_budget": at_target / 1024 <= budget_gb}
 
 
-def print_scale(result: dict) -> None:
+def print_scale(result: dict, runner: str = "local") -> None:
     print()
-    print("Local runner (FnApiRunner in-process), one process per record count")
+    which = ("the local conversion's FnApiRunner (freed memory handed back between stages)"
+             if runner == "local" else "Beam's own FnApiRunner, the baseline")
+    print(f"Local runner: {which}, in-process, one process per record count")
     header = f"{'records':>10} {'wall s':>8} {'cpu s':>7} {'peak RSS MB':>11} {'RSS B/record':>12} {'shards':>7}"
     print(header)
     print("-" * len(header))
@@ -484,6 +495,14 @@ def print_scale(result: dict) -> None:
     print(f"  {result['target_records']:,} records: peak RSS ~{result['target_rss_gb']:.1f} GB "
           f"({'within' if result['within_budget'] else 'beyond'} {result['budget_gb']:.0f} GB), "
           f"~{result['target_cpu_s']:,.0f} s CPU")
+
+
+def print_scale_ratio(results: dict) -> None:
+    local, stock = results["local"], results["stock"]
+    print(f"\nlocal / stock: {local['rss_bytes_per_record'] / max(stock['rss_bytes_per_record'], 1):.2f} of the "
+          f"bytes held per record ({local['rss_bytes_per_record']:,.0f} against {stock['rss_bytes_per_record']:,.0f} B), "
+          f"peak RSS at {local['rows'][-1]['records']:,} records "
+          f"{local['rows'][-1]['peak_rss_mb'] / max(stock['rows'][-1]['peak_rss_mb'], 1):.2f}")
 
 
 def main(argv=None) -> int:
@@ -506,6 +525,9 @@ def main(argv=None) -> int:
                              "process of its own; fits peak RSS and CPU against N and "
                              "extrapolates them to --scale-target records")
     parser.add_argument("--scale-target", type=int, default=20_000_000)
+    parser.add_argument("--runner", choices=RUNNERS, default="local",
+                        help="local: the FnApiRunner of a local conversion (the default); stock: Beam's own "
+                             "FnApiRunner, the baseline (with --scale: both, one after the other)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes, seconds: what tests/e2e/test_bench_smoke_b.py runs (2,000 records "
@@ -517,18 +539,22 @@ def main(argv=None) -> int:
     if args.scale:
         extra = ["--chunk", str(args.chunk), "--target-mb", str(args.target_mb), "--min-mb",
                  str(args.min_mb), "--max-mb", str(args.max_mb), "--seed", str(args.seed)]
-        result = scale_runs(args.scale, extra + (["--plain"] if args.plain else []), args.scale_target)
-        print_scale(result)
+        extra += ["--plain"] if args.plain else []
+        results = {}
+        for runner in RUNNERS:
+            results[runner] = scale_runs(args.scale, extra + ["--runner", runner], args.scale_target)
+            print_scale(results[runner], runner)
+        print_scale_ratio(results)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"scale": result}, f, indent=2)
+                json.dump({"scale": results}, f, indent=2)
         return 0
     per_record = per_record_bytes(200 if args.smoke else 2000)
     rows = []
     for n in args.records:
         with tempfile.TemporaryDirectory(prefix="bench_planning_") as workdir:
             print(f"planning {n:,} records ...", flush=True)
-            rows.append(run(n, args.chunk, bounds, args.seed, workdir, not args.plain))
+            rows.append(run(n, args.chunk, bounds, args.seed, workdir, not args.plain, args.runner))
             r = rows[-1]
             print(f"  done in {r['wall_s']:.1f} s, {r['num_shards']} shards, "
                   f"peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)

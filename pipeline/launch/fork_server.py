@@ -40,6 +40,7 @@ import threading
 import traceback
 from typing import Iterator, Optional
 
+from dcm2tfrecord.pipeline.launch.heap import release_free_memory
 from dcm2tfrecord.pipeline.launch.peer_checks import (SALT_ENV, SERVER_GONE, SOCKET_NAME, client_allowed,
                                                       client_source, folder_id, open_folder, socket_folder,
                                                       through)
@@ -339,5 +340,10 @@ def local_runner(server: Optional[ForkServer]):
                         environment.payload = f"exec env -u {SALT_ENV} {STOCK_COMMAND}".encode()
             with WorkersWatch(server) as watch:
                 return watch.run(lambda: super(LocalRunner, self).run_via_runner_api(pipeline_proto, options))
+
+        def _execute_bundle(self, *args, **kwargs):
+            # what earlier stages freed goes back to the system before this one's peak (.heap)
+            release_free_memory()
+            return super()._execute_bundle(*args, **kwargs)
 
     return LocalRunner()
