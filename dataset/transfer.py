@@ -8,13 +8,18 @@ relative paths (``versions/NNNN/...``), so every ``dataset.json`` is copied byte
 reads the same at the destination. Never copied: what a run leaves beside its dataset while it
 runs (``.lock``, ``.incomplete/``, ``.progress/``, ``plan.json``, ``run_failed.json``).
 
-How it is checked: each file streams from the source into a temp file under the destination's
-``.incomplete/`` while its sha256 is computed; a shard's digest must equal the manifest's (else
-the source is damaged: the copy stops, naming the shard); the temp file is read back at the
-destination and must hash the same, then is renamed to its name. So a file under its final name
-at the destination is whole and equal to the source. To an object store (``gs://``) a file is
-written straight to its name (an object appears only whole; a rename there is a server-side
-copy) and read back there; one that reads back wrong is deleted.
+How it is checked, once, where it lands (docs/CONVERTING.md "Copying a dataset"): locally each
+file goes into a temp file under the destination's ``.incomplete/`` (by the kernel,
+``copy_file_range``, where the source is local too; else streamed, its CRC-32C computed) and is
+read back once: a shard's sha256 must equal the manifest's, another file's CRC-32C and size the
+source's; then it is renamed to its name. To an object store a file is written straight to its
+name (an object appears only whole; a rename there is a server-side copy) while its sha256
+(shards: against the manifest) and CRC-32C are computed, and the CRC-32C the store computed of
+the object (``FileSystems.stored_crc32c``: GCS's metadata, no byte read back) must equal the
+streamed one; a store keeping none has the object read back instead. A shard that does not
+match the manifest is hashed once more at the source, to tell a damaged source (the copy stops,
+naming the shard) from a damaged write. What fails is removed (a temp file) or deleted (an
+object). So a file under its final name at the destination is whole and equal to the source.
 
 Resuming: the first thing written is ``.dcm2tfrecord-copy.json`` naming the source's manifest
 (its sha256). A copy started again into a destination holding that marker keeps every file
