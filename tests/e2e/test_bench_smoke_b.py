@@ -268,7 +268,7 @@ def test_bench_encryption(tmp_path):
     for name, data in result["datasets"].items():
         for part in ("write", "ra"):
             assert set(data[part]) == {"plain", "encrypted"}, (name, part, data[part])
-        assert set(data["load"]) == {"plain", "encrypted", "plain_handoff"}, data["load"]
+        assert set(data["load"]) == {"plain", "encrypted", "encrypted_per_record", "plain_handoff"}, data["load"]
         assert all(data["load"][k]["best_images_per_s"] > 0 for k in ("plain", "encrypted")), data["load"]
         assert all(data["ra"][k]["best_records_per_s"] > 0 for k in ("plain", "encrypted")), data["ra"]
         assert all(data["write"][k]["cpu_ms_per_1000"] > 0 for k in ("plain", "encrypted")), data["write"]
@@ -277,7 +277,7 @@ def test_bench_encryption(tmp_path):
     # the table: every measure of both datasets, the three targets with a verdict each
     for name in result["datasets"]:
         rows = table_rows(proc.stdout, name)
-        assert len(rows) == 10, proc.stdout
+        assert len(rows) == 12, proc.stdout
         verdicts = [cells[6] for cells in rows if cells[5]]
         assert len(verdicts) == 3 and set(verdicts) <= {"met", "NOT met", "n/a"}, rows
         assert positive(rows[0][2]) and positive(rows[0][3]), rows[0]
