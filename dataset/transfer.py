@@ -248,12 +248,12 @@ def _copy_one(source: str, destination: str, dst_root: str, expected: Optional[s
             raise
         return size
     with incomplete_file(destination, dst_root) as tmp:
-        size = _kernel_copy(source, tmp, dst_root)
-        crc: Optional[int] = None
-        if size is None:
-            crc, size = _stream(source, tmp, dst_root, expected, sha256=False)
-        _check_local(source, tmp, expected, crc, size)
-    return size
+        copied = _kernel_copy(source, tmp, dst_root)
+        streamed: Optional[int] = None          # the CRC-32C of what was streamed, if it was
+        if copied is None:
+            streamed, copied = _stream(source, tmp, dst_root, expected, sha256=False)
+        _check_local(source, tmp, expected, streamed, copied)
+    return copied
 
 
 def _check_destination(dst_root: str, manifest_at_dst: str, manifest_bytes: bytes, marker: dict) -> bool:

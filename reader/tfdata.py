@@ -20,6 +20,7 @@ deterministic parallel interleave -> seeded shuffle per window of records
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import threading
@@ -337,6 +338,10 @@ def _batch_and_parse(records: tf.data.Dataset, manifest: DatasetInfo, layout: An
 BATCH_DECRYPTION = True
 
 
+def _slice(view: memoryview, at: int, size: int) -> bytes:
+    return view[at:at + size]           # type: ignore[return-value]  # walk_example reads any buffer
+
+
 class _Decryptor:
     """An encrypted dataset's records decrypted: ``decrypt(path, index, data)`` (NumPy values:
     a shard's path, a record's index in it, its stored bytes) -> the serialized Example; with
@@ -345,7 +350,8 @@ class _Decryptor:
 
     def __init__(self, keys, files: dict, indexes: dict, layout: Any = None):
         self.keys, self.files, self.indexes = keys, files, indexes
-        self._local, self._offsets, self._lock = threading.local(), {}, threading.Lock()
+        self._local, self._lock = threading.local(), threading.Lock()
+        self._offsets: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.batched = layout is not None
         if self.batched:
             self.dtype = np.dtype(layout.stored_dtypes[0]).newbyteorder("<")
@@ -404,15 +410,16 @@ class _Decryptor:
                     fd = fds[name] = os.open(name, os.O_RDONLY)
                 offsets, sizes = self._index(name, fd)
                 size = int(sizes[index])
-                framed = np.frombuffer(self._buffer("framed", size), np.uint8, size)
-                if os.preadv(fd, [framed], int(offsets[index])) != size:
+                framed_buffer = self._buffer("framed", size)
+                if os.preadv(fd, [memoryview(framed_buffer)[:size]], int(offsets[index])) != size:
                     raise CorruptRecordError(f"{shard}: record {index} is truncated (the shard ends "
                                              f"before the {size} bytes its .idx gives)")
-                data = unframe(framed, shard, index)
+                framed = np.frombuffer(framed_buffer, np.uint8, size)    # an array: unframe slices it in place
+                data = unframe(framed, shard, index)      # type: ignore[arg-type]
                 plain_buffer = self._buffer("plain", size)
                 length = self.keys.cipher(shard).decrypt_into(data, index, plain_buffer)
                 plain = memoryview(plain_buffer)[:length]
-                walk = wire.walk_example(lambda at, n: plain[at:at + n], length, skip=(IMAGE_RAW,))
+                walk = wire.walk_example(functools.partial(_slice, plain), length, skip=(IMAGE_RAW,))
                 span = walk.spans.get(IMAGE_RAW)
                 if span is None or plain[span.offset] != 0x0A:
                     raise wire.WireError(f"{shard}: record {index} holds no {IMAGE_RAW} of one value")
@@ -548,7 +555,7 @@ def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0
     seeks past the data: the skipped records are neither read nor checked.
     """
     batched = getattr(decrypt, "batched", False)        # record indices: the decryptor reads them
-    records = decrypt.records(path) if batched else tf.data.TFRecordDataset(
+    records = decrypt.records(path) if batched else tf.data.TFRecordDataset(  # type: ignore[union-attr]
         path, compression_type=compression, buffer_size=read_buffer)
     step = plan.pipelines if plan.mode == BY_RECORD else 1
     first: Any = 0

@@ -96,13 +96,18 @@ def test_both_hand_offs_read_what_the_plain_dataset_holds(encrypted, monkeypatch
                     np.testing.assert_array_equal(x, y)
 
 
-def test_a_flipped_bit_fails_load_naming_shard_and_record(encrypted, tmp_path):
-    root, _ = encrypted
+def _flipped_copy(root, tmp_path):
+    """A copy of the encrypted dataset whose first train shard has a bit flipped in record 0."""
     import shutil
     copy = tmp_path / "copy"
     shutil.copytree(root / "enc", copy)
     shard = sorted(copy.glob("train-*.tfrecord"))[0]
     _flip(shard, 100)
+    return copy, shard
+
+
+def test_a_flipped_bit_fails_load_naming_shard_and_record(encrypted, tmp_path):
+    copy, shard = _flipped_copy(encrypted[0], tmp_path)
     with pytest.raises(Exception, match=rf"{shard.name}: record 0: data checksum mismatch"):
         list(reader.as_numpy(reader.load(str(copy), "train", 2, shuffle=False)))
 
@@ -166,10 +171,7 @@ def test_a_changed_record_fails_authentication_naming_shard_record_and_key(encry
 def test_a_flipped_bit_or_truncated_shard_is_a_crc_error_before_any_decryption(encrypted, tmp_path):
     root, _ = encrypted
     import shutil
-    copy = tmp_path / "copy"
-    shutil.copytree(root / "enc", copy)
-    shard = sorted(copy.glob("train-*.tfrecord"))[0]
-    _flip(shard, 100)
+    copy, shard = _flipped_copy(root, tmp_path)
     with pytest.raises(reader.CorruptRecordError, match=rf"{shard.name}: record 0: data checksum mismatch"):
         reader.RandomAccess(str(copy), "train")[0]
     shutil.copy(root / "enc" / shard.name, shard)

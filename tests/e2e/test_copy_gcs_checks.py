@@ -14,6 +14,7 @@ from dcm2tfrecord.dataset import storage, transfer
 from dcm2tfrecord.dataset.verify import verify_dataset
 from dcm2tfrecord.transforms.beam_files import install_beam_storage
 from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
+from tests.support.processes import tree_bytes
 from tests.support.reader_datasets import archive, plain  # noqa: F401  (fixtures)
 
 
@@ -23,16 +24,6 @@ def beam_storage():
     install_beam_storage()
     yield
     storage.install(before)
-
-
-def _local_files(root: str) -> dict[str, bytes]:
-    out = {}
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as handle:
-                out[os.path.relpath(path, root).replace(os.sep, "/")] = handle.read()
-    return out
 
 
 def _bucket_files(emulator, prefix: str) -> dict[str, bytes]:
@@ -87,10 +78,10 @@ def test_an_object_changed_on_the_way_fails_the_stores_crc32c(plain, gcs_emulato
     assert "crc/changed/dataset.json" not in left and f"crc/changed/{transfer.MARKER_NAME}" in left
     monkeypatch.undo()
     report = transfer.copy_dataset(plain, destination)         # run again: only what is missing
-    assert report.copied >= 2 and report.kept == len(_local_files(plain)) - report.copied
-    assert _bucket_files(gcs_emulator, "crc/changed") == _local_files(plain)
+    assert report.copied >= 2 and report.kept == len(tree_bytes(plain)) - report.copied
+    assert _bucket_files(gcs_emulator, "crc/changed") == tree_bytes(plain)
     assert verify_dataset(destination).ok
-    manifest = _local_files(plain)["dataset.json"]           # what the check reads: GCS's own CRC-32C
+    manifest = tree_bytes(plain)["dataset.json"]           # what the check reads: GCS's own CRC-32C
     assert storage.FileSystems.stored_crc32c(destination + "/dataset.json") == google_crc32c.value(manifest)
     assert storage.FileSystems.stored_crc32c(os.path.join(plain, "dataset.json")) is None
 
@@ -106,11 +97,11 @@ def test_a_copy_killed_inside_a_file_and_run_again_equals_the_source(plain, gcs_
     assert "crc/killed/dataset.json" not in gcs_emulator.list("crc/killed")
     monkeypatch.undo()
     transfer.copy_dataset(plain, destination)
-    assert _bucket_files(gcs_emulator, "crc/killed") == _local_files(plain)
+    assert _bucket_files(gcs_emulator, "crc/killed") == tree_bytes(plain)
     back = tmp_path / "back"                                   # and back to a local folder, killed too
     _writes_through(monkeypatch, shard, _killed)
     with pytest.raises(KeyboardInterrupt):
         transfer.copy_dataset(destination, str(back), workers=1)
     monkeypatch.undo()
     transfer.copy_dataset(destination, str(back))
-    assert _local_files(str(back)) == _local_files(plain) and verify_dataset(str(back)).ok
+    assert tree_bytes(str(back)) == tree_bytes(plain) and verify_dataset(str(back)).ok
