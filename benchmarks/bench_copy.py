@@ -135,10 +135,11 @@ def run(total_mb: float, work: str, rounds: int = 1) -> list[dict]:
                 blob.delete()
     rows = []
     for (route, method), (wall, cpu) in best.items():
-        plain = next(w for (r, m), (w, _) in best.items() if r == route)     # the route's first: the plain copy
+        first = next(m for (r, m) in best if r == route)            # the route's first: the plain copy
+        plain = best[route, first][0]
         rows.append({"route": route, "method": method, "mb": round(size, 2), "wall_s": round(wall, 3),
                      "cpu_s": round(cpu, 3), "mb_per_s": round(size / wall, 1) if wall > 0 else None,
-                     "wall_vs_plain": round(wall / plain, 2) if wall != plain else None})
+                     "wall_vs_plain": round(wall / plain, 2) if method != first and plain > 0 else None})
     return rows
 
 
