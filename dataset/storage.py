@@ -21,7 +21,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-from typing import BinaryIO, Protocol, Sequence
+from typing import BinaryIO, Optional, Protocol, Sequence
 
 
 class Backend(Protocol):
@@ -32,6 +32,7 @@ class Backend(Protocol):
     def rename(self, sources: Sequence[str], destinations: Sequence[str]) -> None: ...
     def delete(self, paths: Sequence[str]) -> None: ...
     def match(self, pattern: str) -> list[str]: ...
+    def stored_crc32c(self, path: str) -> Optional[int]: ...
 
 
 class LocalFiles:
@@ -77,6 +78,9 @@ class LocalFiles:
 
     def match(self, pattern: str) -> list[str]:
         return sorted(glob.glob(self._local(pattern), recursive=True))
+
+    def stored_crc32c(self, path: str) -> Optional[int]:
+        return None                 # a local file keeps no checksum of its own
 
 
 _backend: Backend = LocalFiles()
@@ -124,3 +128,11 @@ class FileSystems:
     def match(pattern: str) -> list[str]:
         """Paths matching ``pattern`` (``*``, ``**``), sorted; [] when nothing matches."""
         return _backend.match(pattern)
+
+    @staticmethod
+    def stored_crc32c(path: str) -> Optional[int]:
+        """The CRC-32C the store itself keeps of the object at ``path`` (GCS computes one for
+        every object as it receives it), read from its metadata without reading the object;
+        None where the store keeps none (local files, other schemes, a backend without it)."""
+        lookup = getattr(_backend, "stored_crc32c", None)
+        return None if lookup is None else lookup(path)

@@ -120,7 +120,9 @@ def unframe(record: bytes, shard: str, index: int, verify: bool = True) -> memor
     if length != len(record) - FRAMING_BYTES:
         raise CorruptRecordError(f"{shard}: record {index}: length field says {length} bytes, "
                                  f"the .idx says {len(record) - FRAMING_BYTES}")
-    view = memoryview(record)
+    # a uint8 array (a reader's reused buffer) is sliced as one: google-crc32c reads its slices
+    # in place, where a memoryview's would be copied
+    view = record if isinstance(record, np.ndarray) else memoryview(record)
     data = view[HEADER_BYTES:HEADER_BYTES + length]
     if verify:
         if masked_crc(view[:8]) != length_crc:

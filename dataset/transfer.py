@@ -8,13 +8,18 @@ relative paths (``versions/NNNN/...``), so every ``dataset.json`` is copied byte
 reads the same at the destination. Never copied: what a run leaves beside its dataset while it
 runs (``.lock``, ``.incomplete/``, ``.progress/``, ``plan.json``, ``run_failed.json``).
 
-How it is checked: each file streams from the source into a temp file under the destination's
-``.incomplete/`` while its sha256 is computed; a shard's digest must equal the manifest's (else
-the source is damaged: the copy stops, naming the shard); the temp file is read back at the
-destination and must hash the same, then is renamed to its name. So a file under its final name
-at the destination is whole and equal to the source. To an object store (``gs://``) a file is
-written straight to its name (an object appears only whole; a rename there is a server-side
-copy) and read back there; one that reads back wrong is deleted.
+How it is checked, once, where it lands (docs/CONVERTING.md "Copying a dataset"): locally each
+file goes into a temp file under the destination's ``.incomplete/`` (by the kernel,
+``copy_file_range``, where the source is local too; else streamed, its CRC-32C computed) and is
+read back once: a shard's sha256 must equal the manifest's, another file's CRC-32C and size the
+source's; then it is renamed to its name. To an object store a file is written straight to its
+name (an object appears only whole; a rename there is a server-side copy) while its sha256
+(shards: against the manifest) and CRC-32C are computed, and the CRC-32C the store computed of
+the object (``FileSystems.stored_crc32c``: GCS's metadata, no byte read back) must equal the
+streamed one; a store keeping none has the object read back instead. A shard that does not
+match the manifest is hashed once more at the source, to tell a damaged source (the copy stops,
+naming the shard) from a damaged write. What fails is removed (a temp file) or deleted (an
+object). So a file under its final name at the destination is whole and equal to the source.
 
 Resuming: the first thing written is ``.dcm2tfrecord-copy.json`` naming the source's manifest
 (its sha256). A copy started again into a destination holding that marker keeps every file
@@ -30,11 +35,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
 import hashlib
 import json
 import os
 import time
 from typing import Callable, Optional
+
+import google_crc32c
 
 from dcm2tfrecord.dataset import names
 from dcm2tfrecord.dataset.errors import FormatError, OutputError
@@ -136,45 +144,116 @@ def files_of(root: str, dataset_dir: str, manifest_bytes: bytes) -> list[FileToC
     return [FileToCopy(relative, digests[relative]) for relative in sorted(digests)]
 
 
-def _stream(source: str, target: str, dst_root: str, expected: Optional[str]) -> tuple[str, int]:
-    """``source``'s bytes written to ``target``: their sha256 (checked against ``expected``) and size."""
-    digest, size = hashlib.sha256(), 0
+def _damaged_source(source: str, read: str, expected: str) -> CopyFailed:
+    return CopyFailed(f"{source} does not hold what its dataset.json says (sha256 {read[:12]}... "
+                      f"against {expected[:12]}...): the source is damaged; run dcm2tfrecord verify on it")
+
+
+def _lost_bytes(path: str, size: int, written_size: int) -> CopyFailed:
+    return CopyFailed(f"{path}: the bytes written ({written_size}) read back differently from the {size} "
+                      f"read; run copy again")
+
+
+def _stream(source: str, target: str, dst_root: str, expected: Optional[str],
+            sha256: bool) -> tuple[int, int]:
+    """``source``'s bytes written to ``target``: their CRC-32C and size; with ``sha256``, their
+    sha256 is also computed on the way and must equal ``expected`` (else the source is damaged)."""
+    digest = hashlib.sha256() if sha256 and expected is not None else None
+    crc, size = 0, 0
     with FileSystems.open(source) as reader, create_output(dst_root, target) as writer:
         while chunk := reader.read(CHUNK):
-            digest.update(chunk)
+            if digest is not None:
+                digest.update(chunk)
+            crc = google_crc32c.extend(crc, chunk)
             size += len(chunk)
             writer.write(chunk)
-    read = digest.hexdigest()
-    if expected is not None and read != expected:
-        raise CopyFailed(f"{source} does not hold what its dataset.json says (sha256 {read[:12]}... "
-                         f"against {expected[:12]}...): the source is damaged; run dcm2tfrecord verify on it")
-    return read, size
+    if digest is not None and expected is not None and digest.hexdigest() != expected:
+        raise _damaged_source(source, digest.hexdigest(), expected)
+    return crc, size
 
 
-def _check_written(path: str, read: str, size: int) -> None:
-    written, written_size = _sha256_of(path)
-    if (written, written_size) != (read, size):
-        raise CopyFailed(f"{path}: the bytes written ({written_size}) read back differently from the {size} "
-                         f"read; run copy again")
+def _kernel_copy(source: str, target: str, dst_root: str) -> Optional[int]:
+    """Local ``source`` to local ``target`` by the kernel (``copy_file_range``: no byte through
+    this process); its size, or None where the kernel cannot (the caller then streams)."""
+    if "://" in source or not hasattr(os, "copy_file_range"):
+        return None
+    with open(source, "rb") as reader:
+        size = os.fstat(reader.fileno()).st_size
+        with create_output(dst_root, target) as writer:
+            copied = 0
+            try:
+                while copied < size:
+                    step = os.copy_file_range(reader.fileno(), writer.fileno(), min(size - copied, 1 << 30))
+                    if step == 0:
+                        break
+                    copied += step
+            except OSError as error:      # EXDEV on old kernels, ENOSYS, EINVAL on some file systems
+                if copied or error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                return None
+    return copied
+
+
+def _crc32c_of(path: str) -> tuple[int, int]:
+    crc, size = 0, 0
+    with FileSystems.open(path) as handle:
+        while chunk := handle.read(CHUNK):
+            crc = google_crc32c.extend(crc, chunk)
+            size += len(chunk)
+    return crc, size
+
+
+def _check_local(source: str, written: str, expected: Optional[str], crc: Optional[int], size: int) -> None:
+    """The local file ``written`` read back once: a shard's sha256 must equal the manifest's
+    (``expected``; where it does not, the source is hashed to tell a damaged source from a
+    damaged write), another file's CRC-32C and size the source's (``crc`` where the stream
+    computed it, else the source read once more: such files are small)."""
+    if expected is not None:
+        digest, written_size = _sha256_of(written)
+        if digest != expected:
+            read, _ = _sha256_of(source)
+            if read != expected:
+                raise _damaged_source(source, read, expected)
+            raise _lost_bytes(written, size, written_size)
+        return
+    if crc is None:
+        crc, size = _crc32c_of(source)
+    written_crc, written_size = _crc32c_of(written)
+    if (written_crc, written_size) != (crc, size):
+        raise _lost_bytes(written, size, written_size)
 
 
 def _copy_one(source: str, destination: str, dst_root: str, expected: Optional[str]) -> int:
-    """``source`` to ``destination``, both digests checked; its bytes. Locally through a temp
-    file renamed once checked; to an object store straight to its name, since an object appears
-    only whole (a rename there is a server-side copy: twice the writing), and one that then reads
-    back wrong is deleted before the error."""
+    """``source`` to ``destination``, checked there; its bytes (module docstring).
+
+    Locally through a temp file renamed once checked: the bytes copied by the kernel where the
+    source is local too (else streamed), then read back once. To an object store straight to
+    its name, since an object appears only whole (a rename there is a server-side copy: twice
+    the writing): the sha256 checked while streaming, then the store's own CRC-32C of the
+    object against the one computed while streaming (GCS), or, where the store keeps none, the
+    object read back; an object that does not match is deleted before the error."""
     if "://" in destination:
-        read, size = _stream(source, destination, dst_root, expected)
         try:
-            _check_written(destination, read, size)
+            crc, size = _stream(source, destination, dst_root, expected, sha256=True)
+            stored = FileSystems.stored_crc32c(destination)
+            if stored is None:              # a store keeping no CRC-32C: the object read back
+                stored, written_size = _crc32c_of(destination)
+                if (stored, written_size) != (crc, size):
+                    raise _lost_bytes(destination, size, written_size)
+            elif stored != crc:
+                raise CopyFailed(f"{destination}: the store's CRC-32C of the object ({stored:08x}) "
+                                 f"differs from that of the {size} bytes sent ({crc:08x}); run copy again")
         except CopyFailed:
             FileSystems.delete([destination])
             raise
         return size
     with incomplete_file(destination, dst_root) as tmp:
-        read, size = _stream(source, tmp, dst_root, expected)
-        _check_written(tmp, read, size)
-    return size
+        copied = _kernel_copy(source, tmp, dst_root)
+        streamed: Optional[int] = None          # the CRC-32C of what was streamed, if it was
+        if copied is None:
+            streamed, copied = _stream(source, tmp, dst_root, expected, sha256=False)
+        _check_local(source, tmp, expected, streamed, copied)
+    return copied
 
 
 def _check_destination(dst_root: str, manifest_at_dst: str, manifest_bytes: bytes, marker: dict) -> bool:

@@ -182,10 +182,16 @@ def batch_parser(manifest: Manifest, layout: Layout, output: str = "tuple", dtyp
     # one class: one channel in either --mask_layout (dataset/masks.py)
     mask_shape = image_shape[:-1] + [mask_format.shared_channels(len(mask_classes(manifest)))]
 
-    def parse(serialized):
-        features = tf.io.parse_example(serialized, spec)
+    rest_spec = {name: feature for name, feature in spec.items() if name != IMAGE_RAW}
+
+    def parse(serialized, pixels=None):
+        """``pixels``: the batch's image bytes already decoded, ``[batch, n]`` of the stored
+        dtype (vectorized layouts: the encrypted reader's hand-off), ``serialized`` the records
+        without their ``image_raw``."""
+        features = tf.io.parse_example(serialized, spec if pixels is None else rest_spec)
         if layout.vectorized:
-            pixels = decode_raw(features[IMAGE_RAW], layout.stored_dtypes[0])
+            if pixels is None:
+                pixels = decode_raw(features[IMAGE_RAW], layout.stored_dtypes[0])
             images = tf.reshape(pixels, [serialized.shape[0] or -1] + image_shape)
         else:
             images = _decode_each(layout, features)
@@ -198,7 +204,7 @@ def batch_parser(manifest: Manifest, layout: Layout, output: str = "tuple", dtyp
         if output == "tuple":
             return (images, mask_batch, features[LABEL]) if masks else (images, features[LABEL])
         features = dict(features)
-        del features[IMAGE_RAW]
+        features.pop(IMAGE_RAW, None)
         features["image"] = images
         if masks:
             del features[MASK_RAW]

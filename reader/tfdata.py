@@ -20,12 +20,19 @@ deterministic parallel interleave -> seeded shuffle per window of records
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
+import threading
 from typing import Any, Callable, Optional
+
+import numpy as np
 
 from dcm2tfrecord.reader.tfquiet import tf
 
+from dcm2tfrecord.dataset import wire
+from dcm2tfrecord.dataset.features import IMAGE_RAW
+from dcm2tfrecord.dataset.tfrecord import CorruptIndexError, CorruptRecordError, checked_index, unframe
 from dcm2tfrecord.dataset.manifest import SplitEntry
 from dcm2tfrecord.reader import shard_cache, splits, storage
 from dcm2tfrecord.reader.decode import batch_parser, conversion
@@ -243,7 +250,9 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
                          "resumable=True to the uninterrupted run as well: a seed alone reads "
                          "another order")
     deterministic = read.is_deterministic
-    decrypt = _decryptor(manifest, read.key)
+    compression = manifest.adapter.tf_compression_type    # the container's, as TFRecordDataset takes it
+    decrypt = _decryptor(manifest, read.key, layout, read,
+                         local_files=not remote and not compression and "://" not in manifest.dataset_dir)
     if decrypt is not None and read.cache and read.cache != "memory":
         raise ValueError(f"cache={read.cache!r}: {dataset_dir} is encrypted, and a cache file would "
                          "hold its records decrypted; use cache='memory'")
@@ -251,7 +260,6 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
     if plan.mode != ALL:
         logger.info(plan.describe(split, len(manifest.pieces(split))))
     key = splits.canonical(split)             # seeds the order: a split name is itself
-    compression = manifest.adapter.tf_compression_type    # the container's, as TFRecordDataset takes it
     read_buffer = _read_buffer(entry, compression, plan.files)
     cycle = max(1, min(read.cycle_length or MAX_CYCLE_LENGTH, len(plan.files)))
     local = _Localizer.of(manifest, split, read, cycle) if remote else None
@@ -266,7 +274,7 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
         else:
             records = _ordered_records(plan, key, read, window, cycle, compression, read_buffer,
                                        decrypt=decrypt, local=local)
-        return _batch_and_parse(records, manifest, layout, read, True)
+        return _batch_and_parse(records, manifest, layout, read, True, decrypt)
 
     if plan.partial:            # a slice: the pieces' first record and length travel along
         files = tf.data.Dataset.from_tensor_slices((tf.constant(plan.files, dtype=tf.string),
@@ -298,13 +306,15 @@ def load(dataset_dir: str, split: Optional[str] = None, batch_size: Optional[int
                                   reshuffle_each_iteration=True)
     if read.repeat:
         records = records.repeat(None if read.repeat is True else int(read.repeat))
-    return _batch_and_parse(records, manifest, layout, read, deterministic)
+    return _batch_and_parse(records, manifest, layout, read, deterministic, decrypt)
 
 
 def _batch_and_parse(records: tf.data.Dataset, manifest: DatasetInfo, layout: Any, read: ReadOptions,
-                     deterministic: bool) -> tf.data.Dataset:
+                     deterministic: bool, decrypt: Optional[Callable] = None) -> tf.data.Dataset:
     batches = records.batch(read.batch_size, drop_remainder=read.drop_remainder)
     parse = batch_parser(manifest.manifest, layout, read.output, read.dtype, read.scale, read.masks)
+    if isinstance(decrypt, _Decryptor) and decrypt.batched:
+        parse = decrypt.parse_batch(parse)
     batches = batches.map(parse, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
     options = tf.data.Options()
@@ -315,24 +325,156 @@ def _batch_and_parse(records: tf.data.Dataset, manifest: DatasetInfo, layout: An
     return batches.with_options(options).prefetch(AUTOTUNE)
 
 
-def _decryptor(manifest: DatasetInfo, key) -> Optional[Callable]:
-    """For an encrypted dataset, ``decrypt(path, index, data)`` (NumPy values: a shard's path,
-    a record's index in it, its stored bytes) -> the serialized Example; None for plain records.
-    The KEK is reached now, so a missing key fails ``load`` itself, in one line."""
+# Encrypted records reach the parser one of two ways (docs/BENCHMARKS.md §25). From local,
+# uncompressed shards, where the images decode with one reshape (vectorized layouts) and masks
+# are not read, the records never pass through TensorFlow as strings: the pipeline carries
+# (shard, record index) pairs, and each batch is one call to Python that reads its records
+# (pread, at the .idx offsets, into a reused buffer), checks their CRCs, decrypts them into a
+# reused buffer, copies each image's bytes once into the batch's array (returned to TensorFlow
+# as numbers) and returns the rest of each Example (everything but image_raw) for
+# parse_example. Otherwise (remote or gzip shards, masks, other layouts, cache="memory", which
+# holds records) TFRecordDataset reads the records and each is decrypted alone, before the
+# shuffle, into its serialized Example.
+BATCH_DECRYPTION = True
+
+
+def _slice(view: memoryview, at: int, size: int) -> bytes:
+    return view[at:at + size]           # type: ignore[return-value]  # walk_example reads any buffer
+
+
+class _Decryptor:
+    """An encrypted dataset's records decrypted: ``decrypt(path, index, data)`` (NumPy values:
+    a shard's path, a record's index in it, its stored bytes) -> the serialized Example; with
+    ``batched``, :meth:`batch` reads, checks and decrypts a batch of ``(path, index)`` records
+    itself and decodes their images."""
+
+    def __init__(self, keys, files: dict, indexes: dict, layout: Any = None):
+        self.keys, self.files, self.indexes = keys, files, indexes
+        self._local, self._lock = threading.local(), threading.Lock()
+        self._offsets: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.batched = layout is not None
+        if self.batched:
+            self.dtype = np.dtype(layout.stored_dtypes[0]).newbyteorder("<")
+            self.values = math.prod(layout.image_shape())
+            self.nbytes = self.values * self.dtype.itemsize
+
+    def __call__(self, path, index, data):
+        return self.keys.decrypt(self.files[path.decode("utf-8")], data, int(index))
+
+    def _buffer(self, name: str, size: int) -> bytearray:
+        """A buffer of this thread (the map runs calls in parallel), grown as needed."""
+        buffer = getattr(self._local, name, None)
+        if buffer is None or len(buffer) < size:
+            buffer = bytearray(max(size, 1 << 16))
+            setattr(self._local, name, buffer)
+        return buffer
+
+    def _index(self, path: str, fd: int) -> tuple[np.ndarray, np.ndarray]:
+        """The shard's ``(offsets, sizes)``, from its .idx checked against its size (once)."""
+        found = self._offsets.get(path)
+        if found is None:
+            index = self.indexes[path]
+            try:
+                text = storage.read_text(index)
+            except (OSError, UnicodeDecodeError) as error:
+                raise CorruptIndexError(f"{index}: cannot be read as a .idx file ({error})") from None
+            found = checked_index(text, index, os.fstat(fd).st_size)
+            with self._lock:
+                self._offsets[path] = found
+        return found
+
+    def count(self, path) -> np.int64:
+        """The number of records in the shard at ``path`` (its .idx's)."""
+        name = path.decode("utf-8")
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            return np.int64(len(self._index(name, fd)[0]))
+        finally:
+            os.close(fd)
+
+    def batch(self, paths, indices):
+        """A batch's ``(pixels [batch, values] of the stored dtype, the Examples without their
+        image_raw [batch])``: each record read into a reused buffer and unframed (its CRCs
+        checked), decrypted into another, its image's bytes found by the wire-format walk
+        (dataset/wire.py) and copied once, into the batch's array."""
+        pixels = np.empty((len(indices), self.values), self.dtype)
+        out = pixels.view(np.uint8).reshape(len(indices), self.nbytes)
+        rest = np.empty(len(indices), dtype=object)
+        fds: dict = {}
+        try:
+            for i, (path, index) in enumerate(zip(paths, indices)):
+                name, index = path.decode("utf-8"), int(index)
+                shard = self.files[name]
+                fd = fds.get(name)
+                if fd is None:
+                    fd = fds[name] = os.open(name, os.O_RDONLY)
+                offsets, sizes = self._index(name, fd)
+                size = int(sizes[index])
+                framed_buffer = self._buffer("framed", size)
+                if os.preadv(fd, [memoryview(framed_buffer)[:size]], int(offsets[index])) != size:
+                    raise CorruptRecordError(f"{shard}: record {index} is truncated (the shard ends "
+                                             f"before the {size} bytes its .idx gives)")
+                framed = np.frombuffer(framed_buffer, np.uint8, size)    # an array: unframe slices it in place
+                data = unframe(framed, shard, index)      # type: ignore[arg-type]
+                plain_buffer = self._buffer("plain", size)
+                length = self.keys.cipher(shard).decrypt_into(data, index, plain_buffer)
+                plain = memoryview(plain_buffer)[:length]
+                walk = wire.walk_example(functools.partial(_slice, plain), length, skip=(IMAGE_RAW,))
+                span = walk.spans.get(IMAGE_RAW)
+                if span is None or plain[span.offset] != 0x0A:
+                    raise wire.WireError(f"{shard}: record {index} holds no {IMAGE_RAW} of one value")
+                image, at = wire.read_varint(plain, span.offset + 1)
+                if at + image != span.offset + span.size or image != self.nbytes:
+                    raise wire.WireError(f"{shard}: record {index}: {IMAGE_RAW} holds {image} bytes in "
+                                         f"one value of {span.size}, the split's shape {self.nbytes}")
+                out[i] = np.frombuffer(plain, np.uint8, image, at)
+                rest[i] = walk.small
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        return pixels, rest
+
+    def records(self, path: tf.Tensor) -> tf.data.Dataset:
+        """The record indices of the shard at ``path``: 0 .. its count - 1."""
+        count = tf.numpy_function(self.count, [path], tf.int64, stateful=False)
+        count.set_shape([])
+        return tf.data.Dataset.range(count)
+
+    def parse_batch(self, parse: Callable) -> Callable:
+        """``parse`` (reader.decode.batch_parser's) of ``(paths, indices)`` batches."""
+        dtype = tf.as_dtype(self.dtype.newbyteorder("="))
+
+        def parse_encrypted(paths, indices):
+            pixels, rest = tf.numpy_function(self.batch, [paths, indices], [dtype, tf.string], stateful=False)
+            pixels.set_shape([indices.shape[0], self.values])
+            rest.set_shape(indices.shape)
+            return parse(rest, pixels)
+        return tf.autograph.experimental.do_not_convert(parse_encrypted)
+
+
+def _decryptor(manifest: DatasetInfo, key, layout: Any = None, read: Optional[ReadOptions] = None,
+               local_files: bool = False) -> Optional[_Decryptor]:
+    """For an encrypted dataset, its :class:`_Decryptor` (batched where ``layout``, ``read``
+    and ``local_files``, uncompressed local shards, allow: see BATCH_DECRYPTION); None for
+    plain records. The KEK is reached now, so a missing key fails ``load`` itself, in one line."""
     keys = manifest.manifest.keys(key, read_bytes=storage.read_bytes)
     if keys is None:
         return None
     keys.kek()
-    files = {shard_path(manifest.dataset_dir, s.file): s.file
-             for entry in manifest.manifest.splits.values() for s in entry.shards}
-
-    def decrypt(path, index, data):
-        return keys.decrypt(files[path.decode("utf-8")], data, int(index))
-    return decrypt
+    shards = [s for entry in manifest.manifest.splits.values() for s in entry.shards]
+    files = {shard_path(manifest.dataset_dir, s.file): s.file for s in shards}
+    indexes = {shard_path(manifest.dataset_dir, s.file): shard_path(manifest.dataset_dir, s.index) for s in shards}
+    batched = (BATCH_DECRYPTION and local_files and layout is not None and read is not None
+               and layout.vectorized and not read.masks and not read.cache)   # a cache holds records
+    return _Decryptor(keys, files, indexes, layout if batched else None)
 
 
 def _decrypted(records: tf.data.Dataset, path, decrypt: Callable) -> tf.data.Dataset:
-    """``(index, stored bytes)`` pairs of one shard -> its serialized Examples, decrypted."""
+    """``(index, stored bytes)`` pairs of one shard -> its serialized Examples, decrypted; or,
+    for a batched decryptor, record indices -> ``(path, index)``, read and decrypted once batched."""
+    if getattr(decrypt, "batched", False):
+        return records.map(tf.autograph.experimental.do_not_convert(lambda index: (path, index)))
+
     def one(index, data):
         plain = tf.numpy_function(decrypt, [path, index, data], tf.string, stateful=False)
         plain.set_shape([])
@@ -412,13 +554,15 @@ def _read_shard(path, plan: ReadPlan, compression: str, read_buffer: int, skip=0
     TFRecordDataset's own skip, which walks the 12-byte length headers and
     seeks past the data: the skipped records are neither read nor checked.
     """
-    records = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=read_buffer)
+    batched = getattr(decrypt, "batched", False)        # record indices: the decryptor reads them
+    records = decrypt.records(path) if batched else tf.data.TFRecordDataset(  # type: ignore[union-attr]
+        path, compression_type=compression, buffer_size=read_buffer)
     step = plan.pipelines if plan.mode == BY_RECORD else 1
     first: Any = 0
     if not (isinstance(start, int) and isinstance(skip, int) and start == skip == 0):
         first = start + skip * step
         records = records.skip(first)     # whole shards from their start: no op
-    if decrypt is not None:     # each record's index in its shard is bound into its ciphertext
+    if decrypt is not None and not batched:     # each record's index in its shard is bound into its ciphertext
         records = records.enumerate(tf.cast(first, tf.int64))
     if plan.partial:            # traced only for slices: whole-shard reads keep their graph
         rest = tf.maximum(tf.cast(length, tf.int64) - skip * step, 0)
@@ -447,6 +591,8 @@ def _shuffle_window(records: tf.data.Dataset, window: int, seed: tf.Tensor) -> t
     TensorFlow's failure on a global seed of 0 with a tensor op seed).
     """
     tf.random.set_seed(WINDOW_GRAPH_SEED)         # traced: sets this function graph's seed only
+    if isinstance(records, tuple):                # a window of (path, index, data): one dataset each
+        records = tf.data.Dataset.zip(records)
     return records.shuffle(window, seed=seed)
 
 
@@ -485,6 +631,8 @@ def _ordered_records(plan: ReadPlan, split: str, read: ReadOptions, window: int,
     order = Order(plan.counts, seed, split, cycle)
     total = order.num_records
     if total == 0:       # e.g. a pipeline of more pipelines than records: endless epochs of nothing
+        if getattr(decrypt, "batched", False):
+            return tf.data.Dataset.from_tensor_slices((tf.constant([], tf.string), tf.constant([], tf.int64)))
         return tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
     files = tf.constant(plan.files, dtype=tf.string)
     starts, lengths = tf.constant(plan.starts, tf.int64), tf.constant(plan.lengths, tf.int64)

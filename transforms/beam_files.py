@@ -10,7 +10,8 @@ with Beam's retries and credentials.
 """
 from __future__ import annotations
 
-from typing import BinaryIO, Sequence
+import base64
+from typing import BinaryIO, Optional, Sequence
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
@@ -41,6 +42,14 @@ class BeamFiles:
 
     def match(self, pattern: str) -> list[str]:
         return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+
+    def stored_crc32c(self, path: str) -> Optional[int]:
+        """GCS's CRC-32C of the object (its metadata's base64 of 4 big-endian bytes: Beam's
+        FileSystems.checksum there); None for other schemes, whose checksum means other things
+        (a local file's is its size, S3's an ETag)."""
+        if not path.startswith("gs://"):
+            return None
+        return int.from_bytes(base64.b64decode(FileSystems.checksum(path)), "big")
 
 
 def install_beam_storage() -> None:

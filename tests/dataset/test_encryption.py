@@ -74,6 +74,44 @@ def test_reader_load_decrypts_in_order_like_the_plain_dataset(encrypted):
         np.testing.assert_array_equal(x, y)
 
 
+def test_both_hand_offs_read_what_the_plain_dataset_holds(encrypted, monkeypatch):
+    """reader.load's two ways to decrypt (reader/tfdata.py BATCH_DECRYPTION): batches read and
+    decrypted by one call each (the default for local shards), and each record decrypted alone
+    (the rest): both give the plain dataset's batches, as tuples and as dicts of every feature."""
+    from dcm2tfrecord.reader import tfdata
+    root, _ = encrypted
+    plain = {output: list(reader.as_numpy(reader.load(str(root / "plain"), "train", 3, shuffle=False,
+                                                      output=output, drop_remainder=True)))
+             for output in ("tuple", "dict")}
+    for batched in (True, False):
+        monkeypatch.setattr(tfdata, "BATCH_DECRYPTION", batched)
+        for output in ("tuple", "dict"):
+            enc = reader.load(str(root / "enc"), "train", 3, shuffle=False, output=output, drop_remainder=True)
+            assert enc.element_spec == reader.load(str(root / "plain"), "train", 3, shuffle=False, output=output,
+                                                   drop_remainder=True).element_spec
+            got = list(reader.as_numpy(enc))
+            assert len(got) == len(plain[output]) > 0
+            for a, b in zip(plain[output], got):
+                for x, y in (zip(a, b) if output == "tuple" else ((a[k], b[k]) for k in set(a) | set(b))):
+                    np.testing.assert_array_equal(x, y)
+
+
+def _flipped_copy(root, tmp_path):
+    """A copy of the encrypted dataset whose first train shard has a bit flipped in record 0."""
+    import shutil
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "enc", copy)
+    shard = sorted(copy.glob("train-*.tfrecord"))[0]
+    _flip(shard, 100)
+    return copy, shard
+
+
+def test_a_flipped_bit_fails_load_naming_shard_and_record(encrypted, tmp_path):
+    copy, shard = _flipped_copy(encrypted[0], tmp_path)
+    with pytest.raises(Exception, match=rf"{shard.name}: record 0: data checksum mismatch"):
+        list(reader.as_numpy(reader.load(str(copy), "train", 2, shuffle=False)))
+
+
 def test_missing_and_wrong_keys_fail_in_one_line_naming_the_key_uri(encrypted, tmp_path):
     root, uri = encrypted
     missing = f"keyfile:{tmp_path / 'nowhere.json'}"
@@ -133,10 +171,7 @@ def test_a_changed_record_fails_authentication_naming_shard_record_and_key(encry
 def test_a_flipped_bit_or_truncated_shard_is_a_crc_error_before_any_decryption(encrypted, tmp_path):
     root, _ = encrypted
     import shutil
-    copy = tmp_path / "copy"
-    shutil.copytree(root / "enc", copy)
-    shard = sorted(copy.glob("train-*.tfrecord"))[0]
-    _flip(shard, 100)
+    copy, shard = _flipped_copy(root, tmp_path)
     with pytest.raises(reader.CorruptRecordError, match=rf"{shard.name}: record 0: data checksum mismatch"):
         reader.RandomAccess(str(copy), "train")[0]
     shutil.copy(root / "enc" / shard.name, shard)

@@ -120,8 +120,8 @@ def run_until(command: list[str], log_path: str, kill_when: Optional[Callable[[]
     return None
 
 
-def _files(root: str) -> dict[str, bytes]:
-    """Every file under ``root`` (hidden ones included) -> its bytes."""
+def tree_bytes(root: str) -> dict[str, bytes]:
+    """Every file under ``root`` (hidden ones included), by its path relative to it -> its bytes."""
     out = {}
     for folder, _, files in os.walk(root):
         for name in files:
