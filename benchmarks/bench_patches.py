@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,8 +56,8 @@ if __package__ in (None, ""):
 import numpy as np                                                                       # noqa: E402
 
 from benchmarks.archives import CACHE_DIR, MARKER                                         # noqa: E402
-from benchmarks.bench_preprocess import (CLASS_MAP, NNUNET_ID, NNUNET_NAME, PATTERN, _save,  # noqa: E402
-                                         _volume, nnunet_layout)
+from benchmarks.bench_preprocess import (CLASS_MAP, NNUNET_ID, NNUNET_NAME, PATTERN,  # noqa: E402
+                                         generated_task, nnunet_layout)
 from benchmarks.proc_monitor import bench_env, machine_description, run_monitored        # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,20 +92,7 @@ def specs(volumes: int, smoke: bool) -> list[dict]:
 def task(cases: list[dict], smoke: bool) -> str:
     """The cached raw dataset (imagesTr, labelsTr) of these volumes."""
     tag = f"patches_v{GENERATOR_VERSION}_{'smoke' if smoke else 'full'}_{len(cases)}"
-    root = os.path.join(CACHE_DIR, tag, "task")
-    marker = os.path.join(os.path.dirname(root), MARKER)
-    if os.path.exists(marker):
-        return root
-    shutil.rmtree(root, ignore_errors=True)
-    started = time.perf_counter()
-    for n, spec in enumerate(cases):
-        image, labels = _volume(spec, n)
-        _save(os.path.join(root, "imagesTr", f"{spec['case']}_0000.nii.gz"), image, spec["spacing"])
-        _save(os.path.join(root, "labelsTr", f"{spec['case']}.nii.gz"), labels, spec["spacing"])
-        del image, labels
-    open(marker, "w").close()
-    print(f"  generated {len(cases)} volumes in {time.perf_counter() - started:.1f} s", flush=True)
-    return root
+    return generated_task(os.path.join(CACHE_DIR, tag, "task"), cases)
 
 
 def subset(root: str, count: int) -> str:
@@ -453,6 +439,18 @@ def report(args, cases: list[dict], rows: dict, skipped: list[str]) -> int:
               f"{_fmt(None if read is None else read / 2 ** 20, '.2f')} | "
               f"{_fmt(None if read is None else read / patch_bytes, '.2f')} | {r['peak_rss_mb']:.0f} | "
               f"{r['setup_s']:.1f} | {r['with_foreground']}/{r['patches']} |")
+    peers = [p for p in ("monai_cache", "monai_persistent", "torchio", "nnunet") if p in ok]
+    ratios: dict = {}
+    if peers:
+        print("\n| ours (patches/s ÷ peer's; peak RSS ÷ peer's) | " + " | ".join(peers) + " |")
+        print("|---|" + "---:|" * len(peers))
+        for name, r in ok.items():
+            if not name.startswith("ours_") or "first" in name:
+                continue
+            ratios[name] = {p: {"patches_per_s": r["patches_per_s"] / ok[p]["patches_per_s"],
+                                "peak_rss": r["peak_rss_mb"] / ok[p]["peak_rss_mb"]} for p in peers}
+            print(f"| {name} | " + " | ".join(f"{ratios[name][p]['patches_per_s']:.2f} ({ratios[name][p]['peak_rss']:.2f})"
+                                           for p in peers) + " |")
     targets = []
 
     def best(prefix_layouts, fronts):
@@ -493,7 +491,7 @@ def report(args, cases: list[dict], rows: dict, skipped: list[str]) -> int:
             json.dump({"machine": machine_description(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
                        "volumes": [c["shape"] for c in cases], "size": args.size, "edge": args.edge,
                        "patches": args.patches, "per_volume": args.per_volume, "patch_bytes": patch_bytes,
-                       "rows": rows, "skipped": skipped,
+                       "rows": rows, "skipped": skipped, "ratios": ratios,
                        "targets": [{"target": t, "measured": m, "met": bool(v)} for t, m, v in targets]},
                       handle, indent=1, default=str)
     return 1 if len(ok) < len(rows) else 0
