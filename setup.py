@@ -136,6 +136,11 @@ setup(
                  # planner's determine_fullres_target_spacing, which tests/transforms/images/
                  # test_auto_spacing.py compares --spacing auto's rule against
                  "nnunetv2>=2.5",
+                 # benchmarks/bench_patches.py's peers, which tests/e2e/test_bench_smoke_b.py runs at
+                 # --smoke size so their code paths cannot rot (docs/BENCHMARKS.md, "26. Patches
+                 # against MONAI, TorchIO and nnU-Net"): MONAI's CacheDataset/PersistentDataset with
+                 # RandCropByPosNegLabeld, TorchIO's Queue with LabelSampler (both over torch, above)
+                 "monai>=1.3", "torchio>=0.20",
                  # scikit-image's point-in-polygon labels: the independent answer
                  # tests/transforms/masks/test_polygons.py checks the RTSTRUCT fill against
                  "scikit-image>=0.21",

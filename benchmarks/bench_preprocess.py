@@ -134,8 +134,14 @@ def _save(path: str, data, spacing) -> None:
 def task_folder(specs: list[dict], smoke: bool) -> str:
     """The cached MSD/nnU-Net-like task folder (imagesTr, labelsTr) of these volumes."""
     tag = "smoke" if smoke else "full"
-    root = os.path.join(CACHE_DIR, f"preprocess_v{GENERATOR_VERSION}_{tag}_{len(specs)}cases", "task")
-    marker = os.path.join(os.path.dirname(root), MARKER)       # beside the task: no input of its own
+    return generated_task(os.path.join(CACHE_DIR, f"preprocess_v{GENERATOR_VERSION}_{tag}_{len(specs)}cases",
+                                       "task"), specs)
+
+
+def generated_task(root: str, specs: list[dict]) -> str:
+    """``root`` as the task folder of ``specs``' volumes (generated once; a marker beside it: no
+    input of its own); also benchmarks/bench_patches.py's."""
+    marker = os.path.join(os.path.dirname(root), MARKER)
     if os.path.exists(marker):
         return root
     shutil.rmtree(root, ignore_errors=True)

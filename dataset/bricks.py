@@ -18,7 +18,7 @@ are here, shared by the converter (transforms/records/build.py), verify and the 
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -68,6 +68,17 @@ def boxes(shape: Sequence[int], edge: int) -> list[tuple[tuple[int, int], ...]]:
             for ks in itertools.product(*[range(c) for c in counts])]
 
 
+def count(shape: Sequence[int], edge: int) -> int:
+    """Bricks of a volume of ``shape``: ``len(boxes(shape, edge))`` without listing them."""
+    return int(np.prod(grid(shape, edge)))
+
+
+def box_of(index: int, shape: Sequence[int], edge: int) -> tuple[tuple[int, int], ...]:
+    """Brick ``index``'s ``((d0, d1), (h0, h1), (w0, w1))``: ``boxes(shape, edge)[index]``."""
+    ks = np.unravel_index(int(index), grid(shape, edge))
+    return tuple((int(k) * edge, min((int(k) + 1) * edge, int(n))) for k, n in zip(ks, shape[:3]))
+
+
 def overlapping(shape: Sequence[int], edge: int, start: Sequence[int], stop: Sequence[int]) -> list[int]:
     """Indices (C order) of the bricks that the box ``[start, stop)`` (inside the volume) touches."""
     counts = grid(shape, edge)
@@ -102,7 +113,7 @@ def _decompress(data, codec: str, size: int) -> bytes:
             raise BrickError(f"not a zstd frame of {size} bytes ({exc})") from None
     if codec != VolumeCodec.NONE:
         raise BrickError(f"codec {codec!r} is not one this reader decodes ({', '.join(VolumeCodec)})")
-    return bytes(data)
+    return data            # uncompressed: the bytes as read (a view; the caller copies the voxels out)
 
 
 def encode(volume: np.ndarray, edge: int, codec: str) -> list[bytes]:
@@ -123,7 +134,7 @@ def decode_brick(data, codec: str, box: Sequence[tuple[int, int]], channels: int
     raw = _decompress(data, codec, size)
     if len(raw) != size:
         raise BrickError(f"{len(raw)} bytes for a {list(shape)} {dtype} brick ({size})")
-    return np.frombuffer(raw, dtype=stored).reshape(shape).astype(np.dtype(dtype))
+    return np.frombuffer(raw, dtype=stored).reshape(shape).astype(np.dtype(dtype), copy=False)
 
 
 def assemble(bricks: Mapping[int, object], shape: Sequence[int], edge: int, codec: str, dtype: str,
@@ -133,9 +144,8 @@ def assemble(bricks: Mapping[int, object], shape: Sequence[int], edge: int, code
     start = tuple(int(n) for n in (start if start is not None else (0, 0, 0)))
     stop = tuple(int(n) for n in (stop if stop is not None else shape[:3]))
     out = np.empty(tuple(b - a for a, b in zip(start, stop)) + (int(shape[3]),), dtype=np.dtype(dtype))
-    all_boxes = boxes(shape, edge)
     for index in overlapping(shape, edge, start, stop):
-        box = all_boxes[index]
+        box = box_of(index, shape, edge)
         if index not in bricks:
             raise BrickError(f"brick {index} is missing")
         try:
@@ -147,6 +157,58 @@ def assemble(bricks: Mapping[int, object], shape: Sequence[int], edge: int, code
         out[tuple(slice(low - s, high - s) for low, high, s in zip(lo, hi, start))] = \
             brick[tuple(slice(low - a, high - a) for low, high, (a, _) in zip(lo, hi, box))]
     return out
+
+
+def read_region(read: Callable[[int, int], bytes], placed: Sequence[tuple[int, int]], shape: Sequence[int],
+                edge: int, codec: str, dtype: str, start: Sequence[int], stop: Sequence[int],
+                read_into: Optional[Callable[[int, Any], int]] = None) -> np.ndarray:
+    """The box ``[start, stop)`` (inside the volume) of a ``shape`` ``[d, h, w, c]`` volume whose
+    bricks lie at ``placed`` (``(offset, size)`` each, C order), read through ``read(offset, size)``:
+    only the bricks the box overlaps, and of an uncompressed brick only the planes ``d`` the box
+    spans (a brick is C order, so they are one contiguous range of it); a zstd brick whole.
+    ``read_into(offset, buffer)`` (the bytes read): uncompressed bricks are read into one reused
+    buffer instead (fresh large bytes objects cost their page faults, more than the copy)."""
+    indices = overlapping(shape, edge, start, stop)
+    if codec != VolumeCodec.NONE:
+        return assemble(dict(zip(indices, read_bricks(read, [placed[i] for i in indices]))), shape, edge, codec,
+                        dtype, start, stop)
+    stored = np.dtype(dtype).newbyteorder("<")
+    channels = int(shape[3])
+    spans, parts = [], []
+    for index in indices:
+        box = box_of(index, shape, edge)
+        (b0, b1), (h0, h1), (w0, w1) = box
+        plane = (h1 - h0) * (w1 - w0) * channels * stored.itemsize
+        offset, size = placed[index]
+        if size != plane * (b1 - b0):
+            raise BrickError(f"brick {index} {[list(b) for b in box]}: {size} bytes for a "
+                             f"{[b1 - b0, h1 - h0, w1 - w0, channels]} {dtype} brick ({plane * (b1 - b0)})")
+        d0, d1 = max(int(start[0]), b0), min(int(stop[0]), b1)
+        spans.append((offset + (d0 - b0) * plane, (d1 - d0) * plane))
+        parts.append(((d0, d1), (h0, h1), (w0, w1)))
+    out = np.empty(tuple(int(b) - int(a) for a, b in zip(start, stop)) + (channels,), dtype=np.dtype(dtype))
+    if read_into is None:
+        found: Iterable = read_bricks(read, spans)
+    else:
+        scratch = np.empty(max((n for _, n in spans), default=0), np.uint8)
+        found = _read_each(read_into, spans, scratch)
+    for data, box in zip(found, parts):
+        brick = np.frombuffer(data, dtype=stored).reshape(tuple(b - a for a, b in box) + (channels,))
+        lo = [max(a, int(s)) for (a, _), s in zip(box, start)]
+        hi = [min(b, int(t)) for (_, b), t in zip(box, stop)]
+        out[tuple(slice(low - int(s), high - int(s)) for low, high, s in zip(lo, hi, start))] = \
+            brick[tuple(slice(low - a, high - a) for low, high, (a, _) in zip(lo, hi, box))]
+    return out
+
+
+def _read_each(read_into: Callable[[int, Any], int], spans: Sequence[tuple[int, int]], scratch: np.ndarray):
+    """Each span's bytes, read into ``scratch`` in turn (each valid until the next is read)."""
+    for offset, size in spans:
+        view = scratch[:size]
+        done = read_into(offset, view)
+        if done != size:
+            raise BrickError(f"{done} bytes of {size} at offset {offset}: the shard ends first")
+        yield view
 
 
 def record_features(features: dict, pixels: np.ndarray, edge: int, codec: str) -> dict:
@@ -228,7 +290,7 @@ def read_bricks(read: Callable[[int, int], bytes], spans: Iterable[tuple[int, in
         while j + 1 < len(spans) and 0 <= spans[j + 1][0] - (spans[j][0] + spans[j][1]) <= gap:
             j += 1
         first = spans[i][0]
-        data = read(first, spans[j][0] + spans[j][1] - first)
+        data = memoryview(read(first, spans[j][0] + spans[j][1] - first))     # slices of it: views
         for offset, size in spans[i:j + 1]:
             out.append(data[offset - first:offset - first + size])
         i = j + 1

@@ -252,6 +252,22 @@ class RandomAccess:
             self.reads += 1
         return data
 
+    def _read_into(self, shard: int, offset: int, buffer) -> int:
+        """``_read`` into ``buffer`` (``len(buffer)`` bytes at ``offset``); the bytes read."""
+        if self._cache is None:
+            done = self._readers[shard].read_into(offset, buffer)
+        else:
+            copy = self._copies[shard]
+            pinned = self._cache.acquire(copy.uri, copy.sha256, copy.size)
+            try:
+                done = storage.pread_into(pinned.fd, offset, memoryview(buffer).cast("B"))
+            finally:
+                self._cache.release(pinned)
+        with self._lock:
+            self.bytes_read += done
+            self.reads += 1
+        return done
+
     def serialized(self, index) -> memoryview:
         """The serialized ``tf.train.Example`` of record ``index`` (CRC-checked with ``verify``;
         decrypted, for an encrypted dataset)."""
@@ -354,19 +370,24 @@ class RandomAccess:
         if mask and layout.mask is not None:
             wanted.append(("mask", layout.mask, int(fields[MASK_CHANNELS]), _text(fields[MASK_DTYPE]),
                            np.dtype(_text(fields[MASK_DTYPE])), 0))
+        whole = list(lo) == list(start) and hi == [a + n for a, n in zip(start, size)]   # no padding
         for name, placed, channels, stored, dtype, pad in wanted:
-            box = np.full(size + (channels,), pad, dtype=dtype)
+            part = None
             if all(b > a for a, b in zip(lo, hi)):
-                indices = bricks.overlapping(shape, self.chunks.edge, lo, hi)
-                if len(placed) != len(bricks.boxes(shape, self.chunks.edge)):
+                if len(placed) != bricks.count(shape, self.chunks.edge):
                     raise CorruptRecordError(f"{where}: {len(placed)} {name} bricks for shape {list(shape)} "
                                              f"in bricks of {self.chunks.edge}")
-                data = bricks.read_bricks(lambda at, n: self._read(shard, at, n), [placed[i] for i in indices])
                 try:
-                    part = bricks.assemble(dict(zip(indices, data)), shape + (channels,), self.chunks.edge,
-                                           self.chunks.codec, stored, lo, hi)
+                    part = bricks.read_region(lambda at, n: self._read(shard, at, n), placed, shape + (channels,),
+                                              self.chunks.edge, self.chunks.codec, stored, lo, hi,
+                                              read_into=lambda at, buffer: self._read_into(shard, at, buffer))
                 except bricks.BrickError as error:
                     raise CorruptRecordError(f"{where}: {name} {error}") from None
+            if whole and part is not None:
+                out[name] = part.astype(dtype, copy=False)        # a fresh array: no second copy
+                continue
+            box = np.full(size + (channels,), pad, dtype=dtype)
+            if part is not None:
                 box[tuple(slice(a - s, b - s) for a, b, s in zip(lo, hi, start))] = part.astype(dtype, copy=False)
             out[name] = box
         return out
@@ -402,7 +423,7 @@ class RandomAccess:
             found = values.get(feature)
             if not found:
                 raise ValueError(f"{where}: feature {feature!r} is missing")
-            if len(found) != len(bricks.boxes(full, self.chunks.edge)):
+            if len(found) != bricks.count(full, self.chunks.edge):
                 raise CorruptRecordError(f"{where}: {len(found)} {name} bricks for shape {list(full)} in bricks "
                                          f"of {self.chunks.edge}")
             try:

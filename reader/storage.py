@@ -68,6 +68,18 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
+def pread_into(fd: int, offset: int, view: memoryview) -> int:
+    """``os.preadv`` of ``len(view)`` bytes at ``offset`` into ``view`` (short reads retried); the
+    bytes read."""
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n <= 0:
+            break
+        done += n
+    return done
+
+
 class RangeReader:
     """``read(offset, size)`` on one file or object, opened on first use in each process."""
 
@@ -102,6 +114,19 @@ class RangeReader:
                 break
             data += more
         return data
+
+    def read_into(self, offset: int, buffer) -> int:
+        """Reads ``len(buffer)`` bytes at ``offset`` into ``buffer`` (a writable buffer; no fresh
+        bytes object, whose pages a large read would fault in anew each time); the bytes read
+        (fewer only at end of file)."""
+        view = memoryview(buffer).cast("B")
+        if is_gcs(self.path):
+            data = self.read(offset, len(view))
+            view[:len(data)] = data
+            return len(data)
+        if self._pid != os.getpid():
+            self._open()
+        return pread_into(self._handle, offset, view)
 
     def close(self):
         if self._pid == os.getpid() and isinstance(self._handle, int):

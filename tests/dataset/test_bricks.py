@@ -81,6 +81,52 @@ def test_bricks_cover_the_volume_once_and_any_box_comes_back(shape, edge):
             np.testing.assert_array_equal(part, volume[tuple(slice(a, b) for a, b in zip(start, stop))])
 
 
+@pytest.mark.parametrize("shape,edge", [((7, 9, 10, 2), 4), ((9, 6, 11, 1), 3), ((3, 4, 5, 1), 64)])
+def test_read_region_reads_only_the_planes_it_needs_and_agrees_with_assemble(shape, edge):
+    """read_region (what RandomAccess.region reads with): equal to the volume's box for each codec,
+    through read() and through read_into(); an uncompressed brick read only over the box's planes."""
+    rng = np.random.default_rng(2)
+    volume = rng.integers(0, 60000, size=shape).astype(np.uint16)
+    assert bricks.count(shape, edge) == len(bricks.boxes(shape, edge))
+    assert [bricks.box_of(i, shape, edge) for i in range(bricks.count(shape, edge))] == bricks.boxes(shape, edge)
+    for codec in bricks.VolumeCodec:
+        encoded = bricks.encode(volume, edge, codec)
+        blob = b"".join(encoded)
+        placed = list(zip(np.cumsum([0] + [len(b) for b in encoded[:-1]]).tolist(), [len(b) for b in encoded]))
+        for _ in range(12):
+            start = [int(rng.integers(0, n)) for n in shape[:3]]
+            stop = [int(rng.integers(a + 1, n + 1)) for a, n in zip(start, shape)]
+            want = volume[tuple(slice(a, b) for a, b in zip(start, stop))]
+            read_bytes = []
+
+            def read(at, n):
+                read_bytes.append(n)
+                return blob[at:at + n]
+
+            def read_into(at, buffer):
+                data = blob[at:at + len(buffer)]
+                memoryview(buffer).cast("B")[:len(data)] = data
+                read_bytes.append(len(data))
+                return len(data)
+            for into in (None, read_into):
+                read_bytes.clear()
+                got = bricks.read_region(read, placed, shape, edge, codec, "uint16", start, stop, read_into=into)
+                np.testing.assert_array_equal(got, want)
+                if codec == bricks.VolumeCodec.NONE:
+                    touched = bricks.overlapping(shape, edge, start, stop)
+                    planes = sum((min(stop[0], bricks.box_of(i, shape, edge)[0][1])
+                                  - max(start[0], bricks.box_of(i, shape, edge)[0][0]))
+                                 * len(encoded[i]) // (bricks.box_of(i, shape, edge)[0][1]
+                                                       - bricks.box_of(i, shape, edge)[0][0]) for i in touched)
+                    # read() joins neighbours within read_bricks' 16-byte gap into one read
+                    assert planes <= sum(read_bytes) <= planes + (16 * len(touched) if into is None else 0)
+    encoded = bricks.encode(volume, edge, "none")
+    placed = list(zip(np.cumsum([0] + [len(b) for b in encoded[:-1]]).tolist(), [len(b) for b in encoded]))
+    with pytest.raises(bricks.BrickError, match="the shard ends first"):
+        bricks.read_region(lambda at, n: b"", placed, shape, edge, "none", "uint16", (0, 0, 0), shape[:3],
+                           read_into=lambda at, buffer: 0)
+
+
 def test_edges_refused_and_accepted():
     assert bricks.edge_refusal(0) == "" and bricks.edge_refusal(64) == "" and bricks.edge_refusal(2) == ""
     for bad in (1, -3, bricks.MAX_EDGE + 1):

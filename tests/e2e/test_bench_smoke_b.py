@@ -287,3 +287,38 @@ def test_bench_encryption(tmp_path):
         assert positive(rows[0][2]) and positive(rows[0][3]), rows[0]
     # the key-encryption key the run made is gone with it
     assert not [f for f in os.listdir(os.environ["DCM2TFRECORD_BENCH_CACHE"]) if ".kek." in f]
+
+
+def test_bench_patches(tmp_path):
+    """Every loader row (ours on each layout and front end, locally and on the GCS emulator; each
+    peer whose package is installed) with positive figures, a skipped peer named, the targets with
+    a verdict each."""
+    import importlib.util
+    out = tmp_path / "patches.json"
+    proc = run_smoke("bench_patches", "--json", str(out))
+    result = json.loads(out.read_text())
+    ours = {f"ours_{layout}_{front}" for layout in ("plain", "none", "zstd")
+            for front in ("torch0", "torch2", "tf", "grain", "local_first1", "gcs_first1")}
+    peers = {"monai_cache": "monai", "monai_cache_first1": "monai", "monai_persistent": "monai",
+             "torchio": "torchio", "nnunet": "nnunetv2"}
+    present = {name for name, module in peers.items() if importlib.util.find_spec(module) is not None}
+    assert set(result["rows"]) == ours | present, sorted(result["rows"])
+    assert set(result["skipped"]) == {p for p in peers if p not in present and "first" not in p}, result["skipped"]
+    loaders, _, ratios = proc.stdout.partition("| ours (patches/s")
+    for name, row in result["rows"].items():
+        assert "failed" not in row, (name, row)
+        assert row["patches"] >= 8 and row["patches_per_s"] > 0 and row["peak_rss_mb"] > 0, (name, row)
+        assert row["patch_bytes"] >= 32 ** 3 * 3, (name, row)
+        if name.startswith("ours_"):
+            assert row["bytes_read"] > 0, (name, row)
+        rows = table_rows(loaders, f"{name} |")
+        assert len(rows) == 1 and len(rows[0]) == 8 and positive(rows[0][1]), (name, proc.stdout)
+        if name.startswith("ours_") and "first" not in name and ratios:     # ours ÷ each peer
+            (cells,) = table_rows(ratios, f"{name} |")
+            assert len(cells) == 1 + len(present - {"monai_cache_first1"}), cells
+            assert all(positive(cell.split()[0]) for cell in cells[1:]), cells
+    verdicts = [t["met"] for t in result["targets"]]
+    assert len(verdicts) == 4 + 2 * ("monai_cache" in present) + ("monai_persistent" in present) \
+        + ("nnunet" in present), result["targets"]
+    for target in result["targets"]:
+        assert len(table_rows(proc.stdout, target["target"])) == 1, (target, proc.stdout)

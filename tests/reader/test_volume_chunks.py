@@ -180,10 +180,16 @@ def test_verify_passes_and_names_a_damaged_brick(converted, tmp_path):
     assert any("image brick 1 " in str(problem) for problem in report.problems), report.problems
 
 
-def test_region_over_gcs(converted, gcs_emulator):  # noqa: F811
-    gcs_emulator.upload_tree(converted["zstd5"], "chunks/dataset")
-    remote = RandomAccess(gcs_emulator.url("chunks/dataset"))
-    local = RandomAccess(converted["zstd5"])
+@pytest.mark.parametrize("name", ["zstd5", "none4"])
+@pytest.mark.parametrize("cached", [False, True])
+def test_region_over_gcs(converted, gcs_emulator, name, cached, tmp_path):  # noqa: F811
+    """Regions of a gs:// dataset, read by ranged GETs or from local_cache's copies, equal the
+    local ones and read as many bytes (uncompressed bricks: only the planes a box spans)."""
+    gcs_emulator.upload_tree(converted[name], f"chunks/{name}")
+    remote = RandomAccess(gcs_emulator.url(f"chunks/{name}"),
+                          local_cache=str(tmp_path / "cache") if cached else None,
+                          local_cache_bytes=1 << 30 if cached else None)
+    local = RandomAccess(converted[name])
     for start, size in [((0, 0, 0), (5, 5, 5)), ((3, 2, 4), (7, 9, 6)), ((-1, -1, -1), (40, 40, 40))]:
         got, want = remote.region(0, start, size), local.region(0, start, size)
         for key in want:
