@@ -10,16 +10,22 @@ runs (``.lock``, ``.incomplete/``, ``.progress/``, ``plan.json``, ``run_failed.j
 
 How it is checked, once, where it lands (docs/CONVERTING.md "Copying a dataset"): locally each
 file goes into a temp file under the destination's ``.incomplete/`` (by the kernel,
-``copy_file_range``, where the source is local too; else streamed, its CRC-32C computed) and is
-read back once: a shard's sha256 must equal the manifest's, another file's CRC-32C and size the
-source's; then it is renamed to its name. To an object store a file is written straight to its
-name (an object appears only whole; a rename there is a server-side copy) while its sha256
-(shards: against the manifest) and CRC-32C are computed, and the CRC-32C the store computed of
-the object (``FileSystems.stored_crc32c``: GCS's metadata, no byte read back) must equal the
-streamed one; a store keeping none has the object read back instead. A shard that does not
-match the manifest is hashed once more at the source, to tell a damaged source (the copy stops,
-naming the shard) from a damaged write. What fails is removed (a temp file) or deleted (an
-object). So a file under its final name at the destination is whole and equal to the source.
+``copy_file_range``, where the source is local too; downloaded by the store's client where the
+installed backend moves whole files of the source's store, ``FileSystems.direct_transfer``:
+gs://; else streamed, its CRC-32C computed) and, but for a download, read back once: a shard's
+sha256 must equal the manifest's, another file's CRC-32C and size the source's; a download is
+checked as it arrives instead: the CRC-32C of the bytes received against the store's (the
+client's own check, and here against the CRC-32C the backend returns), a shard's sha256 against
+the manifest's. Then it is renamed to its name. To an object store a file is written straight
+to its name (an object appears only whole; a rename there is a server-side copy), uploaded by
+the store's client where the backend has one (``FileSystems.upload``: gs://, the client's
+CRC-32C check) else streamed, while its sha256 (shards: against the manifest) and CRC-32C are
+computed; the CRC-32C the store computed of the object (its answer to the upload, or
+``FileSystems.stored_crc32c``: GCS's metadata, no byte read back) must equal the computed one;
+a store keeping none has the object read back instead. A shard that does not match the manifest
+is hashed once more at the source, to tell a damaged source (the copy stops, naming the shard)
+from a damaged write. What fails is removed (a temp file) or deleted (an object). So a file
+under its final name at the destination is whole and equal to the source.
 
 Resuming: the first thing written is ``.dcm2tfrecord-copy.json`` naming the source's manifest
 (its sha256). A copy started again into a destination holding that marker keeps every file
@@ -37,6 +43,7 @@ import concurrent.futures
 import dataclasses
 import errno
 import hashlib
+import io
 import json
 import os
 import time
@@ -450,8 +457,12 @@ def copy_dataset(source: str, destination: str, version: Optional[str] = None,
     resumed = _check_destination(dst_root, manifest_at_dst, manifest_bytes, marker)
     marker_path = FileSystems.join(dst_root, MARKER_NAME)
     if not FileSystems.exists(manifest_at_dst):
-        with incomplete_file(marker_path, dst_root) as tmp, create_output(dst_root, tmp) as handle:
-            handle.write(json.dumps(marker, indent=2).encode() + b"\n")
+        marker_bytes = json.dumps(marker, indent=2).encode() + b"\n"
+        if FileSystems.direct_transfer(marker_path):        # one request; an object appears whole
+            FileSystems.upload(io.BytesIO(marker_bytes), marker_path, len(marker_bytes))   # type: ignore[arg-type]
+        else:
+            with incomplete_file(marker_path, dst_root) as tmp, create_output(dst_root, tmp) as handle:
+                handle.write(marker_bytes)
     def one(item: FileToCopy) -> tuple[FileToCopy, bool, int]:
         """(the file, whether it was copied (else kept, verified), its bytes)."""
         src = FileSystems.join(src_root, item.relative)
