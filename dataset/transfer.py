@@ -459,7 +459,7 @@ def copy_dataset(source: str, destination: str, version: Optional[str] = None,
     if not FileSystems.exists(manifest_at_dst):
         marker_bytes = json.dumps(marker, indent=2).encode() + b"\n"
         if FileSystems.direct_transfer(marker_path):        # one request; an object appears whole
-            FileSystems.upload(io.BytesIO(marker_bytes), marker_path, len(marker_bytes))   # type: ignore[arg-type]
+            FileSystems.upload(io.BytesIO(marker_bytes), marker_path, len(marker_bytes))
         else:
             with incomplete_file(marker_path, dst_root) as tmp, create_output(dst_root, tmp) as handle:
                 handle.write(marker_bytes)
