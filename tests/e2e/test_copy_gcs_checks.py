@@ -3,7 +3,9 @@ of it (no read-back), on gcp-storage-emulator, through google-cloud-storage as t
 installs it: a bit flipped on the wire (in the request carrying an upload, one-request and
 resumable, or in the answer carrying a download) is caught, the object deleted (or the local
 temp file removed), and the copy fails naming it; a copy killed in the middle of a file and run
-again equals the source byte for byte. Local destinations: tests/dataset/test_transfer.py."""
+again equals the source byte for byte. Where the whole-file path is off (other stores), an object
+changed after the streamed CRC-32C is caught by the store's. Local destinations:
+tests/dataset/test_transfer.py."""
 from __future__ import annotations
 
 import os
@@ -15,7 +17,7 @@ import requests
 
 from dcm2tfrecord.dataset import storage, transfer
 from dcm2tfrecord.dataset.verify import verify_dataset
-from dcm2tfrecord.transforms.beam_files import install_beam_storage
+from dcm2tfrecord.transforms.beam_files import BeamFiles, install_beam_storage
 from tests.support.gcs_emulator import gcs_emulator  # noqa: F401  (fixture)
 from tests.support.processes import tree_bytes
 from tests.support.reader_datasets import archive, plain  # noqa: F401  (fixtures)
@@ -25,6 +27,22 @@ from tests.support.reader_datasets import archive, plain  # noqa: F401  (fixture
 def beam_storage():
     before = storage.installed()
     install_beam_storage()
+    yield
+    storage.install(before)
+
+
+class _Streamed(BeamFiles):
+    """Beam's FileSystems without the whole-file path: what a store other than gs:// gets
+    (and gs:// to gs://), each file streamed through open / create."""
+
+    def direct_transfer(self, path: str) -> bool:
+        return False
+
+
+@pytest.fixture()
+def streamed_storage():
+    before = storage.installed()
+    storage.install(_Streamed())
     yield
     storage.install(before)
 
@@ -181,3 +199,18 @@ def test_a_copy_killed_inside_a_file_and_run_again_equals_the_source(plain, gcs_
     monkeypatch.undo()
     transfer.copy_dataset(destination, str(back))
     assert tree_bytes(str(back)) == tree_bytes(plain) and verify_dataset(str(back)).ok
+
+
+def test_streamed_an_object_changed_on_the_way_fails_the_stores_crc32c(plain, gcs_emulator,  # noqa: F811
+                                                                       streamed_storage, monkeypatch):
+    shard = sorted(n for n in os.listdir(plain) if n.endswith(".tfrecord"))[0]
+    _writes_through(monkeypatch, shard, _flipped)               # after the CRC-32C computed on the way
+    destination = gcs_emulator.url("crc/streamed")
+    with pytest.raises(transfer.CopyFailed, match="the store's CRC-32C of the object") as failed:
+        transfer.copy_dataset(plain, destination)
+    assert shard in str(failed.value)
+    left = gcs_emulator.list("crc/streamed")
+    assert "crc/streamed/" + shard not in left and "crc/streamed/dataset.json" not in left
+    monkeypatch.undo()
+    transfer.copy_dataset(plain, destination)
+    assert _bucket_files(gcs_emulator, "crc/streamed") == tree_bytes(plain)
