@@ -23,10 +23,12 @@ import os
 import shutil
 from typing import BinaryIO, Optional, Protocol, Sequence
 
+from dcm2tfrecord.dataset.errors import Dcm2TfrecordError
 
-class StoreChecksumMismatch(OSError):
+
+class StoreChecksumMismatch(Dcm2TfrecordError):
     """The store's CRC-32C of an object differs from that of the bytes sent or received
-    (raised by a backend's ``upload`` / ``download``)."""
+    (raised by a backend's ``upload`` / ``download``; ``copy`` fails the file with CopyFailed)."""
 
 
 class Backend(Protocol):
