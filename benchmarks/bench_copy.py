@@ -6,10 +6,11 @@ A CT dataset (benchmarks/archives.py ``ct_archive``: 512x512 int16 slices, conve
 - local -> gs:// and gs:// -> local on the GCS emulator (tests/support/gcs_emulator.py, in
   memory on 127.0.0.1): google-cloud-storage's ``upload_from_filename`` /
   ``download_to_filename`` per file (what ``gsutil cp`` does, baseline) and the same files
-  through Beam's FileSystems with nothing checked (copy's own floor: its reads and writes go
-  through that seam) against ``copy_dataset``, which also checks every shard's sha256 against
-  dataset.json and every file at the destination: to gs:// the store's CRC-32C of each object
-  against the one computed while streaming, locally one read-back of each file.
+  through Beam's FileSystems with nothing checked (the floor of the design before, whose reads
+  and writes went through that seam), and ``copy_dataset`` as it was (the same checks, each
+  file streamed through Beam's FileSystems) against ``copy_dataset``, which moves each file with
+  google-cloud-storage (one client, ``upload_from_file`` / ``download_to_file``) and checks
+  every shard's sha256 against dataset.json and every file's CRC-32C against the store's.
 
 Each row: MB copied, wall and CPU seconds (this process and its children; the emulator's own
 is not counted), MB/s, and the ratio of its wall time to the route's plain copy; with
@@ -68,16 +69,31 @@ def _dataset(total_mb: float) -> str:
     return out
 
 
-BEAM = "Beam's FileSystems, nothing checked"     # copy's own floor: the same reads and writes
+BEAM = "Beam's FileSystems, nothing checked"     # the floor of the design before: its reads and writes
+STREAMED = "copy streamed through Beam's FileSystems (the design before)"
 
 
 def run(total_mb: float, work: str, rounds: int = 1) -> list[dict]:
-    """The six rows, each the best (least wall time) of ``rounds`` rounds, the methods of a
+    """The rows, each the best (least wall time) of ``rounds`` rounds, the methods of a
     route alternating within each round."""
     from dcm2tfrecord.dataset import transfer
     from dcm2tfrecord.transforms.beam_files import install_beam_storage
+    from dcm2tfrecord.dataset import storage
+    from dcm2tfrecord.transforms.beam_files import BeamFiles
     from tests.support.gcs_emulator import running_emulator
     install_beam_storage()
+    direct = storage.installed()
+
+    class Streamed(BeamFiles):              # gs:// files moved as before: through open / create
+        def direct_transfer(self, path: str) -> bool:
+            return False
+
+    def streamed(source_path, destination_path):
+        storage.install(Streamed())
+        try:
+            transfer.copy_dataset(source_path, destination_path)
+        finally:
+            storage.install(direct)
     source = _dataset(total_mb)
     size = sum(os.path.getsize(os.path.join(source, f)) for f in _files(source)) / 1e6
     best: dict[tuple[str, str], tuple[float, float]] = {}
@@ -118,18 +134,21 @@ def run(total_mb: float, work: str, rounds: int = 1) -> list[dict]:
             timed("local -> gs://", "google-cloud-storage per file", upload)
             timed("local -> gs://", BEAM, lambda: through_beam(lambda n: os.path.join(source, n),
                                                                lambda n: emulator.url(f"{r}/beam/{n}")))
+            timed("local -> gs://", STREAMED, lambda: streamed(source, emulator.url(f"{r}/streamed")))
             timed("local -> gs://", "dcm2tfrecord copy",
                   lambda: transfer.copy_dataset(source, emulator.url(f"{r}/copied")))
             timed("gs:// -> local", "google-cloud-storage per file", download)
             timed("gs:// -> local", BEAM, lambda: through_beam(lambda n: emulator.url(f"{r}/beam/{n}"),
                                                                lambda n: os.path.join(here, "beam_back", n)))
+            timed("gs:// -> local", STREAMED,
+                  lambda: streamed(emulator.url(f"{r}/copied"), os.path.join(here, "streamed_back")))
             timed("gs:// -> local", "dcm2tfrecord copy",
                   lambda: transfer.copy_dataset(emulator.url(f"{r}/copied"), os.path.join(here, "copied_back")))
             back = os.path.join(here, "copied_back")
             assert _files(back) == _files(source) and all(
                 open(os.path.join(back, f), "rb").read() == open(os.path.join(source, f), "rb").read()
                 for f in _files(source))
-            for name in ("plain", "copied", "plain_back", "copied_back", "beam_back"):
+            for name in ("plain", "copied", "plain_back", "copied_back", "beam_back", "streamed_back"):
                 shutil.rmtree(os.path.join(here, name))
             for blob in emulator.client().list_blobs(emulator.bucket, prefix=f"{r}/"):
                 blob.delete()

@@ -23,6 +23,13 @@ import os
 import shutil
 from typing import BinaryIO, Optional, Protocol, Sequence
 
+from dcm2tfrecord.dataset.errors import Dcm2TfrecordError
+
+
+class StoreChecksumMismatch(Dcm2TfrecordError):
+    """The store's CRC-32C of an object differs from that of the bytes sent or received
+    (raised by a backend's ``upload`` / ``download``; ``copy`` fails the file with CopyFailed)."""
+
 
 class Backend(Protocol):
     def join(self, base: str, *parts: str) -> str: ...
@@ -136,3 +143,25 @@ class FileSystems:
         None where the store keeps none (local files, other schemes, a backend without it)."""
         lookup = getattr(_backend, "stored_crc32c", None)
         return None if lookup is None else lookup(path)
+
+    @staticmethod
+    def direct_transfer(path: str) -> bool:
+        """Whether the backend moves whole files to and from ``path``'s store itself
+        (:meth:`upload`, :meth:`download`: the converter's, for gs://, with the store's
+        client); else a copy streams through :meth:`open` and :meth:`create`."""
+        direct = getattr(_backend, "direct_transfer", None)
+        return direct is not None and bool(direct(path))
+
+    @staticmethod
+    def upload(reader: BinaryIO, path: str, size: int) -> Optional[int]:
+        """The ``size`` bytes of ``reader`` written to ``path`` (where :meth:`direct_transfer`);
+        returns the CRC-32C the store computed of the object as it received them (None if its
+        answer gave none). StoreChecksumMismatch where the store's differs from the bytes read."""
+        return _backend.upload(reader, path, size)           # type: ignore[attr-defined]
+
+    @staticmethod
+    def download(path: str, writer: BinaryIO) -> Optional[int]:
+        """The object at ``path`` written to ``writer``; returns the CRC-32C the store keeps of
+        it (None if its answer gave none). StoreChecksumMismatch where the bytes received differ
+        from it."""
+        return _backend.download(path, writer)                # type: ignore[attr-defined]

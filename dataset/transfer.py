@@ -10,16 +10,22 @@ runs (``.lock``, ``.incomplete/``, ``.progress/``, ``plan.json``, ``run_failed.j
 
 How it is checked, once, where it lands (docs/CONVERTING.md "Copying a dataset"): locally each
 file goes into a temp file under the destination's ``.incomplete/`` (by the kernel,
-``copy_file_range``, where the source is local too; else streamed, its CRC-32C computed) and is
-read back once: a shard's sha256 must equal the manifest's, another file's CRC-32C and size the
-source's; then it is renamed to its name. To an object store a file is written straight to its
-name (an object appears only whole; a rename there is a server-side copy) while its sha256
-(shards: against the manifest) and CRC-32C are computed, and the CRC-32C the store computed of
-the object (``FileSystems.stored_crc32c``: GCS's metadata, no byte read back) must equal the
-streamed one; a store keeping none has the object read back instead. A shard that does not
-match the manifest is hashed once more at the source, to tell a damaged source (the copy stops,
-naming the shard) from a damaged write. What fails is removed (a temp file) or deleted (an
-object). So a file under its final name at the destination is whole and equal to the source.
+``copy_file_range``, where the source is local too; downloaded by the store's client where the
+installed backend moves whole files of the source's store, ``FileSystems.direct_transfer``:
+gs://; else streamed, its CRC-32C computed) and, but for a download, read back once: a shard's
+sha256 must equal the manifest's, another file's CRC-32C and size the source's; a download is
+checked as it arrives instead: the CRC-32C of the bytes received against the store's (the
+client's own check, and here against the CRC-32C the backend returns), a shard's sha256 against
+the manifest's. Then it is renamed to its name. To an object store a file is written straight
+to its name (an object appears only whole; a rename there is a server-side copy), uploaded by
+the store's client where the backend has one (``FileSystems.upload``: gs://, the client's
+CRC-32C check) else streamed, while its sha256 (shards: against the manifest) and CRC-32C are
+computed; the CRC-32C the store computed of the object (its answer to the upload, or
+``FileSystems.stored_crc32c``: GCS's metadata, no byte read back) must equal the computed one;
+a store keeping none has the object read back instead. A shard that does not match the manifest
+is hashed once more at the source, to tell a damaged source (the copy stops, naming the shard)
+from a damaged write. What fails is removed (a temp file) or deleted (an object). So a file
+under its final name at the destination is whole and equal to the source.
 
 Resuming: the first thing written is ``.dcm2tfrecord-copy.json`` naming the source's manifest
 (its sha256). A copy started again into a destination holding that marker keeps every file
@@ -37,10 +43,11 @@ import concurrent.futures
 import dataclasses
 import errno
 import hashlib
+import io
 import json
 import os
 import time
-from typing import Callable, Optional
+from typing import BinaryIO, Callable, Optional
 
 import google_crc32c
 
@@ -50,7 +57,7 @@ from dcm2tfrecord.dataset.files import create_output, incomplete_file, remove_em
 from dcm2tfrecord.dataset.manifest import parse_manifest
 from dcm2tfrecord.dataset.names import (FAILED_RUN_NAME, INCOMPLETE_DIR, LATEST_NAME, MANIFEST_NAME,
                                         PLAN_NAME, VERSIONS_DIR, strip_parent)
-from dcm2tfrecord.dataset.storage import FileSystems
+from dcm2tfrecord.dataset.storage import FileSystems, StoreChecksumMismatch
 from dcm2tfrecord.dataset.versions import resolve_dataset_dir, set_latest
 
 MARKER_NAME = ".dcm2tfrecord-copy.json"
@@ -223,17 +230,154 @@ def _check_local(source: str, written: str, expected: Optional[str], crc: Option
         raise _lost_bytes(written, size, written_size)
 
 
+class _HashingReader:
+    """A reader over ``inner`` computing the sha256 (``sha256``) and CRC-32C of every byte it
+    hands out, once each, as the store's client reads it (a rewind for a retry re-reads bytes
+    already hashed: they are skipped)."""
+
+    def __init__(self, inner: BinaryIO, sha256: bool) -> None:
+        self.inner = inner
+        self.digest = hashlib.sha256() if sha256 else None
+        self.crc = 0
+        self.position = 0
+        self.hashed = 0                 # bytes [0, hashed) went into the digests
+        self.gap = False                # a read skipped bytes never hashed: digests unusable
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.inner.read() if size is None or size < 0 else self.inner.read(size)
+        end = self.position + len(chunk)
+        if self.position > self.hashed:
+            self.gap = True
+        elif end > self.hashed:
+            new = chunk if self.hashed == self.position else chunk[self.hashed - self.position:]
+            if self.digest is not None:
+                self.digest.update(new)
+            self.crc = google_crc32c.extend(self.crc, new)
+            self.hashed = end
+        self.position = end
+        return chunk
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.position = self.inner.seek(offset, whence)
+        return self.position
+
+
+class _HashingWriter:
+    """A writer passing every byte on to ``inner``, computing their sha256 (``sha256``),
+    CRC-32C and count on the way, a CHUNK at a time (the store's client writes 8 KiB pieces:
+    gathered, the digests and the file see a few large calls, not thousands of small ones);
+    :meth:`flush` before reading the digests."""
+
+    def __init__(self, inner: BinaryIO, sha256: bool) -> None:
+        self.inner = inner
+        self.digest = hashlib.sha256() if sha256 else None
+        self.crc = 0
+        self.size = 0
+        self.pending = bytearray()
+
+    def write(self, chunk: bytes) -> int:
+        self.pending += chunk
+        if len(self.pending) >= CHUNK:
+            self.flush()
+        return len(chunk)
+
+    def flush(self) -> None:
+        if self.pending:
+            data = bytes(self.pending)
+            self.pending.clear()
+            if self.digest is not None:
+                self.digest.update(data)
+            self.crc = google_crc32c.extend(self.crc, data)
+            self.size += len(data)
+            self.inner.write(data)
+
+
+def _store_differs(path: str, size: int, stored: int, crc: int, sent: bool) -> CopyFailed:
+    what = "sent" if sent else "received"
+    return CopyFailed(f"{path}: the store's CRC-32C of the object ({stored:08x}) differs from that of the "
+                      f"{size} bytes {what} ({crc:08x}); run copy again")
+
+
+def _upload(source: str, destination: str, expected: Optional[str]) -> int:
+    """Local ``source`` to the object ``destination`` by the store's client (one request for a
+    small file): the sha256 (against ``expected``) and CRC-32C of the bytes computed as the
+    client reads them; the CRC-32C checked by the client and the store (StoreChecksumMismatch)
+    and against the store's answer here."""
+    size = os.path.getsize(source)
+    with open(source, "rb") as handle:
+        reader = _HashingReader(handle, sha256=expected is not None)
+        try:
+            stored = FileSystems.upload(reader, destination, size)   # type: ignore[arg-type]
+        except StoreChecksumMismatch as error:
+            raise CopyFailed(f"{destination}: the store's CRC-32C of the object differs from that of the "
+                             f"{size} bytes sent ({error}); run copy again") from error
+    if reader.gap or reader.hashed != size:         # the client read it unlike a stream: hash again
+        crc, read = _crc32c_of(source)
+        reader.crc, reader.hashed = crc, read
+        if expected is not None:
+            reader.digest = None
+            digest, _ = _sha256_of(source)
+            if digest != expected:
+                raise _damaged_source(source, digest, expected)
+    if reader.digest is not None and expected is not None and reader.digest.hexdigest() != expected:
+        raise _damaged_source(source, reader.digest.hexdigest(), expected)
+    if stored is None:
+        stored = FileSystems.stored_crc32c(destination)
+    if stored is None:
+        stored, written_size = _crc32c_of(destination)
+        if (stored, written_size) != (reader.crc, size):
+            raise _lost_bytes(destination, size, written_size)
+    elif stored != reader.crc:
+        raise _store_differs(destination, size, stored, reader.crc, sent=True)
+    return size
+
+
+def _download(source: str, tmp: str, dst_root: str, expected: Optional[str]) -> int:
+    """The object ``source`` into the local temp file ``tmp`` by the store's client: the
+    CRC-32C of the bytes received checked against the store's by the client and here, a
+    shard's sha256 computed on the way against ``expected`` (where it differs, the source is
+    hashed again: a damaged source, or bytes lost on the way)."""
+    with create_output(dst_root, tmp) as handle:
+        writer = _HashingWriter(handle, sha256=expected is not None)
+        try:
+            stored = FileSystems.download(source, writer)          # type: ignore[arg-type]
+            writer.flush()
+        except StoreChecksumMismatch as error:
+            raise CopyFailed(f"{source}: the bytes received differ from the store's CRC-32C of the object "
+                             f"({error}); run copy again") from error
+    if stored is None:
+        stored = FileSystems.stored_crc32c(source)
+    if stored is None:
+        _check_local(source, tmp, expected, None, writer.size)
+        return writer.size
+    if stored != writer.crc:
+        raise _store_differs(source, writer.size, stored, writer.crc, sent=False)
+    if writer.digest is not None and expected is not None and writer.digest.hexdigest() != expected:
+        read, _ = _sha256_of(source)
+        if read != expected:
+            raise _damaged_source(source, read, expected)
+        raise _lost_bytes(tmp, writer.size, writer.size)
+    return writer.size
+
+
 def _copy_one(source: str, destination: str, dst_root: str, expected: Optional[str]) -> int:
     """``source`` to ``destination``, checked there; its bytes (module docstring).
 
     Locally through a temp file renamed once checked: the bytes copied by the kernel where the
-    source is local too (else streamed), then read back once. To an object store straight to
-    its name, since an object appears only whole (a rename there is a server-side copy: twice
-    the writing): the sha256 checked while streaming, then the store's own CRC-32C of the
-    object against the one computed while streaming (GCS), or, where the store keeps none, the
-    object read back; an object that does not match is deleted before the error."""
+    source is local too (else streamed), then read back once; from a store the backend moves
+    whole files of (gs://), by its client, checked as they arrive (no read-back). To an object
+    store straight to its name, since an object appears only whole (a rename there is a
+    server-side copy: twice the writing): by the store's client where the backend has one
+    (gs://, local source), else streamed; the sha256 checked on the way, then the store's own
+    CRC-32C of the object against the one computed on the way (GCS), or, where the store keeps
+    none, the object read back; an object that does not match is deleted before the error."""
     if "://" in destination:
         try:
+            if "://" not in source and FileSystems.direct_transfer(destination):
+                return _upload(source, destination, expected)
             crc, size = _stream(source, destination, dst_root, expected, sha256=True)
             stored = FileSystems.stored_crc32c(destination)
             if stored is None:              # a store keeping no CRC-32C: the object read back
@@ -241,13 +385,15 @@ def _copy_one(source: str, destination: str, dst_root: str, expected: Optional[s
                 if (stored, written_size) != (crc, size):
                     raise _lost_bytes(destination, size, written_size)
             elif stored != crc:
-                raise CopyFailed(f"{destination}: the store's CRC-32C of the object ({stored:08x}) "
-                                 f"differs from that of the {size} bytes sent ({crc:08x}); run copy again")
+                raise _store_differs(destination, size, stored, crc, sent=True)
         except CopyFailed:
-            FileSystems.delete([destination])
+            if FileSystems.exists(destination):
+                FileSystems.delete([destination])
             raise
         return size
     with incomplete_file(destination, dst_root) as tmp:
+        if "://" in source and FileSystems.direct_transfer(source):
+            return _download(source, tmp, dst_root, expected)
         copied = _kernel_copy(source, tmp, dst_root)
         streamed: Optional[int] = None          # the CRC-32C of what was streamed, if it was
         if copied is None:
@@ -311,8 +457,12 @@ def copy_dataset(source: str, destination: str, version: Optional[str] = None,
     resumed = _check_destination(dst_root, manifest_at_dst, manifest_bytes, marker)
     marker_path = FileSystems.join(dst_root, MARKER_NAME)
     if not FileSystems.exists(manifest_at_dst):
-        with incomplete_file(marker_path, dst_root) as tmp, create_output(dst_root, tmp) as handle:
-            handle.write(json.dumps(marker, indent=2).encode() + b"\n")
+        marker_bytes = json.dumps(marker, indent=2).encode() + b"\n"
+        if FileSystems.direct_transfer(marker_path):        # one request; an object appears whole
+            FileSystems.upload(io.BytesIO(marker_bytes), marker_path, len(marker_bytes))
+        else:
+            with incomplete_file(marker_path, dst_root) as tmp, create_output(dst_root, tmp) as handle:
+                handle.write(marker_bytes)
     def one(item: FileToCopy) -> tuple[FileToCopy, bool, int]:
         """(the file, whether it was copied (else kept, verified), its bytes)."""
         src = FileSystems.join(src_root, item.relative)

@@ -184,8 +184,9 @@ def test_profile_summary():
 
 def test_bench_copy(tmp_path):
     """copy against a plain copy of the same files, local and on the GCS emulator: every route
-    has both methods (and, for gs://, the same files through Beam's FileSystems unchecked), each
-    with MB moved and a positive rate; every row but the plain copy has its ratio to it."""
+    has both methods (and, for gs://, the same files through Beam's FileSystems unchecked and
+    copy as it was, streamed through them), each with MB moved and a positive rate; every row
+    but the plain copy has its ratio to it."""
     out = tmp_path / "copy.json"
     proc = run_smoke("bench_copy", "--json", str(out))
     rows = json.loads(out.read_text())["rows"]
@@ -193,7 +194,7 @@ def test_bench_copy(tmp_path):
     assert {(r["route"], r["method"] == "dcm2tfrecord copy") for r in rows} == {(x, y) for x in routes for y in (0, 1)}
     plain = {"shutil.copytree", "google-cloud-storage per file"}
     assert sorted(r["route"] for r in rows if r["method"] not in plain | {"dcm2tfrecord copy"}) == \
-        ["gs:// -> local", "local -> gs://"]
+        ["gs:// -> local", "gs:// -> local", "local -> gs://", "local -> gs://"]
     for r in rows:
         assert r["mb"] > 1 and r["wall_s"] > 0 and r["mb_per_s"] > 0, r
         assert (r["wall_vs_plain"] is not None) == (r["method"] not in plain), r
