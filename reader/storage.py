@@ -1,7 +1,7 @@
 """Byte-range reads of local files and ``gs://`` objects, without TensorFlow.
 
 Local files are read with ``os.pread`` (no shared file position, so one open
-file serves every thread); ``gs://`` objects with ranged GETs through
+file serves every thread) or mapped read-only (``RangeReader.view``); ``gs://`` objects with ranged GETs through
 ``google-cloud-storage`` (which honours ``STORAGE_EMULATOR_HOST``). Handles
 are opened lazily and per process: an object holding them pickles without
 them and reopens after a fork or in a spawned worker.
