@@ -5,7 +5,10 @@ parent -> children map, and for each process of the tree (the launcher and
 every descendant, e.g. Beam's SDK worker subprocesses or a multiprocessing
 pool) reads ``VmHWM`` (the kernel's own per-process peak RSS, so a short spike
 between two polls is not missed while the process lives) and ``VmRSS``
-(current RSS, summed over the tree at each poll).
+(current RSS, summed over the tree at each poll), and ``RssFile`` (the part of
+VmRSS that is mapped files: shared libraries, and files a process maps, e.g.
+RandomAccess's read-only maps of local shards, whose clean pages are the page
+cache's and counted there whether mapped or read) to give the sum without it.
 
 As a cross-check, the launcher is reaped with ``os.wait4``, whose
 ``ru_maxrss`` is the peak RSS of the largest single process among the
@@ -53,6 +56,7 @@ class RunResult:
     foreign_cpu_s: float             # CPU used by other processes meanwhile (noise)
     stdout_path: str
     stderr_path: str
+    peak_sum_unmapped_mib: float = 0.0   # max over polls of sum(VmRSS - RssFile): file-mapped pages left out
 
     def tail(self, n: int = 30) -> str:
         out = []
@@ -122,9 +126,9 @@ def _tree(root: int) -> list[int]:
     return out
 
 
-def _status(pid: int) -> tuple[int, int]:
-    """(VmHWM, VmRSS) in KiB; (0, 0) for a zombie or a vanished process."""
-    hwm = rss = 0
+def _status(pid: int) -> tuple[int, int, int]:
+    """(VmHWM, VmRSS, RssFile) in KiB; zeros for a zombie or a vanished process."""
+    hwm = rss = mapped = 0
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
@@ -132,10 +136,12 @@ def _status(pid: int) -> tuple[int, int]:
                     hwm = int(line.split()[1])
                 elif line.startswith(b"VmRSS:"):
                     rss = int(line.split()[1])
+                elif line.startswith(b"RssFile:"):
+                    mapped = int(line.split()[1])
                     break
     except OSError:
         pass
-    return hwm, rss
+    return hwm, rss, mapped
 
 
 def _name(pid: int) -> str:
@@ -160,7 +166,7 @@ def run_monitored(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[
     os.makedirs(os.path.dirname(os.path.abspath(log_prefix)), exist_ok=True)
     procs: dict[int, ProcPeak] = {}
     samples = []
-    peak_sum = 0
+    peak_sum = peak_unmapped = 0
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         busy0 = _busy_seconds()
         started = time.perf_counter()
@@ -171,10 +177,10 @@ def run_monitored(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[
             pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
             if pid == proc.pid:
                 break
-            total = 0
+            total = unmapped = 0
             tree = _tree(proc.pid)
             for p in tree:
-                hwm, rss = _status(p)
+                hwm, rss, mapped = _status(p)
                 if hwm == 0:
                     continue
                 peak = procs.get(p)
@@ -182,7 +188,9 @@ def run_monitored(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[
                     peak = procs[p] = ProcPeak(p, _name(p))
                 peak.hwm_kib = max(peak.hwm_kib, hwm)
                 total += rss
+                unmapped += rss - mapped
             peak_sum = max(peak_sum, total)
+            peak_unmapped = max(peak_unmapped, unmapped)
             samples.append((round(time.perf_counter() - started, 2), round(total / KIB, 1), len(tree)))
             if timeout_s is not None and time.perf_counter() - started > timeout_s:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -197,7 +205,8 @@ def run_monitored(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[
                      processes=sorted(procs.values(), key=lambda p: -p.hwm_kib),
                      samples=samples, cpu_s=rusage.ru_utime + rusage.ru_stime,
                      foreign_cpu_s=max(0.0, busy - rusage.ru_utime - rusage.ru_stime),
-                     stdout_path=stdout_path, stderr_path=stderr_path)
+                     stdout_path=stdout_path, stderr_path=stderr_path,
+                     peak_sum_unmapped_mib=peak_unmapped / KIB)
 
 
 def bench_env() -> dict:

@@ -159,15 +159,42 @@ def assemble(bricks: Mapping[int, object], shape: Sequence[int], edge: int, code
     return out
 
 
+def _spanned(shape: Sequence[int], edge: int, start: Sequence[int], stop: Sequence[int]):
+    """For each brick the box ``[start, stop)`` (inside the volume) overlaps, in C order: its index,
+    its extent ``(nd, nh, nw)``, the planes ``(d0, d1)`` and rows ``(h0, h1)`` of it the box spans,
+    and the slices of the brick and of the box's array that meet (walked by axis: no box listed)."""
+    counts = grid(shape, edge)
+    axes = []
+    for a, b, n in zip(start, stop, shape[:3]):
+        a, b, n = int(a), int(b), int(n)
+        pieces = []
+        for k in range(a // edge, -(-b // edge)):
+            b0, b1 = k * edge, min((k + 1) * edge, n)
+            lo, hi = max(a, b0), min(b, b1)
+            pieces.append((k, b1 - b0, lo - b0, hi - b0, slice(lo - b0, hi - b0), slice(lo - a, hi - a)))
+        axes.append(pieces)
+    for kd, nd, d0, d1, sd, od in axes[0]:
+        for kh, nh, h0, h1, sh, oh in axes[1]:
+            for kw, nw, _, _, sw, ow in axes[2]:
+                yield (kd * counts[1] + kh) * counts[2] + kw, (nd, nh, nw), (d0, d1, h0, h1), (sd, sh, sw), (od, oh, ow)
+
+
 def read_region(read: Callable[[int, int], bytes], placed: Sequence[tuple[int, int]], shape: Sequence[int],
                 edge: int, codec: str, dtype: str, start: Sequence[int], stop: Sequence[int],
-                read_into: Optional[Callable[[int, Any], int]] = None) -> np.ndarray:
+                read_into: Optional[Callable[[int, Any], int]] = None, mapped: Optional[np.ndarray] = None,
+                touched: Optional[Callable[[int, int], None]] = None) -> np.ndarray:
     """The box ``[start, stop)`` (inside the volume) of a ``shape`` ``[d, h, w, c]`` volume whose
     bricks lie at ``placed`` (``(offset, size)`` each, C order), read through ``read(offset, size)``:
     only the bricks the box overlaps, and of an uncompressed brick only the planes ``d`` the box
     spans (a brick is C order, so they are one contiguous range of it); a zstd brick whole.
     ``read_into(offset, buffer)`` (the bytes read): uncompressed bricks are read into one reused
-    buffer instead (fresh large bytes objects cost their page faults, more than the copy)."""
+    buffer instead (fresh large bytes objects cost their page faults, more than the copy).
+    ``mapped`` (the whole file as uint8, e.g. a read-only ``mmap``): uncompressed bricks are
+    copied straight from it into the region, each brick's overlap by one slice assignment (no read,
+    no intermediate buffer); ``touched(nbytes, bricks)`` is then told the bytes of the file's pages
+    the copies touch (4 KiB pages of the rows each spanned plane of a brick contributes)."""
+    if codec == VolumeCodec.NONE and mapped is not None:
+        return _copy_mapped(mapped, placed, shape, edge, dtype, start, stop, touched)
     indices = overlapping(shape, edge, start, stop)
     if codec != VolumeCodec.NONE:
         return assemble(dict(zip(indices, read_bricks(read, [placed[i] for i in indices]))), shape, edge, codec,
@@ -175,30 +202,68 @@ def read_region(read: Callable[[int, int], bytes], placed: Sequence[tuple[int, i
     stored = np.dtype(dtype).newbyteorder("<")
     channels = int(shape[3])
     spans, parts = [], []
-    for index in indices:
-        box = box_of(index, shape, edge)
-        (b0, b1), (h0, h1), (w0, w1) = box
-        plane = (h1 - h0) * (w1 - w0) * channels * stored.itemsize
+    for index, (nd, nh, nw), (d0, d1, _, _), inside, into in _spanned(shape, edge, start, stop):
+        plane = nh * nw * channels * stored.itemsize
         offset, size = placed[index]
-        if size != plane * (b1 - b0):
-            raise BrickError(f"brick {index} {[list(b) for b in box]}: {size} bytes for a "
-                             f"{[b1 - b0, h1 - h0, w1 - w0, channels]} {dtype} brick ({plane * (b1 - b0)})")
-        d0, d1 = max(int(start[0]), b0), min(int(stop[0]), b1)
-        spans.append((offset + (d0 - b0) * plane, (d1 - d0) * plane))
-        parts.append(((d0, d1), (h0, h1), (w0, w1)))
+        if size != plane * nd:
+            raise BrickError(f"brick {index}: {size} bytes for a {[nd, nh, nw, channels]} {dtype} brick "
+                             f"({plane * nd})")
+        spans.append((offset + d0 * plane, (d1 - d0) * plane))
+        parts.append(((d1 - d0, nh, nw, channels), (slice(0, d1 - d0),) + inside[1:], into))
     out = np.empty(tuple(int(b) - int(a) for a, b in zip(start, stop)) + (channels,), dtype=np.dtype(dtype))
     if read_into is None:
         found: Iterable = read_bricks(read, spans)
     else:
         scratch = np.empty(max((n for _, n in spans), default=0), np.uint8)
         found = _read_each(read_into, spans, scratch)
-    for data, box in zip(found, parts):
-        brick = np.frombuffer(data, dtype=stored).reshape(tuple(b - a for a, b in box) + (channels,))
-        lo = [max(a, int(s)) for (a, _), s in zip(box, start)]
-        hi = [min(b, int(t)) for (_, b), t in zip(box, stop)]
-        out[tuple(slice(low - int(s), high - int(s)) for low, high, s in zip(lo, hi, start))] = \
-            brick[tuple(slice(low - a, high - a) for low, high, (a, _) in zip(lo, hi, box))]
+    for data, (extent, inside, into) in zip(found, parts):
+        out[into] = np.frombuffer(data, dtype=stored).reshape(extent)[inside]
     return out
+
+
+PAGE = 4096
+
+
+def _copy_mapped(mapped: np.ndarray, placed: Sequence[tuple[int, int]], shape: Sequence[int], edge: int,
+                 dtype: str, start: Sequence[int], stop: Sequence[int],
+                 touched: Optional[Callable[[int, int], None]]) -> np.ndarray:
+    """``read_region`` of uncompressed bricks out of ``mapped`` (the file's bytes, uint8)."""
+    stored = np.dtype(dtype).newbyteorder("<")
+    channels = int(shape[3])
+    out = np.empty(tuple(int(b) - int(a) for a, b in zip(start, stop)) + (channels,), dtype=np.dtype(dtype))
+    spans = []                    # (offset, plane bytes, row bytes, d0, d1, h0, h1) of each brick copied
+    for index, (nd, nh, nw), (d0, d1, h0, h1), inside, into in _spanned(shape, edge, start, stop):
+        row = nw * channels * stored.itemsize
+        offset, size = placed[index]
+        if size != row * nh * nd:
+            raise BrickError(f"brick {index}: {size} bytes for a {[nd, nh, nw, channels]} {dtype} brick "
+                             f"({row * nh * nd})")
+        if offset < 0 or offset + size > mapped.shape[0]:
+            raise BrickError(f"brick {index} at offset {offset} ({size} bytes): the shard ends first "
+                             f"({mapped.shape[0]} bytes)")
+        out[into] = mapped[offset:offset + size].view(stored).reshape(nd, nh, nw, channels)[inside]
+        spans.append((offset, row * nh, row, d0, d1, h0, h1))
+    if touched is not None:
+        touched(pages(spans) * PAGE, len(spans))
+    return out
+
+
+def pages(spans: Sequence[tuple[int, int, int, int, int, int, int]]) -> int:
+    """The 4 KiB pages that rows ``[h0, h1)`` of planes ``[d0, d1)`` of bricks at ``offset``
+    (``(offset, plane bytes, row bytes, d0, d1, h0, h1)`` each; whole rows: a row's columns are
+    adjacent) lie on, a page shared by neighbouring spans counted once."""
+    if not spans:
+        return 0
+    offset, plane, row, d0, d1, h0, h1 = (np.asarray(c, np.int64) for c in zip(*spans))
+    planes = d1 - d0
+    brick = np.repeat(np.arange(len(spans)), planes)
+    depth = np.arange(int(planes.sum())) - np.repeat(np.cumsum(planes) - planes, planes) + d0[brick]
+    first = offset[brick] + depth * plane[brick] + h0[brick] * row[brick]
+    last = first + (h1 - h0)[brick] * row[brick] - 1
+    order = np.argsort(first, kind="stable")
+    first, last = first[order] // PAGE, last[order] // PAGE
+    covered = np.concatenate([[-1], np.maximum.accumulate(last)[:-1]])     # pages of the spans before
+    return int(np.maximum(last - np.maximum(first, covered + 1) + 1, 0).sum())
 
 
 def _read_each(read_into: Callable[[int, Any], int], spans: Sequence[tuple[int, int]], scratch: np.ndarray):

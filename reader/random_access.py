@@ -177,6 +177,11 @@ class RandomAccess:
         self._layouts: collections.OrderedDict = collections.OrderedDict()
         self.bytes_read = 0          # bytes this object (in this process) has read from shards
         self.reads = 0               # and in how many reads
+        # local shards mapped read-only, uncompressed bricks copied from the maps (bytes_read:
+        # the pages the copies touch); per process, like the readers' handles
+        self.map_local = True
+        self._maps: dict[int, Optional[np.ndarray]] = {}
+        self._maps_pid = os.getpid()
         features = dict(manifest.features)
         features.setdefault(LABEL, DEFAULT_LABEL)
         self._features = {}
@@ -267,6 +272,24 @@ class RandomAccess:
             self.bytes_read += done
             self.reads += 1
         return done
+
+    def _mapped(self, shard: int) -> Optional[np.ndarray]:
+        """Shard ``shard``'s bytes (uint8) through a read-only map of a local file, or None (a
+        ``gs://`` shard, read through local_cache or with ranged reads; ``map_local`` False)."""
+        if not self.map_local or self._cache is not None:
+            return None
+        with self._lock:
+            if self._maps_pid != os.getpid():
+                self._maps, self._maps_pid = {}, os.getpid()
+            if shard not in self._maps:
+                view = self._readers[shard].view()
+                self._maps[shard] = None if view is None else np.frombuffer(view, np.uint8)
+            return self._maps[shard]
+
+    def _touched(self, nbytes: int, count: int) -> None:
+        with self._lock:
+            self.bytes_read += nbytes
+            self.reads += count
 
     def serialized(self, index) -> memoryview:
         """The serialized ``tf.train.Example`` of record ``index`` (CRC-checked with ``verify``;
@@ -380,7 +403,8 @@ class RandomAccess:
                 try:
                     part = bricks.read_region(lambda at, n: self._read(shard, at, n), placed, shape + (channels,),
                                               self.chunks.edge, self.chunks.codec, stored, lo, hi,
-                                              read_into=lambda at, buffer: self._read_into(shard, at, buffer))
+                                              read_into=lambda at, buffer: self._read_into(shard, at, buffer),
+                                              mapped=self._mapped(shard), touched=self._touched)
                 except bricks.BrickError as error:
                     raise CorruptRecordError(f"{where}: {name} {error}") from None
             if whole and part is not None:

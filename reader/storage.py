@@ -1,16 +1,17 @@
 """Byte-range reads of local files and ``gs://`` objects, without TensorFlow.
 
 Local files are read with ``os.pread`` (no shared file position, so one open
-file serves every thread); ``gs://`` objects with ranged GETs through
+file serves every thread) or mapped read-only (``RangeReader.view``); ``gs://`` objects with ranged GETs through
 ``google-cloud-storage`` (which honours ``STORAGE_EMULATOR_HOST``). Handles
 are opened lazily and per process: an object holding them pickles without
 them and reopens after a fork or in a spawned worker.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import threading
-from typing import Any
+from typing import Any, Optional
 
 GS = "gs://"
 
@@ -87,6 +88,7 @@ class RangeReader:
         self.path = str(path)
         self._pid: int | None = None
         self._handle: Any = None    # an fd (int), or a google.cloud.storage Blob
+        self._map: Optional[mmap.mmap] = None    # a local file mapped read-only (``view``)
 
     def __getstate__(self):
         return {"path": self.path}
@@ -100,7 +102,7 @@ class RangeReader:
             self._handle = _gcs_bucket(bucket).blob(name)
         else:
             self._handle = os.open(self.path, os.O_RDONLY)
-        self._pid = os.getpid()
+        self._pid, self._map = os.getpid(), None     # a map inherited over fork stays valid; a fresh one per process
 
     def read(self, offset: int, size: int) -> bytes:
         if self._pid != os.getpid():
@@ -128,10 +130,31 @@ class RangeReader:
             self._open()
         return pread_into(self._handle, offset, view)
 
+    def view(self) -> Optional[memoryview]:
+        """The whole local file mapped read-only (one map per file and process, kept until
+        ``close``), for copying straight out of the page cache; None for a ``gs://`` object or an
+        empty file."""
+        if is_gcs(self.path):
+            return None
+        if self._pid != os.getpid():
+            self._open()
+        if self._map is None:
+            length = os.fstat(self._handle).st_size
+            if length == 0:
+                return None
+            self._map = mmap.mmap(self._handle, length, access=mmap.ACCESS_READ)
+        return memoryview(self._map)
+
     def close(self):
-        if self._pid == os.getpid() and isinstance(self._handle, int):
-            os.close(self._handle)
-        self._handle, self._pid = None, None
+        if self._pid == os.getpid():
+            if self._map is not None:
+                try:
+                    self._map.close()
+                except BufferError:      # a view of it still alive: the map closes when it goes
+                    pass
+            if isinstance(self._handle, int):
+                os.close(self._handle)
+        self._handle, self._pid, self._map = None, None, None
 
     def __del__(self):
         try:

@@ -127,6 +127,57 @@ def test_read_region_reads_only_the_planes_it_needs_and_agrees_with_assemble(sha
                            read_into=lambda at, buffer: 0)
 
 
+def _pages_brute(placed, shape, edge, itemsize, start, stop, prefix):
+    """The 4 KiB pages of the file (the bricks after ``prefix`` bytes) that the rows of each
+    spanned plane of each overlapped brick lie on: a set, one voxel row at a time."""
+    found = set()
+    for i in bricks.overlapping(shape, edge, start, stop):
+        (d0, d1), (h0, h1), (w0, w1) = bricks.box_of(i, shape, edge)
+        row = (w1 - w0) * shape[3] * itemsize
+        for d in range(max(start[0], d0), min(stop[0], d1)):
+            for h in range(max(start[1], h0), min(stop[1], h1)):
+                at = prefix + placed[i][0] + ((d - d0) * (h1 - h0) + (h - h0)) * row
+                found.update(range(at // bricks.PAGE, (at + row - 1) // bricks.PAGE + 1))
+    return len(found)
+
+
+@pytest.mark.parametrize("shape,edge,dtype", [((7, 9, 10, 2), 4, "uint16"), ((1, 5, 5, 3), 2, "int16"),
+                                              ((9, 1, 11, 1), 3, "uint8"), ((3, 4, 1, 1), 64, "uint16"),
+                                              ((70, 65, 130, 1), 64, "int16"), ((66, 64, 129, 1), 64, "uint8")])
+def test_read_region_from_a_map_equals_the_box_and_counts_the_pages_it_touches(shape, edge, dtype):
+    """read_region over ``mapped`` (RandomAccess's read-only map of a local shard): each brick's
+    overlap copied straight from the file's bytes equals the volume's box, for boxes at every border
+    (brick edges, volume edges, one voxel, larger than a brick, the whole volume; 1-voxel-thin
+    volumes, shapes no multiple of the edge), at an odd offset in the file (unaligned voxels);
+    ``touched`` is told the pages the copied rows lie on, counted one voxel row at a time here."""
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype)
+    volume = rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
+    encoded = bricks.encode(volume, edge, "none")
+    prefix = 4093                                            # bricks start mid-page, voxels unaligned
+    file = np.frombuffer(b"\xee" * prefix + b"".join(encoded) + b"\xee" * 5, np.uint8)
+    placed = list(zip((prefix + np.cumsum([0] + [len(b) for b in encoded[:-1]])).tolist(), [len(b) for b in encoded]))
+    axis = [sorted({0, min(edge - 1, n - 1), min(edge, n - 1), n - 1, max(n - 2, 0)}) for n in shape[:3]]
+    for start in itertools.product(*axis):
+        for extent in (1, edge, edge + 1, max(shape)):
+            stop = [min(a + extent, n) for a, n in zip(start, shape)]
+            told = []
+            got = bricks.read_region(lambda at, n: pytest.fail("read() with a map"), placed, shape, edge, "none",
+                                     dtype, start, stop, mapped=file, touched=lambda n, k: told.append((n, k)))
+            np.testing.assert_array_equal(got, volume[tuple(slice(a, b) for a, b in zip(start, stop))])
+            assert got.dtype == np.dtype(dtype) and got.flags.c_contiguous
+            touched = bricks.overlapping(shape, edge, start, stop)
+            pages = _pages_brute([(a - prefix, n) for a, n in placed], shape, edge, np.dtype(dtype).itemsize,
+                                 start, stop, prefix)
+            assert told == [(pages * bricks.PAGE, len(touched))], (start, stop)
+    with pytest.raises(bricks.BrickError, match="the shard ends first"):
+        bricks.read_region(lambda at, n: b"", placed, shape, edge, "none", dtype, (0, 0, 0), shape[:3],
+                           mapped=file[:placed[-1][0] + placed[-1][1] - 1])
+    with pytest.raises(bricks.BrickError, match="bytes for a"):
+        bricks.read_region(lambda at, n: b"", [(a, n + 1) for a, n in placed], shape, edge, "none", dtype,
+                           (0, 0, 0), shape[:3], mapped=file)
+
+
 def test_edges_refused_and_accepted():
     assert bricks.edge_refusal(0) == "" and bricks.edge_refusal(64) == "" and bricks.edge_refusal(2) == ""
     for bad in (1, -3, bricks.MAX_EDGE + 1):

@@ -309,17 +309,18 @@ def test_bench_patches(tmp_path):
     for name, row in result["rows"].items():
         assert "failed" not in row, (name, row)
         assert row["patches"] >= 8 and row["patches_per_s"] > 0 and row["peak_rss_mb"] > 0, (name, row)
+        assert 0 < row["peak_rss_unmapped_mb"] <= row["peak_rss_mb"], (name, row)    # less file-mapped pages
         assert row["patch_bytes"] >= 32 ** 3 * 3, (name, row)
         if name.startswith("ours_"):
             assert row["bytes_read"] > 0, (name, row)
         rows = table_rows(loaders, f"{name} |")
-        assert len(rows) == 1 and len(rows[0]) == 8 and positive(rows[0][1]), (name, proc.stdout)
+        assert len(rows) == 1 and len(rows[0]) == 9 and positive(rows[0][1]), (name, proc.stdout)
         if name.startswith("ours_") and "first" not in name and ratios:     # ours ÷ each peer
             (cells,) = table_rows(ratios, f"{name} |")
             assert len(cells) == 1 + len(present - {"monai_cache_first1"}), cells
             assert all(positive(cell.split()[0]) for cell in cells[1:]), cells
     verdicts = [t["met"] for t in result["targets"]]
-    assert len(verdicts) == 4 + 2 * ("monai_cache" in present) + ("monai_persistent" in present) \
+    assert len(verdicts) == 6 + 3 * ("monai_cache" in present) + ("monai_persistent" in present) \
         + ("nnunet" in present), result["targets"]
     for target in result["targets"]:
         assert len(table_rows(proc.stdout, target["target"])) == 1, (target, proc.stdout)

@@ -85,9 +85,26 @@ def _boxes(shape, edge):
     return sorted(starts), sizes
 
 
+def _brick_pages(layout, touched) -> int:
+    """Bytes of the 4 KiB pages the image bricks ``touched`` lie on, plus the mask bricks' (each
+    page once a volume: the image and the mask are read apart)."""
+    total = 0
+    for placed in (layout.image, layout.mask):
+        pages: set = set()
+        for offset, size in (placed[j] for j in touched):
+            pages.update(range(offset // bricks.PAGE, (offset + size - 1) // bricks.PAGE + 1))
+        total += len(pages)
+    return total * bricks.PAGE
+
+
+@pytest.mark.parametrize("mapped", [True, False])
 @pytest.mark.parametrize("name", sorted(CHUNKED))
-def test_region_reads_equal_slices_and_touch_only_their_bricks(converted, name):
+def test_region_reads_equal_slices_and_touch_only_their_bricks(converted, name, mapped):
+    """... through RandomAccess's read-only maps of the local shards (uncompressed bricks copied
+    straight from them: bytes_read counts the pages copied from, at most the bricks' pages) and
+    through reads (``map_local`` False: at most the bricks' bytes)."""
     plain, chunked = RandomAccess(converted["plain"]), RandomAccess(converted[name])
+    chunked.map_local = mapped
     edge = CHUNKED[name][0]
     for i in range(len(plain)):
         whole = plain[i]
@@ -107,11 +124,14 @@ def test_region_reads_equal_slices_and_touch_only_their_bricks(converted, name):
             layout = chunked._chunked(i)
             touched = bricks.overlapping(shape, edge, lo, hi) if all(b > a for a, b in zip(lo, hi)) else []
             own = sum(layout.image[j][1] + layout.mask[j][1] + 2 * 11 for j in touched)
+            if mapped and CHUNKED[name][1] == "none":
+                own = _brick_pages(layout, touched)
             assert spent <= own, (start, size, spent, own)
 
 
 def test_a_patch_reads_about_its_own_bricks_not_the_volume(converted):
     chunked = RandomAccess(converted["none4"])
+    chunked.map_local = False                                  # reads (a map: the test below)
     i = max(range(len(chunked)), key=lambda k: int(np.prod([chunked.info(k)[d] for d in ("depth", "height", "width")])))
     shape = [int(chunked.info(i)[d]) for d in ("depth", "height", "width")]
     layout = chunked._chunked(i)
@@ -121,6 +141,23 @@ def test_a_patch_reads_about_its_own_bricks_not_the_volume(converted):
     assert chunked.bytes_read - before <= one[1] + layout.mask[0][1] + 2 * 11
     whole = sum(n for _, n in layout.image)
     assert chunked.bytes_read - before < whole / 4
+
+
+def test_a_mapped_region_copies_from_its_bricks_pages_only(converted):
+    """Local shards are mapped: one region of one 4³ brick (a few hundred bytes) counts the pages
+    that brick and its mask brick lie on; its voxels equal the plain layout's."""
+    chunked, plain = RandomAccess(converted["none4"]), RandomAccess(converted["plain"])
+    i = max(range(len(chunked)), key=lambda k: int(np.prod([chunked.info(k)[d] for d in ("depth", "height", "width")])))
+    shape = [int(chunked.info(i)[d]) for d in ("depth", "height", "width")]
+    layout = chunked._chunked(i)
+    before, reads = chunked.bytes_read, chunked.reads
+    got = chunked.region(i, (4, 4, 4), (4, 4, 4))
+    for key in ("image", "mask"):
+        np.testing.assert_array_equal(got[key], plain.region(i, (4, 4, 4), (4, 4, 4))[key])
+    one = bricks.overlapping(shape, 4, (4, 4, 4), (8, 8, 8))
+    assert chunked.bytes_read - before == _brick_pages(layout, one) and chunked.reads - reads == 2
+    shard = chunked.locate(i)[0]
+    assert chunked._mapped(shard) is chunked._mapped(shard)          # one map a shard, kept
 
 
 def test_layout_is_found_by_small_reads(converted):
@@ -189,12 +226,15 @@ def test_region_over_gcs(converted, gcs_emulator, name, cached, tmp_path):  # no
     remote = RandomAccess(gcs_emulator.url(f"chunks/{name}"),
                           local_cache=str(tmp_path / "cache") if cached else None,
                           local_cache_bytes=1 << 30 if cached else None)
-    local = RandomAccess(converted[name])
+    local, mapped = RandomAccess(converted[name]), RandomAccess(converted[name])
+    local.map_local = False                   # read like the remote one (a gs:// shard is never mapped)
     for start, size in [((0, 0, 0), (5, 5, 5)), ((3, 2, 4), (7, 9, 6)), ((-1, -1, -1), (40, 40, 40))]:
         got, want = remote.region(0, start, size), local.region(0, start, size)
         for key in want:
             np.testing.assert_array_equal(got[key], want[key])
+            np.testing.assert_array_equal(got[key], mapped.region(0, start, size)[key])
     assert remote.bytes_read == local.bytes_read
+    assert all(chunked is None for chunked in [remote._mapped(s) for s in range(len(remote._paths))])
 
 
 def test_decoding_a_record_by_hand_follows_the_documented_layout(converted):
