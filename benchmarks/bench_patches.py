@@ -56,7 +56,7 @@ if __package__ in (None, ""):
 import numpy as np                                                                       # noqa: E402
 
 from benchmarks.archives import CACHE_DIR, MARKER                                         # noqa: E402
-from benchmarks.bench_preprocess import (CLASS_MAP, NNUNET_ID, NNUNET_NAME, PATTERN,  # noqa: E402
+from benchmarks.bench_preprocess import (CLASSES, CLASS_MAP, NNUNET_ID, NNUNET_NAME, PATTERN,  # noqa: E402
                                          generated_task, nnunet_layout)
 from benchmarks.proc_monitor import bench_env, machine_description, run_monitored        # noqa: E402
 
@@ -255,8 +255,8 @@ def _nnunet(spec: dict):
     from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
     np.random.seed(0)
     folder = spec["folder"]
-    with open(os.path.join(folder, os.pardir, "dataset.json")) as handle:
-        dataset_json = json.load(handle)
+    # the labels nnU-Net's dataset description holds (bench_preprocess writes it with these)
+    dataset_json = {"labels": {"background": 0, **{name: value for value, name in CLASSES.items()}}}
     labels = PlansManager(os.path.join(folder, os.pardir, "nnUNetPlans.json")).get_label_manager(dataset_json)
     size = (spec["size"],) * 3
     loader = nnUNetDataLoader(nnUNetDatasetBlosc2(folder), BATCH, size, size, labels,

@@ -34,7 +34,7 @@ import pytest
 
 from dcm2tfrecord.dataset.verify import verify_dataset
 from tests.support import write_png_archive
-from tests.support.processes import _files, run_until
+from tests.support.processes import run_until, tree_bytes
 from tests.support.hooks import PAUSE_ENV
 
 INCOMPLETE = ".incomplete"
@@ -98,7 +98,7 @@ def assert_no_partial_final_files(output: str, reference: dict[str, bytes], mome
 def test_sigkill_at_several_points_then_rerun_gives_identical_bytes(archive, tmp_path):
     reference_dir = str(tmp_path / "reference")
     assert run_until(_command(archive, reference_dir), str(tmp_path / "reference.log"), None) is None
-    reference = _files(reference_dir)
+    reference = tree_bytes(reference_dir)
     shard_names = sorted(n for n in reference if n.endswith(".tfrecord"))
     assert len(shard_names) >= 3 and "dataset.json" in reference and "errors.jsonl" in reference
     assert not any(n.startswith(INCOMPLETE) for n in reference)
@@ -149,7 +149,7 @@ def test_sigkill_at_several_points_then_rerun_gives_identical_bytes(archive, tmp
     assert _temp_files(output), "the killed runs should have left temp files for the rerun to remove"
     assert run_until(command, str(tmp_path / "final.log"), None) is None
 
-    final = _files(output)
+    final = tree_bytes(output)
     assert sorted(final) == sorted(reference), \
         f"the rerun left different files than an uninterrupted run (kills: {hits})"
     for name in sorted(reference):

@@ -53,7 +53,7 @@ from dcm2tfrecord.pipeline.convert import ConversionFailed
 from tests.support import pydicom_test_files
 from tests.support import run_convert
 from tests.support.identity import STANDARD_UID_ROOT, TEXT_VRS, _identify
-from tests.support.processes import _files
+from tests.support.processes import tree_bytes
 
 SALT = "phi-test-salt-7d1e0c9b"
 MIN_NEEDLE = 4
@@ -190,7 +190,7 @@ def _written_files(directory: str) -> tuple[dict[str, bytes], dict[str, set]]:
     """Every file under ``directory``, and the whole tokens of its JSON files: errors.jsonl with
     each line's uri taken out; JSON files with their computed numbers and digests taken out
     into the tokens (_split_json)."""
-    out, tokens = _files(directory), {}
+    out, tokens = tree_bytes(directory), {}
     for name, data in out.items():
         if os.path.basename(name) == "errors.jsonl":
             lines = [json.loads(line) for line in data.decode("utf-8").splitlines()]
