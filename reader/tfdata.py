@@ -411,7 +411,7 @@ class _Decryptor:
                 offsets, sizes = self._index(name, fd)
                 size = int(sizes[index])
                 framed_buffer = self._buffer("framed", size)
-                if os.preadv(fd, [memoryview(framed_buffer)[:size]], int(offsets[index])) != size:
+                if storage.pread_into(fd, int(offsets[index]), memoryview(framed_buffer)[:size]) != size:
                     raise CorruptRecordError(f"{shard}: record {index} is truncated (the shard ends "
                                              f"before the {size} bytes its .idx gives)")
                 framed = np.frombuffer(framed_buffer, np.uint8, size)    # an array: unframe slices it in place
